@@ -1,0 +1,34 @@
+"""affrun: put every training rank on the right CPU cores.
+
+The public API is loaded lazily, so that ``import launcher`` stays cheap on the ``affrun exec`` path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Topology": "launcher.topology.model",
+    "load_topology": "launcher.topology",
+    "Request": "launcher.plan",
+    "Plan": "launcher.plan",
+    "RankPlan": "launcher.plan",
+    "make_plan": "launcher.plan",
+    "rank_environment": "launcher.env",
+    "ensure_affinity": "launcher.ensure",
+    "worker_init_fn": "launcher.torch",
+    "AffrunError": "launcher.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'launcher' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

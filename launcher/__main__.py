@@ -1,0 +1,3 @@
+from launcher.main import main
+
+main()

@@ -1,0 +1,62 @@
+"""The click command group. Each command lives in its own module and is imported only when it runs."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from launcher import __version__
+from launcher.errors import AffrunError
+
+# command name -> "module:attribute"; modules are imported lazily so that `affrun plan` never loads torch/yaml.
+COMMANDS: dict[str, str] = {
+    "topology": "launcher.cli.topology_cmds:topology",
+    "plan": "launcher.cli.topology_cmds:plan",
+    "show": "launcher.cli.topology_cmds:show",
+    "exec": "launcher.cli.exec_stub:exec_",
+    "torchrun": "launcher.cli.torchrun_cmd:torchrun",
+    "sbatch": "launcher.cli.sbatch_cmd:sbatch",
+    "doctor": "launcher.cli.doctor_cmd:doctor",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None  # command not built yet
+            raise
+        command: click.Command = getattr(module, attr)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="affrun")
+def cli() -> None:
+    """Put every training rank on the right CPU cores: GPU-local, disjoint, whole cores, matching OpenMP settings."""
+
+
+def main(args: list[str] | None = None) -> None:
+    try:
+        cli.main(args=args, prog_name="affrun", standalone_mode=True)
+    except AffrunError as exc:  # pragma: no cover - commands convert their own errors
+        click.echo(f"affrun: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def fail(exc: AffrunError) -> Any:
+    """Report an affrun error as one line and exit with its code (2 for bad input)."""
+    click.echo(f"affrun: error: {exc}", err=True)
+    sys.exit(exc.exit_code)

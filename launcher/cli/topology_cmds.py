@@ -1,0 +1,134 @@
+"""``affrun topology``, ``affrun plan`` and ``affrun show``."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from launcher.cli import fail
+from launcher.cli.options import env_options, plan_options, plan_options_from, topology_options
+from launcher.env import effective_mem_policy, plan_json, rank_environment
+from launcher.errors import AffrunError
+from launcher.plan import Plan, make_plan
+from launcher.topology import load_topology
+from launcher.topology.model import Topology
+
+
+def _topology(fsroot: str | None, topology_file: str | None, cpus: str | None) -> Topology:
+    return load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
+
+
+@click.command()
+@topology_options
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
+@click.option("--save", metavar="FILE", help="Save a snapshot that --topology FILE loads back.")
+def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None) -> None:
+    """Show the machine: packages, NUMA nodes, cores, allowed CPUs and GPUs."""
+    try:
+        topo = _topology(fsroot, topology_file, cpus)
+        if save:
+            from launcher.topology.snapshot import to_snapshot
+
+            try:
+                with open(save, "w", encoding="utf-8") as fh:
+                    json.dump(to_snapshot(topo), fh, indent=1)
+                    fh.write("\n")
+            except OSError as exc:
+                raise AffrunError(f"{save}: {exc.strerror}") from None
+    except AffrunError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(topo.to_json(), indent=2))
+        return
+    from launcher.cpulist import format_cpulist
+
+    data = topo.to_json()
+    click.echo(f"source   {topo.source}")
+    click.echo(f"packages {data['packages']}   cores {len(data['cores'])}   allowed CPUs {format_cpulist(topo.allowed)}")
+    for node in topo.numa_nodes:
+        cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"
+        click.echo(f"numa {node.os_index:<4} cpus {cpulist}")
+    for i, gpu in enumerate(topo.visible_gpus()):
+        click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
+                   f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
+    for w in topo.warnings:
+        click.echo(f"warning: {w}")
+    if save:
+        click.echo(f"saved {save}")
+
+
+def _plan(kwargs: dict[str, Any]) -> tuple[Topology, Plan]:
+    opts = plan_options_from(kwargs)
+    topo = _topology(kwargs.pop("fsroot"), kwargs.pop("topology_file"), kwargs.pop("cpus"))
+    nproc = kwargs.pop("nproc_per_node")
+    if nproc is None:
+        nproc = len(topo.visible_gpus()) or 1
+    return topo, make_plan(topo, opts.request(nproc))
+
+
+nproc_option = click.option(
+    "--nproc-per-node", "--nproc_per_node", "nproc_per_node", type=click.IntRange(min=1), default=None,
+    help="Local ranks (default: one per visible GPU, else 1).",
+)
+
+
+@click.command()
+@topology_options
+@nproc_option
+@plan_options
+@env_options
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
+def plan(**kwargs: Any) -> None:
+    """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment."""
+    as_json = kwargs.pop("as_json")
+    bind, policy, mem = kwargs.pop("omp_bind"), kwargs.pop("env_policy"), kwargs.pop("mem_policy")
+    try:
+        topo, the_plan = _plan(kwargs)
+    except AffrunError as exc:
+        fail(exc)
+    if as_json:
+        n = len(the_plan.ranks)
+        envs = [
+            rank_environment(r, local_world_size=n, user_env=os.environ, bind=bind, smt=the_plan.smt, policy=policy)
+            for r in the_plan.ranks
+        ]
+        nodes_with_cpus = sum(1 for node in topo.numa_nodes if node.cpus & topo.allowed)
+        click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, effective_mem_policy(mem, nodes_with_cpus)), indent=2))
+        return
+    from launcher.render import plan_table
+
+    click.echo(plan_table(topo, the_plan))
+
+
+@click.command()
+@topology_options
+@nproc_option
+@plan_options
+@click.option("--svg", metavar="FILE", help="Also write the map as SVG (or HTML when FILE ends in .html).")
+@click.option("--color/--no-color", default=None, help="Force colours on or off (default: when stdout is a terminal).")
+def show(**kwargs: Any) -> None:
+    """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node."""
+    svg_path, color = kwargs.pop("svg"), kwargs.pop("color")
+    try:
+        topo, the_plan = _plan(kwargs)
+    except AffrunError as exc:
+        fail(exc)
+    try:
+        from launcher.render_map import picture, write_map
+    except ImportError:
+        from launcher.render import plan_table
+
+        click.echo(plan_table(topo, the_plan))
+        return
+    if color is None:
+        color = click.get_text_stream("stdout").isatty()
+    click.echo(picture(topo, the_plan, color=color))
+    if svg_path:
+        try:
+            write_map(topo, the_plan, svg_path)
+        except OSError as exc:
+            fail(AffrunError(f"{svg_path}: {exc.strerror}"))
+        click.echo(f"wrote {svg_path}")

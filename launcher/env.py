@@ -1,0 +1,262 @@
+"""Plan entry -> environment for every OpenMP/BLAS runtime family, and numactl arguments. Pure: no I/O.
+
+Policy for values the user already set (``policy="safe"``, the default): a value that is safe for this rank is
+kept, a dangerous or malformed one is replaced, and either way a note says so. ``override`` always writes
+affrun's values; ``keep`` keeps every user value (still noting the dangerous ones).
+
+Binding (``bind``):
+- ``rank`` (default): one OpenMP place holding all the rank's compute CPUs. Threads stay on the rank's cores and
+  never on another rank's, and a process forked after ``import torch`` (DataLoader workers) inherits the whole
+  compute set, never a single CPU, so the DataLoader collapse of DOMAIN.md §2 cannot happen.
+- ``core``: one place per core (per PU with ``--smt``), ``OMP_PROC_BIND=close``. Threads are pinned one per
+  core, but the main thread is pinned to the first core at ``import torch``: use
+  ``launcher.torch.worker_init_fn`` (or ``--loader-cores``) so workers do not inherit that one CPU.
+
+``KMP_AFFINITY`` is set to ``granularity=fine`` with no type: libiomp5/LLVM libomp then bind by ``OMP_PLACES``
+and ``OMP_PROC_BIND`` (a type would make them ignore both and print warning #182), and a dangerous inherited
+value such as ``disabled`` is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.plan import RankPlan
+
+BIND_MODES = ("rank", "core")
+POLICIES = ("safe", "override", "keep")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
+PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
+KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")
+KMP_MODIFIERS = ("verbose", "noverbose", "warnings", "nowarnings", "respect", "norespect", "duplicates",
+                 "noduplicates", "reset", "noreset")
+KMP_DEFAULT = "granularity=fine"
+
+
+@dataclass(frozen=True)
+class RankEnvironment:
+    set: dict[str, str]
+    unset: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def apply_to(self, environ: Mapping[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in environ.items() if k not in self.unset}
+        env.update(self.set)
+        return env
+
+
+def omp_places(rank: RankPlan, bind: str = "rank", smt: bool = False) -> str:
+    """``OMP_PLACES`` in explicit OS CPU ids: ``{0,1,2,3}`` (rank) or ``{0,64},{1,65}`` (core)."""
+    if bind == "core":
+        if smt:
+            return ",".join("{%d}" % p for core in rank.compute_cores for p in core)
+        return ",".join("{" + ",".join(map(str, core)) + "}" for core in rank.compute_cores)
+    return "{" + ",".join(map(str, rank.compute_cpus)) + "}"
+
+
+def affrun_variables(rank: RankPlan, local_world_size: int, bind: str) -> dict[str, str]:
+    return {
+        "AFFRUN_LOCAL_RANK": str(rank.local_rank),
+        "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
+        "AFFRUN_CPUS": format_cpulist(rank.cpus),
+        "AFFRUN_COMPUTE_CPUS": format_cpulist(rank.compute_cpus),
+        "AFFRUN_LOADER_CPUS": format_cpulist(rank.loader_cpus),
+        "AFFRUN_NUMA_NODES": ",".join(map(str, rank.numa_nodes)),
+        "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
+        "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),
+        "AFFRUN_GPU_PCI": rank.gpu_pci or "",
+        "AFFRUN_THREADS": str(rank.threads),
+        "AFFRUN_OMP_BIND": bind,
+    }
+
+
+def rank_environment(
+    rank: RankPlan,
+    *,
+    local_world_size: int,
+    user_env: Mapping[str, str],
+    bind: str = "rank",
+    smt: bool = False,
+    policy: str = "safe",
+) -> RankEnvironment:
+    """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``."""
+    if bind not in BIND_MODES:
+        raise ValueError(f"unknown bind mode {bind!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    cpus = set(rank.cpus)
+    ours: dict[str, str] = {v: str(rank.threads) for v in THREAD_VARIABLES}
+    ours["OMP_PLACES"] = omp_places(rank, bind, smt)
+    ours["OMP_PROC_BIND"] = "close"
+    ours["KMP_AFFINITY"] = KMP_DEFAULT
+    out: dict[str, str] = {}
+    notes: list[str] = []
+    unset: list[str] = []
+    for name, value in ours.items():
+        user = user_env.get(name)
+        if user is None or user == value or policy == "override":
+            if user is not None and user != value:
+                notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
+            out[name] = value
+            continue
+        problem = _problem(name, user, cpus)
+        if policy == "keep" or problem is None:
+            why = f"; {problem}" if problem else ""
+            notes.append(f"keeping {name}={user} set by the user (affrun would set {value}){why}")
+            out[name] = user
+        else:
+            notes.append(f"{name}={user} replaced by {value}: {problem}")
+            out[name] = value
+    gomp = user_env.get("GOMP_CPU_AFFINITY")
+    if gomp is not None:
+        problem = _problem("GOMP_CPU_AFFINITY", gomp, cpus)
+        if problem and policy != "keep":
+            unset.append("GOMP_CPU_AFFINITY")
+            notes.append(f"GOMP_CPU_AFFINITY={gomp} removed: {problem}")
+    if bind == "core" and not rank.loader_cpus:
+        notes.append(
+            "--omp-bind core pins the main thread to one core: start DataLoader workers with "
+            "launcher.torch.worker_init_fn"
+        )
+    out.update(affrun_variables(rank, local_world_size, bind))
+    return RankEnvironment(out, tuple(unset), tuple(notes))
+
+
+def _problem(name: str, value: str, cpus: set[int]) -> str | None:
+    """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe."""
+    value = value.strip()
+    if name in THREAD_VARIABLES:
+        first = value.split(",")[0].strip()
+        if not first.isdigit() or int(first) < 1:
+            return "not a positive thread count"
+        if int(first) > len(cpus):
+            return f"{first} threads oversubscribe the rank's {len(cpus)} CPU(s)"
+        return None
+    if name == "OMP_PROC_BIND":
+        items = [v.strip().lower() for v in value.split(",")]
+        return None if items and all(v in PROC_BIND_VALUES for v in items) else "not a valid OMP_PROC_BIND value"
+    if name == "OMP_PLACES":
+        base = value.split("(")[0].strip().lower()
+        collapse = "pins the main thread to one place at import, and forked DataLoader workers inherit it"
+        if base in ABSTRACT_PLACES:
+            return collapse
+        ids = _place_ids(value)
+        if ids is None:
+            return "not a valid OMP_PLACES value"
+        outside = ids - cpus
+        if outside:
+            return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+        return collapse if value.count("{") > 1 else None
+    if name == "GOMP_CPU_AFFINITY":
+        try:
+            ids = set(parse_cpulist(value.replace(" ", ",")))
+        except ValueError:
+            return "not a valid CPU list"
+        outside = ids - cpus
+        return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs" if outside else None
+    if name == "KMP_AFFINITY":
+        return kmp_affinity_problem(value, cpus)
+    return None
+
+
+def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
+    """Check a ``KMP_AFFINITY`` value: ``disabled``, empty, malformed, or a proclist outside ``cpus``."""
+    text = value.strip()
+    if not text:
+        return "empty KMP_AFFINITY"
+    proclist: set[int] | None = None
+    lowered = text.lower()
+    if "proclist=" in lowered:
+        start = lowered.index("proclist=")
+        open_bracket = text.find("[", start)
+        close_bracket = text.find("]", open_bracket)
+        if open_bracket < 0 or close_bracket < 0:
+            return "malformed proclist"
+        proclist = _place_ids(text[open_bracket + 1 : close_bracket].replace("{", "").replace("}", ""))
+        if proclist is None:
+            return "malformed proclist"
+        text = text[:start] + text[close_bracket + 1 :]
+    tokens = [t.strip().lower() for t in text.split(",") if t.strip()]
+    types = [t for t in tokens if t in KMP_TYPES]
+    for tok in tokens:
+        if tok in KMP_TYPES or tok in KMP_MODIFIERS or tok.isdigit():
+            continue
+        if tok.startswith("granularity=") and tok.split("=", 1)[1] in ("fine", "thread", "core", "tile", "die",
+                                                                       "socket", "package", "numa", "cache"):
+            continue
+        return f"malformed KMP_AFFINITY token {tok!r}"
+    if "disabled" in types:
+        return "disabled: threads are not bound and migrate"
+    if len(types) > 1:
+        return "more than one affinity type"
+    if proclist is not None and cpus is not None:
+        outside = proclist - cpus
+        if outside:
+            return f"proclist CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+    return None
+
+
+def _place_ids(value: str) -> set[int] | None:
+    """All CPU ids named by an explicit place list like ``{0,64},{1:4}`` or ``0-3,8``; None if malformed."""
+    ids: set[int] = set()
+    text = value.replace("{", ",").replace("}", ",").replace(" ", "")
+    for part in text.split(","):
+        if not part:
+            continue
+        if ":" in part:  # {lower:length[:stride]}
+            bits = part.split(":")
+            if not all(b.lstrip("-").isdigit() for b in bits) or len(bits) > 3:
+                return None
+            lo, length = int(bits[0]), int(bits[1])
+            stride = int(bits[2]) if len(bits) == 3 else 1
+            ids.update(lo + i * stride for i in range(max(length, 0)))
+            continue
+        try:
+            ids.update(parse_cpulist(part))
+        except ValueError:
+            return None
+    return ids
+
+
+def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> list[str]:
+    """``numactl`` arguments equivalent to the rank's binding (used by generated scripts and by apply)."""
+    args = ["numactl"]
+    if bind_cpus:
+        args.append(f"--physcpubind={format_cpulist(rank.cpus)}")
+    nodes = ",".join(map(str, rank.mem_nodes))
+    if nodes and mem_policy == "membind":
+        args.append(f"--membind={nodes}")
+    elif nodes and mem_policy == "preferred":
+        args.append(f"--preferred={rank.mem_nodes[0]}")
+    elif nodes and mem_policy == "interleave":
+        args.append(f"--interleave={nodes}")
+    return args
+
+
+def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
+    """``auto`` means ``preferred`` on a machine with several NUMA nodes with CPUs, else ``none``."""
+    if requested == "auto":
+        return "preferred" if nodes_with_cpus > 1 else "none"
+    return requested
+
+
+def plan_json(
+    plan_dict: dict[str, object],
+    envs: list[RankEnvironment],
+    mem_policy: str,
+) -> dict[str, object]:
+    """The documented ``affrun plan --json`` contract: the plan plus each rank's environment."""
+    ranks = []
+    for rank, env in zip(plan_dict["ranks"], envs):  # type: ignore[call-overload]
+        entry = dict(rank)
+        entry["env"] = dict(env.set)
+        entry["unset"] = list(env.unset)
+        entry["notes"] = list(env.notes)
+        entry["mem_policy"] = mem_policy if rank["mem_nodes"] else "none"
+        ranks.append(entry)
+    out = dict(plan_dict)
+    out["ranks"] = ranks
+    return out

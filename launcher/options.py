@@ -1,0 +1,91 @@
+"""Planning options shared by every front end (click CLI, ``affrun exec``'s argparse, submitit, sbatch).
+
+Turning option values into a :class:`~launcher.plan.Request` lives here, once, with no click import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.cpulist import parse_cpulist
+from launcher.errors import ConfigError
+from launcher.plan import GPU_ORDERS, MODES, Request
+
+MEM_POLICIES = ("auto", "membind", "preferred", "interleave", "none")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Every planning option as the user typed it (strings where the CLI takes strings)."""
+
+    mode: str = "exclusive"
+    smt: bool = False
+    reserve: str | None = None
+    loader_cores: int = 0
+    gpu_order: str = "rank"
+    cpu_map: str | None = None
+    gpus: str | None = None
+    no_gpu: bool = False
+
+    def request(self, nproc: int) -> Request:
+        return make_request(nproc, self)
+
+    def to_argv(self) -> list[str]:
+        """The same options as command-line flags (for generated scripts and child commands)."""
+        argv: list[str] = []
+        if self.mode != "exclusive":
+            argv += ["--mode", self.mode]
+        if self.smt:
+            argv.append("--smt")
+        if self.reserve:
+            argv += ["--reserve", self.reserve]
+        if self.loader_cores:
+            argv += ["--loader-cores", str(self.loader_cores)]
+        if self.gpu_order != "rank":
+            argv += ["--gpu-order", self.gpu_order]
+        if self.cpu_map:
+            argv += ["--map", self.cpu_map]
+        if self.gpus:
+            argv += ["--gpus", self.gpus]
+        if self.no_gpu:
+            argv.append("--no-gpu")
+        return argv
+
+
+def make_request(nproc: int, opts: PlanOptions) -> Request:
+    if opts.mode not in MODES:
+        raise ConfigError(f"--mode {opts.mode!r}: choose one of {', '.join(MODES)}")
+    if opts.gpu_order not in GPU_ORDERS:
+        raise ConfigError(f"--gpu-order {opts.gpu_order!r}: choose one of {', '.join(GPU_ORDERS)}")
+    reserve: frozenset[int] = frozenset()
+    if opts.reserve:
+        try:
+            reserve = parse_cpulist(opts.reserve)
+        except ValueError:
+            raise ConfigError(f"--reserve {opts.reserve!r}: not a cpu list (e.g. 0 or 0,8,16)") from None
+    cpu_map = None
+    if opts.cpu_map:
+        try:
+            cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.replace(":", ";").split(";"))
+        except ValueError:
+            raise ConfigError(f"--map {opts.cpu_map!r}: expected one cpu list per rank, separated by ';'") from None
+        if any(not m for m in cpu_map):
+            raise ConfigError(f"--map {opts.cpu_map!r}: a rank has an empty cpu list")
+    mode = "map" if cpu_map is not None and opts.mode == "exclusive" else opts.mode
+    gpus = None
+    if opts.gpus:
+        try:
+            gpus = tuple(int(g) for g in opts.gpus.split(","))
+        except ValueError:
+            raise ConfigError(f"--gpus {opts.gpus!r}: expected visible GPU indices like 0,1,2,3") from None
+    return Request(
+        nproc=nproc,
+        mode=mode,
+        smt=opts.smt,
+        reserve=reserve,
+        loader_cores=opts.loader_cores,
+        gpu_order=opts.gpu_order,
+        cpu_map=cpu_map,
+        gpus=gpus,
+        use_gpus=not opts.no_gpu,
+    )

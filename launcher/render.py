@@ -1,0 +1,34 @@
+"""Text output for people: the plan as a table (``affrun plan``). The picture (``affrun show``) and the SVG
+map are in :mod:`launcher.render_map`."""
+
+from __future__ import annotations
+
+from launcher.cpulist import format_cpulist
+from launcher.plan import Plan
+from launcher.topology.model import Topology
+
+
+def plan_table(topo: Topology, plan: Plan) -> str:
+    headers = ["rank", "cpus", "loader", "numa", "gpu", "pci", "omp", "why"]
+    rows = []
+    for r in plan.ranks:
+        rows.append(
+            [
+                str(r.local_rank),
+                format_cpulist(r.cpus),
+                format_cpulist(r.loader_cpus) or "-",
+                ",".join(map(str, r.numa_nodes)) or "?",
+                "-" if r.gpu is None else str(r.gpu),
+                r.gpu_pci or "-",
+                str(r.threads),
+                "; ".join(r.reasons),
+            ]
+        )
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}, source {topo.source}")
+    for w in plan.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)

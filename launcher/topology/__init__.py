@@ -1,0 +1,69 @@
+"""Topology: the machine model and the readers that build it (sysfs/fsroot, JSON snapshot, hwloc XML)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
+from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.errors import TopologyError
+from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+
+__all__ = ["GPU", "Core", "L3Group", "NumaNode", "Package", "Topology", "load_topology"]
+
+
+def load_topology(
+    *,
+    fsroot: str | None = None,
+    topology_file: str | None = None,
+    cpus: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Topology:
+    """Build the topology from the one source asked for, then narrow it by ``--cpus``.
+
+    Precedence: ``topology_file``, then ``fsroot``, then ``$AFFRUN_FSROOT``, then the live machine
+    (whose allowed set is this process's affinity mask). ``environ`` gives the GPU visibility variables.
+    """
+    env = os.environ if environ is None else environ
+    if fsroot and topology_file:
+        raise TopologyError("--fsroot and --topology name two sources: give only one")
+    fsroot = fsroot or (None if topology_file else env.get("AFFRUN_FSROOT") or None)
+    if topology_file:
+        topo = _load_file(topology_file)
+        from launcher.topology.gpus import resolve_visible
+
+        if topo.gpus:
+            topo = replace(topo, visible=resolve_visible(topo.gpus, env)[0])
+    else:
+        from launcher.topology.sysfs import read_sysfs
+
+        if fsroot:
+            if not os.path.isdir(fsroot):
+                raise TopologyError(f"{fsroot}: fsroot is not a directory")
+            topo = read_sysfs(fsroot, environ=env)
+        else:
+            topo = read_sysfs("/", allowed=frozenset(os.sched_getaffinity(0)), environ=env)
+    if cpus:
+        try:
+            wanted = parse_cpulist(cpus)
+        except ValueError:
+            raise TopologyError(f"--cpus {cpus!r}: not a cpu list (expected e.g. 0-7,64-71)") from None
+        narrowed = topo.allowed & wanted
+        if not narrowed:
+            raise TopologyError(
+                f"--cpus {cpus}: none of these CPUs is allowed here (allowed: {format_cpulist(topo.allowed)})"
+            )
+        topo = topo.restrict(wanted)
+    return topo
+
+
+def _load_file(path: str) -> Topology:
+    lower = path.lower()
+    if lower.endswith(".xml"):
+        from launcher.topology.hwloc_xml import load_hwloc_xml
+
+        return load_hwloc_xml(path)
+    from launcher.topology.snapshot import load_snapshot
+
+    return load_snapshot(path)

@@ -1,0 +1,139 @@
+"""GPUs from sysfs PCI devices, and the mapping from visible indices (``CUDA_VISIBLE_DEVICES``...) to them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from launcher.errors import TopologyError
+from launcher.topology._files import read_cpus, read_int, read_text
+from launcher.topology.model import GPU
+
+VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
+GPU_CLASSES = (0x0300, 0x0302, 0x0380)  # VGA, 3D controller, other display; NVSwitch is 0x0680
+EXCLUDED_VENDORS = {0x1A03: "ASPEED BMC VGA", 0x102B: "Matrox BMC VGA", 0x1013: "Cirrus VGA"}
+
+
+def _pci_sort_key(bdf: str) -> tuple[int, ...]:
+    try:
+        domain, bus, devfn = bdf.split(":")
+        dev, fn = devfn.split(".")
+        return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
+    except ValueError:
+        return (1 << 30,)
+
+
+def read_pci_gpus(root: str, all_cpus: frozenset[int]) -> tuple[list[GPU], list[str]]:
+    """Scan ``sys/bus/pci/devices`` under ``root``. Returns the GPUs in PCI bus order and warnings."""
+    base = os.path.join(root, "sys/bus/pci/devices")
+    try:
+        names = sorted(os.listdir(base), key=_pci_sort_key)
+    except OSError:
+        return [], []
+    nvidia_proc = os.path.join(root, "proc/driver/nvidia/gpus")
+    found: list[GPU] = []
+    warnings: list[str] = []
+    for bdf in names:
+        dev = os.path.join(base, bdf)
+        klass = read_int(os.path.join(dev, "class"))
+        if klass is None or (klass >> 8) not in GPU_CLASSES:
+            continue
+        vendor_id = read_int(os.path.join(dev, "vendor"))
+        driver_dir = os.path.join(nvidia_proc, bdf)
+        if vendor_id is None and os.path.isdir(driver_dir):
+            vendor_id = 0x10DE  # POWER9 trees keep only class/local_cpus; the driver's proc entry names it
+        if vendor_id is None or vendor_id in EXCLUDED_VENDORS or vendor_id not in VENDORS:
+            continue
+        numa = read_int(os.path.join(dev, "numa_node"))
+        cpus = read_cpus(os.path.join(dev, "local_cpulist"), os.path.join(dev, "local_cpus")) or frozenset()
+        uuid: str | None = None
+        memory_node: int | None = None
+        info = read_text(os.path.join(driver_dir, "information"))
+        if info:
+            for line in info.splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "GPU UUID":
+                    uuid = value.strip()
+        status = read_text(os.path.join(driver_dir, "numa_status"))
+        if status:
+            for line in status.splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "Node" and value.strip().lstrip("-").isdigit():
+                    memory_node = int(value.strip())
+        if numa is not None and numa < 0:
+            numa = None
+        if numa is None:
+            where = "local_cpus spans every CPU" if (not cpus or cpus >= all_cpus) else "locality taken from local_cpus"
+            warnings.append(f"GPU {bdf}: the kernel gives no NUMA node (numa_node is -1 or absent); {where}")
+        found.append(
+            GPU(
+                index=len(found),
+                pci=bdf.lower(),
+                vendor=VENDORS[vendor_id],
+                numa_node=numa,
+                cpus=cpus & all_cpus if cpus else frozenset(),
+                uuid=uuid,
+                memory_node=memory_node,
+            )
+        )
+    return found, warnings
+
+
+VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+
+
+def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> tuple[tuple[int, ...] | None, str | None]:
+    """Map visible indices to physical ``GPU.index`` from the first visibility variable that applies.
+
+    Returns ``(visible, variable)``; ``visible`` is ``None`` when no variable restricts the GPUs. Indices are
+    positions in PCI bus order (``CUDA_DEVICE_ORDER=PCI_BUS_ID`` semantics). ``GPU-<uuid>`` entries are matched
+    against the UUIDs from ``/proc/driver/nvidia``. ``ZE_AFFINITY_MASK`` sub-device entries (``0.1``) map to
+    their parent card.
+    """
+    vendors = {g.vendor for g in gpus}
+    order = {
+        "CUDA_VISIBLE_DEVICES": "nvidia",
+        "ROCR_VISIBLE_DEVICES": "amd",
+        "HIP_VISIBLE_DEVICES": "amd",
+        "ZE_AFFINITY_MASK": "intel",
+    }
+    for name in VISIBLE_VARIABLES:
+        value = environ.get(name)
+        if value is None:
+            continue
+        vendor = order[name]
+        # CUDA_VISIBLE_DEVICES is honoured by HIP too; only use a variable that concerns GPUs we have.
+        if gpus and vendor not in vendors and not (name == "CUDA_VISIBLE_DEVICES" and "amd" in vendors):
+            continue
+        pool = [g for g in gpus if g.vendor == vendor] or list(gpus)
+        return tuple(_parse_visible(name, value, pool)), name
+    return None, None
+
+
+def _parse_visible(name: str, value: str, pool: Sequence[GPU]) -> list[int]:
+    out: list[int] = []
+    for raw in value.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if item.lower() in ("nodevfiles", "none", "void"):
+            return []
+        if item.startswith(("GPU-", "MIG-")):
+            target = item.split("/")[0]
+            match = [g for g in pool if g.uuid and (g.uuid == target or g.uuid.startswith(target))]
+            if not match:
+                if item.startswith("MIG-"):
+                    raise TopologyError(f"{name}={value}: MIG device {item} cannot be mapped to a PCI GPU")
+                raise TopologyError(f"{name}={value}: no GPU with UUID {item} in /proc/driver/nvidia")
+            out.append(match[0].index)
+            continue
+        head = item.split(".")[0]  # ZE_AFFINITY_MASK=0.1 -> card 0
+        if not head.isdigit():
+            raise TopologyError(f"{name}={value}: {item!r} is not a GPU index or UUID")
+        pos = int(head)
+        if pos >= len(pool):
+            raise TopologyError(f"{name}={value}: GPU {pos} does not exist (this machine has {len(pool)})")
+        gpu_index = pool[pos].index
+        if gpu_index not in out:
+            out.append(gpu_index)
+    return out

@@ -1,0 +1,55 @@
+"""Shared test helpers: where the shared fixtures are, and the CI rule "fail, don't skip"."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("AFFRUN_FIXTURES") or ROOT.parent / "shared" / "fixtures")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def need(condition: object, reason: str) -> None:
+    """Skip with ``reason`` where ``condition`` is false, but fail under ``CI=true``: CI must run everything."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    need(FIXTURES.is_dir(), f"shared fixtures not found at {FIXTURES} (set AFFRUN_FIXTURES)")
+    return FIXTURES
+
+
+_extracted: dict[str, Path] = {}
+
+
+def extract_tarball(tarball: Path, dest: Path) -> Path:
+    """Extract an hwloc test tarball once per session; return its single top directory (the fsroot)."""
+    key = str(tarball)
+    if key not in _extracted:
+        out = dest / tarball.name.removesuffix(".tar.bz2")
+        out.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as tf:
+            tf.extractall(out, filter="data")
+        (top,) = [p for p in out.iterdir() if p.is_dir()]
+        _extracted[key] = top
+    return _extracted[key]
+
+
+@pytest.fixture(scope="session")
+def hwloc_root(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path):  # type: ignore[no-untyped-def]
+    """``hwloc_root("name")`` -> the extracted fsroot of ``fixtures/hwloc-linux/name.tar.bz2``."""
+    dest = tmp_path_factory.mktemp("hwloc")
+
+    def get(name: str) -> Path:
+        return extract_tarball(fixtures_dir / "hwloc-linux" / f"{name}.tar.bz2", dest)
+
+    return get

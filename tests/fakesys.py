@@ -1,0 +1,158 @@
+"""Write fake Linux sysfs/procfs trees (the layout ``--fsroot`` reads) for machines we cannot have here.
+
+Only what cannot exist on this 2-core, GPU-less machine is faked: many cores, NUMA nodes and PCI GPUs.
+The trees follow the kernel's file formats, including the quirks the reader must survive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.cpulist import format_cpulist
+
+
+@dataclass
+class FakeGPU:
+    pci: str
+    numa_node: int | None  # None writes -1
+    vendor: int = 0x10DE
+    klass: int = 0x030200
+    local_cpus: Sequence[int] | None = None  # None: the node's CPUs (or all CPUs when numa_node is None)
+    uuid: str | None = None
+
+
+@dataclass
+class FakeMachine:
+    """``cores``: SMT sibling tuples; ``node_of_core``/``package_of_core``/``l3_of_core``: per-core ids."""
+
+    cores: list[tuple[int, ...]]
+    node_of_core: list[int]
+    package_of_core: list[int]
+    l3_of_core: list[int] | None = None
+    cpuless_nodes: list[int] = field(default_factory=list)
+    distances: dict[int, dict[int, int]] | None = None
+    gpus: list[FakeGPU] = field(default_factory=list)
+    offline: set[int] = field(default_factory=set)
+    cgroup_cpus: str | None = None  # cgroup v2 cpuset.cpus.effective for /proc/self
+    extra_pci: list[tuple[str, int, int]] = field(default_factory=list)  # (bdf, vendor, class): NVSwitch, BMC VGA
+
+    @property
+    def cpus(self) -> list[int]:
+        return sorted(p for c in self.cores for p in c)
+
+
+def _w(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def write_tree(root: Path, m: FakeMachine) -> Path:
+    cpu_dir = root / "sys/devices/system/cpu"
+    all_cpus = m.cpus
+    online = [c for c in all_cpus if c not in m.offline]
+    _w(cpu_dir / "online", format_cpulist(online))
+    _w(cpu_dir / "possible", format_cpulist(all_cpus))
+    _w(cpu_dir / "present", format_cpulist(all_cpus))
+    nodes: dict[int, list[int]] = {n: [] for n in sorted(set(m.node_of_core) | set(m.cpuless_nodes))}
+    for ci, core in enumerate(m.cores):
+        siblings = format_cpulist(core)
+        for pu in core:
+            d = cpu_dir / f"cpu{pu}"
+            d.mkdir(parents=True, exist_ok=True)
+            nodes[m.node_of_core[ci]].append(pu)
+            if pu in m.offline:
+                _w(d / "online", "0")
+                continue
+            _w(d / "online", "1")
+            t = d / "topology"
+            _w(t / "physical_package_id", str(m.package_of_core[ci]))
+            _w(t / "core_id", str(ci))
+            _w(t / "thread_siblings_list", siblings)
+            _w(t / "core_cpus_list", siblings)
+            pkg_cpus = [p for cj, c in enumerate(m.cores) if m.package_of_core[cj] == m.package_of_core[ci] for p in c]
+            _w(t / "package_cpus_list", format_cpulist(pkg_cpus))
+            if m.l3_of_core is not None:
+                l3 = [p for cj, c in enumerate(m.cores) if m.l3_of_core[cj] == m.l3_of_core[ci] for p in c]
+                _w(d / "cache/index3/level", "3")
+                _w(d / "cache/index3/shared_cpu_list", format_cpulist(l3))
+    node_dir = root / "sys/devices/system/node"
+    ids = sorted(nodes)
+    _w(node_dir / "online", format_cpulist(ids))
+    _w(node_dir / "possible", format_cpulist(ids))
+    for n in ids:
+        _w(node_dir / f"node{n}/cpulist", format_cpulist(nodes[n]))
+        _w(node_dir / f"node{n}/meminfo", f"Node {n} MemTotal:       65536000 kB")
+        if m.distances is not None:
+            row = " ".join(str(m.distances[n][o]) for o in ids)
+        else:
+            row = " ".join("10" if o == n else "20" for o in ids)
+        _w(node_dir / f"node{n}/distance", row)
+    pci = root / "sys/bus/pci/devices"
+    pci.mkdir(parents=True, exist_ok=True)
+    for g in m.gpus:
+        d = pci / g.pci
+        _w(d / "vendor", f"0x{g.vendor:04x}")
+        _w(d / "class", f"0x{g.klass:06x}")
+        _w(d / "numa_node", str(-1 if g.numa_node is None else g.numa_node))
+        if g.local_cpus is not None:
+            local = list(g.local_cpus)
+        elif g.numa_node is not None and nodes.get(g.numa_node):
+            local = nodes[g.numa_node]
+        else:
+            local = all_cpus
+        _w(d / "local_cpulist", format_cpulist(local))
+        if g.uuid:
+            _w(root / f"proc/driver/nvidia/gpus/{g.pci}/information", f"Model: Fake\nGPU UUID: \t {g.uuid}\n")
+    for bdf, vendor, klass in m.extra_pci:
+        d = pci / bdf
+        _w(d / "vendor", f"0x{vendor:04x}")
+        _w(d / "class", f"0x{klass:06x}")
+        _w(d / "numa_node", "0")
+    if m.cgroup_cpus is not None:
+        _w(root / "proc/self/cgroup", "0::/job")
+        _w(root / "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0")
+        _w(root / "sys/fs/cgroup/job/cpuset.cpus.effective", m.cgroup_cpus)
+    return root
+
+
+def uniform(
+    packages: int,
+    cores_per_package: int,
+    threads: int = 1,
+    nodes_per_package: int = 1,
+    l3_per_node: int = 1,
+    interleaved_smt: bool = True,
+) -> FakeMachine:
+    """A regular x86-like machine. With ``interleaved_smt`` the siblings of core c are c, c+ncores, ..."""
+    ncores = packages * cores_per_package
+    cores: list[tuple[int, ...]] = []
+    for c in range(ncores):
+        if interleaved_smt:
+            cores.append(tuple(c + t * ncores for t in range(threads)))
+        else:
+            cores.append(tuple(c * threads + t for t in range(threads)))
+    per_node = cores_per_package // nodes_per_package
+    per_l3 = per_node // l3_per_node
+    return FakeMachine(
+        cores=cores,
+        node_of_core=[c // per_node for c in range(ncores)],
+        package_of_core=[c // cores_per_package for c in range(ncores)],
+        l3_of_core=[c // per_l3 for c in range(ncores)],
+    )
+
+
+def this_machine_with_gpus(ngpus: int = 2) -> FakeMachine:
+    """This machine's own CPUs (from the live sysfs), one NUMA node, plus ``ngpus`` fake NVIDIA GPUs on node 0."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    m = FakeMachine(
+        cores=[(c,) for c in cpus],
+        node_of_core=[0] * len(cpus),
+        package_of_core=[0] * len(cpus),
+        l3_of_core=[0] * len(cpus),
+    )
+    m.gpus = [FakeGPU(pci=f"0000:{0x17 + 0x20 * i:02x}:00.0", numa_node=0, uuid=f"GPU-fake-{i:04d}") for i in range(ngpus)]
+    return m

@@ -1,0 +1,223 @@
+"""``affrun exec [OPTIONS] -- CMD ARGS...``: bind one rank, then ``execvpe`` CMD (same PID, no wrapper).
+
+This module is the hot path: it runs before every rank. It imports argparse, json and the pure core only
+(no click, psutil, yaml, cpuinfo, submitit or torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from launcher.cpulist import format_cpulist
+from launcher.env import BIND_MODES, POLICIES, RankEnvironment, effective_mem_policy, rank_environment
+from launcher.errors import AffrunError, LaunchError
+from launcher.options import MEM_POLICIES, PlanOptions
+from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
+
+PLAN_VARIABLE = "AFFRUN_PLAN"
+MEM_BACKENDS = ("auto", "numactl", "syscall")
+
+
+@dataclass(frozen=True)
+class ParentPlan:
+    """What ``affrun torchrun`` hands to every worker's ``affrun exec`` through ``AFFRUN_PLAN``."""
+
+    plan: Plan
+    bind: str
+    env_policy: str
+    mem_policy: str  # already resolved (no "auto")
+    mem_backend: str
+    user_env: dict[str, str]  # the user's own values of the variables affrun sets, before torchrun touched them
+    verbose: bool
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "plan": self.plan.to_dict(),
+                "bind": self.bind,
+                "env_policy": self.env_policy,
+                "mem_policy": self.mem_policy,
+                "mem_backend": self.mem_backend,
+                "user_env": self.user_env,
+                "verbose": self.verbose,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ParentPlan:
+        try:
+            d = json.loads(text)
+            return cls(Plan.from_dict(d["plan"]), d["bind"], d["env_policy"], d["mem_policy"], d["mem_backend"],
+                       dict(d["user_env"]), bool(d["verbose"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun ({type(exc).__name__}: {exc})") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="affrun exec",
+        description="Bind this rank (local rank from LOCAL_RANK, SLURM_LOCALID, OMPI_..., MPI_..., PMI_...), "
+        "set its OpenMP/BLAS environment and memory policy, then exec CMD in place.",
+        usage="affrun exec [OPTIONS] -- CMD [ARGS...]",
+    )
+    p.add_argument("--local-rank", type=int, help="This process's local rank (default: from the launcher's variables).")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int,
+                   help="Local ranks on this node (default: from the launcher's variables).")
+    p.add_argument("--fsroot", help="Read sys/ and proc/ under DIR (default: $AFFRUN_FSROOT or /).")
+    p.add_argument("--topology", dest="topology_file", help="Saved topology (JSON snapshot or hwloc XML).")
+    p.add_argument("--cpus", help="Restrict the allowed CPUs further (cpulist).")
+    p.add_argument("--mode", choices=MODES, default="exclusive")
+    p.add_argument("--smt", action="store_true")
+    p.add_argument("--reserve")
+    p.add_argument("--loader-cores", type=int, default=0)
+    p.add_argument("--gpu-order", choices=GPU_ORDERS, default="rank")
+    p.add_argument("--map", dest="cpu_map")
+    p.add_argument("--gpus")
+    p.add_argument("--no-gpu", action="store_true")
+    p.add_argument("--omp-bind", choices=BIND_MODES, default="rank")
+    p.add_argument("--env-policy", choices=POLICIES, default="safe")
+    p.add_argument("--mem-policy", choices=MEM_POLICIES, default="auto")
+    p.add_argument("--mem-backend", choices=MEM_BACKENDS, default="auto")
+    p.add_argument("-v", "--verbose", action="store_true", help="Print one line per rank on stderr.")
+    p.add_argument("--dry-run", action="store_true", help="Print what would be applied and exit 0.")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    return p
+
+
+def rank_line(rank: RankPlan, size: int, mem: str, host: str) -> str:
+    """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``)."""
+    gpu = "-" if rank.gpu is None else f"{rank.gpu} ({rank.gpu_pci or '?'})"
+    numa = ",".join(map(str, rank.numa_nodes)) or "-"
+    loader = format_cpulist(rank.loader_cpus) or "-"
+    return (f"affrun: rank {rank.local_rank}/{size} host {host} cpus {format_cpulist(rank.cpus)} numa {numa} "
+            f"gpu {gpu} omp {rank.threads} loader {loader} mem {mem}")
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = list(argv).index("--")
+        return list(argv[:i]), list(argv[i + 1 :])
+    return list(argv), []
+
+
+def _parent_or_standalone(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan]:
+    from launcher.localrank import LocalRankError, detect_local_rank
+
+    parent_text = environ.get(PLAN_VARIABLE)
+    try:
+        detected = detect_local_rank(environ)
+    except LocalRankError as exc:
+        raise LaunchError(str(exc)) from None
+    if parent_text:
+        parent = ParentPlan.from_json(parent_text)
+        rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
+        if rank is None:
+            raise LaunchError(f"{PLAN_VARIABLE} is set but no local rank: pass --local-rank")
+        if not 0 <= rank < len(parent.plan.ranks):
+            raise LaunchError(f"local rank {rank} is not in the plan ({len(parent.plan.ranks)} ranks)")
+        return parent, parent.plan.ranks[rank]
+
+    from launcher.plan import make_plan
+    from launcher.topology import load_topology
+
+    nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
+    rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
+    if rank is None or nproc is None:
+        if rank is None and nproc is None:
+            rank, nproc = 0, 1
+        else:
+            raise LaunchError("give both --local-rank and --nproc-per-node, or neither (then LOCAL_RANK, "
+                              "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or PMI_LOCAL_RANK)")
+    if not 0 <= rank < nproc:
+        raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
+    opts = PlanOptions(mode=args.mode, smt=args.smt, reserve=args.reserve, loader_cores=args.loader_cores,
+                       gpu_order=args.gpu_order, cpu_map=args.cpu_map, gpus=args.gpus, no_gpu=args.no_gpu)
+    topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ)
+    the_plan = make_plan(topo, opts.request(nproc))
+    nodes_with_cpus = sum(1 for n in topo.numa_nodes if n.cpus & topo.allowed)
+    parent = ParentPlan(the_plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, nodes_with_cpus),
+                        args.mem_backend, {}, args.verbose)
+    return parent, the_plan.ranks[rank]
+
+
+def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan, RankEnvironment]:
+    parent, rank = _parent_or_standalone(args, environ)
+    # The policy judges what the *user* set: in a torchrun child, OMP_NUM_THREADS=1 came from torchrun, not the user.
+    user_env = dict(environ)
+    if parent.user_env or PLAN_VARIABLE in environ:
+        for name in ("OMP_NUM_THREADS",):
+            user_env.pop(name, None)
+        user_env.update(parent.user_env)
+    renv = rank_environment(rank, local_world_size=len(parent.plan.ranks), user_env=user_env, bind=parent.bind,
+                            smt=parent.plan.smt, policy=parent.env_policy)
+    return parent, rank, renv
+
+
+def main(argv: Sequence[str]) -> int:
+    before, command = _split_command(argv)
+    parser = build_parser()
+    args = parser.parse_args(before)
+    if args.command:
+        parser.error(f"unexpected argument {args.command[0]!r}: put the command after --")
+    if not command and not args.dry_run:
+        parser.error("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
+    environ = os.environ
+    try:
+        parent, rank, renv = prepare(args, environ)
+        verbose = args.verbose or parent.verbose
+        env = renv.apply_to(environ)
+        env.pop(PLAN_VARIABLE, None)
+        host = socket.gethostname()
+        if args.dry_run:
+            planned = parent.mem_policy if rank.mem_nodes and parent.mem_policy != "none" else "none"
+            mem_text = f"{planned}:{','.join(map(str, rank.mem_nodes))}" if planned != "none" else "none"
+            print(rank_line(rank, len(parent.plan.ranks), mem_text, host))
+            for name in sorted(renv.set):
+                print(f"{name}={renv.set[name]}")
+            for name in renv.unset:
+                print(f"unset {name}")
+            for note in (*renv.notes, *rank.warnings):
+                print(f"note: {note}")
+            if command:
+                print("exec " + " ".join(command))
+            return 0
+        try:
+            os.sched_setaffinity(0, rank.cpus)
+        except OSError as exc:
+            raise LaunchError(f"cannot bind to CPUs {format_cpulist(rank.cpus)}: {exc.strerror} "
+                              f"(allowed here: {format_cpulist(os.sched_getaffinity(0))})") from None
+        from launcher.mempolicy import apply_mempolicy
+
+        mem = apply_mempolicy(parent.mem_policy, rank.mem_nodes, parent.mem_backend)
+        for warning in mem.warnings:
+            print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
+        if verbose:
+            mem_text = f"{mem.policy}:{','.join(map(str, mem.nodes))}" if mem.policy != "none" else "none"
+            print(rank_line(rank, len(parent.plan.ranks), mem_text, host), file=sys.stderr)
+            for note in renv.notes:
+                print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        full = [*mem.wrapper, *command]
+        try:
+            os.execvpe(full[0], full, env)
+        except FileNotFoundError:
+            print(f"affrun: error: {full[0]}: command not found", file=sys.stderr)
+            return 127
+        except PermissionError:
+            print(f"affrun: error: {full[0]}: permission denied", file=sys.stderr)
+            return 126
+        except OSError as exc:
+            print(f"affrun: error: {full[0]}: {exc.strerror}", file=sys.stderr)
+            return 126
+    except AffrunError as exc:
+        print(f"affrun: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0  # pragma: no cover - execvpe does not return

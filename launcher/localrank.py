@@ -1,0 +1,76 @@
+"""Find this process's local rank and the number of local ranks from the launcher's variables. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# (rank variable, size variable) in the order they are looked up.
+SOURCES: tuple[tuple[str, str], ...] = (
+    ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    ("SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
+    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ("PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"),
+)
+
+
+@dataclass(frozen=True)
+class LocalRank:
+    rank: int
+    size: int
+    source: str  # which variable gave the rank, or "--local-rank"
+
+
+class LocalRankError(ValueError):
+    pass
+
+
+def slurm_tasks_on_node(tasks_per_node: str, node_index: int) -> int:
+    """Expand Slurm's compressed ``"2(x3),1"`` and return the entry for ``node_index``."""
+    counts: list[int] = []
+    for item in tasks_per_node.split(","):
+        item = item.strip()
+        if "(x" in item:
+            value, times = item.rstrip(")").split("(x")
+            counts.extend([int(value)] * int(times))
+        elif item:
+            counts.append(int(item))
+    if not counts:
+        raise LocalRankError(f"cannot read tasks per node from {tasks_per_node!r}")
+    return counts[node_index] if node_index < len(counts) else counts[-1]
+
+
+def _int(environ: Mapping[str, str], name: str) -> int:
+    value = environ[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise LocalRankError(f"{name}={value!r} is not an integer") from None
+
+
+def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
+    """The first launcher whose rank variable is set wins; ``None`` when none is."""
+    for rank_var, size_var in SOURCES:
+        if rank_var not in environ:
+            continue
+        rank = _int(environ, rank_var)
+        if rank_var == "SLURM_LOCALID":
+            node = int(environ.get("SLURM_NODEID", "0") or 0)
+            for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+                if environ.get(name):
+                    size = slurm_tasks_on_node(environ[name], node)
+                    break
+            else:
+                if environ.get("SLURM_NTASKS_PER_NODE"):
+                    size = _int(environ, "SLURM_NTASKS_PER_NODE")
+                else:
+                    raise LocalRankError("SLURM_LOCALID is set but no SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE")
+        elif size_var in environ:
+            size = _int(environ, size_var)
+        else:
+            raise LocalRankError(f"{rank_var} is set but {size_var} is not: pass --nproc-per-node")
+        if not 0 <= rank < size:
+            raise LocalRankError(f"{rank_var}={rank} is outside 0..{size - 1}")
+        return LocalRank(rank, size, rank_var)
+    return None

@@ -20,6 +20,7 @@ from launcher.exec_cmd import MEM_BACKENDS, PLAN_VARIABLE, ParentPlan, rank_line
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES
 
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 # The variables whose user-set values the env policy must judge (torchrun overwrites OMP_NUM_THREADS).
 USER_VARIABLES = (*THREAD_VARIABLES, "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY", "GOMP_CPU_AFFINITY")
 
@@ -113,6 +114,9 @@ def main(argv: Sequence[str]) -> int:
         print(rank_line(rank, nproc, mem_text, host), file=sys.stderr)
     for warning in plan.warnings:
         print(f"affrun: warning: {warning}", file=sys.stderr)
+    if args.signals_to_handle == DEFAULT_SIGNALS and "PET_SIGNALS_TO_HANDLE" not in os.environ:
+        # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too.
+        args.signals_to_handle = DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
     worker = rewrite_for_exec(args)
     if args.affrun_dry_run:
         print("worker: " + " ".join(worker))

@@ -1,0 +1,90 @@
+"""DataLoader helpers: give each worker CPUs of its own.
+
+``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
+CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs.
+Under ``affrun`` the CPUs come from ``AFFRUN_LOADER_CPUS`` / ``AFFRUN_CPUS``; elsewhere from the process's
+CPU affinity at the time the first worker starts. torch is imported only when a worker starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+
+from launcher.cpulist import parse_cpulist
+
+
+def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: Sequence[int]) -> list[int]:
+    """The CPUs for worker ``worker_id`` of ``num_workers``. Pure.
+
+    With loader CPUs: worker k gets loader CPU k (round robin) when workers outnumber them, else a disjoint
+    slice of them. Without: a disjoint slice of the rank's CPUs (round robin when workers outnumber CPUs).
+    """
+    pool = sorted(loader) if loader else sorted(rank)
+    if not pool:
+        return []
+    if num_workers >= len(pool):
+        return [pool[worker_id % len(pool)]]
+    base, extra = divmod(len(pool), num_workers)
+    start = worker_id * base + min(worker_id, extra)
+    size = base + (1 if worker_id < extra else 0)
+    return pool[start : start + size]
+
+
+def _cpus_from(environ: Mapping[str, str], name: str) -> list[int]:
+    value = environ.get(name, "")
+    try:
+        return sorted(parse_cpulist(value)) if value else []
+    except ValueError:
+        return []
+
+
+def _parent_cpus() -> list[int]:
+    """Outside affrun: the CPUs the parent process spans, as the union of its threads' masks.
+
+    A parent whose main thread was pinned to one CPU at ``import torch`` (the collapse) still has OpenMP
+    threads on the other CPUs; when even that union is one CPU, fall back to the cgroup's cpuset.
+    """
+    cpus: set[int] = set(os.sched_getaffinity(0))
+    task_dir = f"/proc/{os.getppid()}/task"
+    try:
+        for tid in os.listdir(task_dir):
+            try:
+                cpus |= os.sched_getaffinity(int(tid))
+            except OSError:
+                continue
+    except OSError:
+        pass
+    if len(cpus) <= 1:
+        from launcher.topology._files import read_cpulist
+        from launcher.topology.cgroup import find_cpuset
+
+        cpuset = find_cpuset("/")
+        online = read_cpulist("/sys/devices/system/cpu/online")
+        if cpuset is not None and online is not None:
+            cpus |= set(cpuset.cpus & online)
+    return sorted(cpus)
+
+
+def worker_init_fn(worker_id: int) -> None:
+    """Pin this DataLoader worker to its own CPUs (use as ``DataLoader(worker_init_fn=...)``)."""
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    num_workers = info.num_workers if info is not None else 1
+    loader = _cpus_from(os.environ, "AFFRUN_LOADER_CPUS")
+    rank = _cpus_from(os.environ, "AFFRUN_CPUS") or _parent_cpus()
+    cpus = worker_cpus(worker_id, num_workers, loader, rank)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int], None]:
+    """``worker_init_fn`` that pins first, then calls ``user_fn`` (for scripts that already have one)."""
+
+    def init(worker_id: int) -> None:
+        worker_init_fn(worker_id)
+        if user_fn is not None:
+            user_fn(worker_id)
+
+    return init

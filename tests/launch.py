@@ -1,0 +1,96 @@
+"""Helpers to run affrun and the real launchers as subprocesses, and to read what the ranks reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import need
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+RANK_PROBE = PROGRAMS / "rank_probe.py"
+
+
+def affrun_argv(*args: str) -> list[str]:
+    """``affrun ARGS`` through this interpreter, so the test uses the checkout under test."""
+    return [sys.executable, "-m", "launcher", *args]
+
+
+def torchrun_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "torch is not installed (pip install torch==2.13.0)")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without variables that would change the launchers' behaviour."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_", "LOCAL_", "SLURM_",
+                                "CUDA_VISIBLE", "PET_", "TORCHELASTIC_"))}
+    env.update(extra)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None,
+        check: bool = False) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, env=env if env is not None else clean_env(), capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """Every line of ``text`` that is a JSON object (rank reports), in order."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        # torchrun --tee prefixes lines with "[rank]:"; rank_probe prints plain JSON.
+        line = re.sub(r"^\[[^\]]*\]:", "", line).strip()
+        if line.startswith("{") and line.endswith("}"):
+            out.append(json.loads(line))
+    return out
+
+
+def rank_lines(stderr: str) -> list[dict[str, str]]:
+    """Parse affrun's documented per-rank lines: ``affrun: rank R/N host H cpus L numa L gpu G (PCI) omp T loader L mem M``."""
+    pattern = re.compile(
+        r"^affrun: rank (?P<rank>\d+)/(?P<size>\d+) host (?P<host>\S+) cpus (?P<cpus>\S+) numa (?P<numa>\S+) "
+        r"gpu (?P<gpu>-|\d+ \(\S+\)) omp (?P<omp>\d+) loader (?P<loader>\S+) mem (?P<mem>\S+)$"
+    )
+    return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
+
+
+def compile_omp(tmp: Path, runtime: str) -> Path:
+    """Build tests/programs/omp_probe.c against libgomp (``gomp``) or Intel's libiomp5 (``iomp5``)."""
+    need(shutil.which("gcc"), "gcc is not installed")
+    src = PROGRAMS / "omp_probe.c"
+    out = tmp / f"omp_probe_{runtime}"
+    if runtime == "gomp":
+        subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out)], check=True)
+        return out
+    libdir = Path(sys.prefix) / "lib"
+    need((libdir / "libiomp5.so").exists(), f"libiomp5.so not in {libdir} (pip install intel-openmp)")
+    obj = tmp / "omp_probe.o"
+    subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(obj)], check=True)
+    # Link against libiomp5 only (no -fopenmp at link time, so libgomp is not loaded at all).
+    subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"], check=True)
+    return out
+
+
+GOMP_LINE = re.compile(r"level 1 thread 0x[0-9a-f]+ affinity (?P<cpus>[0-9,\-]+)")
+IOMP_LINE = re.compile(r"OMP: pid (?P<pid>\d+) tid (?P<tid>\d+) thread (?P<thread>\d+) bound to OS proc set \{(?P<cpus>[0-9,\-]+)\}")

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import pytest
+
+from launcher.localrank import LocalRankError, detect_local_rank, slurm_tasks_on_node
+
+
+def test_first_launcher_wins() -> None:
+    env = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "2"}
+    found = detect_local_rank(env)
+    assert found is not None and (found.rank, found.size, found.source) == (1, 4, "LOCAL_RANK")
+
+
+@pytest.mark.parametrize(("text", "node", "expected"), [("4", 0, 4), ("2(x3),1", 2, 2), ("2(x3),1", 3, 1), ("3,5", 1, 5)])
+def test_slurm_compressed_tasks_per_node(text: str, node: int, expected: int) -> None:
+    assert slurm_tasks_on_node(text, node) == expected
+
+
+def test_slurm_falls_back_to_ntasks_per_node() -> None:
+    found = detect_local_rank({"SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"})
+    assert found is not None and (found.rank, found.size) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"LOCAL_RANK": "x", "LOCAL_WORLD_SIZE": "2"}, {"LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, {"PMI_LOCAL_RANK": "0"},
+     {"SLURM_LOCALID": "0"}],
+)
+def test_bad_values_are_errors(env: dict[str, str]) -> None:
+    with pytest.raises(LocalRankError):
+        detect_local_rank(env)
+
+
+def test_nothing_set() -> None:
+    assert detect_local_rank({}) is None

@@ -1,0 +1,353 @@
+"""``affrun show``: the picture and the SVG/HTML map, checked the way a user reads them.
+
+Machines come from fake sysfs trees (tests/fakesys.py) and from hwloc's captured trees (shared fixtures).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from launcher.plan import Plan, Request, make_plan
+from launcher.render_map import picture, svg, write_map
+from launcher.topology import load_topology
+from launcher.topology.model import Core, Topology
+from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+CELL = re.compile(r"\[\s*(\d+) ([0-9A-Za-z.+\-]+)\s*\]")  # a core in the plain picture: [first CPU, owner]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# ------------------------------------------------------------------------------------------------ machines
+def two_node_four_gpus(root: Path) -> Path:
+    """2 packages x 8 cores x 2 threads, one NUMA node each, 2 GPUs per node."""
+    m = uniform(2, 8, threads=2)
+    m.gpus = [FakeGPU(pci=f"0000:{bus:02x}:00.0", numa_node=node)
+              for bus, node in ((0x17, 0), (0x31, 0), (0x98, 1), (0xB1, 1))]
+    return write_tree(root, m)
+
+
+def big_machine(root: Path) -> Path:
+    """256 cores in 8 packages / 8 NUMA nodes, one GPU per node."""
+    m = uniform(8, 32)
+    m.gpus = [FakeGPU(pci=f"0000:{0x10 + 0x10 * i:02x}:00.0", numa_node=i) for i in range(8)]
+    return write_tree(root, m)
+
+
+@pytest.fixture
+def two_node(tmp_path: Path) -> Topology:
+    return load_topology(fsroot=str(two_node_four_gpus(tmp_path / "two")), environ={})
+
+
+def plan_for(topo: Topology, nproc: int, **kw: object) -> Plan:
+    return make_plan(topo, Request(nproc=nproc, **kw))  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------------ readers
+def cells(text: str) -> dict[int, str]:
+    """First CPU of each drawn core -> its owner marker, from a plain picture; every core must appear once."""
+    found: dict[int, str] = {}
+    for cpu, marker in CELL.findall(text):
+        assert int(cpu) not in found, f"CPU {cpu} drawn twice"
+        found[int(cpu)] = marker
+    return found
+
+
+def owners(plan: Plan, core: Core) -> list[int]:
+    return sorted(r.local_rank for r in plan.ranks if set(core.pus) & set(r.cpus))
+
+
+def expected_marker(topo: Topology, plan: Plan, core: Core) -> str:
+    ranks = owners(plan, core)
+    if not ranks:
+        return "." if set(core.pus) & topo.allowed else "x"
+    if len(ranks) > 1:
+        return "+".join(map(str, ranks)) if len(ranks) == 2 else f"{ranks[0]}-{ranks[-1]}"
+    rank = next(r for r in plan.ranks if r.local_rank == ranks[0])
+    mine = [p for p in core.pus if p in rank.cpus]
+    return f"{ranks[0]}L" if all(p in rank.loader_cpus for p in mine) else str(ranks[0])
+
+
+def assert_every_core_under_its_owner(topo: Topology, plan: Plan, text: str) -> None:
+    drawn = cells(text)
+    assert set(drawn) >= {c.pus[0] for c in topo.cores}
+    for core in topo.cores:
+        assert drawn[core.pus[0]] == expected_marker(topo, plan, core), core
+    for rank in plan.ranks:  # and the other way round: every CPU of every rank is inside a cell of that rank
+        for cpu in rank.cpus:
+            core = next(c for c in topo.cores if cpu in c.pus)
+            assert str(rank.local_rank) in re.split(r"[+L-]", drawn[core.pus[0]]) or "-" in drawn[core.pus[0]]
+
+
+def drawing(text: str) -> list[str]:
+    """The lines of the machine drawing (the part above the legend)."""
+    lines = text.splitlines()
+    return lines[: next(i for i, ln in enumerate(lines) if ln.startswith("Legend"))]
+
+
+def svg_root(text: str) -> ET.Element:
+    return ET.fromstring(text)
+
+
+def rects(root: ET.Element, cls: str) -> list[ET.Element]:
+    return [r for r in root.iter(f"{SVG_NS}rect") if cls in (r.get("class") or "").split()]
+
+
+def swatch_colors(root: ET.Element) -> dict[int, str]:
+    return {int(r.get("data-rank", "-1")): r.get("fill", "") for r in rects(root, "swatch")}
+
+
+# ------------------------------------------------------------------------------------------------ picture
+def test_each_core_shows_its_owner_and_loader_cores_differ(two_node: Topology) -> None:
+    plan = plan_for(two_node, 4, loader_cores=1)
+    text = picture(two_node, plan, color=False)
+    assert_every_core_under_its_owner(two_node, plan, text)
+    drawn = cells(text)
+    for rank in plan.ranks:
+        loader_cores = {c.pus[0] for c in two_node.cores if set(c.pus) <= set(rank.loader_cpus)}
+        assert loader_cores, "the plan keeps one DataLoader core per rank"
+        assert {drawn[c] for c in loader_cores} == {f"{rank.local_rank}L"}
+        compute = {core[0] for core in rank.compute_cores}
+        assert {drawn[c] for c in compute} == {str(rank.local_rank)}
+
+
+def test_legend_lists_every_rank_with_cpus_gpu_and_threads(two_node: Topology) -> None:
+    from launcher.cpulist import format_cpulist
+
+    plan = plan_for(two_node, 4, loader_cores=1)
+    lines = picture(two_node, plan, color=False).splitlines()
+    legend = lines[lines.index(next(ln for ln in lines if ln.startswith("Legend"))):]
+    for rank in plan.ranks:
+        row = next(ln for ln in legend if ln.startswith(f"[{rank.local_rank:>2}]"))
+        cols = row.split()
+        assert cols[2] == str(rank.gpu) and cols[3] == rank.gpu_pci and cols[4] == str(rank.threads)
+        assert format_cpulist(rank.cpus) in row and format_cpulist(rank.loader_cpus) in row
+
+
+def test_gpus_are_drawn_beside_their_node_with_their_rank(two_node: Topology) -> None:
+    plan = plan_for(two_node, 3)  # GPU 3 is left without a rank
+    lines = drawing(picture(two_node, plan, color=False))
+    node_line = {n: next(i for i, ln in enumerate(lines) if f"NUMA {n} " in ln) for n in (0, 1)}
+    for visible, gpu in enumerate(two_node.visible_gpus()):
+        (row,) = [i for i, ln in enumerate(lines) if gpu.pci in ln]
+        other = 1 - (gpu.numa_node or 0)
+        if gpu.numa_node == 0:
+            assert node_line[0] <= row < node_line[other], f"GPU {visible} is not beside NUMA 0"
+        else:
+            assert row > node_line[1]
+        users = [r.local_rank for r in plan.ranks if r.gpu == visible]
+        assert (f"[rank {users[0]}]" if users else "no rank") in lines[row]
+        title = next(ln for ln in lines[row - 2 : row] if f"GPU {visible} " in ln)
+        assert title
+
+
+def test_power9_gpus_their_memory_nodes_and_cpuless_nodes(hwloc_root) -> None:  # type: ignore[no-untyped-def]
+    topo = load_topology(fsroot=str(hwloc_root("nvidiagpunumanodes")), environ={})
+    plan = plan_for(topo, 6)
+    text = picture(topo, plan, color=False)
+    lines = drawing(text)
+    assert_every_core_under_its_owner(topo, plan, text)
+    node8 = next(i for i, ln in enumerate(lines) if "NUMA 8 " in ln)
+    assert len(topo.visible_gpus()) == 6
+    for visible, gpu in enumerate(topo.visible_gpus()):
+        (row,) = [i for i, ln in enumerate(lines) if gpu.pci in ln]
+        near_node8 = min(gpu.cpus) >= 88
+        assert (row > node8) == near_node8, f"GPU {visible} ({gpu.pci}) drawn beside the wrong node"
+        assert f"[rank {visible}]" in lines[row]
+        # its CPU-less memory node is drawn as such, on the GPU's row
+        assert gpu.memory_node is not None
+        assert f"NUMA {gpu.memory_node} · no CPUs" in lines[row - 1]
+    cpuless = [n.os_index for n in topo.numa_nodes if not n.cpus]
+    assert len(cpuless) == 6 and all(f"NUMA {n} · no CPUs" in text for n in cpuless)
+
+
+def test_cpuless_memory_nodes_without_gpus_sit_by_the_nearest_node(hwloc_root) -> None:  # type: ignore[no-untyped-def]
+    topo = load_topology(fsroot=str(hwloc_root("64intel64-fakeKNL-SNC4-hybrid")), environ={})
+    plan = plan_for(topo, 4, mode="numa")
+    lines = picture(topo, plan, color=False).splitlines()
+    for node in (n for n in topo.numa_nodes if not n.cpus):
+        nearest = min((n for n in topo.numa_nodes if n.cpus), key=lambda n: node.distances[n.os_index])
+        (row,) = [i for i, ln in enumerate(lines) if f"NUMA {node.os_index} · no CPUs" in ln]
+        assert f"NUMA {nearest.os_index} " in lines[row], f"NUMA {node.os_index} should sit by NUMA {nearest.os_index}"
+
+
+def test_shared_modes_show_every_sharing_rank(two_node: Topology) -> None:
+    plan = plan_for(two_node, 4, mode="numa")
+    assert all(r.shared for r in plan.ranks)
+    text = picture(two_node, plan, color=False)
+    assert_every_core_under_its_owner(two_node, plan, text)
+    assert set(cells(text).values()) == {"0+1", "2+3"}
+    plan = plan_for(two_node, 4, mode="socket")
+    text = picture(two_node, plan, color=False)
+    assert set(cells(text).values()) == {"0+1", "2+3"}
+
+
+def test_disallowed_and_offline_cpus(hwloc_root) -> None:  # type: ignore[no-untyped-def]
+    topo = load_topology(fsroot=str(hwloc_root("16amd64-8n2c-cpusets")), environ={})
+    plan = plan_for(topo, 2)
+    text = picture(topo, plan, color=False)
+    drawn = cells(text)
+    assert_every_core_under_its_owner(topo, plan, text)
+    disallowed = [c.pus[0] for c in topo.cores if not set(c.pus) & topo.allowed]
+    assert disallowed and all(drawn[c] == "x" for c in disallowed)
+    assert topo.offline and all(drawn[c] == "-" for c in topo.offline)
+    assert "x not allowed" in text and "- offline" in text
+    for w in plan.warnings:
+        assert w.split()[0] in text.split("warning:", 1)[1]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_big_machines_fit_the_terminal(tmp_path: Path, hwloc_root, width: int) -> None:  # type: ignore[no-untyped-def]
+    machines = [
+        load_topology(fsroot=str(big_machine(tmp_path / "big")), environ={}),
+        load_topology(fsroot=str(hwloc_root("256ppc-8n8s4t")), environ={}),
+    ]
+    for topo in machines:
+        for plan in (plan_for(topo, 8), plan_for(topo, 16, mode="numa"), plan_for(topo, 32, loader_cores=1)):
+            text = picture(topo, plan, color=False, width=width)
+            too_wide = [ln for ln in text.splitlines() if len(ln) > width]
+            assert not too_wide, too_wide[:3]
+            assert_every_core_under_its_owner(topo, plan, text)
+            assert len(text.splitlines()) < 12 * len(topo.cores), "cores are wrapped into rows, not one per line"
+
+
+def test_two_core_laptop_live() -> None:
+    topo = load_topology()
+    plan = plan_for(topo, 1)
+    text = picture(topo, plan, color=False)
+    assert_every_core_under_its_owner(topo, plan, text)
+    assert all(len(ln) <= 80 for ln in text.splitlines())
+
+
+def test_colour_marks_each_rank_with_its_own_background(two_node: Topology) -> None:
+    plan = plan_for(two_node, 4, loader_cores=1)
+    plain = picture(two_node, plan, color=False)
+    coloured = picture(two_node, plan, color=True)
+    backgrounds = set(re.findall(r"\x1b\[48;5;(\d+);", coloured))
+    assert len(backgrounds) == 8, "4 ranks x (compute, DataLoader tint)"
+    stripped = ANSI.sub("", coloured).splitlines()
+    assert [len(ln) for ln in stripped] == [len(ln) for ln in plain.splitlines()], "same layout with and without colour"
+    # each rank's compute cores share one background, distinct from every other rank's
+    per_rank: dict[int, set[str]] = {}
+    for rank in plan.ranks:
+        first = str(rank.compute_cores[0][0])
+        line = next(ln for ln in coloured.splitlines() if re.search(rf"\x1b\[48;5;\d+;38;5;16m\s+{first} {rank.local_rank}\s", ln))
+        per_rank[rank.local_rank] = set(re.findall(rf"\x1b\[48;5;(\d+);38;5;16m\s+{first} ", line))
+    assert len({frozenset(v) for v in per_rank.values()}) == 4
+
+
+# ------------------------------------------------------------------------------------------------ SVG / HTML
+def test_svg_has_one_rect_per_core_in_the_legend_colour_of_its_rank(two_node: Topology) -> None:
+    plan = plan_for(two_node, 4, loader_cores=1)
+    root = svg_root(svg(two_node, plan))
+    cores = rects(root, "core")
+    assert sorted(int(r.get("data-cpu", "-1")) for r in cores) == sorted(c.pus[0] for c in two_node.cores)
+    legend = swatch_colors(root)
+    assert sorted(legend) == [0, 1, 2, 3] and len(set(legend.values())) == 4
+    for rect in cores:
+        core = next(c for c in two_node.cores if c.pus[0] == int(rect.get("data-cpu", "-1")))
+        (rank,) = owners(plan, core)
+        assert rect.get("data-ranks") == str(rank)
+        if "loader" in (rect.get("class") or ""):
+            assert rect.get("fill") != legend[rank]  # a lighter tint of the same rank
+            assert set(core.pus) <= set(plan.ranks[rank].loader_cpus)
+        else:
+            assert rect.get("fill") == legend[rank]
+    texts = "".join(root.itertext())
+    for gpu in two_node.visible_gpus():
+        assert gpu.pci in texts
+    assert len(rects(root, "package")) == 2 and len(rects(root, "numa")) == 2 and len(rects(root, "gpu")) == 4
+
+
+def test_svg_shared_cores_are_striped_with_every_sharer(two_node: Topology) -> None:
+    plan = plan_for(two_node, 4, mode="numa")
+    root = svg_root(svg(two_node, plan))
+    legend = swatch_colors(root)
+    patterns = {p.get("id"): p for p in root.iter(f"{SVG_NS}pattern")}
+    for rect in rects(root, "core"):
+        ranks = [int(x) for x in (rect.get("data-ranks") or "").split(",")]
+        assert len(ranks) == 2
+        match = re.fullmatch(r"url\(#(.+)\)", rect.get("fill", ""))
+        assert match, rect.attrib
+        stripes = {r.get("fill") for r in patterns[match.group(1)].iter(f"{SVG_NS}rect")}
+        assert stripes == {legend[r] for r in ranks}
+
+
+def test_svg_is_self_contained(hwloc_root) -> None:  # type: ignore[no-untyped-def]
+    topo = load_topology(fsroot=str(hwloc_root("nvidiagpunumanodes")), environ={})
+    text = svg(topo, plan_for(topo, 2, loader_cores=1))
+    root = svg_root(text)
+    assert root.tag == f"{SVG_NS}svg"
+    assert not list(root.iter(f"{SVG_NS}image")) and not list(root.iter(f"{SVG_NS}script"))
+    assert "http" not in text.replace("http://www.w3.org/2000/svg", "")
+    assert len(rects(root, "cpuless")) == 6
+
+
+def test_write_map_svg_and_html(tmp_path: Path, two_node: Topology) -> None:
+    plan = plan_for(two_node, 4)
+    write_map(two_node, plan, str(tmp_path / "map.svg"))
+    write_map(two_node, plan, str(tmp_path / "map.html"))
+    svg_text = (tmp_path / "map.svg").read_text(encoding="utf-8")
+    assert len(rects(svg_root(svg_text), "core")) == len(two_node.cores)
+    page = (tmp_path / "map.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    embedded = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
+    assert len(rects(svg_root(embedded), "core")) == len(two_node.cores)
+
+
+def test_pure_same_input_same_output(two_node: Topology) -> None:
+    plan = plan_for(two_node, 4)
+    assert picture(two_node, plan, color=True) == picture(two_node, plan, color=True)
+    assert svg(two_node, plan) == svg(two_node, plan)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def affrun(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AFFRUN_FSROOT", "CUDA_VISIBLE_DEVICES")}
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+def test_cli_show_writes_the_svg(tmp_path: Path) -> None:
+    root = two_node_four_gpus(tmp_path / "m")
+    out = tmp_path / "out.svg"
+    proc = affrun("show", "--fsroot", str(root), "--nproc-per-node", "4", "--svg", str(out), "--no-color")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout
+    topo = load_topology(fsroot=str(root), environ={})
+    assert_every_core_under_its_owner(topo, plan_for(topo, 4), proc.stdout)
+    assert len(rects(svg_root(out.read_text(encoding="utf-8")), "core")) == len(topo.cores)
+    assert f"wrote {out}" in proc.stdout
+
+
+def test_cli_show_bad_svg_path_is_one_clear_error(tmp_path: Path) -> None:
+    root = two_node_four_gpus(tmp_path / "m")
+    proc = affrun("show", "--fsroot", str(root), "--svg", str(tmp_path / "missing" / "x.svg"), "--no-color")
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("affrun: error: ") and "Traceback" not in proc.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="launcher/cli/topology_cmds.py show: click.echo strips ANSI when stdout is not "
+                                       "a terminal unless it is given color=color")
+def test_cli_show_color_emits_ansi_even_into_a_pipe(tmp_path: Path) -> None:
+    root = two_node_four_gpus(tmp_path / "m")
+    proc = affrun("show", "--fsroot", str(root), "--nproc-per-node", "4", "--color")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[48;5;" in proc.stdout
+
+
+def test_crossing_packages_and_nodes_are_drawn_as_parts(tmp_path: Path) -> None:
+    m = FakeMachine(cores=[(i,) for i in range(8)], node_of_core=[0, 0, 0, 0, 0, 1, 1, 1],
+                    package_of_core=[0, 0, 0, 1, 1, 1, 1, 1])
+    topo = load_topology(fsroot=str(write_tree(tmp_path / "x", m)), environ={})
+    plan = plan_for(topo, 3)
+    text = picture(topo, plan, color=False)
+    assert_every_core_under_its_owner(topo, plan, text)
+    assert text.count("NUMA 0 (part)") == 2 and "Package 1" in text

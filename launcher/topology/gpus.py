@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from launcher.errors import TopologyError
+from launcher.slurm_env import slurm_global_visible
 from launcher.topology._files import read_cpus, read_int, read_text
 from launcher.topology.model import GPU
 
@@ -89,6 +90,12 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> tuple[tu
     positions in PCI bus order (``CUDA_DEVICE_ORDER=PCI_BUS_ID`` semantics). ``GPU-<uuid>`` entries are matched
     against the UUIDs from ``/proc/driver/nvidia``. ``ZE_AFFINITY_MASK`` sub-device entries (``0.1``) map to
     their parent card.
+
+    Inside a Slurm job, ``CUDA_VISIBLE_DEVICES`` (and the ROCm variables) may count within the job's GPUs
+    (device cgroup constrained) or be the node's own ids (not constrained); ``SLURM_STEP_GPUS`` in an ``srun``
+    step, or ``SLURM_JOB_GPUS`` in the batch step, hold the node-global ids (positions in PCI order, as
+    ``gres.conf``'s ``File=/dev/nvidia[0-N]`` and NVML autodetection number them). See
+    :func:`launcher.slurm_env.slurm_global_visible`.
     """
     vendors = {g.vendor for g in gpus}
     order = {
@@ -106,6 +113,8 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> tuple[tu
         if gpus and vendor not in vendors and not (name == "CUDA_VISIBLE_DEVICES" and "amd" in vendors):
             continue
         pool = [g for g in gpus if g.vendor == vendor] or list(gpus)
+        if name != "ZE_AFFINITY_MASK":
+            value = slurm_global_visible(value, environ, len(pool)) or value
         return tuple(_parse_visible(name, value, pool)), name
     return None, None
 

@@ -1,0 +1,212 @@
+"""Site defaults and named profiles for ``affrun sbatch``, from a YAML file.
+
+The file is found as ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
+(``~/.config/affrun/config.yaml``). Its layout::
+
+    defaults:            # applied to every job
+      account: proj42
+      setup: [module load cuda/12.4]
+    profiles:
+      gpu-a100:          # --profile gpu-a100: applied over the defaults
+        partition: a100
+        gpus-per-node: 4
+        cpus-per-task: 64
+        time: "02:00:00"
+
+Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or ``gpus_per_node``). Unknown keys and
+wrong types are errors that name the file and the key. The file is read with ``yaml.safe_load`` only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.env import BIND_MODES, POLICIES
+from launcher.errors import ConfigError
+from launcher.options import MEM_POLICIES
+from launcher.plan import GPU_ORDERS, MODES
+from launcher.slurm import STYLES
+
+# key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
+# one: mem: 4000), "time" (a string only: YAML reads 1:00:00 as the number 3600), "bool", "lines" (a string or a
+# list of strings), or a tuple of allowed strings.
+KEYS: dict[str, Any] = {
+    "style": STYLES,
+    "template": "str",
+    "nodes": "int",
+    "gpus-per-node": "strint",
+    "ntasks-per-node": "int",
+    "cpus-per-task": "int",
+    "time": "time",
+    "partition": "str",
+    "account": "str",
+    "qos": "str",
+    "constraint": "str",
+    "job-name": "str",
+    "output": "str",
+    "error": "str",
+    "mem": "strint",
+    "exclusive": "bool",
+    "sbatch-line": "lines",
+    "setup": "lines",
+    "rdzv-port": "port",
+    "affrun": "str",
+    # affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job
+    "mode": MODES,
+    "smt": "bool",
+    "reserve": "str",
+    "loader-cores": "count",
+    "gpu-order": GPU_ORDERS,
+    "map": "str",
+    "gpus": "strint",
+    "no-gpu": "bool",
+    "omp-bind": BIND_MODES,
+    "env-policy": POLICIES,
+    "mem-policy": MEM_POLICIES,
+}
+TOP_LEVEL = ("defaults", "profiles")
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    path: str | None  # None: no file was found (and none was asked for)
+    defaults: dict[str, Any]
+    profiles: dict[str, dict[str, Any]]
+
+    def settings(self, profile: str | None) -> dict[str, Any]:
+        """The defaults with ``profile`` applied over them (keys in canonical dashed form)."""
+        merged = dict(self.defaults)
+        if profile is not None:
+            if profile not in self.profiles:
+                where = self.path or "no configuration file"
+                known = ", ".join(sorted(self.profiles)) or "none"
+                raise ConfigError(f"--profile {profile}: no such profile in {where} (profiles: {known})")
+            for key, value in self.profiles[profile].items():
+                if KEYS[key] == "lines":
+                    merged[key] = [*merged.get(key, []), *value]
+                else:
+                    merged[key] = value
+        return merged
+
+
+def default_path(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "affrun" / "config.yaml"
+
+
+def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
+    """The file to read and whether it must exist (given by ``--config`` or ``$AFFRUN_CONFIG``)."""
+    env = os.environ if environ is None else environ
+    if explicit:
+        return explicit, True
+    if env.get("AFFRUN_CONFIG"):
+        return env["AFFRUN_CONFIG"], True
+    path = default_path(env)
+    return (str(path), False) if path.is_file() else (None, False)
+
+
+def load_config(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> SiteConfig:
+    path, required = find_config(explicit, environ)
+    if path is None:
+        return SiteConfig(None, {}, {})
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(f"{path}: configuration file not found") from None
+        return SiteConfig(None, {}, {})
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return parse_config(text, path)
+
+
+def parse_config(text: str, path: str) -> SiteConfig:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        return SiteConfig(path, {}, {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'defaults' and/or 'profiles' at the top")
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise ConfigError(f"{path}: {key}: unknown key (valid at the top: {', '.join(TOP_LEVEL)})")
+    defaults = _section(data.get("defaults"), path, "defaults")
+    profiles_raw = data.get("profiles")
+    profiles: dict[str, dict[str, Any]] = {}
+    if profiles_raw is not None:
+        if not isinstance(profiles_raw, dict):
+            raise ConfigError(f"{path}: profiles: expected a mapping of profile names to settings")
+        for name, body in profiles_raw.items():
+            if not isinstance(name, str):
+                raise ConfigError(f"{path}: profiles: profile name {name!r} is not a string")
+            profiles[name] = _section(body, path, f"profiles.{name}")
+    return SiteConfig(path, defaults, profiles)
+
+
+def _section(body: object, path: str, where: str) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path}: {where}: expected a mapping of option names to values")
+    out: dict[str, Any] = {}
+    for raw_key, value in body.items():
+        key = str(raw_key).replace("_", "-")
+        if key not in KEYS:
+            raise ConfigError(f"{path}: {where}.{raw_key}: unknown key (valid: {', '.join(sorted(KEYS))})")
+        out[key] = _check(value, KEYS[key], path, f"{where}.{raw_key}")
+        if key == "template" and not os.path.isabs(out[key]):
+            out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file
+    return out
+
+
+def _check(value: object, kind: Any, path: str, where: str) -> object:
+    def wrong(expected: str) -> ConfigError:
+        return ConfigError(f"{path}: {where}: expected {expected}, got {value!r}")
+
+    if isinstance(kind, tuple):
+        if not isinstance(value, str) or value not in kind:
+            raise wrong(f"one of {', '.join(kind)}")
+        return value
+    if kind in ("int", "count", "port"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an integer")
+        low, high = {"int": (1, None), "count": (0, None), "port": (1, 65535)}[kind]
+        if value < low or (high is not None and value > high):
+            raise wrong(f"an integer from {low}" + (f" to {high}" if high else ""))
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if kind == "time":
+        if not isinstance(value, str):
+            raise wrong('a string in quotes, such as "1:00:00" or "60" (YAML reads 1:00:00 as the number 3600)')
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise wrong("a string")
+        return value
+    if kind == "strint":
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise wrong("a string or a number")
+        return str(value)
+    if kind == "lines":
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise wrong("a string or a list of strings")
+        return list(value)
+    raise AssertionError(kind)  # pragma: no cover

@@ -1,0 +1,256 @@
+"""Render Slurm batch scripts from the templates in ``templates/`` (pure: text in, text out).
+
+A template is a bash script with ``{{name}}`` placeholders. Every value that comes from the user is made safe
+for its place before it is substituted: the training command's words are shell-quoted one by one (they reach
+the training process byte for byte), and ``#SBATCH`` values are checked and double-quoted where sbatch needs
+it. Only ``setup`` lines (modules, venv activation) are copied as shell code, because that is what they are.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher import __version__
+from launcher.errors import ConfigError
+from launcher.options import PlanOptions
+
+STYLES = ("torchrun", "srun")
+OMP_BIND_DEFAULT = "rank"
+ENV_POLICY_DEFAULT = "safe"
+MEM_POLICY_DEFAULT = "auto"
+
+# Documented in templates/README.md; a template may use any of them, and nothing else.
+TEMPLATE_VARIABLES: dict[str, str] = {
+    "shebang": "the interpreter line, #!/bin/bash",
+    "sbatch_directives": "all #SBATCH lines (options, then the extra lines), one per line",
+    "setup": "the environment setup lines (module load, venv activation), verbatim",
+    "style": "the template style: torchrun or srun",
+    "nodes": "number of nodes (integer)",
+    "gpus_per_node": "GPUs per node (integer, 0 when the job asks for none)",
+    "ranks_per_node": "training processes per node: torchrun's --nproc-per-node, or srun's --ntasks-per-node",
+    "cpus_per_task": "the srun -c value: an integer, or a shell expression on $SLURM_CPUS_ON_NODE",
+    "rdzv_port": "the c10d rendezvous / MASTER_PORT port: an integer, or a shell expression on $SLURM_JOB_ID",
+    "affrun": "the affrun command inside the job, shell-quoted",
+    "affrun_options": "affrun's planning and environment options, shell-quoted (may be empty)",
+    "command": "the training command (every word after --), shell-quoted word by word",
+    "version": "affrun's version",
+}
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_GPUS = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")
+
+
+@dataclass(frozen=True)
+class SbatchSpec:
+    """Everything a batch script is rendered from. ``None`` means "do not ask Slurm for it"."""
+
+    command: tuple[str, ...]
+    style: str = "torchrun"
+    nodes: int = 1
+    gpus_per_node: str | None = None  # "4" or "a100:4", as sbatch takes it
+    ntasks_per_node: int | None = None  # ranks per node; default: one per GPU, else 1
+    cpus_per_task: int | None = None  # default: every CPU the job has on the node, shared out
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    job_name: str | None = None
+    output: str | None = None
+    error: str | None = None
+    mem: str | None = None
+    exclusive: bool = False
+    sbatch_lines: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    rdzv_port: int | None = None  # default: 20000 + SLURM_JOB_ID % 10000
+    affrun: str = "affrun"
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    omp_bind: str = OMP_BIND_DEFAULT
+    env_policy: str = ENV_POLICY_DEFAULT
+    mem_policy: str = MEM_POLICY_DEFAULT
+    verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
+
+    def gpu_count(self) -> int:
+        if self.gpus_per_node is None:
+            return 0
+        m = _GPUS.match(self.gpus_per_node.strip())
+        if not m:
+            raise ConfigError(f"--gpus-per-node {self.gpus_per_node!r}: expected a count, or TYPE:COUNT (a100:4)")
+        return int(m.group(1))
+
+    def ranks_per_node(self) -> int:
+        if self.ntasks_per_node is not None:
+            return self.ntasks_per_node
+        return self.gpu_count() or 1
+
+
+# ---------------------------------------------------------------------------- #SBATCH lines
+
+
+def directive_value(option: str, value: str) -> str:
+    """One ``#SBATCH`` value, checked. sbatch reads a directive up to the line's end and splits it on
+    white space unless the value is in double quotes, and it has no escape for a quote inside quotes."""
+    if "\n" in value or "\r" in value:
+        raise ConfigError(f"--{option}: a #SBATCH value cannot contain a newline")
+    if '"' in value:
+        raise ConfigError(f"--{option} {value!r}: a #SBATCH value cannot contain a double quote")
+    if value == "" or re.search(r"\s", value):
+        return f'"{value}"'
+    return value
+
+
+def extra_directive(line: str) -> str:
+    """An extra ``#SBATCH`` line as the user gave it, with or without the ``#SBATCH`` prefix."""
+    text = line.strip()
+    if "\n" in text or "\r" in text:
+        raise ConfigError(f"--sbatch-line {line!r}: one #SBATCH line cannot contain a newline")
+    if text.startswith("#SBATCH"):
+        text = text[len("#SBATCH"):].strip()
+    if not text.startswith("-"):
+        raise ConfigError(f"--sbatch-line {line!r}: expected an sbatch option such as --mail-type=END")
+    return f"#SBATCH {text}"
+
+
+def sbatch_directives(spec: SbatchSpec) -> list[str]:
+    ranks = spec.ranks_per_node()
+    tasks = 1 if spec.style == "torchrun" else ranks
+    lines: list[tuple[str, str | None]] = [
+        ("job-name", spec.job_name),
+        ("nodes", str(spec.nodes)),
+        ("ntasks-per-node", str(tasks)),
+        ("cpus-per-task", None if spec.cpus_per_task is None else str(spec.cpus_per_task)),
+        ("gpus-per-node", spec.gpus_per_node if spec.gpu_count() else None),
+        ("time", spec.time),
+        ("partition", spec.partition),
+        ("account", spec.account),
+        ("qos", spec.qos),
+        ("constraint", spec.constraint),
+        ("mem", spec.mem),
+        ("output", spec.output),
+        ("error", spec.error),
+    ]
+    out = [f"#SBATCH --{name}={directive_value(name, value)}" for name, value in lines if value is not None]
+    if spec.exclusive:
+        out.append("#SBATCH --exclusive")
+    out.extend(extra_directive(line) for line in spec.sbatch_lines)
+    return out
+
+
+# ---------------------------------------------------------------------------- variables
+
+
+def affrun_options(spec: SbatchSpec) -> list[str]:
+    """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
+    argv = spec.plan.to_argv()
+    if spec.omp_bind != OMP_BIND_DEFAULT:
+        argv += ["--omp-bind", spec.omp_bind]
+    if spec.env_policy != ENV_POLICY_DEFAULT:
+        argv += ["--env-policy", spec.env_policy]
+    if spec.mem_policy != MEM_POLICY_DEFAULT:
+        argv += ["--mem-policy", spec.mem_policy]
+    if spec.verbose and spec.style == "srun":
+        argv.append("--verbose")
+    return argv
+
+
+def quote_words(words: Sequence[str]) -> str:
+    """Shell-quote every word: the shell turns the result back into exactly these words, running nothing."""
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def check_spec(spec: SbatchSpec) -> None:
+    if spec.style not in STYLES:
+        raise ConfigError(f"--style {spec.style!r}: choose one of {', '.join(STYLES)}")
+    if not spec.command:
+        raise ConfigError("no training command: put it after --, e.g. affrun sbatch -- train.py --epochs 3")
+    for name, value in (("nodes", spec.nodes), ("ntasks-per-node", spec.ntasks_per_node),
+                        ("cpus-per-task", spec.cpus_per_task)):
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name} {value}: must be at least 1")
+    if spec.rdzv_port is not None and not 1 <= spec.rdzv_port <= 65535:
+        raise ConfigError(f"--rdzv-port {spec.rdzv_port}: not a TCP port")
+    if not spec.affrun.strip():
+        raise ConfigError("--affrun: empty command")
+    spec.gpu_count()
+    if spec.style == "torchrun":
+        first = Path(spec.command[0]).name
+        if re.fullmatch(r"python[0-9.]*", first):
+            raise ConfigError(
+                f"--style torchrun: torchrun runs the script with Python itself; give `-- {shlex.join(spec.command[1:2]) or 'train.py'} ...`"
+                " (or `-- --no-python CMD ...`, or use --style srun for a full command)"
+            )
+
+
+def template_variables(spec: SbatchSpec) -> dict[str, str]:
+    check_spec(spec)
+    ranks = spec.ranks_per_node()
+    if spec.cpus_per_task is not None:
+        cpus = str(spec.cpus_per_task)
+    elif spec.style == "torchrun":
+        cpus = '"$SLURM_CPUS_ON_NODE"'
+    else:
+        cpus = f'"$(( SLURM_CPUS_ON_NODE / {ranks} ))"'
+    port = str(spec.rdzv_port) if spec.rdzv_port is not None else '"$(( 20000 + SLURM_JOB_ID % 10000 ))"'
+    return {
+        "shebang": "#!/bin/bash",
+        "sbatch_directives": "\n".join(sbatch_directives(spec)),
+        "setup": "\n".join(spec.setup) if spec.setup else "# (no setup lines)",
+        "style": spec.style,
+        "nodes": str(spec.nodes),
+        "gpus_per_node": str(spec.gpu_count()),
+        "ranks_per_node": str(ranks),
+        "cpus_per_task": cpus,
+        "rdzv_port": port,
+        "affrun": quote_words(shlex.split(spec.affrun)),
+        "affrun_options": quote_words(affrun_options(spec)),
+        "command": quote_words(spec.command),
+        "version": __version__,
+    }
+
+
+# ---------------------------------------------------------------------------- templates
+
+
+def builtin_template(style: str) -> Path:
+    """The shipped template of a style: ``templates/<style>.sbatch`` (package ``launcher.templates``)."""
+    if style not in STYLES:
+        raise ConfigError(f"--style {style!r}: choose one of {', '.join(STYLES)}")
+    try:
+        from importlib.resources import files
+
+        path = Path(str(files("launcher.templates").joinpath(f"{style}.sbatch")))
+        if path.is_file():
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[1] / "templates" / f"{style}.sbatch"  # a source checkout
+
+
+def read_template(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--template {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--template {path}: not UTF-8 text") from None
+
+
+def fill(template: str, variables: dict[str, str], source: str) -> str:
+    """Substitute every ``{{name}}``; an unknown name is an error naming the template and the valid names."""
+    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template)} - set(variables))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown template variable {{{{{unknown[0]}}}}} (valid: {', '.join(sorted(variables))})"
+        )
+    return _PLACEHOLDER.sub(lambda m: variables[m.group(1)], template)
+
+
+def render(spec: SbatchSpec, template: str | Path | None = None) -> str:
+    """The batch script for ``spec`` from ``template`` (a file), else the style's shipped template."""
+    path = Path(template) if template is not None else builtin_template(spec.style)
+    text = fill(read_template(path), template_variables(spec), str(path))
+    return text if text.endswith("\n") else text + "\n"

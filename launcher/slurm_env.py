@@ -1,0 +1,164 @@
+"""Facts about the Slurm step a process runs in, read from its environment (stdlib only, no I/O).
+
+Everything here is a pure function of an environment mapping, so ``affrun exec`` can use it on its light
+import path and tests can feed it the variables a real ``slurmstepd`` sets.
+
+Measured on Slurm 22.05.8 (the local test cluster, ``ConstrainDevices=yes``):
+
+* batch step: ``SLURM_JOB_GPUS=1``, ``CUDA_VISIBLE_DEVICES=0`` (no ``SLURM_STEP_ID``, no ``SLURM_STEP_GPUS``);
+* ``srun`` step: ``SLURM_STEP_GPUS=1``, ``CUDA_VISIBLE_DEVICES=0``; ``SLURM_JOB_GPUS`` is still there, but it is
+  the *batch node's* value inherited through the environment, wrong on every other node;
+* ``srun`` without ``--cpu-bind=none`` (``task/affinity``): each task's mask is one part of the step's CPUs,
+  ``SLURM_CPU_BIND_LIST=0x1,0x2`` lists the masks of all the node's tasks; with ``--cpu-bind=none`` the list is
+  empty and every task has the step's whole cpuset.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+__all__ = [
+    "cpu_bind_masks",
+    "expand_counts",
+    "in_slurm_step",
+    "parse_version",
+    "slurm_global_visible",
+    "slurm_gpu_ids",
+    "srun_inherits_cpus_per_task",
+    "tasks_on_node",
+]
+
+_COUNT = re.compile(r"^\s*(\d+)(?:\(x(\d+)\))?\s*$")
+
+
+def expand_counts(value: str) -> list[int]:
+    """Expand Slurm's compressed per-node counts: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
+
+    Used by ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_TASKS_PER_NODE`` and ``SLURM_JOB_CPUS_PER_NODE``.
+    Raises :class:`ValueError` on anything else.
+    """
+    out: list[int] = []
+    for part in value.split(","):
+        m = _COUNT.match(part)
+        if not m:
+            raise ValueError(f"not a Slurm per-node count list: {value!r}")
+        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return out
+
+
+def in_slurm_step(environ: Mapping[str, str]) -> bool:
+    """True inside a task started by ``srun`` (not the batch script itself)."""
+    return bool(environ.get("SLURM_STEP_ID")) and bool(environ.get("SLURM_LOCALID"))
+
+
+def tasks_on_node(environ: Mapping[str, str]) -> int | None:
+    """Tasks of this step on this node: the ``SLURM_NODEID``-th entry of ``SLURM_STEP_TASKS_PER_NODE``.
+
+    Falls back to ``SLURM_TASKS_PER_NODE`` (same syntax), then to ``SLURM_NTASKS_PER_NODE`` (one number, only
+    set when ``--ntasks-per-node`` was given). ``None`` when none of them is usable.
+    """
+    try:
+        node = int(environ.get("SLURM_NODEID", "0"))
+    except ValueError:
+        node = 0
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        value = environ.get(name)
+        if not value:
+            continue
+        try:
+            counts = expand_counts(value)
+        except ValueError:
+            continue
+        if 0 <= node < len(counts):
+            return counts[node]
+    value = environ.get("SLURM_NTASKS_PER_NODE", "")
+    return int(value) if value.isdigit() else None
+
+
+def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | None:
+    """The node-global ids of the GPUs Slurm gave this step, and the variable they came from.
+
+    Inside an ``srun`` step only ``SLURM_STEP_GPUS`` counts: ``SLURM_JOB_GPUS`` there is inherited from the
+    batch script and describes the batch node. In the batch step (no ``SLURM_STEP_ID``) it is
+    ``SLURM_JOB_GPUS``. ``None`` when Slurm gave no GPU list or the list is not plain numbers
+    (for example MIG or sharding setups), in which case the visibility variables are taken as they are.
+    """
+    names = ("SLURM_STEP_GPUS",) if environ.get("SLURM_STEP_ID") else ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+    for name in names:
+        value = environ.get(name)
+        if value is None:
+            continue
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        if not items or not all(v.isdigit() for v in items):
+            return None
+        return tuple(int(v) for v in items), name
+    return None
+
+
+def slurm_global_visible(value: str, environ: Mapping[str, str], pool_size: int) -> str | None:
+    """Rewrite a ``CUDA_VISIBLE_DEVICES``-style index list as node-global GPU ids; ``None``: keep ``value``.
+
+    With ``ConstrainDevices=yes`` Slurm sets ``CUDA_VISIBLE_DEVICES=0`` for the job's GPU 3 (the device cgroup
+    leaves the job one device, and CUDA numbers what it sees from 0); without it, ``CUDA_VISIBLE_DEVICES=3``.
+    Slurm sets nothing else, so: equal to Slurm's ids -> already global; all below their count -> relative,
+    mapped through the ids. Where both readings fit (a user narrowed the list by hand), relative wins, since
+    device constraint is what Slurm recommends. Lists with UUIDs, or Slurm ids beyond the ``pool_size`` GPUs
+    this machine has, are left alone.
+    """
+    slurm = slurm_gpu_ids(environ)
+    if slurm is None:
+        return None
+    slurm_ids = slurm[0]
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() for v in items) or any(i >= pool_size for i in slurm_ids):
+        return None
+    positions = [int(v) for v in items]
+    if positions == list(slurm_ids) or any(p >= len(slurm_ids) for p in positions):
+        return None
+    return ",".join(str(slurm_ids[p]) for p in positions)
+
+
+def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
+    """The per-task CPU masks ``task/affinity`` gave the tasks of this node (``SLURM_CPU_BIND_LIST``).
+
+    Returns ``None`` when Slurm did not bind the tasks (``--cpu-bind=none``, or no ``task/affinity``), or
+    when the binding is not a mask/map list. Their union is the step's CPU set on this node.
+    """
+    kind = environ.get("SLURM_CPU_BIND_TYPE", "")
+    value = environ.get("SLURM_CPU_BIND_LIST", "")
+    if not value or not kind.startswith(("mask_cpu", "map_cpu")):
+        return None
+    masks: list[frozenset[int]] = []
+    for item in value.split(","):
+        item = item.strip()
+        try:
+            number = int(item, 16) if kind.startswith("mask_cpu") else None
+        except ValueError:
+            return None
+        if number is None:  # map_cpu: one CPU id per task
+            if not item.isdigit():
+                return None
+            masks.append(frozenset({int(item)}))
+            continue
+        masks.append(frozenset(bit for bit in range(number.bit_length()) if number >> bit & 1))
+    return masks or None
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"slurm 22.05.8"`` (the output of ``srun --version``) -> ``(22, 5, 8)``; ``None`` if there is none."""
+    m = _VERSION.search(text)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def srun_inherits_cpus_per_task(version: tuple[int, int, int]) -> bool:
+    """False for Slurm 22.05.0 up to 23.02.4: their ``srun`` ignores the job's ``--cpus-per-task``.
+
+    Generated scripts pass ``-c`` and export ``SRUN_CPUS_PER_TASK`` anyway, so they work on every version.
+    """
+    return not ((22, 5, 0) <= version < (23, 2, 5))

@@ -334,8 +334,6 @@ def test_cli_show_bad_svg_path_is_one_clear_error(tmp_path: Path) -> None:
     assert proc.stderr.startswith("affrun: error: ") and "Traceback" not in proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="launcher/cli/topology_cmds.py show: click.echo strips ANSI when stdout is not "
-                                       "a terminal unless it is given color=color")
 def test_cli_show_color_emits_ansi_even_into_a_pipe(tmp_path: Path) -> None:
     root = two_node_four_gpus(tmp_path / "m")
     proc = affrun("show", "--fsroot", str(root), "--nproc-per-node", "4", "--color")

@@ -125,7 +125,10 @@ def show(**kwargs: Any) -> None:
         return
     if color is None:
         color = click.get_text_stream("stdout").isatty()
-    click.echo(picture(topo, the_plan, color=color))
+    import shutil
+
+    width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 120)
+    click.echo(picture(topo, the_plan, color=color, width=width), color=color)
     if svg_path:
         try:
             write_map(topo, the_plan, svg_path)

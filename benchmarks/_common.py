@@ -1,0 +1,39 @@
+"""Shared helpers for the benchmarks: run commands repeatedly and take medians (ratios, not absolute goals)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_", "LOCAL_", "PET_"))}
+    env.update(extra)
+    return env
+
+
+def wall(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(list(argv), env=env if env is not None else clean_env(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def median_walls(commands: dict[str, Sequence[str]], repeats: int, env: dict[str, str] | None = None) -> dict[str, float]:
+    """Run each command ``repeats`` times, interleaved (so drift hits all alike); return medians in seconds."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeats):
+        for name, argv in commands.items():
+            times[name].append(wall(argv, env))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+PY = sys.executable
+AFFRUN = [PY, "-m", "launcher"]

@@ -1,0 +1,55 @@
+"""What affrun adds to a launch, as ratios against baselines measured in the same run.
+
+1. ``affrun torchrun --nproc-per-node 2 noop.py`` vs ``torchrun --nproc-per-node 2 noop.py``  (goal <= 1.05x)
+2. ``affrun exec -- true`` vs ``python3 -c pass``                                              (goal <= 3x)
+
+Usage: python benchmarks/launch_overhead.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+
+from _common import AFFRUN, PY, median_walls
+
+NOOP = "import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.barrier()\ndist.destroy_process_group()\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    nproc = str(min(2, len(os.sched_getaffinity(0))))
+    true = shutil.which("true") or "/bin/true"
+    exec_times = median_walls(
+        {"python -c pass": [PY, "-c", "pass"], "affrun exec -- true": [*AFFRUN, "exec", "--", true]},
+        args.repeats * 3,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        noop = os.path.join(tmp, "noop.py")
+        with open(noop, "w") as fh:
+            fh.write(NOOP)
+        run_times = median_walls(
+            {
+                "torchrun": [PY, "-m", "torch.distributed.run", "--nproc-per-node", nproc, noop],
+                "affrun torchrun": [*AFFRUN, "torchrun", "--nproc-per-node", nproc, noop],
+            },
+            args.repeats,
+        )
+    rows = [
+        ("affrun exec -- true", exec_times["affrun exec -- true"], "python -c pass", exec_times["python -c pass"], 3.0),
+        (f"affrun torchrun --nproc-per-node {nproc} noop.py", run_times["affrun torchrun"],
+         f"torchrun --nproc-per-node {nproc} noop.py", run_times["torchrun"], 1.05),
+    ]
+    print(f"{'command':<48} {'median':>9} {'baseline':<40} {'median':>9} {'ratio':>6} {'goal':>6}")
+    for name, t, base, tb, goal in rows:
+        ratio = t / tb
+        print(f"{name:<48} {t * 1000:7.1f}ms {base:<40} {tb * 1000:7.1f}ms {ratio:6.2f} {'<=' + str(goal):>6} "
+              f"{'ok' if ratio <= goal else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

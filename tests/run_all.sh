@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The project's one test command: install everything, then run lint, types and the whole suite, with a real
+# local Slurm cluster started (and stopped, by PID) around pytest. Works on a fresh Debian 12 machine as root.
+#
+#   bash tests/run_all.sh [PYTEST ARGS...]
+#
+# Knobs: AFFRUN_VENV (default .venv), AFFRUN_NO_SLURM=1 (do not start Slurm; its tests then skip, or fail
+# under CI=true).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { printf '[run_all %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+# ---------------------------------------------------------------- system packages
+need=()
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v numactl >/dev/null 2>&1 || need+=(numactl)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  if [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"; }
+  else
+    log "not root: install ${need[*]} yourself"
+  fi
+fi
+
+# ---------------------------------------------------------------- Python environment
+VENV=${AFFRUN_VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+log "installing affrun and its test extras into $VENV"
+"$VENV/bin/python" -m pip install -q -e '.[test]'
+export PATH="$PWD/$VENV/bin:$PATH"
+
+# ---------------------------------------------------------------- lint and types
+log "ruff"
+ruff check launcher tests benchmarks examples
+log "mypy"
+mypy
+
+# ---------------------------------------------------------------- Slurm (real, local, 2 virtual nodes)
+slurm_started=0
+stop_slurm() { [ "$slurm_started" = 1 ] && bash tests/slurm/stop-slurm.sh >/dev/null 2>&1 || true; }
+trap stop_slurm EXIT
+if [ "${AFFRUN_NO_SLURM:-0}" != 1 ] && [ -f tests/slurm/start-slurm.sh ]; then
+  log "starting the local Slurm cluster"
+  if SLURM_LOCAL_NODES=2 SLURM_LOCAL_GPUS=2 bash tests/slurm/start-slurm.sh; then
+    slurm_started=1
+    export AFFRUN_SLURM=1
+  else
+    log "Slurm did not start: its tests will fail under CI=true and skip elsewhere"
+  fi
+fi
+
+# ---------------------------------------------------------------- tests
+log "pytest"
+status=0
+python -m pytest "$@" || status=$?
+exit $status

@@ -71,7 +71,9 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
             raise ConfigError(f"--map {opts.cpu_map!r}: expected one cpu list per rank, separated by ';'") from None
         if any(not m for m in cpu_map):
             raise ConfigError(f"--map {opts.cpu_map!r}: a rank has an empty cpu list")
-    mode = "map" if cpu_map is not None and opts.mode == "exclusive" else opts.mode
+    if cpu_map is not None and opts.mode not in ("exclusive", "map"):
+        raise ConfigError(f"--map gives explicit CPUs, which --mode {opts.mode} would ignore: drop one of them")
+    mode = "map" if cpu_map is not None else opts.mode
     gpus = None
     if opts.gpus:
         try:

@@ -2,12 +2,15 @@
 
 How it decides (also in the README):
 
-1. Candidate cores are the allowed cores (any allowed PU) minus the cores of ``reserve``. Only allowed PUs count.
-2. Each rank gets a *home* NUMA node: its GPU's node (convention ``rank``: rank *i* -> visible GPU *i*); a GPU
-   on a CPU-less node (HBM, Grace Hopper) takes the nearest node with CPUs by the distance table; a GPU with no
-   node uses its ``local_cpus``; otherwise, and for ranks without GPU, ranks are spread over the nodes with CPUs
-   in proportion to their free cores, in blocks. A node with more ranks than cores gives the excess to the
-   nearest node with spare cores.
+1. Candidate cores are the allowed cores (any allowed PU) minus the cores of ``reserve`` (a reserved CPU takes
+   its whole core out, siblings included). Only allowed PUs count.
+2. Each rank gets a *home* NUMA node: its GPU's node (convention ``rank``: rank *i* -> visible GPU *i*;
+   ``closest``: ranks in CPU order, each taking the next GPU homed on its node); a GPU on a CPU-less node (HBM,
+   Grace Hopper) or on a node with no usable CPUs takes the nearest node with CPUs by the distance table, with a
+   warning; a GPU with no node takes the node holding most of its ``local_cpus``; otherwise, and for ranks
+   without GPU, ranks are spread over the nodes with CPUs in proportion to their free cores, in blocks. A node
+   with more ranks than cores gives the excess to the nearest node with spare cores: spread ranks move first,
+   then ranks placed by distance or ``local_cpus``, and ranks whose GPU is on the node last.
 3. ``exclusive``: a node's cores are cut into balanced, contiguous chunks (sizes differ by at most one), in
    L3-group order, one per rank homed there. ``l3`` hands out whole L3 groups. ``numa``/``socket`` give every
    rank of the node (package) the whole node (package). ``map`` takes the user's CPU lists.
@@ -132,8 +135,10 @@ def make_plan(topo: Topology, req: Request) -> Plan:
     warnings: list[str] = list(topo.warnings)
     reserved_cores = 0
     cores: list[Core] = []
+    # A reserved CPU takes its whole core out, even when only a sibling of it is allowed.
+    reserved_pus = {p for c in topo.cores if not req.reserve.isdisjoint(c.pus) for p in c.pus}
     for core in topo.allowed_cores():
-        if req.reserve and not req.reserve.isdisjoint(core.pus):
+        if reserved_pus and not reserved_pus.isdisjoint(core.pus):
             reserved_cores += 1
             continue
         cores.append(core)
@@ -156,10 +161,10 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         node_cores.sort(key=lambda c: (c.l3 if c.l3 is not None else -1, c.pus[0]))
     node_order = sorted(by_node, key=lambda n: by_node[n][0].pus[0] if n == -1 else min(p for c in by_node[n] for p in c.pus))
 
-    gpu_of, home_of, reasons = _assign_gpus_and_homes(topo, req, by_node, node_order, warnings)
+    gpu_of, home_of, claim, reasons = _assign_gpus_and_homes(topo, req, by_node, node_order, warnings)
     _spread_homeless(req.nproc, home_of, by_node, node_order)
     if req.mode in ("exclusive", "l3"):
-        _fix_overflow(topo, home_of, by_node, warnings)
+        _fix_overflow(topo, home_of, claim, by_node, warnings)
 
     visible = topo.visible_gpus()
     ranks: list[RankPlan] = []
@@ -205,7 +210,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         gpu = gpu_of.get(rank)
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(
-            _rank_plan(topo, req, rank, chunk, gpu, gpu_obj, shared, sharers, reasons.get(rank, []) + [why], warnings)
+            _rank_plan(topo, req, rank, chunk, gpu, gpu_obj, shared, sharers, [*reasons.get(rank, []), why], warnings)
         )
     return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings))
 
@@ -224,6 +229,9 @@ def _validate(req: Request) -> None:
             raise PlanError("--mode map needs --map with one CPU list per rank (e.g. '0-7;8-15')")
         if len(req.cpu_map) != req.nproc:
             raise PlanError(f"--map gives {len(req.cpu_map)} CPU list(s) for {req.nproc} ranks")
+        empty = [str(rank) for rank, cpus in enumerate(req.cpu_map) if not cpus]
+        if empty:
+            raise PlanError(f"--map gives rank(s) {','.join(empty)} an empty CPU list")
     if req.gpus is not None and len(req.gpus) != req.nproc:
         raise PlanError(f"--gpus gives {len(req.gpus)} GPU(s) for {req.nproc} ranks")
 
@@ -265,43 +273,59 @@ def _nearest(topo: Topology, origin: int, candidates: Sequence[int]) -> int:
     return min(candidates, key=lambda n: (dist.get(n, 1 << 20), candidates.index(n)))
 
 
+# How firmly a rank is tied to its home node; when a node has more ranks than cores, the weakest move first.
+CLAIM_SPREAD, CLAIM_NEAR, CLAIM_GPU_NODE = 0, 1, 2
+
+
 def _gpu_home(
     topo: Topology, gpu: GPU, label: str, by_node: dict[int, list[Core]], node_order: list[int], warnings: list[str]
-) -> tuple[int | None, str]:
+) -> tuple[int | None, int, str]:
+    """The GPU's home node, how firm that is (``CLAIM_*``), and why."""
     if gpu.numa_node is not None and gpu.numa_node in by_node:
-        return gpu.numa_node, f"{label} is on NUMA node {gpu.numa_node}"
+        return gpu.numa_node, CLAIM_GPU_NODE, f"{label} is on NUMA node {gpu.numa_node}"
     if gpu.numa_node is not None:
         near = _nearest(topo, gpu.numa_node, [n for n in node_order if n != -1] or node_order)
         node = topo.node(gpu.numa_node)
-        why = "has no CPUs" if node is not None and not node.cpus else "has no allowed CPUs"
-        warnings.append(f"{label} is on NUMA node {gpu.numa_node}, which {why}; using the nearest node with CPUs, {near}")
-        return near, f"{label}: node {gpu.numa_node} {why}, nearest node with CPUs is {near}"
+        if node is None:
+            why = "is not in the topology"
+        elif not node.cpus:
+            why = "has no CPUs"
+        else:
+            why = "has no usable CPUs (not allowed or reserved)"
+        warnings.append(
+            f"{label} is on NUMA node {gpu.numa_node}, which {why}; using the nearest node with CPUs, {_nname(near)}"
+        )
+        return near, CLAIM_NEAR, f"{label}: node {gpu.numa_node} {why}, nearest node with CPUs is {_nname(near)}"
     if gpu.cpus and not gpu.cpus >= topo.online:
         overlap = {n: sum(1 for c in by_node[n] for p in c.pus if p in gpu.cpus) for n in node_order}
         best = max(node_order, key=lambda n: (overlap[n], -node_order.index(n)))
         if overlap[best] > 0:
-            return best, f"{label} has local CPUs {format_cpulist(gpu.cpus)} (node {_nname(best)})"
+            return best, CLAIM_NEAR, f"{label} has local CPUs {format_cpulist(gpu.cpus)} (node {_nname(best)})"
     warnings.append(f"{label} has unknown NUMA locality; its rank is spread like a CPU-only rank")
-    return None, f"{label} has unknown locality"
+    return None, CLAIM_SPREAD, f"{label} has unknown locality"
 
 
 def _assign_gpus_and_homes(
     topo: Topology, req: Request, by_node: dict[int, list[Core]], node_order: list[int], warnings: list[str]
-) -> tuple[dict[int, int], dict[int, int], dict[int, list[str]]]:
+) -> tuple[dict[int, int], dict[int, int], dict[int, int], dict[int, list[str]]]:
+    """Each rank's visible GPU, home node (ranks without one are spread later), claim on it, and reasons."""
     visible = topo.visible_gpus() if req.use_gpus else ()
     gpu_of: dict[int, int] = {}
     home_of: dict[int, int] = {}
+    claim: dict[int, int] = {}
     reasons: dict[int, list[str]] = {}
     if req.gpus is not None:
-        for rank, g in enumerate(req.gpus):
+        for g in req.gpus:
             if g < 0 or g >= len(visible):
                 raise PlanError(f"GPU {g} does not exist: {len(visible)} GPU(s) are visible")
     homes: list[int | None] = []
+    claims: list[int] = []
     labels: list[str] = []
     for i, gpu in enumerate(visible):
         label = f"GPU {i} ({gpu.pci})"
-        home, why = _gpu_home(topo, gpu, label, by_node, node_order, warnings)
+        home, firmness, why = _gpu_home(topo, gpu, label, by_node, node_order, warnings)
         homes.append(home)
+        claims.append(firmness)
         labels.append(why)
     if req.gpu_order == "closest" and req.gpus is None and visible:
         # mpibind / --gpu-bind=closest: ranks follow CPU order; each takes the next GPU local to its node.
@@ -309,7 +333,7 @@ def _assign_gpus_and_homes(
         for node in node_order:
             for g, home in enumerate(homes):
                 if home == node and rank < req.nproc:
-                    gpu_of[rank], home_of[rank] = g, node
+                    gpu_of[rank], home_of[rank], claim[rank] = g, node, claims[g]
                     reasons[rank] = [f"closest order: {labels[g]}"]
                     rank += 1
         for g, home in enumerate(homes):
@@ -317,18 +341,18 @@ def _assign_gpus_and_homes(
                 gpu_of[rank] = g
                 reasons[rank] = [labels[g]]
                 rank += 1
-        return gpu_of, home_of, reasons
+        return gpu_of, home_of, claim, reasons
     for rank in range(req.nproc):
-        g = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
-        if g is None:
+        chosen = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
+        if chosen is None:
             reasons[rank] = ["no GPU for this rank" if visible else "no GPU: CPU-only rank"]
             continue
-        gpu_of[rank] = g
-        reasons[rank] = [labels[g]]
-        home = homes[g]
+        gpu_of[rank] = chosen
+        reasons[rank] = [labels[chosen]]
+        home = homes[chosen]
         if home is not None:
-            home_of[rank] = home
-    return gpu_of, home_of, reasons
+            home_of[rank], claim[rank] = home, claims[chosen]
+    return gpu_of, home_of, claim, reasons
 
 
 def _spread_homeless(nproc: int, home_of: dict[int, int], by_node: dict[int, list[Core]], node_order: list[int]) -> None:
@@ -355,12 +379,18 @@ def _spread_homeless(nproc: int, home_of: dict[int, int], by_node: dict[int, lis
             home_of[next(it)] = n
 
 
-def _fix_overflow(topo: Topology, home_of: dict[int, int], by_node: dict[int, list[Core]], warnings: list[str]) -> None:
-    """Move ranks off nodes that have more ranks than cores, to the nearest node with spare cores."""
+def _fix_overflow(
+    topo: Topology, home_of: dict[int, int], claim: dict[int, int], by_node: dict[int, list[Core]], warnings: list[str]
+) -> None:
+    """Move ranks off nodes that have more ranks than cores, to the nearest node with spare cores.
+
+    The ranks with the weakest claim on the node move first (spread ranks, then ranks placed by distance or
+    ``local_cpus``, then ranks whose GPU is on the node), the highest rank first among equals.
+    """
     count: dict[int, int] = {n: 0 for n in by_node}
     for n in home_of.values():
         count[n] += 1
-    for rank in sorted(home_of, reverse=True):
+    for rank in sorted(home_of, key=lambda r: (claim.get(r, CLAIM_SPREAD), -r)):
         node = home_of[rank]
         if count[node] <= len(by_node[node]):
             continue
@@ -438,9 +468,10 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
     for rank, wanted in enumerate(req.cpu_map):
         outside = wanted - set(pu_core)
         if outside:
+            reserved = f", reserved {format_cpulist(req.reserve)}" if req.reserve else ""
             raise PlanError(
                 f"--map rank {rank}: CPUs {format_cpulist(outside)} are not usable here "
-                f"(allowed: {format_cpulist(topo.allowed)})"
+                f"(allowed: {format_cpulist(topo.allowed)}{reserved})"
             )
         for p in wanted:
             if p in seen:

@@ -1,0 +1,476 @@
+"""Properties of the planner over generated machines (hypothesis).
+
+Topologies are built directly from the model dataclasses (no files), so one example costs microseconds:
+random packages, NUMA nodes with sparse ids, SMT with interleaved or sequential or sparse PU ids, CPU-less
+nodes, L3 groups, allowed subsets, GPUs with a NUMA node (with or without CPUs), only ``local_cpus`` or no
+locality at all, ``CUDA_VISIBLE_DEVICES``-like reordering, reserved CPUs and loader cores.
+
+Every request either gives a plan that satisfies the invariants below or raises :class:`PlanError`; no
+other exception is acceptable.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from launcher.errors import PlanError
+from launcher.plan import MODES, Plan, Request, make_plan
+from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+
+# 200 examples per property run in a few seconds; AFFRUN_HYPOTHESIS_EXAMPLES=5000 searches deeper.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("AFFRUN_HYPOTHESIS_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+# ----------------------------------------------------------------------------------------- generators
+@dataclass(frozen=True)
+class Machine:
+    topo: Topology
+    cpu_nodes: tuple[int, ...]  # node ids that have CPUs
+    cpuless_nodes: tuple[int, ...]
+
+
+@st.composite
+def machines(draw: st.DrawFn) -> Machine:
+    rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
+    npackages = draw(st.integers(1, 3))
+    nodes_per_package = draw(st.integers(1, 3))
+    cores_per_node = draw(st.integers(1, 6))
+    smt = draw(st.sampled_from([1, 1, 2, 4]))
+    numbering = draw(st.sampled_from(["interleaved", "sequential", "sparse"]))
+    l3_per_node = draw(st.sampled_from([0, 1, 2]))  # 0: no L3 information
+    ncpuless = draw(st.integers(0, 3))
+
+    nnodes = npackages * nodes_per_package
+    ncores = nnodes * cores_per_node
+    # Sparse node ids: CPU nodes and CPU-less nodes get distinct ids out of 0..40, in random order.
+    node_ids = rnd.sample(range(41), nnodes + ncpuless) if draw(st.booleans()) else list(range(nnodes + ncpuless))
+    cpu_node_ids = node_ids[:nnodes]
+    cpuless_ids = node_ids[nnodes:]
+
+    # PU ids of every core.
+    if numbering == "interleaved":  # siblings c, c+ncores, ... (x86 Linux)
+        pus_of = [tuple(c + t * ncores for t in range(smt)) for c in range(ncores)]
+    elif numbering == "sequential":  # siblings adjacent (POWER, some ARM)
+        pus_of = [tuple(c * smt + t for t in range(smt)) for c in range(ncores)]
+    else:  # sparse, increasing ids with holes
+        ids = sorted(rnd.sample(range(ncores * smt * 3), ncores * smt))
+        pus_of = [tuple(ids[c * smt : (c + 1) * smt]) for c in range(ncores)]
+
+    cores: list[Core] = []
+    l3_sets: list[set[int]] = []
+    for c, pus in enumerate(pus_of):
+        node_pos = c // cores_per_node
+        pkg = node_pos // nodes_per_package
+        l3: int | None = None
+        if l3_per_node:
+            per_l3 = max(1, -(-cores_per_node // l3_per_node))
+            l3 = node_pos * l3_per_node + (c % cores_per_node) // per_l3
+            while len(l3_sets) <= l3:
+                l3_sets.append(set())
+            l3_sets[l3].update(pus)
+        cores.append(Core(os_index=c % cores_per_node, pus=pus, package=pkg, numa_node=cpu_node_ids[node_pos], l3=l3))
+    cores.sort(key=lambda core: core.pus[0])
+    # L3 logical indices must follow first-PU order, as the readers produce them.
+    order = sorted((i for i, s in enumerate(l3_sets) if s), key=lambda i: min(l3_sets[i]))
+    remap = {old: new for new, old in enumerate(order)}
+    cores = [
+        Core(c.os_index, c.pus, c.package, c.numa_node, None if c.l3 is None else remap[c.l3]) for c in cores
+    ]
+    l3_groups = tuple(L3Group(frozenset(l3_sets[i])) for i in order)
+
+    all_ids = node_ids
+    dist: dict[int, dict[int, int]] = {a: {a: 10} for a in all_ids}
+    for i, a in enumerate(all_ids):
+        for b in all_ids[i + 1 :]:
+            d = rnd.randint(11, 60)
+            dist[a][b] = d
+            dist[b][a] = d
+    nodes = []
+    for nid in sorted(all_ids):
+        cpus = frozenset(p for c in cores if c.numa_node == nid for p in c.pus)
+        nodes.append(NumaNode(os_index=nid, cpus=cpus, distances=dict(dist[nid])))
+    packages = tuple(
+        Package(os_index=p, cpus=frozenset(q for c in cores if c.package == p for q in c.pus)) for p in range(npackages)
+    )
+    online = frozenset(p for c in cores for p in c.pus)
+
+    # Allowed subset: everything, a random subset of PUs, or whole random cores.
+    allowed_kind = draw(st.sampled_from(["all", "pus", "cores"]))
+    if allowed_kind == "all":
+        allowed = online
+    elif allowed_kind == "pus":
+        allowed = frozenset(p for p in online if rnd.random() < 0.7) or frozenset([min(online)])
+    else:
+        allowed = frozenset(p for c in cores if rnd.random() < 0.7 for p in c.pus) or frozenset(cores[0].pus)
+
+    # GPUs.
+    ngpus = draw(st.integers(0, 8))
+    gpus: list[GPU] = []
+    for g in range(ngpus):
+        kind = rnd.choice(["cpu-node", "cpu-node", "cpuless", "unknown", "local-cpus"])
+        numa: int | None
+        local: frozenset[int]
+        if kind == "cpuless" and cpuless_ids:
+            numa, local = rnd.choice(cpuless_ids), frozenset()
+        elif kind == "unknown":
+            numa, local = None, rnd.choice([frozenset(), online])
+        elif kind == "local-cpus":
+            nid = rnd.choice(cpu_node_ids)
+            numa, local = None, next(n.cpus for n in nodes if n.os_index == nid)
+        else:
+            numa = rnd.choice(cpu_node_ids)
+            local = next(n.cpus for n in nodes if n.os_index == numa)
+        gpus.append(GPU(index=g, pci=f"0000:{0x10 + g:02x}:00.0", vendor="nvidia", numa_node=numa, cpus=local))
+    visible: tuple[int, ...] | None = None
+    restrict: bool = draw(st.booleans())
+    if gpus and restrict:
+        visible = tuple(rnd.sample(range(ngpus), rnd.randint(0, ngpus)))
+
+    topo = Topology(
+        packages=packages,
+        numa_nodes=tuple(nodes),
+        l3_groups=l3_groups,
+        cores=tuple(cores),
+        online=online,
+        offline=frozenset(),
+        allowed=allowed,
+        gpus=tuple(gpus),
+        visible=visible,
+        source="generated",
+    )
+    return Machine(topo, tuple(cpu_node_ids), tuple(cpuless_ids))
+
+
+@st.composite
+def requests(draw: st.DrawFn, m: Machine) -> Request:
+    topo = m.topo
+    ncores = len(topo.allowed_cores())
+    online = sorted(topo.online)
+    mode = draw(st.sampled_from(MODES))
+    nproc = draw(st.integers(1, max(1, ncores + 2)))
+    reserve = frozenset(draw(st.lists(st.sampled_from(online), max_size=3))) if draw(st.booleans()) else frozenset()
+    loader = draw(st.sampled_from([0, 0, 1, 2]))
+    nvis = len(topo.visible_gpus())
+    gpus: tuple[int, ...] | None = None
+    if draw(st.integers(0, 4)) == 0:
+        gpus = tuple(draw(st.lists(st.integers(-1, nvis), min_size=nproc, max_size=nproc)))
+    cpu_map: tuple[frozenset[int], ...] | None = None
+    if mode == "map":
+        allowed = sorted(topo.allowed)
+        if draw(st.booleans()):  # disjoint, allowed
+            shuffled = draw(st.permutations(allowed))
+            nproc = min(nproc, len(shuffled))
+            cpu_map = tuple(frozenset(shuffled[i::nproc]) for i in range(nproc))
+        else:  # anything: may overlap, leave the allowed set, or be empty
+            cpu_map = tuple(
+                frozenset(draw(st.lists(st.sampled_from(online), max_size=4))) for _ in range(nproc)
+            )
+        if gpus is not None:
+            gpus = gpus[:nproc]
+    return Request(
+        nproc=nproc,
+        mode=mode,
+        smt=draw(st.booleans()),
+        reserve=reserve,
+        loader_cores=loader,
+        gpu_order=draw(st.sampled_from(["rank", "closest"])),
+        cpu_map=cpu_map,
+        gpus=gpus,
+        use_gpus=draw(st.sampled_from([True, True, False])),
+    )
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[Machine, Request]:
+    m = draw(machines())
+    return m, draw(requests(m))
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def usable_cores(topo: Topology, reserve: frozenset[int]) -> list[Core]:
+    """Allowed cores minus every core that holds a reserved CPU (any of its PUs, allowed or not)."""
+    reserved_firsts = {c.pus[0] for c in topo.cores if not reserve.isdisjoint(c.pus)}
+    out = []
+    for core in topo.allowed_cores():
+        full = next(c for c in topo.cores if set(core.pus) <= set(c.pus))
+        if full.pus[0] not in reserved_firsts:
+            out.append(core)
+    return out
+
+
+def plan_or_error(topo: Topology, req: Request) -> Plan | None:
+    try:
+        return make_plan(topo, req)
+    except PlanError as exc:
+        assert str(exc), "PlanError without a message"
+        assert "\n" not in str(exc), "a PlanError message must be one line"
+        return None
+
+
+def wants_node(topo: Topology, gpu: GPU, node: int) -> bool:
+    """Whether the GPU's locality points at ``node``: its NUMA node, or (without one) its local CPUs."""
+    if gpu.numa_node is not None:
+        return gpu.numa_node == node
+    node_cpus = next(n.cpus for n in topo.numa_nodes if n.os_index == node)
+    return bool(gpu.cpus) and gpu.cpus != topo.online and not gpu.cpus.isdisjoint(node_cpus)
+
+
+def moved(plan: Plan, rank: int) -> bool:
+    return any(w.startswith(f"rank {rank}: node ") and "placed on node" in w for w in plan.warnings)
+
+
+# ----------------------------------------------------------------------------------------- properties
+@SETTINGS
+@given(cases())
+def test_every_request_plans_or_raises_plan_error(case: tuple[Machine, Request]) -> None:
+    m, req = case
+    plan_or_error(m.topo, req)  # any other exception fails the test
+
+
+@SETTINGS
+@given(cases())
+def test_masks_are_inside_allowed_disjoint_and_whole_cores(case: tuple[Machine, Request]) -> None:
+    m, req = case
+    topo = m.topo
+    plan = plan_or_error(topo, req)
+    if plan is None:
+        return
+    assert len(plan.ranks) == req.nproc
+    assert [r.local_rank for r in plan.ranks] == list(range(req.nproc))
+    usable = usable_cores(topo, req.reserve)
+    usable_pus = {p for c in usable for p in c.pus}
+    for r in plan.ranks:
+        assert r.cpus, f"rank {r.local_rank} has no CPU"
+        assert set(r.cpus) <= topo.allowed
+        assert set(r.cpus) <= usable_pus, "a rank got a reserved core"
+        assert list(r.cpus) == sorted(set(r.cpus))
+    if req.mode in ("exclusive", "l3") or (req.mode == "map" and not any("is given to ranks" in w for w in plan.warnings)):
+        seen: dict[int, int] = {}
+        for r in plan.ranks:
+            for p in r.cpus:
+                assert p not in seen, f"CPU {p} in ranks {seen[p]} and {r.local_rank}"
+                seen[p] = r.local_rank
+    if req.mode != "map":
+        owner = {p: r.local_rank for r in plan.ranks for p in r.cpus}
+        for core in usable:
+            owners = {owner.get(p) for p in core.pus}
+            assert len(owners) == 1, f"core {core.pus} split between ranks {owners}"
+
+
+@SETTINGS
+@given(cases())
+def test_loader_threads_and_compute_sets(case: tuple[Machine, Request]) -> None:
+    m, req = case
+    plan = plan_or_error(m.topo, req)
+    if plan is None:
+        return
+    for r in plan.ranks:
+        compute = set(r.compute_cpus)
+        loader = set(r.loader_cpus)
+        assert loader <= set(r.cpus)
+        assert compute.isdisjoint(loader)
+        assert compute | loader == set(r.cpus)
+        assert r.compute_cores, "no compute core"
+        units = sum(len(c) for c in r.compute_cores) if req.smt else len(r.compute_cores)
+        if r.shared:
+            assert req.mode in ("numa", "socket")
+            sharers = sum(1 for o in plan.ranks if o.cpus == r.cpus)
+            assert sharers > 1
+            assert r.threads == max(1, units // sharers)
+            assert not loader
+        else:
+            assert r.threads == units
+            pu_core = {p: c.pus[0] for c in m.topo.cores for p in c.pus}
+            assert len({pu_core[p] for p in loader}) == req.loader_cores
+
+
+@SETTINGS
+@given(cases())
+def test_exclusive_chunks_are_balanced_within_a_node(case: tuple[Machine, Request]) -> None:
+    m, req = case
+    if req.mode != "exclusive":
+        return
+    plan = plan_or_error(m.topo, req)
+    if plan is None:
+        return
+    for r in plan.ranks:
+        assert len(r.numa_nodes) <= 1, "an exclusive chunk spans NUMA nodes"
+    # A chunk's size in cores (compute plus loader), per node.
+    core_count: dict[tuple[int, ...], list[int]] = {}
+    pu_core = {p: c.pus[0] for c in m.topo.cores for p in c.pus}
+    for r in plan.ranks:
+        core_count.setdefault(r.numa_nodes, []).append(len({pu_core[p] for p in r.cpus}))
+    for node, counts in core_count.items():
+        assert max(counts) - min(counts) <= 1, f"node {node}: chunk sizes {counts}"
+
+
+@SETTINGS
+@given(cases())
+def test_each_mode_hands_out_its_unit(case: tuple[Machine, Request]) -> None:
+    """l3: whole L3 groups; numa: the whole home node; socket: the whole package; map: exactly the user's CPUs."""
+    m, req = case
+    topo = m.topo
+    plan = plan_or_error(topo, req)
+    if plan is None:
+        return
+    usable = usable_cores(topo, req.reserve)
+    if req.mode == "map":
+        assert req.cpu_map is not None
+        for r in plan.ranks:
+            assert set(r.cpus) == req.cpu_map[r.local_rank]
+    elif req.mode == "numa":
+        for r in plan.ranks:
+            (node,) = r.numa_nodes
+            assert set(r.cpus) == {p for c in usable if c.numa_node == node for p in c.pus}
+    elif req.mode == "socket":
+        for r in plan.ranks:
+            packages = {c.package for c in usable if not set(c.pus).isdisjoint(r.cpus)}
+            assert len(packages) == 1
+            assert set(r.cpus) == {p for c in usable if c.package in packages for p in c.pus}
+    elif req.mode == "l3":
+        for r in plan.ranks:
+            (node,) = r.numa_nodes
+            if any(w.startswith(f"node {node}: ") and "L3 group" in w for w in plan.warnings):
+                continue  # fewer L3 groups than ranks on this node: split by cores instead, with a warning
+            groups = {c.l3 for c in usable if not set(c.pus).isdisjoint(r.cpus)}
+            whole = {
+                p for c in usable if c.numa_node == node and c.l3 in groups and c.l3 is not None for p in c.pus
+            }
+            if None not in groups:
+                assert set(r.cpus) == whole, f"rank {r.local_rank} holds part of an L3 group"
+
+
+@SETTINGS
+@given(cases())
+def test_ranks_sit_next_to_their_gpu(case: tuple[Machine, Request]) -> None:
+    m, req = case
+    topo = m.topo
+    if req.mode == "map":
+        return
+    plan = plan_or_error(topo, req)
+    if plan is None:
+        return
+    visible = topo.visible_gpus() if req.use_gpus else ()
+    usable = usable_cores(topo, req.reserve)
+    cores_on: dict[int, int] = {}
+    for c in usable:
+        if c.numa_node is not None:
+            cores_on[c.numa_node] = cores_on.get(c.numa_node, 0) + 1
+    # GPU assignment: rank order is rank i -> visible GPU i; explicit --gpus wins.
+    for r in plan.ranks:
+        if req.gpus is not None:
+            assert r.gpu == req.gpus[r.local_rank]
+        elif req.gpu_order == "rank":
+            assert r.gpu == (r.local_rank if r.local_rank < len(visible) else None)
+        if r.gpu is not None:
+            assert r.gpu_pci == visible[r.gpu].pci
+    if req.gpus is None and req.gpu_order == "closest":
+        given_gpus = [r.gpu for r in plan.ranks if r.gpu is not None]
+        assert len(given_gpus) == len(set(given_gpus)) == min(req.nproc, len(visible))
+    for r in plan.ranks:
+        if r.gpu is None:
+            continue
+        node = visible[r.gpu].numa_node
+        if node is None or cores_on.get(node, 0) == 0:
+            continue
+        if req.mode in ("exclusive", "l3") and moved(plan, r.local_rank):
+            same = sum(1 for o in plan.ranks if o.gpu is not None and wants_node(topo, visible[o.gpu], node))
+            assert same > cores_on[node], "a rank was moved off its GPU's node although the node had room"
+            continue
+        if req.mode == "socket":
+            assert node in r.numa_nodes
+        else:
+            assert r.numa_nodes == (node,), f"rank {r.local_rank} (GPU {r.gpu} on node {node}) got nodes {r.numa_nodes}"
+
+
+@SETTINGS
+@given(cases())
+def test_gpu_on_a_node_without_cpus_takes_the_nearest_node(case: tuple[Machine, Request]) -> None:
+    m, req = case
+    topo = m.topo
+    if req.mode not in ("exclusive", "numa", "l3"):
+        return
+    plan = plan_or_error(topo, req)
+    if plan is None:
+        return
+    visible = topo.visible_gpus() if req.use_gpus else ()
+    usable = usable_cores(topo, req.reserve)
+    nodes_with_cores = sorted({c.numa_node for c in usable if c.numa_node is not None})
+    for r in plan.ranks:
+        if r.gpu is None or moved(plan, r.local_rank):
+            continue
+        gnode = visible[r.gpu].numa_node
+        if gnode is None or gnode in nodes_with_cores:
+            continue
+        dist = next(n.distances for n in topo.numa_nodes if n.os_index == gnode)
+        best = min(dist[n] for n in nodes_with_cores)
+        (home,) = r.numa_nodes
+        assert dist[home] == best, f"GPU node {gnode}: home {home} at {dist[home]}, nearest is at {best}"
+        assert any(f"NUMA node {gnode}" in w for w in plan.warnings), "no warning for a CPU-less GPU node"
+
+
+@SETTINGS
+@given(machines(), st.integers(1, 30), st.sampled_from(["exclusive", "l3"]))
+def test_exclusive_succeeds_exactly_when_there_are_enough_cores(m: Machine, nproc: int, mode: str) -> None:
+    """With no reserve, loader cores or explicit GPUs, whole-core modes fail only for more ranks than cores."""
+    topo = m.topo
+    plan = plan_or_error(topo, Request(nproc=nproc, mode=mode))
+    if nproc <= len(topo.allowed_cores()):
+        assert plan is not None
+    else:
+        assert plan is None
+
+
+@SETTINGS
+@given(machines(), st.integers(1, 12))
+def test_cpu_only_ranks_spread_over_nodes_in_proportion(m: Machine, nproc: int) -> None:
+    """A CPU-only job in exclusive mode: ranks per node follow each node's share of the cores (within one),
+    and a node that holds ranks is used whole."""
+    topo = m.topo
+    cores = topo.allowed_cores()
+    if nproc > len(cores):
+        return
+    plan = make_plan(topo, Request(nproc=nproc, use_gpus=False))
+    per_node: dict[int | None, int] = {}
+    for c in cores:
+        per_node[c.numa_node] = per_node.get(c.numa_node, 0) + 1
+    ranks_on: dict[int | None, list[int]] = {}
+    for r in plan.ranks:
+        assert r.gpu is None
+        (home,) = r.numa_nodes
+        ranks_on.setdefault(home, []).append(r.local_rank)
+    total = len(cores)
+    for node, ncores in per_node.items():
+        count = len(ranks_on.get(node, []))
+        assert abs(count - nproc * ncores / total) < 1, f"node {node}: {count} ranks for {ncores}/{total} cores"
+        if count:
+            used = {p for r in plan.ranks if r.local_rank in ranks_on[node] for p in r.cpus}
+            assert used == {p for c in cores if c.numa_node == node for p in c.pus}
+    # Ranks fill nodes in blocks, in node order: consecutive ranks share a node.
+    homes = [r.numa_nodes for r in plan.ranks]
+    assert all(homes.index(h) + homes.count(h) - 1 == len(homes) - 1 - homes[::-1].index(h) for h in homes)
+
+
+@pytest.mark.parametrize("nproc", [0, -1])
+def test_rank_count_below_one_is_a_plan_error(nproc: int) -> None:
+    topo = Topology(
+        packages=(Package(0, frozenset({0})),),
+        numa_nodes=(NumaNode(0, frozenset({0}), {0: 10}),),
+        l3_groups=(),
+        cores=(Core(0, (0,), 0, 0, None),),
+        online=frozenset({0}),
+        offline=frozenset(),
+        allowed=frozenset({0}),
+    )
+    with pytest.raises(PlanError, match="at least 1"):
+        make_plan(topo, Request(nproc=nproc))

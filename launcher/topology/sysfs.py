@@ -1,4 +1,8 @@
-"""Read a :class:`Topology` from Linux ``/sys`` and ``/proc``, live or under an fsroot (hwloc's test layout)."""
+"""Read a :class:`Topology` from Linux ``/sys`` and ``/proc``, live or under an fsroot (hwloc's test layout).
+
+The reader follows hwloc's Linux backend: a CPU's package and core are read once per *set* of sibling CPUs
+(``package_cpus``, ``core_cpus``), not once per CPU, so a 1,024-CPU machine costs about one open per core.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Mapping
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import TopologyError
-from launcher.topology._files import numbered_entries, read_cpulist, read_cpus, read_int, read_text
+from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file, read_int, read_text
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology
@@ -32,141 +36,64 @@ def read_sysfs(
             raise TopologyError(f"{cpu_dir}: no such directory (is {root!r} a sysfs tree with sys/ and proc/?)")
         raise TopologyError(f"{cpu_dir}: no cpuN entries")
     warnings: list[str] = []
-    present = set(cpu_ids)
-
-    online = read_cpulist(os.path.join(cpu_dir, "online"))
-    if online is None:
-        # Older kernels: per-CPU online files; cpu0 usually has none and is always online.
-        online = frozenset(c for c in cpu_ids if read_int(os.path.join(cpu_dir, f"cpu{c}", "online")) != 0)
-    online = online & present
-    offline = frozenset(present - online)
-    # An "online" CPU without topology/ is unusable for planning: treat it as offline (hwloc does the same).
-    usable: list[int] = [c for c in sorted(online) if os.path.isdir(os.path.join(cpu_dir, f"cpu{c}", "topology"))]
+    online, offline = _online_cpus(cpu_dir, cpu_ids)
+    cpus = _CpuTopology(cpu_dir, online)
+    usable = cpus.usable
     if not usable:
-        raise TopologyError(f"{cpu_dir}: no online CPU has a topology/ directory")
-    if len(usable) != len(online):
-        missing = online - set(usable)
-        warnings.append(f"CPUs {format_cpulist(missing)} are online but have no topology/; ignored")
-        offline = offline | missing
-        online = frozenset(usable)
+        raise TopologyError(f"{cpu_dir}: no online CPU has a topology/ directory (online: {format_cpulist(online)})")
+    if cpus.without_topology:
+        warnings.append(f"CPUs {format_cpulist(cpus.without_topology)} are online but have no topology/; ignored")
+        offline = offline | cpus.without_topology
+        online = usable
 
-    # ---------------------------------------------------------------- cores and packages
-    package_key_of: dict[int, object] = {}
-    core_key_of: dict[int, tuple[object, ...]] = {}
-    siblings_cache: dict[int, frozenset[int]] = {}
-    l3_of: dict[int, frozenset[int]] = {}
-    l3_index: str | None = None
-    l3_searched = False
-    for cpu in usable:
-        topo = os.path.join(cpu_dir, f"cpu{cpu}", "topology")
-        pkg_id = read_int(os.path.join(topo, "physical_package_id"))
-        if pkg_id is None or pkg_id < 0:
-            siblings = read_cpus(os.path.join(topo, "package_cpus_list"), os.path.join(topo, "package_cpus"))
-            if siblings is None:
-                siblings = read_cpus(os.path.join(topo, "core_siblings_list"), os.path.join(topo, "core_siblings"))
-            package_key_of[cpu] = ("set", siblings & online) if siblings else ("id", -1)
-        else:
-            package_key_of[cpu] = ("id", pkg_id)
-        threads = siblings_cache.get(cpu)
-        if threads is None:
-            threads = read_cpus(os.path.join(topo, "core_cpus_list"), os.path.join(topo, "core_cpus"))
-            if threads is None:
-                threads = read_cpus(os.path.join(topo, "thread_siblings_list"), os.path.join(topo, "thread_siblings"))
-            threads = (threads or frozenset({cpu})) & online or frozenset({cpu})
-            for t in threads:
-                siblings_cache.setdefault(t, threads)
-        core_id = read_int(os.path.join(topo, "core_id"))
-        # Siblings that report different core_ids are separate cores (AMD Bulldozer compute units), and
-        # one core_id can name several cores (different packages, or quirky firmware): key on both.
-        core_key_of[cpu] = (package_key_of[cpu], threads, core_id)
-        if cpu not in l3_of:
-            if not l3_searched:
-                l3_index = _find_l3_index(os.path.join(cpu_dir, f"cpu{cpu}", "cache"))
-                l3_searched = True
-            if l3_index is not None:
-                shared = read_cpus(
-                    os.path.join(cpu_dir, f"cpu{cpu}", "cache", l3_index, "shared_cpu_list"),
-                    os.path.join(cpu_dir, f"cpu{cpu}", "cache", l3_index, "shared_cpu_map"),
-                )
-                if shared:
-                    shared = shared & online
-                    for s in shared:
-                        l3_of.setdefault(s, shared)
-
-    packages_by_key: dict[object, set[int]] = {}
-    for cpu in usable:
-        packages_by_key.setdefault(package_key_of[cpu], set()).add(cpu)
-    package_list = sorted(packages_by_key.items(), key=lambda kv: min(kv[1]))
+    # ---------------------------------------------------------------- packages
+    package_list = sorted(cpus.package_members.items(), key=lambda kv: min(kv[1]))
     package_index = {key: i for i, (key, _) in enumerate(package_list)}
-    packages = tuple(
-        Package(os_index=key[1] if isinstance(key, tuple) and key[0] == "id" else -1, cpus=frozenset(cpus))  # type: ignore[index]
-        for key, cpus in package_list
-    )
+    packages = tuple(Package(os_index=cpus.package_id[key], cpus=frozenset(members)) for key, members in package_list)
 
     # ---------------------------------------------------------------- NUMA nodes
-    node_dir = os.path.join(root, "sys/devices/system/node")
-    node_ids = numbered_entries(node_dir, "node")
-    nodes: list[NumaNode] = []
-    for nid in node_ids:
-        ndir = os.path.join(node_dir, f"node{nid}")
-        if not os.path.isdir(ndir):
-            continue  # dangling link to an offline node
-        cpus = read_cpus(os.path.join(ndir, "cpulist"), os.path.join(ndir, "cpumap")) or frozenset()
-        nodes.append(NumaNode(os_index=nid, cpus=cpus & online, memory_kb=_node_memory(ndir)))
-    if nodes:
-        ids = [n.os_index for n in nodes]
-        with_distances = []
-        for node in nodes:
-            row = read_text(os.path.join(node_dir, f"node{node.os_index}", "distance"))
-            dist: dict[int, int] = {}
-            if row:
-                values = row.split()
-                if len(values) == len(ids) and all(v.isdigit() for v in values):
-                    dist = {i: int(v) for i, v in zip(ids, values)}
-            with_distances.append(NumaNode(node.os_index, node.cpus, dist, node.memory_kb))
-        nodes = with_distances
-        orphan = online - frozenset().union(*(n.cpus for n in nodes))
-        if orphan:
-            warnings.append(f"CPUs {format_cpulist(orphan)} belong to no NUMA node; planning them as node {nodes[0].os_index}")
-            nodes[0] = NumaNode(nodes[0].os_index, nodes[0].cpus | orphan, nodes[0].distances, nodes[0].memory_kb)
-    else:
-        nodes = [NumaNode(os_index=0, cpus=online, distances={0: 10})]
+    nodes, node_warnings = _numa_nodes(root, online)
+    warnings.extend(node_warnings)
     node_of: dict[int, int] = {}
     for node in nodes:
         for cpu in node.cpus:
             node_of.setdefault(cpu, node.os_index)
 
     # ---------------------------------------------------------------- L3 groups and cores
-    l3_sets = sorted({s for s in l3_of.values()}, key=min)
+    l3_sets = sorted(set(cpus.l3_of.values()), key=min)
     l3_pos = {s: i for i, s in enumerate(l3_sets)}
-    cores_by_key: dict[tuple[object, ...], list[int]] = {}
-    for cpu in usable:
-        cores_by_key.setdefault(core_key_of[cpu], []).append(cpu)
-    cores = []
-    for key, pus in sorted(cores_by_key.items(), key=lambda kv: min(kv[1])):
-        first = min(pus)
-        l3 = l3_of.get(first)
-        core_id = key[2]
+    cores: list[Core] = []
+    for first, pus, core_id in cpus.cores:
+        l3 = cpus.l3_of.get(first)
         cores.append(
             Core(
-                os_index=core_id if isinstance(core_id, int) else len(cores),
-                pus=tuple(sorted(pus)),
-                package=package_index[package_key_of[first]],
+                os_index=core_id if core_id is not None else len(cores),
+                pus=pus,
+                package=package_index[cpus.package_key_of[first]],
                 numa_node=node_of.get(first),
                 l3=l3_pos[l3] if l3 is not None else None,
             )
         )
 
     # ---------------------------------------------------------------- allowed set
-    cg_cpus, cg_mems, cg_where = find_cpuset(root)
+    cpuset = find_cpuset(root)
     if allowed is None:
-        allowed_set = online if cg_cpus is None else online & cg_cpus
+        allowed_set = online if cpuset is None else online & cpuset.cpus
     else:
         allowed_set = online & allowed
     if not allowed_set:
-        raise TopologyError(f"{root}: the allowed CPU set is empty (online {format_cpulist(online)}, cpuset {cg_where})")
+        if allowed is None and cpuset is not None:
+            raise TopologyError(
+                f"{cpuset.cpus_file}: the cpuset allows CPUs {format_cpulist(cpuset.cpus)}, none of them online "
+                f"(online: {format_cpulist(online)})"
+            )
+        raise TopologyError(
+            f"{os.path.join(cpu_dir, 'online')}: none of the online CPUs ({format_cpulist(online)}) is in this "
+            f"process's affinity ({format_cpulist(allowed or ())})"
+        )
 
-    gpus, gpu_warnings = read_pci_gpus(root, online)
+    node_cpus = {n.os_index: n.cpus for n in nodes if n.cpus}
+    gpus, gpu_warnings = read_pci_gpus(root, online, node_cpus)
     warnings.extend(gpu_warnings)
     visible: tuple[int, ...] | None = None
     if environ is not None and gpus:
@@ -175,23 +102,149 @@ def read_sysfs(
         packages=packages,
         numa_nodes=tuple(nodes),
         l3_groups=tuple(L3Group(cpus=s) for s in l3_sets),
-        cores=tuple(cores),
+        cores=tuple(sorted(cores, key=lambda c: c.pus[0])),
         online=online,
         offline=offline,
         allowed=allowed_set,
         gpus=tuple(gpus),
         visible=visible,
         source="live" if root == "/" else f"fsroot {root}",
-        allowed_mems=cg_mems,
+        allowed_mems=None if cpuset is None else cpuset.mems,
         warnings=tuple(warnings),
     )
 
 
-def _find_l3_index(cache_dir: str) -> str | None:
-    for idx in numbered_entries(cache_dir, "index"):
+def _online_cpus(cpu_dir: str, cpu_ids: list[int]) -> tuple[frozenset[int], frozenset[int]]:
+    """(online, offline) among the ``cpuN`` directories present."""
+    present = frozenset(cpu_ids)
+    online_text = read_text(os.path.join(cpu_dir, "online"))
+    if online_text is not None:
+        online = parse_cpus_file(os.path.join(cpu_dir, "online"), online_text, is_list=True) & present
+    else:
+        # Older kernels: per-CPU online files; cpu0 usually has none and is always online.
+        online = frozenset(c for c in cpu_ids if read_int(os.path.join(cpu_dir, f"cpu{c}", "online")) != 0)
+    return online, present - online
+
+
+class _CpuTopology:
+    """Packages, cores and L3 caches of the online CPUs, reading each sibling set once (as hwloc does)."""
+
+    def __init__(self, cpu_dir: str, online: frozenset[int]) -> None:
+        self.package_key_of: dict[int, object] = {}
+        self.package_members: dict[object, set[int]] = {}
+        self.package_id: dict[object, int] = {}
+        self.cores: list[tuple[int, tuple[int, ...], int | None]] = []  # (first PU, PUs, core_id)
+        self.l3_of: dict[int, frozenset[int]] = {}
+        without_topology: set[int] = set()
+        package_file = CpusFile(
+            ("package_cpus_list", True), ("package_cpus", False), ("core_siblings_list", True), ("core_siblings", False)
+        )
+        core_file = CpusFile(
+            ("core_cpus_list", True), ("core_cpus", False), ("thread_siblings_list", True), ("thread_siblings", False)
+        )
+        l3_file = CpusFile(("shared_cpu_list", True), ("shared_cpu_map", False))
+        l3_index: str | None = None
+        l3_search = True
+        compute_units: bool | None = None  # AMD Bulldozer: "siblings" with distinct core_id are separate cores
+        core_done: set[int] = set()
+
+        for cpu in sorted(online):
+            if cpu in core_done:
+                continue
+            cdir = os.path.join(cpu_dir, f"cpu{cpu}")
+            topo = os.path.join(cdir, "topology")
+            threads = core_file.read(topo)
+            core_id = read_int(os.path.join(topo, "core_id"))
+            if threads is None and core_id is None:
+                if not os.path.isdir(topo):  # only checked on this failure path: one stat, not one per CPU
+                    without_topology.add(cpu)
+                    continue
+                core_file.forget_all()
+            threads = (threads & online if threads else frozenset()) | {cpu}
+            if len(threads) > 1 and compute_units is None:
+                # hwloc's rule: compare this CPU's core_id with one sibling's, once for the whole machine.
+                other = min(threads - {cpu})
+                compute_units = read_int(os.path.join(cpu_dir, f"cpu{other}", "topology", "core_id")) != core_id
+            if compute_units:
+                threads = frozenset({cpu})
+            core_done.update(threads)
+
+            # The package: package_cpus and physical_package_id are read once per package (at its first CPU).
+            key = self.package_key_of.get(cpu)
+            if key is None:
+                siblings = package_file.read(topo)
+                if siblings is None:
+                    package_file.forget_all()  # topology/ exists (read above) but has no package sibling file
+                siblings = (siblings & online if siblings else frozenset()) | threads
+                pkg_id = read_int(os.path.join(topo, "physical_package_id"))
+                # physical_package_id is -1 on POWER7/s390: the sibling set names the package then.
+                if pkg_id is not None and pkg_id >= 0:
+                    key = ("id", pkg_id)
+                else:
+                    key = ("set", siblings)
+                self.package_id.setdefault(key, pkg_id if pkg_id is not None and pkg_id >= 0 else -1)
+                for s in siblings:
+                    self.package_key_of.setdefault(s, key)
+            self.cores.append((cpu, tuple(sorted(threads)), core_id))
+
+            # The L3 cache shared by this core, once per L3.
+            if cpu not in self.l3_of:
+                if l3_search:
+                    l3_index, l3_search = _find_l3_index(os.path.join(cdir, "cache"))
+                if l3_index is not None:
+                    shared = l3_file.read(os.path.join(cdir, "cache", l3_index))
+                    if shared:
+                        shared = (shared & online) | {cpu}
+                        for s in shared:
+                            self.l3_of.setdefault(s, shared)
+
+        self.without_topology = frozenset(without_topology)
+        self.usable = online - self.without_topology
+        for cpu in sorted(self.usable):
+            self.package_members.setdefault(self.package_key_of[cpu], set()).add(cpu)
+
+
+def _find_l3_index(cache_dir: str) -> tuple[str | None, bool]:
+    """(``indexN`` of the level-3 cache, keep searching?). Searching stops once a ``cache/`` dir was listed."""
+    indexes = numbered_entries(cache_dir, "index")
+    if not indexes:
+        return None, not os.path.isdir(cache_dir)
+    for idx in indexes:
         if read_int(os.path.join(cache_dir, f"index{idx}", "level")) == 3:
-            return f"index{idx}"
-    return None
+            return f"index{idx}", False
+    return None, False
+
+
+def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list[str]]:
+    """Every NUMA node with a directory (CPU-less ones included), with online CPUs, distances and memory."""
+    node_dir = os.path.join(root, "sys/devices/system/node")
+    warnings: list[str] = []
+    found: list[tuple[int, frozenset[int], int | None]] = []
+    cpulist = CpusFile(("cpulist", True), ("cpumap", False))
+    for nid in numbered_entries(node_dir, "node"):
+        ndir = os.path.join(node_dir, f"node{nid}")
+        cpus = cpulist.read(ndir)
+        if cpus is None and not os.path.isdir(ndir):
+            continue  # dangling link to an offline node
+        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir)))
+    if not found:
+        return [NumaNode(os_index=0, cpus=online, distances={0: 10})], warnings
+    ids = [nid for nid, _, _ in found]
+    nodes: list[NumaNode] = []
+    for nid, cpus, memory_kb in found:
+        row = read_text(os.path.join(node_dir, f"node{nid}", "distance"))
+        dist: dict[int, int] = {}
+        if row:
+            values = row.split()
+            if len(values) == len(ids) and all(v.isdigit() for v in values):
+                dist = {i: int(v) for i, v in zip(ids, values)}
+        nodes.append(NumaNode(nid, cpus, dist, memory_kb))
+    orphan = online - frozenset().union(*(n.cpus for n in nodes))
+    if orphan:
+        # offline-cpu0-node0: the node of these CPUs is offline. hwloc leaves them outside every NUMA node;
+        # so does affrun (their cores have numa_node None, so no memory policy is derived for them).
+        warnings.append(f"CPUs {format_cpulist(orphan)} belong to no online NUMA node; no memory policy for them")
+    return nodes, warnings
 
 
 def _node_memory(ndir: str) -> int | None:

@@ -13,6 +13,8 @@ from launcher.topology.model import GPU
 VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 GPU_CLASSES = (0x0300, 0x0302, 0x0380)  # VGA, 3D controller, other display; NVSwitch is 0x0680
 EXCLUDED_VENDORS = {0x1A03: "ASPEED BMC VGA", 0x102B: "Matrox BMC VGA", 0x1013: "Cirrus VGA"}
+# Server-board VGA chips of GPU vendors: display only, never a compute device.
+EXCLUDED_DEVICES = {(0x1002, 0x515E): "AMD Radeon ES1000 BMC VGA", (0x1002, 0x5159): "AMD Radeon 7000/VE (RV100) VGA"}
 
 
 def _pci_sort_key(bdf: str) -> tuple[int, ...]:
@@ -24,13 +26,21 @@ def _pci_sort_key(bdf: str) -> tuple[int, ...]:
         return (1 << 30,)
 
 
-def read_pci_gpus(root: str, all_cpus: frozenset[int]) -> tuple[list[GPU], list[str]]:
-    """Scan ``sys/bus/pci/devices`` under ``root``. Returns the GPUs in PCI bus order and warnings."""
+def read_pci_gpus(
+    root: str, all_cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None = None
+) -> tuple[list[GPU], list[str]]:
+    """Scan ``sys/bus/pci/devices`` under ``root``. Returns the GPUs in PCI bus order and warnings.
+
+    ``all_cpus`` are the online CPUs; ``node_cpus`` maps each NUMA node to its online CPUs. When the kernel
+    gives no ``numa_node`` (-1, or no file as in POWER9 captures) but ``local_cpulist`` lies inside exactly
+    one node, that node is the GPU's (this is how hwloc places such devices).
+    """
     base = os.path.join(root, "sys/bus/pci/devices")
     try:
-        names = sorted(os.listdir(base), key=_pci_sort_key)
+        names = os.listdir(base)
     except OSError:
         return [], []
+    names.sort(key=_pci_sort_key)
     nvidia_proc = os.path.join(root, "proc/driver/nvidia/gpus")
     found: list[GPU] = []
     warnings: list[str] = []
@@ -45,39 +55,59 @@ def read_pci_gpus(root: str, all_cpus: frozenset[int]) -> tuple[list[GPU], list[
             vendor_id = 0x10DE  # POWER9 trees keep only class/local_cpus; the driver's proc entry names it
         if vendor_id is None or vendor_id in EXCLUDED_VENDORS or vendor_id not in VENDORS:
             continue
+        if vendor_id == 0x1002 and (vendor_id, read_int(os.path.join(dev, "device"))) in EXCLUDED_DEVICES:
+            continue
         numa = read_int(os.path.join(dev, "numa_node"))
-        cpus = read_cpus(os.path.join(dev, "local_cpulist"), os.path.join(dev, "local_cpus")) or frozenset()
-        uuid: str | None = None
-        memory_node: int | None = None
-        info = read_text(os.path.join(driver_dir, "information"))
-        if info:
-            for line in info.splitlines():
-                key, _, value = line.partition(":")
-                if key.strip() == "GPU UUID":
-                    uuid = value.strip()
-        status = read_text(os.path.join(driver_dir, "numa_status"))
-        if status:
-            for line in status.splitlines():
-                key, _, value = line.partition(":")
-                if key.strip() == "Node" and value.strip().lstrip("-").isdigit():
-                    memory_node = int(value.strip())
         if numa is not None and numa < 0:
             numa = None
+        cpus = read_cpus(os.path.join(dev, "local_cpulist"), os.path.join(dev, "local_cpus")) or frozenset()
+        cpus &= all_cpus
+        uuid, memory_node = _nvidia_driver_info(driver_dir) if vendor_id == 0x10DE else (None, None)
         if numa is None:
-            where = "local_cpus spans every CPU" if (not cpus or cpus >= all_cpus) else "locality taken from local_cpus"
-            warnings.append(f"GPU {bdf}: the kernel gives no NUMA node (numa_node is -1 or absent); {where}")
+            numa = _node_holding(cpus, node_cpus) if cpus else None
+            if numa is None:
+                where = "local_cpus spans every CPU" if (not cpus or cpus >= all_cpus) else "locality taken from local_cpus"
+                warnings.append(f"GPU {bdf}: the kernel gives no NUMA node (numa_node is -1 or absent); {where}")
         found.append(
             GPU(
                 index=len(found),
                 pci=bdf.lower(),
                 vendor=VENDORS[vendor_id],
                 numa_node=numa,
-                cpus=cpus & all_cpus if cpus else frozenset(),
+                cpus=cpus,
                 uuid=uuid,
                 memory_node=memory_node,
             )
         )
     return found, warnings
+
+
+def _node_holding(cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None) -> int | None:
+    """The one NUMA node whose CPUs include all of ``cpus``, else ``None``."""
+    if not node_cpus:
+        return None
+    holders = [n for n, node in node_cpus.items() if node and cpus <= node]
+    return holders[0] if len(holders) == 1 else None
+
+
+def _nvidia_driver_info(driver_dir: str) -> tuple[str | None, int | None]:
+    """(UUID, GPU-memory NUMA node) from ``/proc/driver/nvidia/gpus/<bdf>/{information,numa_status}``."""
+    uuid: str | None = None
+    memory_node: int | None = None
+    info = read_text(os.path.join(driver_dir, "information"))
+    if info:
+        for line in info.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "GPU UUID":
+                uuid = value.strip() or None
+    status = read_text(os.path.join(driver_dir, "numa_status"))
+    if status:
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Node" and value.strip().lstrip("-").isdigit():
+                node = int(value.strip())
+                memory_node = node if node >= 0 else None
+    return uuid, memory_node
 
 
 VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")

@@ -19,11 +19,13 @@ def load_topology(
     topology_file: str | None = None,
     cpus: str | None = None,
     environ: Mapping[str, str] | None = None,
+    nvml: bool = False,
 ) -> Topology:
     """Build the topology from the one source asked for, then narrow it by ``--cpus``.
 
     Precedence: ``topology_file``, then ``fsroot``, then ``$AFFRUN_FSROOT``, then the live machine
     (whose allowed set is this process's affinity mask). ``environ`` gives the GPU visibility variables.
+    ``nvml`` adds GPU UUIDs from NVML and cross-checks the GPU list (a no-op where NVML is unavailable).
     """
     env = os.environ if environ is None else environ
     if fsroot and topology_file:
@@ -31,19 +33,23 @@ def load_topology(
     fsroot = fsroot or (None if topology_file else env.get("AFFRUN_FSROOT") or None)
     if topology_file:
         topo = _load_file(topology_file)
-        from launcher.topology.gpus import resolve_visible
-
-        if topo.gpus:
-            topo = replace(topo, visible=resolve_visible(topo.gpus, env)[0])
     else:
         from launcher.topology.sysfs import read_sysfs
 
         if fsroot:
             if not os.path.isdir(fsroot):
                 raise TopologyError(f"{fsroot}: fsroot is not a directory")
-            topo = read_sysfs(fsroot, environ=env)
+            topo = read_sysfs(fsroot)
         else:
-            topo = read_sysfs("/", allowed=frozenset(os.sched_getaffinity(0)), environ=env)
+            topo = read_sysfs("/", allowed=frozenset(os.sched_getaffinity(0)))
+    if nvml:
+        from launcher.topology.nvml import with_nvml
+
+        topo = with_nvml(topo)
+    if topo.gpus:
+        from launcher.topology.gpus import resolve_visible
+
+        topo = replace(topo, visible=resolve_visible(topo.gpus, env)[0])
     if cpus:
         try:
             wanted = parse_cpulist(cpus)
@@ -59,11 +65,20 @@ def load_topology(
 
 
 def _load_file(path: str) -> Topology:
-    lower = path.lower()
-    if lower.endswith(".xml"):
+    """A ``--topology`` file: hwloc XML (``.xml``, or any file starting with ``<``) or an affrun JSON snapshot."""
+    if path.lower().endswith(".xml") or _starts_with_angle(path):
         from launcher.topology.hwloc_xml import load_hwloc_xml
 
         return load_hwloc_xml(path)
     from launcher.topology.snapshot import load_snapshot
 
     return load_snapshot(path)
+
+
+def _starts_with_angle(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return False  # the loader reports the error with the file's name
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<")

@@ -1,4 +1,9 @@
-"""Save a :class:`Topology` as JSON (``affrun topology --save``) and load it back (``--topology FILE.json``)."""
+"""Save a :class:`Topology` as JSON (``affrun topology --save``) and load it back (``--topology FILE.json``).
+
+A snapshot is lossless: loading it gives the same ``affrun topology --json`` as the machine it was taken on,
+``source`` included (the snapshot records where its data came from). GPU visibility is not stored; it is
+resolved again from the environment of the process that loads the snapshot.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,7 @@ FORMAT = "affrun-topology/1"
 
 
 def to_snapshot(topo: Topology) -> dict[str, Any]:
-    def cl(cpus: Any) -> str:
-        return format_cpulist(cpus)
-
+    cl = format_cpulist
     return {
         "format": FORMAT,
         "source": topo.source,
@@ -43,34 +46,141 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
     }
 
 
+class _Bad(Exception):
+    """A field of the snapshot has the wrong type or value (message says which)."""
+
+
+def _int(value: Any, what: str, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Bad(f"{what} must be an integer{' or null' if optional else ''}, not {json.dumps(value)[:40]}")
+    return value
+
+
+def _str(value: Any, what: str, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise _Bad(f"{what} must be a string, not {json.dumps(value)[:40]}")
+    return value
+
+
+def _cpus(value: Any, what: str) -> frozenset[int]:
+    try:
+        return parse_cpulist(_str(value, what))
+    except ValueError:
+        raise _Bad(f"{what} is not a cpu list: {value!r}") from None
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if not isinstance(value, list):
+        raise _Bad(f"\"{key}\" must be a list")
+    return value
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(f"{what} must be an object")
+    return value
+
+
 def from_snapshot(data: Any, where: str = "snapshot") -> Topology:
+    """Build a topology from parsed snapshot JSON; any problem is one ``TopologyError`` line naming ``where``."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TopologyError(f"{where}: not an affrun topology snapshot (expected \"format\": \"{FORMAT}\")")
     try:
-        mems = data.get("allowed_mems")
-        return Topology(
-            packages=tuple(Package(p["os_index"], parse_cpulist(p["cpus"])) for p in data["packages"]),
-            numa_nodes=tuple(
-                NumaNode(n["os_index"], parse_cpulist(n["cpus"]), {int(k): int(v) for k, v in n["distances"].items()},
-                         n.get("memory_kb"))
-                for n in data["numa_nodes"]
-            ),
-            l3_groups=tuple(L3Group(parse_cpulist(g)) for g in data["l3_groups"]),
-            cores=tuple(Core(c["os_index"], tuple(c["pus"]), c["package"], c["numa_node"], c["l3"]) for c in data["cores"]),
-            online=parse_cpulist(data["online"]),
-            offline=parse_cpulist(data["offline"]),
-            allowed=parse_cpulist(data["allowed"]),
-            allowed_mems=None if mems is None else parse_cpulist(mems),
-            gpus=tuple(
-                GPU(g["index"], g["pci"], g["vendor"], g["numa_node"], parse_cpulist(g["cpus"]), g.get("uuid"),
-                    g.get("memory_node"))
-                for g in data["gpus"]
-            ),
-            source=f"snapshot {where}",
-            warnings=tuple(data.get("warnings", ())),
+        topo = _build(data)
+    except _Bad as exc:
+        raise TopologyError(f"{where}: bad topology snapshot: {exc}") from None
+    except KeyError as exc:
+        raise TopologyError(f"{where}: bad topology snapshot: missing key {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise TopologyError(f"{where}: bad topology snapshot ({type(exc).__name__}: {exc})") from None
+    return topo
+
+
+def _build(data: dict[str, Any]) -> Topology:
+    packages = []
+    for i, p in enumerate(_list(data, "packages")):
+        p = _obj(p, f"packages[{i}]")
+        packages.append(Package(_int(p["os_index"], f"packages[{i}].os_index"), _cpus(p["cpus"], f"packages[{i}].cpus")))
+    nodes = []
+    for i, n in enumerate(_list(data, "numa_nodes")):
+        n = _obj(n, f"numa_nodes[{i}]")
+        dist = _obj(n.get("distances", {}), f"numa_nodes[{i}].distances")
+        nodes.append(
+            NumaNode(
+                _int(n["os_index"], f"numa_nodes[{i}].os_index"),
+                _cpus(n["cpus"], f"numa_nodes[{i}].cpus"),
+                {int(k): _int(v, f"numa_nodes[{i}].distances[{k}]") for k, v in dist.items()},
+                _int(n.get("memory_kb"), f"numa_nodes[{i}].memory_kb", optional=True),
+            )
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise TopologyError(f"{where}: malformed topology snapshot ({type(exc).__name__}: {exc})") from None
+    l3_groups = [L3Group(_cpus(g, f"l3_groups[{i}]")) for i, g in enumerate(_list(data, "l3_groups"))]
+    cores = []
+    for i, c in enumerate(_list(data, "cores")):
+        c = _obj(c, f"cores[{i}]")
+        pus = c["pus"]
+        if not isinstance(pus, list) or not pus:
+            raise _Bad(f"cores[{i}].pus must be a non-empty list of CPU ids")
+        package = _int(c["package"], f"cores[{i}].package")
+        if not 0 <= package < len(packages):
+            raise _Bad(f"cores[{i}].package {package} is not a package index (0..{len(packages) - 1})")
+        l3 = _int(c.get("l3"), f"cores[{i}].l3", optional=True)
+        if l3 is not None and not 0 <= l3 < len(l3_groups):
+            raise _Bad(f"cores[{i}].l3 {l3} is not an L3 group index")
+        cores.append(
+            Core(
+                _int(c["os_index"], f"cores[{i}].os_index"),
+                tuple(_int(p, f"cores[{i}].pus") for p in pus),
+                package,
+                _int(c.get("numa_node"), f"cores[{i}].numa_node", optional=True),
+                l3,
+            )
+        )
+    gpus = []
+    for i, g in enumerate(_list(data, "gpus")):
+        g = _obj(g, f"gpus[{i}]")
+        vendor = _str(g["vendor"], f"gpus[{i}].vendor")
+        if vendor not in ("nvidia", "amd", "intel"):
+            raise _Bad(f"gpus[{i}].vendor must be nvidia, amd or intel, not {vendor!r}")
+        gpus.append(
+            GPU(
+                _int(g["index"], f"gpus[{i}].index"),
+                _str(g["pci"], f"gpus[{i}].pci"),
+                vendor,
+                _int(g.get("numa_node"), f"gpus[{i}].numa_node", optional=True),
+                _cpus(g["cpus"], f"gpus[{i}].cpus"),
+                _str(g.get("uuid"), f"gpus[{i}].uuid", optional=True),
+                _int(g.get("memory_node"), f"gpus[{i}].memory_node", optional=True),
+            )
+        )
+    online = _cpus(data["online"], "online")
+    allowed = _cpus(data["allowed"], "allowed")
+    if not allowed:
+        raise _Bad("\"allowed\" is empty: a topology needs at least one allowed CPU")
+    if not allowed <= online:
+        raise _Bad(f"allowed CPUs {format_cpulist(allowed - online)} are not online")
+    stray = {p for c in cores for p in c.pus} - online
+    if stray:
+        raise _Bad(f"cores list CPUs {format_cpulist(stray)} that are not online")
+    mems = data.get("allowed_mems")
+    warnings = _list(data, "warnings") if "warnings" in data else []
+    return Topology(
+        packages=tuple(packages),
+        numa_nodes=tuple(nodes),
+        l3_groups=tuple(l3_groups),
+        cores=tuple(cores),
+        online=online,
+        offline=_cpus(data["offline"], "offline"),
+        allowed=allowed,
+        allowed_mems=None if mems is None else _cpus(mems, "allowed_mems"),
+        gpus=tuple(gpus),
+        source=_str(data.get("source", "snapshot"), "source"),
+        warnings=tuple(_str(w, "warnings[]") for w in warnings),
+    )
 
 
 def load_snapshot(path: str) -> Topology:
@@ -78,7 +188,9 @@ def load_snapshot(path: str) -> Topology:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except OSError as exc:
-        raise TopologyError(f"{path}: {exc.strerror}") from None
+        raise TopologyError(f"{path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{path}: not a text file (expected an affrun topology snapshot, JSON)") from None
     except json.JSONDecodeError as exc:
         raise TopologyError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     return from_snapshot(data, path)

@@ -1,0 +1,460 @@
+"""submitit front end: every task of a submitit job starts through ``affrun exec`` before Python starts.
+
+Public surface:
+
+* :class:`AffinityExecutor` - ``submitit.AutoExecutor`` plus affrun's planning options (same arguments, same
+  ``update_parameters`` / ``submit`` / ``map_array`` / ``submit_array`` / ``batch``);
+* :func:`current_binding` - inside a task, the plan entry it runs under (a :class:`TaskBinding`), or ``None``.
+
+How it binds: submitit starts each task as ``<python> -u -m submitit.core._submit FOLDER``; ``<python>`` is the
+executor's ``python`` argument (``slurm_python`` / ``local_python`` on ``AutoExecutor``), a shell-ish string.
+This module prefixes it with ``<this interpreter> -m launcher exec [OPTIONS] --``, so every task is bound and its
+OpenMP/BLAS variables set *before* the interpreter that unpickles the user's function starts (binding from
+inside the pickled callable is too late: DOMAIN.md §5). On Slurm it also adds ``--cpu-bind=none`` to the
+``srun`` arguments (affrun, not ``task/affinity``, splits the step's CPUs) and exports ``SRUN_CPUS_PER_TASK``
+(Slurm 22.05-23.02.4's ``srun`` ignores the job's ``--cpus-per-task``).
+
+``submitit`` is imported only when an executor is built, so ``import launcher.submitit`` is cheap and
+:func:`current_binding` works in any process started by ``affrun exec`` (``affrun torchrun`` workers too).
+Nothing on the ``affrun exec`` path imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.errors import ConfigError
+
+if TYPE_CHECKING:
+    import submitit
+
+__all__ = [
+    "AFFRUN_OPTIONS",
+    "AffinityExecutor",
+    "AffinityOptions",
+    "TaskBinding",
+    "current_binding",
+    "merge_srun_args",
+    "task_python",
+]
+
+R = TypeVar("R")
+
+# The executor that the AutoExecutor ends up using, as submitit names it.
+SLURM, LOCAL, DEBUG = "slurm", "local", "debug"
+
+# srun --cpu-bind values that do not bind (only these may be combined with affrun's own binding).
+_NON_BINDING = frozenset({"none", "no", "verbose", "v", "quiet", "q"})
+
+# Exported in the batch script before srun: Slurm 22.05.0 to 23.02.4 srun does not inherit SLURM_CPUS_PER_TASK,
+# so a step would get one CPU per task whatever cpus_per_task said. Harmless on other versions.
+SRUN_CPUS_SETUP = 'if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"; fi'
+
+
+# ---------------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class AffinityOptions:
+    """affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``).
+
+    CPU and GPU lists may be given as strings (``"0,8"``) or as iterables of ints; ``cpu_map`` as ``"0-3;4-7"``
+    or as a sequence of per-rank lists.
+    """
+
+    mode: str = "exclusive"
+    smt: bool = False
+    reserve: str | None = None
+    loader_cores: int = 0
+    gpu_order: str = "rank"
+    cpu_map: str | None = None
+    gpus: str | None = None
+    no_gpu: bool = False
+    fsroot: str | None = None
+    topology: str | None = None
+    cpus: str | None = None
+    omp_bind: str = "rank"
+    env_policy: str = "safe"
+    mem_policy: str = "auto"
+    mem_backend: str = "auto"
+    verbose: bool = False
+
+    @classmethod
+    def from_kwargs(cls, base: AffinityOptions | None = None, **values: Any) -> AffinityOptions:
+        """Normalise and check user values; unknown names raise :class:`~launcher.errors.ConfigError`."""
+        unknown = sorted(set(values) - set(AFFRUN_OPTIONS))
+        if unknown:
+            raise ConfigError(f"unknown affrun option(s) {', '.join(unknown)}; valid: {', '.join(AFFRUN_OPTIONS)}")
+        clean: dict[str, Any] = {}
+        for name, value in values.items():
+            clean[name] = _normalise(name, value)
+        opts = replace(base or cls(), **clean)
+        opts.check()
+        return opts
+
+    def check(self) -> None:
+        from launcher.env import BIND_MODES, POLICIES
+        from launcher.exec_cmd import MEM_BACKENDS
+        from launcher.options import MEM_POLICIES
+
+        for name, choices in (("omp_bind", BIND_MODES), ("env_policy", POLICIES), ("mem_policy", MEM_POLICIES),
+                              ("mem_backend", MEM_BACKENDS)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(f"{name}={value!r}: choose one of {', '.join(choices)}")
+        if self.loader_cores < 0:
+            raise ConfigError(f"loader_cores={self.loader_cores}: must be 0 or more")
+        if self.fsroot and self.topology:
+            raise ConfigError("fsroot and topology name two topology sources: give only one")
+        if self.cpus is not None:
+            try:
+                parse_cpulist(self.cpus)
+            except ValueError:
+                raise ConfigError(f"cpus={self.cpus!r}: not a cpu list (e.g. 0-7,64-71)") from None
+        self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: same checks as the CLI
+
+    def plan_options(self) -> Any:
+        from launcher.options import PlanOptions
+
+        return PlanOptions(mode=self.mode, smt=self.smt, reserve=self.reserve, loader_cores=self.loader_cores,
+                           gpu_order=self.gpu_order, cpu_map=self.cpu_map, gpus=self.gpus, no_gpu=self.no_gpu)
+
+    def to_argv(self) -> list[str]:
+        """``affrun exec`` flags for these options (defaults left out)."""
+        argv: list[str] = list(self.plan_options().to_argv())
+        default = AffinityOptions()
+        for name in ("fsroot", "topology", "cpus"):
+            value = getattr(self, name)
+            if value:
+                argv += [f"--{name}", value]
+        for name in ("omp_bind", "env_policy", "mem_policy", "mem_backend"):
+            value = getattr(self, name)
+            if value != getattr(default, name):
+                argv += [f"--{name.replace('_', '-')}", value]
+        if self.verbose:
+            argv.append("--verbose")
+        return argv
+
+
+AFFRUN_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(AffinityOptions))
+
+
+def _normalise(name: str, value: Any) -> Any:
+    if name in ("smt", "no_gpu", "verbose"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r}: expected True or False")
+        return value
+    if name == "loader_cores":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"loader_cores={value!r}: expected an integer")
+        return value
+    if value is None:
+        return None
+    if name in ("reserve", "cpus"):
+        return value if isinstance(value, str) else format_cpulist(_ints(name, value))
+    if name == "gpus":
+        return value if isinstance(value, str) else ",".join(map(str, _ints(name, value)))
+    if name == "cpu_map":
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, Iterable):
+            raise ConfigError(f"cpu_map={value!r}: expected 'LIST;LIST' or a sequence of cpu lists")
+        return ";".join(part if isinstance(part, str) else format_cpulist(_ints(name, part)) for part in value)
+    if name in ("fsroot", "topology"):
+        if not isinstance(value, (str, os.PathLike)):
+            raise ConfigError(f"{name}={value!r}: expected a path")
+        return os.path.abspath(os.fspath(value))  # tasks may start in another directory
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}={value!r}: expected a string")
+    return value
+
+
+def _ints(name: str, value: Any) -> list[int]:
+    if not isinstance(value, Iterable) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ConfigError(f"{name}={value!r}: expected a list string like '0,2-3' or an iterable of ints")
+    return [int(v) for v in value]
+
+
+# ---------------------------------------------------------------------------------------- command construction
+def _exec_prefix(options: AffinityOptions) -> list[str]:
+    return [sys.executable, "-m", "launcher", "exec", *options.to_argv()]
+
+
+def _wrapped_python(user_python: str | None) -> str:
+    """The interpreter command the task finally runs: the user's own hook (a shell string) or this interpreter."""
+    if user_python is None or not user_python.strip():
+        return shlex.quote(sys.executable)
+    words = shlex.split(user_python)
+    runs_affrun = any(
+        (os.path.basename(w) == "affrun" and "exec" in words[i + 1 :]) or words[i : i + 3] == ["-m", "launcher", "exec"]
+        for i, w in enumerate(words)
+    )
+    if runs_affrun:
+        raise ConfigError(f"the python hook {user_python!r} already runs affrun exec; AffinityExecutor adds it "
+                          "itself: pass your own interpreter command only (e.g. a container wrapper)")
+    return user_python
+
+
+def task_python(options: AffinityOptions, user_python: str | None, cluster: str) -> str:
+    """The ``python`` hook string for submitit's ``cluster`` executor.
+
+    Slurm: ``srun`` runs the string (parsed by the batch script's bash); ``affrun exec`` finds the local rank in
+    ``SLURM_LOCALID`` / ``SLURM_STEP_TASKS_PER_NODE``. Local: submitit's controller ``shlex.split``s the string
+    and starts it without a shell, and its tasks only carry ``SUBMITIT_LOCAL_LOCALID`` / ``SUBMITIT_LOCAL_NTASKS``,
+    so a ``/bin/sh -c`` stub passes them to ``affrun exec`` as ``--local-rank`` / ``--nproc-per-node``.
+    """
+    inner = _wrapped_python(user_python)
+    prefix = shlex.join(_exec_prefix(options))
+    if cluster == LOCAL:
+        script = (f'exec {prefix} --local-rank "$SUBMITIT_LOCAL_LOCALID" --nproc-per-node "$SUBMITIT_LOCAL_NTASKS" '
+                  f'-- {inner} "$@"')
+        return shlex.join(["/bin/sh", "-c", script, "affrun-task"])
+    return f"{prefix} -- {inner}"
+
+
+def merge_srun_args(user_args: Iterable[str] | None) -> list[str]:
+    """The user's ``srun`` arguments with ``--cpu-bind=none`` merged in.
+
+    A user ``--cpu-bind`` that only says ``verbose``/``quiet``/``none`` is kept and given ``none``; one that binds
+    (``cores``, ``map_cpu:...``, ``mask_cpu:...``, ...) would fight affrun's binding and raises ``ConfigError``.
+    """
+    if isinstance(user_args, str):
+        raise ConfigError(f"slurm_srun_args={user_args!r}: expected a list of arguments, not one string")
+    args = list(user_args or ())
+    out: list[str] = []
+    found = False
+    i = 0
+    while i < len(args):
+        arg = str(args[i])
+        option, eq, value = arg.partition("=")
+        if option in ("--cpu-bind", "--cpu_bind"):
+            if not eq:
+                if i + 1 >= len(args):
+                    raise ConfigError(f"slurm_srun_args: {option} has no value")
+                value = str(args[i + 1])
+                i += 1
+            parts = [p for p in value.split(",") if p]
+            binding = [p for p in parts if p.lower() not in _NON_BINDING]
+            if binding:
+                raise ConfigError(
+                    f"slurm_srun_args has {option}={value}, but AffinityExecutor binds every task itself and needs "
+                    f"--cpu-bind=none: drop it (use affrun's options, e.g. mode= or cpu_map=, to shape the binding)")
+            keep = [p for p in parts if p.lower() not in ("none", "no")]
+            out.append("--cpu-bind=" + ",".join([*keep, "none"]))
+            found = True
+        else:
+            out.append(arg)
+        i += 1
+    if not found:
+        out.append("--cpu-bind=none")
+    return out
+
+
+def merge_setup(user_setup: Iterable[str] | None) -> list[str]:
+    """The user's batch-script setup lines, then affrun's (``SRUN_CPUS_PER_TASK``)."""
+    if isinstance(user_setup, str):
+        raise ConfigError(f"slurm_setup={user_setup!r}: expected a list of shell lines, not one string")
+    lines = [str(line) for line in user_setup or ()]
+    return lines if SRUN_CPUS_SETUP in lines else [*lines, SRUN_CPUS_SETUP]
+
+
+# ------------------------------------------------------------------------------------------------------ executor
+class AffinityExecutor:
+    """``submitit.AutoExecutor`` whose tasks are bound by ``affrun exec`` before Python starts.
+
+    ``AffinityExecutor(folder, cluster=None, **kwargs)``: ``kwargs`` are ``AutoExecutor``'s own
+    (``slurm_python``, ``local_python``, ``slurm_max_num_timeout``...) plus affrun's options (:data:`AFFRUN_OPTIONS`:
+    ``mode``, ``smt``, ``reserve``, ``loader_cores``, ``gpu_order``, ``cpu_map``, ``gpus``, ``no_gpu``, ``fsroot``,
+    ``topology``, ``cpus``, ``omp_bind``, ``env_policy``, ``mem_policy``, ``mem_backend``, ``verbose``). affrun's
+    options may also be changed later through :meth:`update_parameters`.
+
+    The user's ``slurm_python``/``local_python`` is kept and runs *after* ``affrun exec`` (a container wrapper
+    inherits the mask and the variables). ``slurm_srun_args`` and ``slurm_setup`` are merged with affrun's
+    (``--cpu-bind=none``, ``SRUN_CPUS_PER_TASK``), never overwritten; a binding ``--cpu-bind`` is an error.
+
+    ``cluster="local"`` binds the tasks of the local executor the same way. ``cluster="debug"`` runs each job
+    inside this Python process, which affrun cannot rebind before it starts: the executor warns and tasks run
+    unbound (``current_binding()`` then describes this process, ``None`` unless it was itself started by affrun).
+    """
+
+    def __init__(self, folder: str | Path, cluster: str | None = None, **kwargs: Any) -> None:
+        import submitit
+
+        affrun = {k: kwargs.pop(k) for k in list(kwargs) if k in AFFRUN_OPTIONS}
+        self._options = AffinityOptions.from_kwargs(**affrun)
+        self._user_python = {name: kwargs.pop(f"{name}_python", None) for name in (SLURM, LOCAL)}
+        for name, value in self._user_python.items():
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{name}_python={value!r}: expected a shell command string")
+        self._user_srun_args: list[str] | None = None
+        self._user_setup: list[str] | None = None
+        hooks = {f"{name}_python": task_python(self._options, self._user_python[name], name) for name in (SLURM, LOCAL)}
+        self._executor = submitit.AutoExecutor(folder=folder, cluster=cluster, **kwargs, **hooks)
+        self.cluster: str = self._executor.cluster
+        if self.cluster == DEBUG:
+            warnings.warn("AffinityExecutor(cluster='debug') runs each job inside this Python process, which affrun "
+                          "cannot bind before it starts: tasks run unbound (use cluster='local' to bind them)",
+                          RuntimeWarning, stacklevel=2)
+        elif self.cluster not in (SLURM, LOCAL):
+            warnings.warn(f"AffinityExecutor does not know how to bind tasks of submitit's {self.cluster!r} "
+                          "executor: tasks run unbound", RuntimeWarning, stacklevel=2)
+        if self.cluster == SLURM:
+            self._executor.update_parameters(slurm_srun_args=merge_srun_args(None), slurm_setup=merge_setup(None))
+
+    # -- submitit's surface ------------------------------------------------------------------------------------
+    @property
+    def executor(self) -> submitit.AutoExecutor:
+        """The wrapped ``submitit.AutoExecutor`` (its ``python`` hooks already wrap ``affrun exec``)."""
+        return self._executor
+
+    @property
+    def options(self) -> AffinityOptions:
+        return self._options
+
+    @property
+    def folder(self) -> Path:
+        return Path(self._executor.folder)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return dict(self._executor.parameters)
+
+    def update_parameters(self, **kwargs: Any) -> None:
+        """``AutoExecutor.update_parameters``, plus affrun's options; srun arguments and setup lines are merged."""
+        affrun = {k: kwargs.pop(k) for k in list(kwargs) if k in AFFRUN_OPTIONS}
+        if affrun:
+            self._set_options(AffinityOptions.from_kwargs(self._options, **affrun))
+        if "slurm_srun_args" in kwargs:
+            self._user_srun_args = list(kwargs["slurm_srun_args"] or ())
+            kwargs["slurm_srun_args"] = self._user_srun_args
+        if "slurm_setup" in kwargs:
+            self._user_setup = list(kwargs["slurm_setup"] or ())
+            kwargs["slurm_setup"] = self._user_setup
+        if self.cluster == SLURM:
+            if "slurm_srun_args" in kwargs:
+                kwargs["slurm_srun_args"] = merge_srun_args(self._user_srun_args)
+            if "slurm_setup" in kwargs:
+                kwargs["slurm_setup"] = merge_setup(self._user_setup)
+        if kwargs:
+            self._executor.update_parameters(**kwargs)
+
+    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> submitit.Job[R]:
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def map_array(self, fn: Callable[..., R], *iterable: Iterable[Any]) -> list[submitit.Job[R]]:
+        return self._executor.map_array(fn, *iterable)
+
+    def submit_array(self, fns: Sequence[Callable[[], R]]) -> list[submitit.Job[R]]:
+        return self._executor.submit_array(fns)
+
+    def batch(self, allow_implicit_submissions: bool = False) -> AbstractContextManager[None]:
+        return self._executor.batch(allow_implicit_submissions=allow_implicit_submissions)
+
+    def __getattr__(self, name: str) -> Any:  # anything else AutoExecutor offers (register_dev_folders, ...)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._executor, name)
+
+    def __repr__(self) -> str:
+        return f"AffinityExecutor(folder={str(self.folder)!r}, cluster={self.cluster!r}, options={self._options})"
+
+    # -- internals ---------------------------------------------------------------------------------------------
+    def _set_options(self, options: AffinityOptions) -> None:
+        if self._executor._delayed_batch is not None:
+            raise RuntimeError('Changing parameters within batch context "with executor.batch():" is not allowed')
+        self._options = options
+        inner = self._executor._executor
+        if self.cluster in (SLURM, LOCAL):
+            inner.python = task_python(options, self._user_python[self.cluster], self.cluster)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------------ inside a task
+@dataclass(frozen=True)
+class TaskBinding:
+    """The plan entry a process runs under, as ``affrun exec`` exported it (``AFFRUN_*`` variables)."""
+
+    local_rank: int
+    local_world_size: int
+    cpus: frozenset[int]  # the process's CPU mask (compute + loader CPUs)
+    compute_cpus: frozenset[int]  # where the OpenMP/BLAS threads run
+    loader_cpus: frozenset[int]  # reserved for DataLoader workers (empty: none)
+    numa_nodes: tuple[int, ...]
+    mem_nodes: tuple[int, ...]
+    gpu: int | None  # visible GPU index (as CUDA_VISIBLE_DEVICES numbers it), None: no GPU
+    gpu_pci: str | None
+    threads: int  # OMP_NUM_THREADS / MKL_NUM_THREADS / OPENBLAS_NUM_THREADS affrun chose
+    omp_bind: str
+    host: str = field(default_factory=socket.gethostname)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly: CPU sets as cpulist strings."""
+        d = asdict(self)
+        for name in ("cpus", "compute_cpus", "loader_cpus"):
+            d[name] = format_cpulist(d[name])
+        d["numa_nodes"] = list(self.numa_nodes)
+        d["mem_nodes"] = list(self.mem_nodes)
+        return d
+
+    def __str__(self) -> str:
+        gpu = "-" if self.gpu is None else f"{self.gpu} ({self.gpu_pci or '?'})"
+        return (f"rank {self.local_rank}/{self.local_world_size} host {self.host} cpus {format_cpulist(self.cpus)} "
+                f"numa {','.join(map(str, self.numa_nodes)) or '-'} gpu {gpu} omp {self.threads} "
+                f"loader {format_cpulist(self.loader_cpus) or '-'}")
+
+
+def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | None:
+    """The binding ``affrun exec`` gave this process, or ``None`` when it was not started through affrun.
+
+    Reads the ``AFFRUN_*`` variables (not the live mask: a process may narrow its own threads later). Raises
+    ``ValueError`` naming the variable if one of them is malformed.
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("AFFRUN_CPUS"):
+        return None
+
+    def cpus(name: str) -> frozenset[int]:
+        try:
+            return parse_cpulist(env.get(name, ""))
+        except ValueError:
+            raise ValueError(f"{name}={env.get(name)!r} is not a cpu list") from None
+
+    def ints(name: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(v) for v in env.get(name, "").split(",") if v.strip())
+        except ValueError:
+            raise ValueError(f"{name}={env.get(name)!r} is not a list of integers") from None
+
+    def one(name: str, default: int | None = None) -> int:
+        value = env.get(name, "")
+        if not value and default is not None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not an integer") from None
+
+    all_cpus = cpus("AFFRUN_CPUS")
+    compute = cpus("AFFRUN_COMPUTE_CPUS") if "AFFRUN_COMPUTE_CPUS" in env else all_cpus
+    gpu_text = env.get("AFFRUN_GPU", "")
+    return TaskBinding(
+        local_rank=one("AFFRUN_LOCAL_RANK", 0),
+        local_world_size=one("AFFRUN_LOCAL_WORLD_SIZE", 1),
+        cpus=all_cpus,
+        compute_cpus=compute,
+        loader_cpus=cpus("AFFRUN_LOADER_CPUS"),
+        numa_nodes=ints("AFFRUN_NUMA_NODES"),
+        mem_nodes=ints("AFFRUN_MEM_NODES"),
+        gpu=one("AFFRUN_GPU") if gpu_text else None,
+        gpu_pci=env.get("AFFRUN_GPU_PCI") or None,
+        threads=one("AFFRUN_THREADS", len(compute)),
+        omp_bind=env.get("AFFRUN_OMP_BIND", "rank"),
+    )
+

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from launcher.errors import TopologyError
 from launcher.slurm_env import slurm_global_visible
-from launcher.topology._files import read_cpus, read_int, read_text
+from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
 from launcher.topology.model import GPU
 
 VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
@@ -79,7 +80,47 @@ def read_pci_gpus(
                 memory_node=memory_node,
             )
         )
-    return found, warnings
+    return _with_vendor_indexes(root, found), warnings
+
+
+def _with_vendor_indexes(root: str, gpus: list[GPU]) -> list[GPU]:
+    """Set ``vendor_index``: NVML's order for NVIDIA (PCI bus order), the KFD topology order for AMD.
+
+    ROCm enumerates GPUs in ``/sys/class/kfd/kfd/topology/nodes/N`` order, which follows the firmware's
+    CRAT table and can differ from PCI bus order (LLNL's corona: bus 63, 43, 03, 27, e3, c3, 83, a3).
+    """
+    kfd = _kfd_order(root) if any(g.vendor == "amd" for g in gpus) else {}
+    out = []
+    nvidia = 0
+    for gpu in gpus:
+        if gpu.vendor == "nvidia":
+            gpu = replace(gpu, vendor_index=nvidia)
+            nvidia += 1
+        elif gpu.vendor == "amd" and gpu.pci in kfd:
+            gpu = replace(gpu, vendor_index=kfd[gpu.pci])
+        out.append(gpu)
+    return out
+
+
+def _kfd_order(root: str) -> dict[str, int]:
+    """PCI address -> position among the GPU nodes of the KFD topology (``gpu_id`` != 0)."""
+    base = os.path.join(root, "sys/class/kfd/kfd/topology/nodes")
+    order: dict[str, int] = {}
+    for node in numbered_entries(base, ""):
+        ndir = os.path.join(base, str(node))
+        if not read_int(os.path.join(ndir, "gpu_id")):
+            continue  # a CPU node
+        props: dict[str, str] = {}
+        for line in (read_text(os.path.join(ndir, "properties")) or "").splitlines():
+            key, _, value = line.partition(" ")
+            props[key] = value.strip()
+        try:
+            location, domain = int(props["location_id"]), int(props.get("domain", "0"))
+        except (KeyError, ValueError):
+            continue
+        bdf = f"{domain:04x}:{location >> 8:02x}:{(location >> 3) & 0x1F:02x}.{location & 0x7:x}"
+        order[bdf] = len(order)
+    return order
 
 
 def _node_holding(cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None) -> int | None:

@@ -53,6 +53,10 @@ class GPU:
     cpus: frozenset[int]  # local CPUs from sysfs (may be empty or "all" when unknown)
     uuid: str | None = None
     memory_node: int | None = None  # CPU-less NUMA node of the GPU's own memory (Grace Hopper, POWER9)
+    # The device's index in its vendor's runtime when every GPU is visible: NVML/nvidia-smi (PCI bus order among
+    # NVIDIA GPUs), ROCm (KFD topology order, what rocm-smi and ROCR_VISIBLE_DEVICES count; not always PCI order).
+    # None when unknown (Intel, or a source that does not say).
+    vendor_index: int | None = None
 
 
 @dataclass(frozen=True)

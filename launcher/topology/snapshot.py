@@ -39,7 +39,7 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
         ],
         "gpus": [
             {"index": g.index, "pci": g.pci, "vendor": g.vendor, "numa_node": g.numa_node, "cpus": cl(g.cpus),
-             "uuid": g.uuid, "memory_node": g.memory_node}
+             "uuid": g.uuid, "memory_node": g.memory_node, "vendor_index": g.vendor_index}
             for g in topo.gpus
         ],
         "warnings": list(topo.warnings),
@@ -155,6 +155,7 @@ def _build(data: dict[str, Any]) -> Topology:
                 _cpus(g["cpus"], f"gpus[{i}].cpus"),
                 _str(g.get("uuid"), f"gpus[{i}].uuid", optional=True),
                 _int(g.get("memory_node"), f"gpus[{i}].memory_node", optional=True),
+                _int(g.get("vendor_index"), f"gpus[{i}].vendor_index", optional=True),
             )
         )
     online = _cpus(data["online"], "online")

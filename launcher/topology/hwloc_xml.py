@@ -1,0 +1,400 @@
+"""Read a :class:`Topology` from an hwloc XML export (``lstopo --of xml``; hwloc 1.x, 2.x and 3.x formats).
+
+Standard library only (``xml.etree``). What is read:
+
+* PUs (``os_index``) are the online CPUs; the root's ``allowed_cpuset`` narrows them to the allowed set.
+  CPUs of ``complete_cpuset`` that have no PU object are reported as offline (hwloc drops offline CPUs, and
+  disallowed ones unless exported with ``--disallowed``).
+* Packages, Cores and L3 caches (``L3Cache``; ``Cache`` with ``depth="3"`` in 1.x) group the PUs below them.
+* NUMA nodes: every ``NUMANode`` (2.x/3.x: memory children attached at their locality; 1.x: tree parents),
+  CPU-less ones included. A PU belongs to the node with the smallest cpuset containing it, normal memory
+  before ``subtype`` memory (MCDRAM, HBM, GPUMemory), so a node's CPUs are what the kernel's ``cpulist`` says.
+* Distances: the NUMA latency matrix (``distances2`` in 2.x/3.x, ``distances`` with ``latency`` in 1.x).
+* GPUs: ``PCIDev`` objects whose ``pci_type`` (``"0302 [10de:1db8] ..."``) is a display class (0x0300, 0x0302,
+  0x0380) of NVIDIA, AMD or Intel. NVSwitches (0x0680) and BMC VGAs (ASPEED 0x1a03, Matrox) are not GPUs. A
+  GPU's locality is the cpuset/nodeset of its first non-I/O ancestor; its UUID comes from an NVML/CUDA OS
+  device's ``NVIDIAUUID``.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+from launcher.cpulist import format_cpulist, parse_hexmask
+from launcher.errors import TopologyError
+from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
+from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+
+_IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev", "Misc", "MemCache"})
+_LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
+
+
+class _Bad(Exception):
+    """Something in the file is not what hwloc writes (message says what)."""
+
+
+@dataclass
+class _Node:
+    os_index: int
+    locality: frozenset[int]
+    normal_memory: bool  # no subtype (DRAM) as opposed to MCDRAM/HBM/GPUMemory
+    memory_kb: int | None
+    gp_index: str | None
+    nodeset: frozenset[int] | None
+
+
+@dataclass
+class _Pci:
+    busid: str
+    vendor: int
+    locality: ET.Element | None
+    uuid: str | None
+    vendor_index: int | None  # N of the nvmlN / rsmiN OS device hwloc attached
+
+
+@dataclass
+class _Walk:
+    packages: list[tuple[int, list[int]]] = field(default_factory=list)  # (os_index, PUs)
+    cores: list[tuple[int, int | None, list[int]]] = field(default_factory=list)  # (os_index, package, PUs)
+    l3s: list[list[int]] = field(default_factory=list)
+    nodes: list[_Node] = field(default_factory=list)
+    pus: dict[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)  # pu -> (pkg, core, l3)
+    gpus: list[_Pci] = field(default_factory=list)
+
+
+def load_hwloc_xml(path: str) -> Topology:
+    """Parse ``path``; every problem is one :class:`TopologyError` line naming the file."""
+    try:
+        document = ET.parse(path)
+    except OSError as exc:
+        raise TopologyError(f"{path}: {exc.strerror or exc}") from None
+    except ET.ParseError as exc:
+        raise TopologyError(f"{path}: not well-formed XML ({exc})") from None
+    top = document.getroot()
+    if top.tag != "topology":
+        raise TopologyError(f"{path}: not an hwloc topology (root element <{top.tag}>, expected <topology>)")
+    machine = top.find("object")
+    if machine is None:
+        raise TopologyError(f"{path}: <topology> holds no <object>: not an lstopo --of xml export")
+    try:
+        return _build(path, top, machine)
+    except _Bad as exc:
+        raise TopologyError(f"{path}: {exc}") from None
+
+
+def _mask(element: ET.Element, name: str) -> frozenset[int] | None:
+    """A cpuset/nodeset attribute; ``None`` when absent or infinite (hwloc writes ``0xf...f``)."""
+    text = element.get(name)
+    if text is None or "..." in text:
+        return None
+    try:
+        return parse_hexmask(text)
+    except ValueError:
+        raise _Bad(f"{name}={text[:60]!r} on a {element.get('type')} object is not a bitmap") from None
+
+
+def _int_attr(element: ET.Element, name: str) -> int | None:
+    text = element.get(name)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise _Bad(f"{name}={text[:40]!r} on a {element.get('type')} object is not an integer") from None
+
+
+def _walk(machine: ET.Element) -> _Walk:
+    out = _Walk()
+    # (element, package index, core index, L3 index, locality: closest non-I/O ancestor with a cpuset)
+    stack: list[tuple[ET.Element, int | None, int | None, int | None, ET.Element | None]] = [
+        (machine, None, None, None, None)
+    ]
+    while stack:
+        element, pkg, core, l3, locality = stack.pop()
+        kind = element.get("type", "")
+        if kind in ("Package", "Socket"):
+            os_index = _int_attr(element, "os_index")
+            out.packages.append((-1 if os_index is None else os_index, []))
+            pkg = len(out.packages) - 1
+        elif kind == "Core":
+            os_index = _int_attr(element, "os_index")
+            out.cores.append((os_index if os_index is not None else -1, pkg, []))
+            core = len(out.cores) - 1
+        elif kind == "L3Cache" or (kind == "Cache" and element.get("depth") == "3"):
+            out.l3s.append([])
+            l3 = len(out.l3s) - 1
+        elif kind == "NUMANode":
+            out.nodes.append(_numa_node(element))
+        elif kind == "PU":
+            os_index = _int_attr(element, "os_index")
+            if os_index is None:
+                raise _Bad("a PU object has no os_index")
+            out.pus.setdefault(os_index, (pkg, core, l3))
+            if pkg is not None:
+                out.packages[pkg][1].append(os_index)
+            if core is not None:
+                out.cores[core][2].append(os_index)
+            if l3 is not None:
+                out.l3s[l3].append(os_index)
+        elif kind == "PCIDev":
+            pci = _pci_gpu(element, locality)
+            if pci is not None:
+                out.gpus.append(pci)
+        if kind not in _IO_TYPES and element.get("cpuset") is not None:
+            locality = element
+        children = element.findall("object")
+        for child in reversed(children):  # document order: logical order
+            stack.append((child, pkg, core, l3, locality))
+    return out
+
+
+def _numa_node(element: ET.Element) -> _Node:
+    os_index = _int_attr(element, "os_index")
+    if os_index is None:
+        raise _Bad("a NUMANode object has no os_index")
+    memory = _int_attr(element, "local_memory")
+    return _Node(
+        os_index=os_index,
+        locality=_mask(element, "complete_cpuset") or _mask(element, "cpuset") or frozenset(),
+        normal_memory=element.get("subtype") in (None, "", "DRAM"),
+        memory_kb=None if memory is None else memory // 1024,
+        gp_index=element.get("gp_index"),
+        nodeset=_mask(element, "nodeset"),
+    )
+
+
+def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
+    """A ``PCIDev`` that is an NVIDIA/AMD/Intel GPU, else ``None``."""
+    pci_type = element.get("pci_type", "")
+    busid = element.get("pci_busid", "").lower()
+    parts = pci_type.split()
+    if len(parts) < 2 or not busid:
+        return None
+    try:
+        klass = int(parts[0], 16)
+        vendor_text, _, device_text = parts[1].strip("[]").partition(":")
+        vendor, device = int(vendor_text, 16), int(device_text or "0", 16)
+    except ValueError:
+        raise _Bad(f"pci_type={pci_type[:40]!r} of PCI device {busid} is not 'CLASS [VENDOR:DEVICE] ...'") from None
+    if klass not in GPU_CLASSES or vendor in EXCLUDED_VENDORS or vendor not in VENDORS:
+        return None
+    if (vendor, device) in EXCLUDED_DEVICES:
+        return None
+    uuid: str | None = None
+    vendor_index: int | None = None
+    for osdev in element.iter("object"):
+        name = osdev.get("name", "")
+        for prefix in ("nvml", "rsmi"):
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                vendor_index = int(name[len(prefix):])
+        for info in osdev.findall("info"):
+            if info.get("name") == "NVIDIAUUID" and info.get("value"):
+                uuid = info.get("value")
+    return _Pci(busid, vendor, locality, uuid, vendor_index)
+
+
+def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
+    walk = _walk(machine)
+    if not walk.pus:
+        raise _Bad("no PU objects: not an lstopo --of xml export of a machine")
+    online = frozenset(walk.pus)
+    complete = _mask(machine, "complete_cpuset") or online
+    v1_online = _mask(machine, "online_cpuset")  # hwloc 1.x only: tells offline from disallowed CPUs
+    if v1_online is not None and online & v1_online:
+        online &= v1_online
+        offline = complete - v1_online
+    else:
+        offline = complete - online  # offline, or disallowed and left out of the export
+    allowed_cpuset = _mask(machine, "allowed_cpuset")
+    allowed = online if allowed_cpuset is None else online & allowed_cpuset
+    if not allowed:
+        raise _Bad(f"allowed_cpuset {machine.get('allowed_cpuset')} contains none of the PUs ({format_cpulist(online)})")
+
+    packages, package_of_pu = _packages(walk, online)
+    nodes, node_of_pu = _nodes(top, machine, walk, online)
+    l3_groups, l3_of_pu = _l3_groups(walk, online)
+    cores = _cores(walk, online, package_of_pu, node_of_pu, l3_of_pu)
+    gpus, warnings = _gpus(walk, online, nodes)
+    node_ids = frozenset(n.os_index for n in nodes)
+    allowed_nodeset = _mask(machine, "allowed_nodeset")
+    allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids
+    return Topology(
+        packages=packages,
+        numa_nodes=nodes,
+        l3_groups=l3_groups,
+        cores=cores,
+        online=online,
+        offline=offline,
+        allowed=allowed,
+        gpus=gpus,
+        source=f"hwloc-xml {path}",
+        allowed_mems=allowed_mems,
+        warnings=warnings,
+    )
+
+
+def _packages(walk: _Walk, online: frozenset[int]) -> tuple[tuple[Package, ...], dict[int, int]]:
+    """Packages with online PUs (a package of only disallowed or offline CPUs has none), plus a synthetic one
+    for PUs outside every Package object."""
+    package_of_pu: dict[int, int] = {}
+    packages: list[Package] = []
+    for os_index, pus in walk.packages:
+        cpus = frozenset(pus) & online
+        if cpus:
+            for p in cpus:
+                package_of_pu.setdefault(p, len(packages))
+            packages.append(Package(os_index=os_index, cpus=cpus))
+    loose = online - frozenset(package_of_pu)
+    if loose:
+        for p in loose:
+            package_of_pu[p] = len(packages)
+        packages.append(Package(os_index=-1 if walk.packages else 0, cpus=loose))
+    return tuple(packages), package_of_pu
+
+
+def _nodes(
+    top: ET.Element, machine: ET.Element, walk: _Walk, online: frozenset[int]
+) -> tuple[tuple[NumaNode, ...], dict[int, int]]:
+    if not walk.nodes:
+        return (NumaNode(0, online, {0: 10}),), dict.fromkeys(online, 0)
+    node_of_pu = _assign_pus_to_nodes(walk.nodes, online)
+    node_cpus: dict[int, set[int]] = {n.os_index: set() for n in walk.nodes}
+    for pu, node in node_of_pu.items():
+        node_cpus[node].add(pu)
+    distances = _distances(top, machine, walk.nodes)
+    nodes: dict[int, NumaNode] = {}
+    for n in sorted(walk.nodes, key=lambda node: node.os_index):
+        if n.os_index not in nodes:
+            nodes[n.os_index] = NumaNode(n.os_index, frozenset(node_cpus[n.os_index]), distances.get(n.os_index, {}), n.memory_kb)
+    return tuple(nodes.values()), node_of_pu
+
+
+def _l3_groups(walk: _Walk, online: frozenset[int]) -> tuple[tuple[L3Group, ...], dict[int, int]]:
+    sets: list[frozenset[int]] = []
+    for pus in walk.l3s:
+        cpus = frozenset(pus) & online
+        if cpus and cpus not in sets:
+            sets.append(cpus)
+    sets.sort(key=min)
+    l3_of_pu: dict[int, int] = {}
+    for i, cpus in enumerate(sets):
+        for p in cpus:
+            l3_of_pu.setdefault(p, i)
+    return tuple(L3Group(cpus) for cpus in sets), l3_of_pu
+
+
+def _cores(
+    walk: _Walk,
+    online: frozenset[int],
+    package_of_pu: dict[int, int],
+    node_of_pu: dict[int, int],
+    l3_of_pu: dict[int, int],
+) -> tuple[Core, ...]:
+    core_sets: list[tuple[int, tuple[int, ...]]] = []
+    in_core: set[int] = set()
+    for os_index, _pkg, pus in walk.cores:
+        members = tuple(sorted(set(pus) & online))
+        if members:
+            core_sets.append((os_index, members))
+            in_core.update(members)
+    core_sets.extend((p, (p,)) for p in sorted(online - in_core))  # PUs with no Core above them
+    cores = []
+    for os_index, members in sorted(core_sets, key=lambda c: c[1][0]):
+        first = members[0]
+        cores.append(Core(os_index, members, package_of_pu[first], node_of_pu.get(first), l3_of_pu.get(first)))
+    return tuple(cores)
+
+
+def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> tuple[tuple[GPU, ...], tuple[str, ...]]:
+    """GPUs in PCI bus order; locality from the first non-I/O ancestor's cpuset and nodeset."""
+    gpus: list[GPU] = []
+    warnings: list[str] = []
+    node_ids = frozenset(n.os_index for n in nodes)
+    with_cpus = frozenset(n.os_index for n in nodes if n.cpus)
+    nvidia = 0
+    for pci in sorted(walk.gpus, key=lambda g: _bus_key(g.busid)):
+        vendor_index = pci.vendor_index
+        if pci.vendor == 0x10DE:  # NVML numbers NVIDIA GPUs in PCI bus order
+            vendor_index = nvidia if vendor_index is None else vendor_index
+            nvidia += 1
+        cpus: frozenset[int] = frozenset()
+        numa: int | None = None
+        if pci.locality is not None:
+            cpus = (_mask(pci.locality, "complete_cpuset") or _mask(pci.locality, "cpuset") or frozenset()) & online
+            nodeset = _mask(pci.locality, "complete_nodeset") or _mask(pci.locality, "nodeset") or frozenset()
+            numa = _one(nodeset & node_ids)
+            if numa is None:  # a Group holding DDR + MCDRAM nodes: the one with CPUs
+                numa = _one(nodeset & with_cpus)
+        if numa is None:
+            warnings.append(f"GPU {pci.busid}: the XML gives no single NUMA node for it; locality taken from its cpuset")
+        gpus.append(GPU(len(gpus), pci.busid, VENDORS[pci.vendor], numa, cpus, pci.uuid, vendor_index=vendor_index))
+    return tuple(gpus), tuple(warnings)
+
+
+def _assign_pus_to_nodes(nodes: list[_Node], online: frozenset[int]) -> dict[int, int]:
+    """Each PU's NUMA node: the smallest locality holding it, normal memory first, then the lowest os_index."""
+    ranked = sorted(nodes, key=lambda n: (len(n.locality), not n.normal_memory, n.os_index))
+    out: dict[int, int] = {}
+    for node in ranked:
+        for pu in node.locality & online:
+            out.setdefault(pu, node.os_index)
+    return out
+
+
+def _distances(top: ET.Element, machine: ET.Element, nodes: list[_Node]) -> dict[int, dict[int, int]]:
+    """NUMA latency matrix: ``distances2`` (2.x/3.x) or ``distances`` (1.x); empty when the file has none."""
+    for matrix in top.iter("distances2"):
+        if matrix.get("type") != "NUMANode":
+            continue
+        kind = _int_or_zero(matrix.get("kind"))
+        if kind and not kind & _LATENCY_KIND:
+            continue
+        indexes = " ".join(e.text or "" for e in matrix.findall("indexes")).split()
+        values = " ".join(e.text or "" for e in matrix.findall("u64values")).split()
+        n = _int_or_zero(matrix.get("nbobjs"))
+        if n == 0 or len(indexes) != n or len(values) != n * n:
+            raise _Bad(f"distances2 {matrix.get('name')!r}: expected {n} indexes and {n * n} values")
+        try:
+            if matrix.get("indexing") == "gp":
+                by_gp = {node.gp_index: node.os_index for node in nodes}
+                ids = [by_gp[i] for i in indexes]
+            else:
+                ids = [int(i) for i in indexes]
+            numbers = [int(v) for v in values]
+        except (KeyError, ValueError):
+            raise _Bad(f"distances2 {matrix.get('name')!r}: indexes or values are not numbers of NUMA nodes") from None
+        return {a: {b: numbers[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
+    order = list(dict.fromkeys(node.os_index for node in nodes))
+    for matrix in machine.iter("distances"):  # hwloc 1.x: latencies relative to latency_base, NUMA nodes in order
+        latencies = [e.get("value", "") for e in matrix.findall("latency")]
+        n = _int_or_zero(matrix.get("nbobjs"))
+        if n != len(order) or len(latencies) != n * n:
+            continue
+        try:
+            base = float(matrix.get("latency_base", "1"))
+            numbers = [round(float(v) * base) for v in latencies]
+        except ValueError:
+            raise _Bad("distances: latency values are not numbers") from None
+        return {a: {b: numbers[i * n + j] for j, b in enumerate(order)} for i, a in enumerate(order)}
+    return {}
+
+
+def _int_or_zero(text: str | None) -> int:
+    try:
+        return int(text or "0")
+    except ValueError:
+        return 0
+
+
+def _one(values: frozenset[int]) -> int | None:
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def _bus_key(busid: str) -> tuple[int, ...]:
+    try:
+        domain, bus, devfn = busid.split(":")
+        dev, fn = devfn.split(".")
+        return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
+    except ValueError:
+        return (1 << 30,)

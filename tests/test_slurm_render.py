@@ -268,15 +268,16 @@ def test_builtin_templates_are_the_shipped_files() -> None:
 
 
 def test_templates_ship_in_the_wheel_config() -> None:
+    """templates/ is the package launcher.templates (a symlink), and its files are package data."""
+    link = ROOT / "launcher" / "templates"
+    assert link.is_symlink() and os.readlink(link) == "../templates"
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert config["package-dir"]["launcher.templates"] == "templates"
-    assert "*.sbatch" in config["package-data"]["launcher.templates"]
-    listed = set(config["packages"])
-    on_disk = {"launcher." + str(p.parent.relative_to(ROOT / "launcher")).replace("/", ".")
-               for p in (ROOT / "launcher").glob("*/**/__init__.py")}
-    missing = sorted(on_disk - listed)
-    assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml, or the wheel lacks them"
+    assert config["packages"]["find"]["include"] == ["launcher*"]
+    assert {"*.sbatch", "*.md"} <= set(config["package-data"]["launcher.templates"])
+    from importlib.resources import files
+
+    assert files("launcher.templates").joinpath("srun.sbatch").read_text() == (ROOT / "templates" / "srun.sbatch").read_text()
 
 
 def test_custom_template(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "slurm_global_visible",
     "slurm_gpu_ids",
     "srun_inherits_cpus_per_task",
+    "step_cpus_for_planning",
     "tasks_on_node",
 ]
 
@@ -143,6 +144,37 @@ def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
             continue
         masks.append(frozenset(bit for bit in range(number.bit_length()) if number >> bit & 1))
     return masks or None
+
+
+def step_cpus_for_planning(
+    environ: Mapping[str, str], task_mask: frozenset[int], cpuset: frozenset[int] | None
+) -> tuple[frozenset[int], str | None]:
+    """The CPU set every task of this node should plan over, and a note when it differs from ``task_mask``.
+
+    Inside an ``srun`` step without ``--cpu-bind=none``, ``task/affinity`` gives each task one part of the
+    step's CPUs, so tasks that planned over their own masks would each see a different machine. All tasks of
+    a node share the step's cpuset (``cpuset``, from the process's cgroup) and ``SLURM_CPU_BIND_LIST``, so
+    either gives every task the same plan; the Slurm mask is only an affinity, which the task may widen
+    within its cpuset (measured: a task bound to {0} sets {0,1} without error). Outside a step, or when
+    neither source covers the task's mask, the mask itself is used.
+    """
+    if not in_slurm_step(environ):
+        return task_mask, None
+    if cpuset is not None and task_mask < cpuset:
+        return cpuset, f"Slurm bound this task to CPUs {_fmt(task_mask)}; planning over the step's cpuset {_fmt(cpuset)}"
+    masks = cpu_bind_masks(environ)
+    if masks:
+        union = frozenset().union(*masks)
+        if task_mask < union:
+            return union, (f"Slurm bound this task to CPUs {_fmt(task_mask)}; planning over the step's CPUs "
+                           f"{_fmt(union)} (SLURM_CPU_BIND_LIST)")
+    return task_mask, None
+
+
+def _fmt(cpus: frozenset[int]) -> str:
+    from launcher.cpulist import format_cpulist
+
+    return format_cpulist(cpus)
 
 
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")

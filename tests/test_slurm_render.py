@@ -26,6 +26,7 @@ from launcher.slurm_env import (
     slurm_global_visible,
     slurm_gpu_ids,
     srun_inherits_cpus_per_task,
+    step_cpus_for_planning,
     tasks_on_node,
 )
 from launcher.topology.gpus import resolve_visible
@@ -372,6 +373,24 @@ def test_cpu_bind_masks() -> None:
     assert cpu_bind_masks(env) == [frozenset({0}), frozenset({1}), frozenset({4, 5, 6, 7})]
     assert cpu_bind_masks({"SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_CPU_BIND_LIST": "3,7"}) == [frozenset({3}), frozenset({7})]
     assert cpu_bind_masks({"SLURM_CPU_BIND_TYPE": "none", "SLURM_CPU_BIND_LIST": ""}) is None
+
+
+def test_every_task_of_a_node_plans_over_the_same_cpus() -> None:
+    # measured on the test cluster: srun -n2 without --cpu-bind=none gives masks {0} and {1}, cpuset 0-1
+    bound = {"SLURM_STEP_ID": "0", "SLURM_LOCALID": "0", "SLURM_CPU_BIND_TYPE": "mask_cpu:",
+             "SLURM_CPU_BIND_LIST": "0x1,0x2"}
+    cpuset = frozenset({0, 1})
+    plans = {step_cpus_for_planning({**bound, "SLURM_LOCALID": str(i)}, frozenset({i}), cpuset)[0] for i in (0, 1)}
+    assert plans == {cpuset}
+    # no cgroup (task/affinity only): the union of the node's task masks
+    assert step_cpus_for_planning(bound, frozenset({1}), None)[0] == cpuset
+    # --cpu-bind=none: the mask is the cpuset already
+    unbound = {"SLURM_STEP_ID": "0", "SLURM_LOCALID": "1", "SLURM_CPU_BIND_TYPE": "none", "SLURM_CPU_BIND_LIST": ""}
+    assert step_cpus_for_planning(unbound, cpuset, cpuset) == (cpuset, None)
+    # not in a step (batch script, plain shell): the process mask, as it is
+    assert step_cpus_for_planning({}, frozenset({1}), cpuset) == (frozenset({1}), None)
+    note = step_cpus_for_planning(bound, frozenset({0}), cpuset)[1]
+    assert note is not None and "planning over the step's cpuset 0-1" in note
 
 
 def test_versions() -> None:

@@ -324,9 +324,16 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
 
 def test_submit_without_sbatch_on_path(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}
-    proc = run_affrun("sbatch", "--submit", "--", "x", env=env)
+    proc = run_affrun("sbatch", "--submit", "--exclusive", "--", "x", env=env)
     assert proc.returncode == 2
     assert proc.stderr.decode().strip() == "affrun: error: sbatch not found on PATH (is this a Slurm login node?)"
+
+
+def test_note_when_the_job_asks_for_no_cpus() -> None:
+    proc = run_affrun("sbatch", "--", "x")
+    assert proc.returncode == 0
+    assert proc.stderr.decode().startswith("affrun: note: no --cpus-per-task and no --exclusive")
+    assert run_affrun("sbatch", "-c", "8", "--", "x").stderr == b""
 
 
 def test_directive_quoting_for_spaces() -> None:

@@ -162,6 +162,9 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
         values = _merge(ctx, kwargs, settings)
         spec = _spec(values, tuple(command))
         script = render(spec, values["template"])
+        if spec.cpus_per_task is None and not spec.exclusive and not values["template"]:
+            click.echo("affrun: note: no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs "
+                       "(often 1, or the site's DefCpuPerGPU); affrun plans within what the job gets", err=True)
         path = values["script_file"]
         if path:
             try:

@@ -125,8 +125,8 @@ def submit_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def results_within(job: Any, timeout: float = JOB_TIMEOUT) -> list[Any]:
-    """``job.results()``, failing (and cancelling the job) if it is not done within ``timeout`` seconds."""
+def wait_done(job: Any, timeout: float = JOB_TIMEOUT) -> None:
+    """Wait for ``job`` to finish, failing (and cancelling it) if it is not done within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not job.done():
         if time.monotonic() > deadline:
@@ -134,6 +134,11 @@ def results_within(job: Any, timeout: float = JOB_TIMEOUT) -> list[Any]:
             logs = "\n".join(f"--- task {i}:\n{job.task(i).stderr() or ''}" for i in range(job.num_tasks))
             pytest.fail(f"job {job.job_id} not done after {timeout:.0f}s (state {job.state}); stderr:\n{logs}")
         time.sleep(0.3)
+
+
+def results_within(job: Any, timeout: float = JOB_TIMEOUT) -> list[Any]:
+    """``job.results()`` with a deadline."""
+    wait_done(job, timeout)
     return list(job.results())
 
 
@@ -362,8 +367,9 @@ def test_exception_in_the_function_reaches_result(tmp_path: Path, submit_env: No
     ex = AffinityExecutor(folder=tmp_path / "%j", cluster="slurm")
     ex.update_parameters(tasks_per_node=1, timeout_min=2)
     job = ex.submit(boom, "boom from a bound task")
+    wait_done(job)
     with pytest.raises(submitit.core.utils.FailedJobError, match="ValueError: boom from a bound task"):
-        results_within(job)
+        job.result()
 
 
 @pytest.mark.slurm
@@ -375,8 +381,9 @@ def test_affrun_failure_in_the_task_is_reported_not_hung(tmp_path: Path, submit_
     ex.update_parameters(tasks_per_node=1, timeout_min=2)
     job = ex.submit(probe, "never runs")
     job._results_timeout_s = 2  # submitit waits this long for a result file that cannot come (its tests do the same)
+    wait_done(job)
     with pytest.raises(submitit.core.utils.UncompletedJobError, match="affrun: error: --cpus 4095"):
-        results_within(job)
+        job.result()
 
 
 @pytest.mark.slurm

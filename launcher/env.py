@@ -2,7 +2,16 @@
 
 Policy for values the user already set (``policy="safe"``, the default): a value that is safe for this rank is
 kept, a dangerous or malformed one is replaced, and either way a note says so. ``override`` always writes
-affrun's values; ``keep`` keeps every user value (still noting the dangerous ones).
+affrun's values; ``keep`` keeps every user value (still noting the dangerous ones). Dangerous means:
+- a thread count (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``) that is not a positive
+  integer or exceeds the rank's compute CPUs (the CPUs its OpenMP place holds);
+- ``OMP_PLACES`` empty, malformed, naming CPUs outside the rank, or, with ``bind="rank"``, an abstract name
+  (``cores``...) or several places: the collapse risk below;
+- ``OMP_PROC_BIND`` not a valid value;
+- ``KMP_AFFINITY`` ``disabled``, empty, malformed, with two types, or a ``proclist`` outside the rank. A kept
+  value with a type (``compact``, ``none``...) makes libiomp5 ignore ``OMP_PLACES`` (warning #182): the note
+  says so;
+- ``GOMP_CPU_AFFINITY`` outside the rank (removed rather than replaced).
 
 Binding (``bind``):
 - ``rank`` (default): one OpenMP place holding all the rank's compute CPUs. Threads stay on the rank's cores and
@@ -52,7 +61,7 @@ def omp_places(rank: RankPlan, bind: str = "rank", smt: bool = False) -> str:
     """``OMP_PLACES`` in explicit OS CPU ids: ``{0,1,2,3}`` (rank) or ``{0,64},{1,65}`` (core)."""
     if bind == "core":
         if smt:
-            return ",".join("{%d}" % p for core in rank.compute_cores for p in core)
+            return ",".join(f"{{{p}}}" for core in rank.compute_cores for p in core)
         return ",".join("{" + ",".join(map(str, core)) + "}" for core in rank.compute_cores)
     return "{" + ",".join(map(str, rank.compute_cpus)) + "}"
 
@@ -88,6 +97,7 @@ def rank_environment(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     cpus = set(rank.cpus)
+    compute = set(rank.compute_cpus)
     ours: dict[str, str] = {v: str(rank.threads) for v in THREAD_VARIABLES}
     ours["OMP_PLACES"] = omp_places(rank, bind, smt)
     ours["OMP_PROC_BIND"] = "close"
@@ -102,9 +112,11 @@ def rank_environment(
                 notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
             out[name] = value
             continue
-        problem = _problem(name, user, cpus)
+        problem = _problem(name, user, cpus, compute=compute, bind=bind)
         if policy == "keep" or problem is None:
             why = f"; {problem}" if problem else ""
+            if name == "KMP_AFFINITY" and _kmp_type(user):
+                why += "; libiomp5 ignores OMP_PLACES and OMP_PROC_BIND when KMP_AFFINITY has a type (warning #182)"
             notes.append(f"keeping {name}={user} set by the user (affrun would set {value}){why}")
             out[name] = user
         else:
@@ -125,22 +137,40 @@ def rank_environment(
     return RankEnvironment(out, tuple(unset), tuple(notes))
 
 
-def _problem(name: str, value: str, cpus: set[int]) -> str | None:
-    """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe."""
+def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> str | None:
+    """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe); used by ``affrun doctor``."""
+    return _problem(name, value, set(cpus))
+
+
+def _problem(
+    name: str, value: str, cpus: set[int], *, compute: set[int] | None = None, bind: str = "rank"
+) -> str | None:
+    """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
+
+    ``compute`` (default: ``cpus``) are the CPUs OpenMP threads run on: a thread count above their number
+    oversubscribes them. Several places (or an abstract name such as ``cores``) are a collapse risk only with
+    ``bind="rank"``: with ``bind="core"`` affrun itself pins one thread per core.
+    """
     value = value.strip()
     if name in THREAD_VARIABLES:
+        limit = len(cpus if compute is None else compute)
         first = value.split(",")[0].strip()
         if not first.isdigit() or int(first) < 1:
             return "not a positive thread count"
-        if int(first) > len(cpus):
-            return f"{first} threads oversubscribe the rank's {len(cpus)} CPU(s)"
+        if int(first) > limit:
+            return f"{int(first)} threads oversubscribe the rank's {limit} compute CPU(s)"
         return None
     if name == "OMP_PROC_BIND":
         items = [v.strip().lower() for v in value.split(",")]
         return None if items and all(v in PROC_BIND_VALUES for v in items) else "not a valid OMP_PROC_BIND value"
     if name == "OMP_PLACES":
+        if not value:
+            return "empty OMP_PLACES"
         base = value.split("(")[0].strip().lower()
-        collapse = "pins the main thread to one place at import, and forked DataLoader workers inherit it"
+        collapse = (
+            None if bind == "core"
+            else "pins the main thread to one place at import, and forked DataLoader workers inherit it"
+        )
         if base in ABSTRACT_PLACES:
             return collapse
         ids = _place_ids(value)
@@ -197,6 +227,16 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
         if outside:
             return f"proclist CPUs {format_cpulist(outside)} are outside the rank's CPUs"
     return None
+
+
+def _kmp_type(value: str) -> str | None:
+    """The affinity type named in a ``KMP_AFFINITY`` value (``compact``, ``none``...), if any."""
+    text = value.lower()
+    if "proclist=" in text:
+        start = text.index("proclist=")
+        end = text.find("]", start)
+        text = text[:start] + (text[end + 1 :] if end >= 0 else "")
+    return next((t.strip() for t in text.split(",") if t.strip() in KMP_TYPES), None)
 
 
 def _place_ids(value: str) -> set[int] | None:

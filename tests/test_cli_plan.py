@@ -1,0 +1,272 @@
+"""The documented JSON contracts of ``affrun plan --json`` and ``affrun topology --json``, through click's
+CliRunner and through a real ``affrun`` process, and the one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from launcher.cli import cli
+from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+
+RANK_KEYS = {
+    "local_rank": int,
+    "cpus": list,
+    "compute_cores": list,
+    "loader_cpus": list,
+    "gpu": (int, type(None)),
+    "gpu_pci": (str, type(None)),
+    "numa_nodes": list,
+    "mem_nodes": list,
+    "threads": int,
+    "shared": bool,
+    "reasons": list,
+    "warnings": list,
+    "env": dict,
+    "unset": list,
+    "notes": list,
+    "mem_policy": str,
+}
+PLAN_KEYS = {"mode": str, "smt": bool, "gpu_order": str, "ranks": list, "warnings": list}
+TOPOLOGY_KEYS = {
+    "packages": int,
+    "numa_nodes": list,
+    "cores": list,
+    "cpus": list,
+    "gpus": list,
+    "l3_groups": list,
+    "online": str,
+    "offline": str,
+    "source": str,
+    "warnings": list,
+}
+GPU_KEYS = {
+    "index": int,
+    "physical_index": int,
+    "pci": str,
+    "vendor": str,
+    "numa_node": (int, type(None)),
+    "cpus": list,
+    "uuid": (str, type(None)),
+}
+
+
+def machine() -> FakeMachine:
+    """2 sockets x 8 cores, SMT2 (siblings c and c+16), node 0 = 0-7,16-23, node 1 = 8-15,24-31; 4 NVIDIA GPUs,
+    0 and 1 on node 0, 2 and 3 on node 1; plus a CPU-less node 2 (HBM-like)."""
+    m = uniform(packages=2, cores_per_package=8, threads=2)
+    m.cpuless_nodes = [2]
+    m.gpus = [
+        FakeGPU(pci=f"0000:{bus}:00.0", numa_node=i // 2, uuid=f"GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd")
+        for i, bus in enumerate(["18", "2a", "9a", "ab"])
+    ]
+    return m
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(write_tree(tmp_path_factory.mktemp("cli") / "root", machine()))
+
+
+def clean_env(**extra: str) -> dict[str, str | None]:
+    """CliRunner env: drop the caller's OpenMP/BLAS/GPU variables so the plan depends only on the test."""
+    prefixes = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_")
+    names = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(prefixes) or k in names}
+    env.update(extra)
+    return env
+
+
+def invoke(args: list[str], **env: str) -> Result:
+    return CliRunner().invoke(cli, args, env=clean_env(**env), catch_exceptions=False)
+
+
+def check_types(obj: dict[str, Any], keys: dict[str, Any], where: str) -> None:
+    missing = set(keys) - set(obj)
+    assert not missing, f"{where}: missing keys {sorted(missing)}"
+    for key, kind in keys.items():
+        assert isinstance(obj[key], kind), f"{where}.{key} is {type(obj[key]).__name__}"
+        if kind is int:
+            assert not isinstance(obj[key], bool), f"{where}.{key} is a bool"
+
+
+def check_plan_contract(data: dict[str, Any], smt: bool = False) -> None:
+    check_types(data, PLAN_KEYS, "plan")
+    assert all(isinstance(w, str) for w in data["warnings"])
+    for rank in data["ranks"]:
+        where = f"rank {rank['local_rank']}"
+        check_types(rank, RANK_KEYS, where)
+        assert all(isinstance(c, int) for c in rank["cpus"])
+        assert set(rank["loader_cpus"]) <= set(rank["cpus"]), where
+        compute = {p for core in rank["compute_cores"] for p in core}
+        assert compute | set(rank["loader_cpus"]) == set(rank["cpus"]), where
+        units = len(compute) if smt else len(rank["compute_cores"])
+        assert rank["threads"] == units, where
+        assert rank["env"]["OMP_NUM_THREADS"] == str(units), where
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in rank["env"].items()), where
+        assert all(isinstance(n, str) for n in rank["notes"] + rank["reasons"] + rank["unset"]), where
+
+
+# ---------------------------------------------------------------------------------------------- plan --json
+def test_plan_json_contract(root: str) -> None:
+    result = invoke(["plan", "--fsroot", root, "--json", "--loader-cores", "1"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    check_plan_contract(data)
+    # Default rank count: one per visible GPU; rank i uses GPU i, 2 ranks per node, 4 cores each, 1 for loaders.
+    assert [(r["gpu"], r["numa_nodes"]) for r in data["ranks"]] == [(0, [0]), (1, [0]), (2, [1]), (3, [1])]
+    r0 = data["ranks"][0]
+    assert r0["cpus"] == [0, 1, 2, 3, 16, 17, 18, 19]
+    assert r0["loader_cpus"] == [3, 19]
+    assert r0["env"]["OMP_NUM_THREADS"] == "3"
+    assert r0["env"]["OMP_PLACES"] == "{0,1,2,16,17,18}"
+    assert r0["env"]["AFFRUN_GPU_PCI"] == r0["gpu_pci"] == "0000:18:00.0"
+    assert r0["mem_policy"] == "preferred"  # two nodes with CPUs: auto means preferred
+    assert data["mode"] == "exclusive" and data["gpu_order"] == "rank" and data["smt"] is False
+
+
+def test_plan_json_smt_counts_hardware_threads(root: str) -> None:
+    result = invoke(["plan", "--fsroot", root, "--json", "--smt", "--nproc-per-node", "2", "--no-gpu"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    check_plan_contract(data, smt=True)
+    assert [r["env"]["OMP_NUM_THREADS"] for r in data["ranks"]] == ["16", "16"]
+    assert [r["gpu"] for r in data["ranks"]] == [None, None]
+
+
+@pytest.mark.parametrize(
+    "visible",
+    ["2,0", "GPU-00000002-aaaa-bbbb-cccc-dddddddddddd,GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"],
+    ids=["indices", "uuids"],
+)
+def test_gpu_is_the_visible_index(root: str, visible: str) -> None:
+    # CUDA_VISIBLE_DEVICES=2,0: visible GPU 0 is physical GPU 2 (bus 9a, node 1), visible 1 is physical 0.
+    result = invoke(["plan", "--fsroot", root, "--json"], CUDA_VISIBLE_DEVICES=visible)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    check_plan_contract(data)
+    assert [(r["gpu"], r["gpu_pci"], r["numa_nodes"]) for r in data["ranks"]] == [
+        (0, "0000:9a:00.0", [1]),
+        (1, "0000:18:00.0", [0]),
+    ]
+    assert [r["env"]["AFFRUN_GPU"] for r in data["ranks"]] == ["0", "1"]
+    topo = json.loads(invoke(["topology", "--fsroot", root, "--json"], CUDA_VISIBLE_DEVICES=visible).stdout)
+    assert [(g["index"], g["physical_index"], g["pci"]) for g in topo["gpus"]] == [
+        (0, 2, "0000:9a:00.0"),
+        (1, 0, "0000:18:00.0"),
+    ]
+
+
+def test_plan_json_reports_user_values(root: str) -> None:
+    result = invoke(
+        ["plan", "--fsroot", root, "--json", "--nproc-per-node", "1"],
+        KMP_AFFINITY="disabled",
+        OMP_NUM_THREADS="2",
+    )
+    data = json.loads(result.stdout)
+    (rank,) = data["ranks"]
+    assert rank["env"]["KMP_AFFINITY"] == "granularity=fine"
+    assert rank["env"]["OMP_NUM_THREADS"] == "2"  # safe: fewer threads than cores, kept
+    assert any(n.startswith("KMP_AFFINITY=disabled replaced") for n in rank["notes"])
+    assert any(n.startswith("keeping OMP_NUM_THREADS=2") for n in rank["notes"])
+
+
+# ---------------------------------------------------------------------------------------------- topology --json
+def test_topology_json_contract(root: str) -> None:
+    result = invoke(["topology", "--fsroot", root, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    check_types(data, TOPOLOGY_KEYS, "topology")
+    assert data["packages"] == 2
+    assert [n["id"] for n in data["numa_nodes"]] == [0, 1, 2]
+    assert data["numa_nodes"][2]["cpus"] == []  # CPU-less nodes are listed
+    for node in data["numa_nodes"]:
+        assert isinstance(node["id"], int) and isinstance(node["cpus"], list) and isinstance(node["distances"], dict)
+        assert all(isinstance(k, str) and isinstance(v, int) for k, v in node["distances"].items())
+    assert data["cpus"] == list(range(32))
+    assert data["cores"][0] == [0, 16] and len(data["cores"]) == 16
+    assert len(data["gpus"]) == 4
+    for gpu in data["gpus"]:
+        check_types(gpu, GPU_KEYS, f"gpu {gpu['index']}")
+        assert gpu["vendor"] in ("nvidia", "amd", "intel")
+    assert [g["numa_node"] for g in data["gpus"]] == [0, 0, 1, 1]
+
+
+def test_topology_cpus_narrows_the_allowed_set(root: str) -> None:
+    data = json.loads(invoke(["topology", "--fsroot", root, "--json", "--cpus", "0-3,16-19"]).stdout)
+    assert data["cpus"] == [0, 1, 2, 3, 16, 17, 18, 19]
+    assert data["cores"] == [[0, 16], [1, 17], [2, 18], [3, 19]]
+    assert data["numa_nodes"][1]["cpus"] == []
+
+
+# ---------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nproc-per-node", "17"], "17 ranks but only 16 whole core(s) are available"),
+        (["--nproc-per-node", "2", "--gpus", "0,9"], "GPU 9 does not exist: 4 GPU(s) are visible"),
+        (["--nproc-per-node", "2", "--gpus", "0,x"], "--gpus '0,x': expected visible GPU indices"),
+        (["--nproc-per-node", "2", "--map", "0-3;;"], "a rank has an empty cpu list"),
+        (["--nproc-per-node", "2", "--map", "0-3"], "--map gives 1 CPU list(s) for 2 ranks"),
+        (["--mode", "map"], "--mode map needs --map"),
+        (["--mode", "numa", "--map", "0;1;2;3"], "--mode numa would ignore"),
+        (["--reserve", "zero"], "--reserve 'zero': not a cpu list"),
+        (["--cpus", "99"], "--cpus 99: none of these CPUs is allowed here"),
+        (["--loader-cores", "8"], "--loader-cores 8 leaves rank 0 no compute core"),
+    ],
+)
+def test_errors_are_one_line_with_exit_2(root: str, args: list[str], message: str) -> None:
+    result = invoke(["plan", "--fsroot", root, "--json", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("affrun: error: ") and message in lines[0], lines[0]
+
+
+def test_missing_fsroot_is_an_error(tmp_path: Path) -> None:
+    result = invoke(["topology", "--fsroot", str(tmp_path / "nowhere"), "--json"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("affrun: error: ") and len(result.stderr.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------- a real process
+def run_affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in clean_env().items() if v is not None}
+    full = {k: v for k, v in os.environ.items() if k not in clean_env()}
+    full.update(base)
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=full, timeout=60
+    )
+
+
+def test_real_process_plan_and_topology(root: str) -> None:
+    proc = run_affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "4", env={"CUDA_VISIBLE_DEVICES": "3,2,1,0"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    check_plan_contract(data)
+    assert [(r["gpu"], r["gpu_pci"]) for r in data["ranks"]] == [
+        (0, "0000:ab:00.0"),
+        (1, "0000:9a:00.0"),
+        (2, "0000:2a:00.0"),
+        (3, "0000:18:00.0"),
+    ]
+    proc = run_affrun("topology", "--fsroot", root, "--json")
+    assert proc.returncode == 0, proc.stderr
+    check_types(json.loads(proc.stdout), TOPOLOGY_KEYS, "topology")
+
+
+def test_real_process_error_is_one_line(root: str) -> None:
+    proc = run_affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "40")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("affrun: error: 40 ranks but only 16 whole core(s)")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr

@@ -1,0 +1,388 @@
+"""The per-rank environment: what affrun exports, how it treats values the user already set, numactl arguments,
+and a check with the real OpenMP runtimes (libgomp and libiomp5) that the exported variables bind every thread
+inside the rank's CPUs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cpulist import parse_cpulist
+from launcher.env import (
+    KMP_DEFAULT,
+    effective_mem_policy,
+    numactl_args,
+    omp_places,
+    plan_json,
+    rank_environment,
+    variable_problem,
+)
+from launcher.plan import Plan, RankPlan, Request, make_plan
+from launcher.topology import load_topology
+from tests.conftest import need
+
+# A rank of a machine whose SMT siblings are c and c+64: cores 0-3, the last one kept for DataLoader workers.
+RANK = RankPlan(
+    local_rank=1,
+    cpus=(0, 1, 2, 3, 64, 65, 66, 67),
+    compute_cores=((0, 64), (1, 65), (2, 66)),
+    loader_cpus=(3, 67),
+    gpu=1,
+    gpu_pci="0000:0f:00.0",
+    numa_nodes=(3,),
+    mem_nodes=(3,),
+    threads=3,
+)
+
+
+def env_for(user: dict[str, str], **kwargs: object) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
+    e = rank_environment(RANK, local_world_size=4, user_env=user, **kwargs)  # type: ignore[arg-type]
+    return e.set, e.unset, e.notes
+
+
+# ---------------------------------------------------------------------------------------------- what affrun sets
+def test_defaults_without_user_values() -> None:
+    env, unset, notes = env_for({})
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "3"
+    assert env["OMP_PLACES"] == "{0,1,2,64,65,66}"  # compute CPUs only: the loader core stays free
+    assert env["OMP_PROC_BIND"] == "close"
+    assert env["KMP_AFFINITY"] == KMP_DEFAULT == "granularity=fine"
+    assert unset == ()
+    assert notes == ()
+
+
+def test_affrun_variables() -> None:
+    env, _, _ = env_for({})
+    assert {k: v for k, v in env.items() if k.startswith("AFFRUN_")} == {
+        "AFFRUN_LOCAL_RANK": "1",
+        "AFFRUN_LOCAL_WORLD_SIZE": "4",
+        "AFFRUN_CPUS": "0-3,64-67",
+        "AFFRUN_COMPUTE_CPUS": "0-2,64-66",
+        "AFFRUN_LOADER_CPUS": "3,67",
+        "AFFRUN_NUMA_NODES": "3",
+        "AFFRUN_MEM_NODES": "3",
+        "AFFRUN_GPU": "1",
+        "AFFRUN_GPU_PCI": "0000:0f:00.0",
+        "AFFRUN_THREADS": "3",
+        "AFFRUN_OMP_BIND": "rank",
+    }
+    cpu_only = RankPlan(0, (5,), ((5,),), (), None, None, (), (), 1)
+    env = rank_environment(cpu_only, local_world_size=1, user_env={}).set
+    assert (env["AFFRUN_GPU"], env["AFFRUN_GPU_PCI"], env["AFFRUN_LOADER_CPUS"], env["AFFRUN_NUMA_NODES"]) == ("", "", "", "")
+
+
+@pytest.mark.parametrize(
+    ("bind", "smt", "places"),
+    [
+        ("rank", False, "{0,1,2,64,65,66}"),
+        ("rank", True, "{0,1,2,64,65,66}"),
+        ("core", False, "{0,64},{1,65},{2,66}"),
+        ("core", True, "{0},{64},{1},{65},{2},{66}"),
+    ],
+)
+def test_omp_places_format(bind: str, smt: bool, places: str) -> None:
+    assert omp_places(RANK, bind, smt) == places
+    env, _, _ = env_for({}, bind=bind, smt=smt)
+    assert env["OMP_PLACES"] == places
+    assert env["AFFRUN_OMP_BIND"] == bind
+
+
+def test_core_binding_without_loader_cores_recommends_worker_init_fn() -> None:
+    rank = RankPlan(0, (0, 1), ((0,), (1,)), (), None, None, (0,), (0,), 2)
+    notes = rank_environment(rank, local_world_size=1, user_env={}, bind="core").notes
+    assert any("launcher.torch.worker_init_fn" in n for n in notes)
+
+
+@pytest.mark.parametrize("policy", ["safe", "override", "keep"])
+@pytest.mark.parametrize("bind", ["rank", "core"])
+def test_every_value_is_a_string(policy: str, bind: str) -> None:
+    hostile = {"OMP_NUM_THREADS": "64", "KMP_AFFINITY": "disabled", "OMP_PLACES": "cores", "GOMP_CPU_AFFINITY": "0-127"}
+    e = rank_environment(RANK, local_world_size=4, user_env=hostile, bind=bind, policy=policy)
+    assert e.set and all(isinstance(k, str) and isinstance(v, str) for k, v in e.set.items())
+    assert all(isinstance(n, str) for n in (*e.unset, *e.notes))
+    applied = e.apply_to({**hostile, "PATH": "/bin"})
+    assert applied["PATH"] == "/bin"
+    assert all(isinstance(v, str) for v in applied.values())
+    for name in e.unset:
+        assert name not in applied
+
+
+# ---------------------------------------------------------------------------------------------- the user's values
+SAFE = [
+    ("OMP_NUM_THREADS", "2"),  # fewer threads than compute cores
+    ("OMP_NUM_THREADS", "6"),  # one per compute hardware thread: not oversubscribed
+    ("OMP_NUM_THREADS", "3,2"),  # nested list: the outer level counts
+    ("MKL_NUM_THREADS", "1"),
+    ("OPENBLAS_NUM_THREADS", "2"),
+    ("OMP_PROC_BIND", "spread"),
+    ("OMP_PROC_BIND", "spread,close"),
+    ("OMP_PLACES", "{0,1,2}"),  # one place inside the rank
+    ("OMP_PLACES", "{0:3}"),  # interval notation: 0,1,2
+    ("KMP_AFFINITY", "granularity=core"),  # no type
+    ("KMP_AFFINITY", "noverbose,granularity=fine"),
+    ("KMP_AFFINITY", "granularity=fine,compact,1,0"),  # Intel's usual advice: a type, inside the process mask
+    ("KMP_AFFINITY", "explicit,proclist=[0,1,2,64]"),
+    ("KMP_AFFINITY", "none"),
+]
+
+DANGEROUS = [
+    ("OMP_NUM_THREADS", "7", "7 threads oversubscribe the rank's 6 compute CPU(s)"),
+    ("OMP_NUM_THREADS", "8", "8 threads oversubscribe"),  # 8 = all the rank's CPUs, but 2 are loader CPUs
+    ("OMP_NUM_THREADS", "0", "not a positive thread count"),
+    ("OMP_NUM_THREADS", "", "not a positive thread count"),
+    ("OMP_NUM_THREADS", "four", "not a positive thread count"),
+    ("MKL_NUM_THREADS", "128", "oversubscribe"),
+    ("OPENBLAS_NUM_THREADS", "-1", "not a positive thread count"),
+    ("OMP_PROC_BIND", "sideways", "not a valid OMP_PROC_BIND value"),
+    ("OMP_PROC_BIND", "", "not a valid OMP_PROC_BIND value"),
+    ("OMP_PLACES", "{0,1,99}", "CPUs 99 are outside the rank's CPUs"),
+    ("OMP_PLACES", "{4:4}", "CPUs 4-7 are outside the rank's CPUs"),
+    ("OMP_PLACES", "cores", "pins the main thread to one place"),
+    ("OMP_PLACES", "threads(4)", "pins the main thread to one place"),
+    ("OMP_PLACES", "{0},{1},{2}", "pins the main thread to one place"),
+    ("OMP_PLACES", "", "empty OMP_PLACES"),
+    ("OMP_PLACES", "{a,b}", "not a valid OMP_PLACES value"),
+    ("KMP_AFFINITY", "disabled", "disabled: threads are not bound and migrate"),
+    ("KMP_AFFINITY", "granularity=fine,disabled", "disabled"),
+    ("KMP_AFFINITY", "", "empty KMP_AFFINITY"),
+    ("KMP_AFFINITY", "  ", "empty KMP_AFFINITY"),
+    ("KMP_AFFINITY", "compactt", "malformed KMP_AFFINITY token 'compactt'"),
+    ("KMP_AFFINITY", "granularity=atom", "malformed KMP_AFFINITY token"),
+    ("KMP_AFFINITY", "compact,scatter", "more than one affinity type"),
+    ("KMP_AFFINITY", "explicit,proclist=[0,1,100-101]", "proclist CPUs 100-101 are outside the rank's CPUs"),
+    ("KMP_AFFINITY", "explicit,proclist=[0,1", "malformed proclist"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), SAFE)
+def test_safe_user_value_is_kept_with_a_note(name: str, value: str) -> None:
+    env, _, notes = env_for({name: value})
+    assert env[name] == value
+    assert any(n.startswith(f"keeping {name}={value} set by the user") for n in notes)
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), DANGEROUS)
+def test_dangerous_user_value_is_replaced_with_the_reason(name: str, value: str, problem: str) -> None:
+    ours, _, _ = env_for({})
+    env, _, notes = env_for({name: value})
+    assert env[name] == ours[name]
+    assert any(n.startswith(f"{name}={value} replaced by {ours[name]}: ") and problem in n for n in notes), notes
+
+
+@pytest.mark.parametrize(("name", "value", "problem"), DANGEROUS)
+def test_keep_policy_keeps_dangerous_values_but_says_why(name: str, value: str, problem: str) -> None:
+    env, _, notes = env_for({name: value}, policy="keep")
+    assert env[name] == value
+    assert any(n.startswith(f"keeping {name}={value}") and problem in n for n in notes), notes
+
+
+@pytest.mark.parametrize(("name", "value"), SAFE)
+def test_override_policy_replaces_even_safe_values(name: str, value: str) -> None:
+    ours, _, _ = env_for({})
+    env, _, notes = env_for({name: value}, policy="override")
+    assert env[name] == ours[name]
+    assert f"{name}={value} replaced by {ours[name]} (--env-policy override)" in notes
+
+
+def test_a_value_equal_to_affruns_is_silent() -> None:
+    ours, _, _ = env_for({})
+    _, _, notes = env_for({k: ours[k] for k in ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY")})
+    assert notes == ()
+
+
+def test_kept_kmp_type_warns_about_182() -> None:
+    _, _, notes = env_for({"KMP_AFFINITY": "granularity=fine,compact"})
+    assert any("warning #182" in n for n in notes)
+    _, _, notes = env_for({"KMP_AFFINITY": "granularity=core"})
+    assert not any("warning #182" in n for n in notes)
+
+
+@pytest.mark.parametrize("value", ["cores", "{0},{1},{2}", "{0,64},{1,65}"])
+def test_per_core_places_are_fine_when_binding_per_core(value: str) -> None:
+    env, _, notes = env_for({"OMP_PLACES": value}, bind="core")
+    assert env["OMP_PLACES"] == value
+    assert not any("replaced" in n for n in notes)
+    env, _, _ = env_for({"OMP_PLACES": "{0},{99}"}, bind="core")
+    assert env["OMP_PLACES"] == "{0,64},{1,65},{2,66}"  # outside the rank is still replaced
+
+
+def test_gomp_cpu_affinity() -> None:
+    _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-2 64"})
+    assert unset == ()
+    _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-127"})
+    assert unset == ("GOMP_CPU_AFFINITY",)
+    assert any("GOMP_CPU_AFFINITY=0-127 removed: CPUs 4-63,68-127 are outside the rank's CPUs" in n for n in notes)
+    _, unset, _ = env_for({"GOMP_CPU_AFFINITY": "zero"})
+    assert unset == ("GOMP_CPU_AFFINITY",)
+    _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-127"}, policy="keep")
+    assert unset == ()
+
+
+def test_doctor_helper_matches_the_policy() -> None:
+    cpus = frozenset(RANK.cpus)
+    assert variable_problem("KMP_AFFINITY", "disabled", cpus)
+    assert variable_problem("OMP_NUM_THREADS", "9", cpus)
+    assert variable_problem("OMP_NUM_THREADS", "8", cpus) is None  # without compute CPUs: all the rank's CPUs
+    assert variable_problem("OMP_PLACES", "{0,1}", cpus) is None
+
+
+def test_unknown_bind_or_policy() -> None:
+    with pytest.raises(ValueError, match="bind"):
+        env_for({}, bind="socket")
+    with pytest.raises(ValueError, match="policy"):
+        env_for({}, policy="maybe")
+
+
+# ---------------------------------------------------------------------------------------------- numactl, JSON
+@pytest.mark.parametrize(
+    ("policy", "args"),
+    [
+        ("membind", ["numactl", "--physcpubind=0-3,64-67", "--membind=3"]),
+        ("preferred", ["numactl", "--physcpubind=0-3,64-67", "--preferred=3"]),
+        ("interleave", ["numactl", "--physcpubind=0-3,64-67", "--interleave=3"]),
+        ("none", ["numactl", "--physcpubind=0-3,64-67"]),
+    ],
+)
+def test_numactl_args(policy: str, args: list[str]) -> None:
+    assert numactl_args(RANK, policy) == args
+    assert numactl_args(RANK, policy, bind_cpus=False) == [a for a in args if not a.startswith("--physcpubind")]
+
+
+def test_numactl_args_two_nodes_and_none() -> None:
+    rank = RankPlan(0, (0, 8), ((0,), (8,)), (), None, None, (0, 1), (0, 1), 2, shared=True)
+    assert numactl_args(rank, "membind") == ["numactl", "--physcpubind=0,8", "--membind=0,1"]
+    assert numactl_args(rank, "preferred") == ["numactl", "--physcpubind=0,8", "--preferred=0"]
+    nomem = RankPlan(0, (0,), ((0,),), (), None, None, (), (), 1)
+    assert numactl_args(nomem, "membind") == ["numactl", "--physcpubind=0"]
+
+
+def test_effective_mem_policy() -> None:
+    assert effective_mem_policy("auto", 2) == "preferred"
+    assert effective_mem_policy("auto", 1) == "none"
+    assert effective_mem_policy("membind", 1) == "membind"
+
+
+def test_plan_json_adds_env_per_rank() -> None:
+    plan = Plan((RANK,), "exclusive", False, "rank")
+    envs = [rank_environment(RANK, local_world_size=1, user_env={"OMP_PLACES": "cores"})]
+    out = plan_json(plan.to_dict(), envs, "preferred")
+    ranks: list[dict[str, Any]] = out["ranks"]  # type: ignore[assignment]
+    (rank,) = ranks
+    assert rank["env"]["OMP_PLACES"] == "{0,1,2,64,65,66}"
+    assert rank["unset"] == []
+    assert any("OMP_PLACES=cores replaced" in n for n in rank["notes"])
+    assert rank["mem_policy"] == "preferred"
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+# ---------------------------------------------------------------------------------------------- real runtimes
+OMP_SOURCE = r"""
+#include <omp.h>
+#include <stdio.h>
+int main(void) {
+    double total = 0.0;
+    int team = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+        for (long i = 0; i < 200000; i++) total += (double)i * 1e-9;
+#pragma omp single
+        team = omp_get_num_threads();
+        /* libgomp's OMP_DISPLAY_AFFINITY report skips a team of one: ask each thread for the same report. */
+#pragma omp critical
+        {
+            omp_display_affinity(NULL);
+            fflush(stdout);
+        }
+    }
+    printf("team=%d total=%.1f\n", team, total);
+    return 0;
+}
+"""
+GOMP_LINE = re.compile(r"^level 1 thread (0x[0-9a-f]+) affinity (\S+)$", re.M)
+IOMP_LINE = re.compile(r"^OMP: pid \d+ tid \d+ thread (\d+) bound to OS proc set \{([^}]*)\}$", re.M)
+HOSTILE = {"KMP_AFFINITY": "disabled", "OMP_PLACES": "cores", "OMP_NUM_THREADS": "16", "GOMP_CPU_AFFINITY": "0-1023"}
+
+
+@pytest.fixture(scope="module")
+def omp_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same OpenMP program built against libgomp (gcc -fopenmp) and linked directly to libiomp5.
+
+    A gcc -fopenmp binary with LD_PRELOAD=libiomp5 would still load libgomp, whose constructor binds first;
+    so the libiomp5 build compiles with -fopenmp (GOMP_* entry points, which libiomp5 implements) and links
+    against libiomp5 alone.
+    """
+    need(shutil.which("gcc"), "gcc is not installed")
+    libdir = Path(sys.prefix) / "lib"
+    need((libdir / "libiomp5.so").exists(), f"libiomp5 not found in {libdir} (pip install intel-openmp)")
+    out = tmp_path_factory.mktemp("omp")
+    src = out / "probe.c"
+    src.write_text(OMP_SOURCE)
+    subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out / "probe_gomp")], check=True)
+    subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(out / "probe.o")], check=True)
+    subprocess.run(
+        ["gcc", str(out / "probe.o"), "-o", str(out / "probe_iomp"), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"],
+        check=True,
+    )
+    return {"libgomp": out / "probe_gomp", "libiomp5": out / "probe_iomp"}
+
+
+def live_rank(cpus: str) -> RankPlan:
+    """The plan of one rank on this machine, restricted to ``cpus`` (the real reader and planner)."""
+    topo = load_topology(cpus=cpus)
+    return make_plan(topo, Request(nproc=1)).ranks[0]
+
+
+def run_rank(binary: Path, rank: RankPlan, user_env: dict[str, str], bind: str) -> str:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_"))}
+    base.update(user_env)
+    e = rank_environment(rank, local_world_size=1, user_env=base, bind=bind)
+    env = e.apply_to(base)
+    env["OMP_DISPLAY_AFFINITY"] = "true"
+    mask = set(rank.cpus)
+    proc = subprocess.run(
+        [str(binary)],
+        env=env,
+        preexec_fn=lambda: os.sched_setaffinity(0, mask),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("runtime", ["libgomp", "libiomp5"])
+@pytest.mark.parametrize("user_env", [{}, HOSTILE], ids=["clean", "hostile"])
+@pytest.mark.parametrize(("cpus", "bind"), [("1", "rank"), ("all", "rank"), ("all", "core")])
+def test_real_runtime_binds_every_thread_inside_the_rank(
+    omp_binaries: dict[str, Path], runtime: str, user_env: dict[str, str], cpus: str, bind: str
+) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    need(len(allowed) >= 2 and 1 in allowed, "needs CPUs 0 and 1 in this process's affinity mask")
+    rank = live_rank("1" if cpus == "1" else ",".join(map(str, allowed)))
+    if cpus == "1":
+        assert rank.cpus == (1,) and rank.threads == 1
+    output = run_rank(omp_binaries[runtime], rank, user_env, bind)
+    assert f"team={rank.threads} " in output, output
+    # Each thread reports twice (OMP_DISPLAY_AFFINITY and omp_display_affinity): one entry per thread.
+    if runtime == "libgomp":
+        reports = {thread: parse_cpulist(cpus) for thread, cpus in GOMP_LINE.findall(output)}
+    else:
+        reports = {thread: parse_cpulist(cpus) for thread, cpus in IOMP_LINE.findall(output)}
+        assert "Warning #182" not in output, output
+        assert "OMP: Error" not in output, output
+    bound = list(reports.values())
+    assert len(bound) == rank.threads, output
+    for cpuset in bound:
+        assert cpuset and cpuset <= set(rank.cpus), f"a thread is bound to {sorted(cpuset)}, outside {rank.cpus}"
+    if bind == "core":  # one thread per core, each on its own
+        assert sorted(min(s) for s in bound) == sorted(min(core) for core in rank.compute_cores)
+    else:  # one place: every thread may use all compute CPUs
+        assert all(s == set(rank.compute_cpus) for s in bound), output

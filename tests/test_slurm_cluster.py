@@ -295,11 +295,13 @@ def test_rank_sits_near_its_own_gpu_when_visible_indices_are_relative(cluster: C
 
 
 def test_failing_job_exit_code_propagates_through_submit_wait(cluster: Cluster, outdir: Path) -> None:
+    script = outdir / "exit3.sbatch"  # -o FILE with --submit: the file is written, then submitted
     proc = submit("exit3", ["--style", "srun", "--nodes", "1", "--ntasks-per-node", "1", "--affrun", AFFRUN,
-                            "--no-gpu", "--mem-policy", "none",
+                            "--no-gpu", "--mem-policy", "none", "-o", str(script),
                             "--", sys.executable, "-c", "import sys; sys.exit(3)"], outdir)
     assert proc.returncode == 3, f"{proc.stderr}\n{job_log(outdir)}"
     assert proc.stdout.strip().isdigit()
+    assert "sys.exit(3)" in script.read_text()
     missing = submit("exit127", ["--style", "srun", "--nodes", "1", "--ntasks-per-node", "1", "--affrun", AFFRUN,
                                  "--no-gpu", "--mem-policy", "none", "--", "/nonexistent/prog"], outdir)
     assert missing.returncode == 127, f"{missing.stderr}\n{job_log(outdir)}"

@@ -145,6 +145,7 @@ class _CpuTopology:
         l3_file = CpusFile(("shared_cpu_list", True), ("shared_cpu_map", False))
         l3_index: str | None = None
         l3_search = True
+        l3_tries = 0
         compute_units: bool | None = None  # AMD Bulldozer: "siblings" with distinct core_id are separate cores
         core_done: set[int] = set()
 
@@ -189,7 +190,8 @@ class _CpuTopology:
 
             # The L3 cache shared by this core, once per L3.
             if cpu not in self.l3_of:
-                if l3_search:
+                if l3_search and l3_tries < 8:  # a tree without cache/ dirs costs 8 failed lookups, not one per core
+                    l3_tries += 1
                     l3_index, l3_search = _find_l3_index(os.path.join(cdir, "cache"))
                 if l3_index is not None:
                     shared = l3_file.read(os.path.join(cdir, "cache", l3_index))

@@ -26,7 +26,7 @@ from launcher.errors import TopologyError
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 
-_IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev", "Misc", "MemCache"})
+_IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
 _LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
 
 

@@ -80,6 +80,8 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
             gpus = tuple(int(g) for g in opts.gpus.split(","))
         except ValueError:
             raise ConfigError(f"--gpus {opts.gpus!r}: expected visible GPU indices like 0,1,2,3") from None
+    if gpus is not None and opts.no_gpu:
+        raise ConfigError("--gpus names GPUs for the ranks, --no-gpu plans without GPUs: give only one")
     return Request(
         nproc=nproc,
         mode=mode,

@@ -142,6 +142,9 @@ def make_plan(topo: Topology, req: Request) -> Plan:
             reserved_cores += 1
             continue
         cores.append(core)
+    missing = req.reserve - topo.online - topo.offline
+    if missing:
+        warnings.append(f"--reserve names CPUs {format_cpulist(missing)}, which this machine does not have")
     if not cores:
         detail = f" after reserving {reserved_cores} core(s)" if reserved_cores else ""
         raise PlanError(f"no usable CPU{detail}: allowed CPUs are {format_cpulist(topo.allowed) or 'none'}")
@@ -278,11 +281,11 @@ CLAIM_SPREAD, CLAIM_NEAR, CLAIM_GPU_NODE = 0, 1, 2
 
 
 def _gpu_home(
-    topo: Topology, gpu: GPU, label: str, by_node: dict[int, list[Core]], node_order: list[int], warnings: list[str]
-) -> tuple[int | None, int, str]:
-    """The GPU's home node, how firm that is (``CLAIM_*``), and why."""
+    topo: Topology, gpu: GPU, label: str, by_node: dict[int, list[Core]], node_order: list[int]
+) -> tuple[int | None, int, str, str | None]:
+    """The GPU's home node, how firm that is (``CLAIM_*``), why, and a warning when the locality is indirect."""
     if gpu.numa_node is not None and gpu.numa_node in by_node:
-        return gpu.numa_node, CLAIM_GPU_NODE, f"{label} is on NUMA node {gpu.numa_node}"
+        return gpu.numa_node, CLAIM_GPU_NODE, f"{label} is on NUMA node {gpu.numa_node}", None
     if gpu.numa_node is not None:
         near = _nearest(topo, gpu.numa_node, [n for n in node_order if n != -1] or node_order)
         node = topo.node(gpu.numa_node)
@@ -292,17 +295,15 @@ def _gpu_home(
             why = "has no CPUs"
         else:
             why = "has no usable CPUs (not allowed or reserved)"
-        warnings.append(
-            f"{label} is on NUMA node {gpu.numa_node}, which {why}; using the nearest node with CPUs, {_nname(near)}"
-        )
-        return near, CLAIM_NEAR, f"{label}: node {gpu.numa_node} {why}, nearest node with CPUs is {_nname(near)}"
+        warning = f"{label} is on NUMA node {gpu.numa_node}, which {why}; using the nearest node with CPUs, {_nname(near)}"
+        return near, CLAIM_NEAR, f"{label}: node {gpu.numa_node} {why}, nearest node with CPUs is {_nname(near)}", warning
     if gpu.cpus and not gpu.cpus >= topo.online:
         overlap = {n: sum(1 for c in by_node[n] for p in c.pus if p in gpu.cpus) for n in node_order}
         best = max(node_order, key=lambda n: (overlap[n], -node_order.index(n)))
         if overlap[best] > 0:
-            return best, CLAIM_NEAR, f"{label} has local CPUs {format_cpulist(gpu.cpus)} (node {_nname(best)})"
-    warnings.append(f"{label} has unknown NUMA locality; its rank is spread like a CPU-only rank")
-    return None, CLAIM_SPREAD, f"{label} has unknown locality"
+            return best, CLAIM_NEAR, f"{label} has local CPUs {format_cpulist(gpu.cpus)} (node {_nname(best)})", None
+    warning = f"{label} has unknown NUMA locality; its rank is spread like a CPU-only rank"
+    return None, CLAIM_SPREAD, f"{label} has unknown locality", warning
 
 
 def _assign_gpus_and_homes(
@@ -321,13 +322,33 @@ def _assign_gpus_and_homes(
     homes: list[int | None] = []
     claims: list[int] = []
     labels: list[str] = []
+    gpu_warnings: list[str | None] = []
     for i, gpu in enumerate(visible):
-        label = f"GPU {i} ({gpu.pci})"
-        home, firmness, why = _gpu_home(topo, gpu, label, by_node, node_order, warnings)
+        home, firmness, why, warning = _gpu_home(topo, gpu, f"GPU {i} ({gpu.pci})", by_node, node_order)
         homes.append(home)
         claims.append(firmness)
         labels.append(why)
-    if req.gpu_order == "closest" and req.gpus is None and visible:
+        gpu_warnings.append(warning)
+    _choose_gpus(req, len(visible), homes, claims, labels, node_order, gpu_of, home_of, claim, reasons)
+    # Warn only about the GPUs the ranks use, once each.
+    warnings.extend(w for g, w in enumerate(gpu_warnings) if w and g in set(gpu_of.values()))
+    return gpu_of, home_of, claim, reasons
+
+
+def _choose_gpus(
+    req: Request,
+    nvisible: int,
+    homes: list[int | None],
+    claims: list[int],
+    labels: list[str],
+    node_order: list[int],
+    gpu_of: dict[int, int],
+    home_of: dict[int, int],
+    claim: dict[int, int],
+    reasons: dict[int, list[str]],
+) -> None:
+    """Fill ``gpu_of``/``home_of``/``claim``/``reasons`` by the GPU order (``rank`` or ``closest``) or ``--gpus``."""
+    if req.gpu_order == "closest" and req.gpus is None and nvisible:
         # mpibind / --gpu-bind=closest: ranks follow CPU order; each takes the next GPU local to its node.
         rank = 0
         for node in node_order:
@@ -341,18 +362,19 @@ def _assign_gpus_and_homes(
                 gpu_of[rank] = g
                 reasons[rank] = [labels[g]]
                 rank += 1
-        return gpu_of, home_of, claim, reasons
+        for extra in range(rank, req.nproc):
+            reasons[extra] = ["no GPU for this rank"]
+        return
     for rank in range(req.nproc):
-        chosen = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
+        chosen = req.gpus[rank] if req.gpus is not None else (rank if rank < nvisible else None)
         if chosen is None:
-            reasons[rank] = ["no GPU for this rank" if visible else "no GPU: CPU-only rank"]
+            reasons[rank] = ["no GPU for this rank" if nvisible else "no GPU: CPU-only rank"]
             continue
         gpu_of[rank] = chosen
         reasons[rank] = [labels[chosen]]
         home = homes[chosen]
         if home is not None:
             home_of[rank], claim[rank] = home, claims[chosen]
-    return gpu_of, home_of, claim, reasons
 
 
 def _spread_homeless(nproc: int, home_of: dict[int, int], by_node: dict[int, list[Core]], node_order: list[int]) -> None:

@@ -388,6 +388,15 @@ def test_grace_hopper_distances_decide_not_numbering(tree: Callable[..., Topolog
     assert table(plan) == [("0-71", 3, 0, 72), ("72-143", 2, 1, 72), ("144-215", 1, 2, 72), ("216-287", 0, 3, 72)]
 
 
+def test_grace_hopper_warns_only_about_gpus_in_use(tree: Callable[..., Topology]) -> None:
+    # One rank uses GPU 0 only: one warning, about GPU 0's memory node 4, none about the other three.
+    plan = plan_of(tree("gh200_memory_node"), 1)
+    assert table(plan) == [("0-71", 0, 0, 72)]
+    assert [w for w in plan.warnings if "NUMA node" in w] == [
+        "GPU 0 (0009:01:00.0) is on NUMA node 4, which has no CPUs; using the nearest node with CPUs, 0"
+    ]
+
+
 def test_grace_hopper_two_ranks_per_gpu(tree: Callable[..., Topology]) -> None:
     # --gpus 0,0,1,1: two ranks per GPU share its Grace: 36 + 36 cores.
     plan = plan_of(tree("gh200_memory_node"), 4, gpus="0,0,1,1")
@@ -498,6 +507,23 @@ def test_map_mode(tmp_path: Path) -> None:
     assert any("CPU 3 is given to ranks 0 and 1" in w for w in plan.warnings)
 
 
+def test_reserve_of_a_cpu_that_does_not_exist_is_said(tmp_path: Path) -> None:
+    plan = plan_of(read(tmp_path, two_nodes()), 2, reserve="0,99")
+    assert table(plan) == [("1-7", None, 0, 7), ("8-15", None, 1, 8)]
+    assert "--reserve names CPUs 99, which this machine does not have" in plan.warnings
+
+
+def test_closest_order_with_more_ranks_than_gpus(tree: Callable[..., Topology]) -> None:
+    # Frontier, 10 ranks, closest: ranks 0-7 as OLCF documents; ranks 8 and 9 have no GPU and are spread over
+    # the free cores (node by node in proportion: 14 - 2 = 12 free on each node; the first two nodes get one).
+    plan = plan_of(tree("frontier"), 10, reserve=FRONTIER_RESERVE, gpu_order="closest")
+    assert [r.gpu for r in plan.ranks] == [4, 5, 2, 3, 6, 7, 0, 1, None, None]
+    assert [r.numa_nodes for r in plan.ranks[8:]] == [(0,), (1,)]
+    assert plan.ranks[8].reasons[0] == "no GPU for this rank"
+    # Node 0 now holds 3 ranks: 14 cores = 5 + 5 + 4.
+    assert [format_cpulist(plan.ranks[i].cpus) for i in (0, 1, 8)] == ["1-5,65-69", "6-7,9-11,70-71,73-75", "12-15,76-79"]
+
+
 def test_reserve_takes_whole_cores(tmp_path: Path) -> None:
     # 4 cores with siblings c, c+4; --reserve 4 (the sibling of CPU 0) takes core 0 out entirely.
     m = uniform(packages=1, cores_per_package=4, threads=2)
@@ -563,3 +589,8 @@ def test_everything_reserved(tmp_path: Path) -> None:
 def test_map_with_another_mode_is_refused() -> None:
     with pytest.raises(ConfigError, match="--map"):
         PlanOptions(mode="numa", cpu_map="0-3").request(1)
+
+
+def test_gpus_with_no_gpu_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"--gpus .* --no-gpu"):
+        PlanOptions(gpus="0", no_gpu=True).request(1)

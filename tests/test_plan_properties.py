@@ -374,6 +374,10 @@ def test_ranks_sit_next_to_their_gpu(case: tuple[Machine, Request]) -> None:
             assert r.gpu == (r.local_rank if r.local_rank < len(visible) else None)
         if r.gpu is not None:
             assert r.gpu_pci == visible[r.gpu].pci
+    used = {r.gpu for r in plan.ranks if r.gpu is not None}
+    for w in plan.warnings:
+        if w.startswith("GPU ") and not w.startswith("GPU 0000"):  # the planner's GPU warnings, by visible index
+            assert int(w.split()[1]) in used, f"warning about a GPU no rank uses: {w}"
     if req.gpus is None and req.gpu_order == "closest":
         given_gpus = [r.gpu for r in plan.ranks if r.gpu is not None]
         assert len(given_gpus) == len(set(given_gpus)) == min(req.nproc, len(visible))

@@ -20,6 +20,8 @@ _LAZY = {
     "ensure_affinity": "launcher.ensure",
     "worker_init_fn": "launcher.torch",
     "AffrunError": "launcher.errors",
+    "AffinityExecutor": "launcher.submitit",
+    "current_binding": "launcher.submitit",
 }
 
 __all__ = ["__version__", *_LAZY]

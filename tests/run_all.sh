@@ -43,10 +43,12 @@ mypy
 
 # ---------------------------------------------------------------- Slurm (real, local, 2 virtual nodes)
 slurm_started=0
-stop_slurm() { [ "$slurm_started" = 1 ] && bash tests/slurm/stop-slurm.sh >/dev/null 2>&1 || true; }
+# Stop whatever start recorded, also after a start that failed half-way (it kills only the PIDs it started).
+stop_slurm() { [ "$slurm_started" != 0 ] && bash tests/slurm/stop-slurm.sh >/dev/null 2>&1 || true; }
 trap stop_slurm EXIT
 if [ "${AFFRUN_NO_SLURM:-0}" != 1 ] && [ -f tests/slurm/start-slurm.sh ]; then
   log "starting the local Slurm cluster"
+  slurm_started=attempted
   if SLURM_LOCAL_NODES=2 SLURM_LOCAL_GPUS=2 bash tests/slurm/start-slurm.sh; then
     slurm_started=1
     export AFFRUN_SLURM=1

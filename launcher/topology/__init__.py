@@ -41,7 +41,7 @@ def load_topology(
                 raise TopologyError(f"{fsroot}: fsroot is not a directory")
             topo = read_sysfs(fsroot)
         else:
-            topo = read_sysfs("/", allowed=frozenset(os.sched_getaffinity(0)))
+            topo = _read_live(env)
     if nvml:
         from launcher.topology.nvml import with_nvml
 
@@ -62,6 +62,22 @@ def load_topology(
             )
         topo = topo.restrict(wanted)
     return topo
+
+
+def _read_live(env: Mapping[str, str]) -> Topology:
+    """The live machine. Inside a Slurm step that bound this task to part of the step's CPUs, every task plans
+    over the same set (the step's cpuset), so that all tasks of a node compute the same plan."""
+    from launcher.slurm_env import in_slurm_step, step_cpus_for_planning
+    from launcher.topology.cgroup import find_cpuset
+    from launcher.topology.sysfs import read_sysfs
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    note = None
+    if in_slurm_step(env):
+        cpuset = find_cpuset("/")
+        allowed, note = step_cpus_for_planning(env, allowed, cpuset.cpus if cpuset else None)
+    topo = read_sysfs("/", allowed=allowed)
+    return topo.with_warnings(note) if note else topo
 
 
 def _load_file(path: str) -> Topology:

@@ -1,0 +1,131 @@
+"""``affrun doctor``: audit the environment and machine, or a running job with ``--pid``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+import click
+
+from launcher.cli import fail
+from launcher.cli.options import topology_options
+from launcher.cpulist import format_cpulist
+from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding
+from launcher.errors import AffrunError
+
+SHOWN_VARIABLES = re.compile(
+    r"^(OMP_|KMP_|GOMP_|MKL_|OPENBLAS_|GOTO_|LOCAL_|AFFRUN_CPUS|AFFRUN_LOADER|AFFRUN_OMP|SLURM_CPUS|SRUN_CPUS|"
+    r"SLURM_LOCALID|CUDA_DEVICE_ORDER|CUDA_VISIBLE|PET_NUMA|LD_PRELOAD|TORCHELASTIC_RUN_ID)"
+)
+
+
+def _exit_status(findings: list[Finding], fail_on: str) -> int:
+    return 1 if any(f.at_least(fail_on) for f in findings) else 0
+
+
+@click.command()
+@topology_options
+@click.option("--nproc-per-node", "--nproc_per_node", "nproc", type=click.IntRange(min=1), default=None,
+              help="Local ranks the job will run (default: from LOCAL_WORLD_SIZE/SLURM/..., else one per GPU, else 1).")
+@click.option("--pid", type=click.IntRange(min=1), default=None,
+              help="Audit this running job instead: the process, its children and all their threads.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None,
+              help="With --pid: seconds to sample for (default 2).")
+@click.option("--interval", type=click.FloatRange(min=0.005), default=0.05, show_default=True,
+              help="With --pid: seconds between samples.")
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
+@click.option("--fail-on", type=click.Choice(SEVERITIES[::-1]), default="warning", show_default=True,
+              help="Exit 1 when a finding is at least this severe (the CI guard is --fail-on error).")
+@click.option("--ids", "list_ids", is_flag=True, help="List every finding id and what it means, then exit.")
+def doctor(
+    fsroot: str | None,
+    topology_file: str | None,
+    cpus: str | None,
+    nproc: int | None,
+    pid: int | None,
+    duration: float | None,
+    interval: float,
+    as_json: bool,
+    fail_on: str,
+    list_ids: bool,
+) -> None:
+    """Find silent CPU-side starvation: wrong OpenMP variables, oversubscription, collapsed DataLoader workers.
+
+    One finding per line: severity, id, what is wrong, why it matters and the exact fix. Exit status 0 when no
+    finding reaches --fail-on, 1 when one does, 2 for usage errors.
+    """
+    if list_ids:
+        for fid, meaning in CATALOGUE.items():
+            click.echo(f"{fid:<24} {meaning}")
+        return
+    if pid is None and duration is not None:
+        raise click.UsageError("--duration applies to --pid only")
+    if pid is not None:
+        if fsroot or topology_file or cpus or nproc:
+            raise click.UsageError("--pid audits the live machine: drop --fsroot/--topology/--cpus/--nproc-per-node")
+        sys.exit(_live(pid, 2.0 if duration is None else duration, interval, as_json, fail_on))
+    sys.exit(_environment(fsroot, topology_file, cpus, nproc, as_json, fail_on))
+
+
+def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
+                 as_json: bool, fail_on: str) -> int:
+    from launcher.doctor.checks import check_environment
+    from launcher.doctor.facts import gather_facts
+    from launcher.doctor.report import environment_json, findings_text
+    from launcher.topology import load_topology
+
+    environ = dict(os.environ)
+    live = not fsroot and not topology_file and not environ.get("AFFRUN_FSROOT")
+    try:
+        topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
+    except AffrunError as exc:
+        fail(exc)
+    facts = gather_facts(environ, topo, live=live, nproc=nproc, fsroot=fsroot or environ.get("AFFRUN_FSROOT") or "/")
+    findings = check_environment(environ, topo, facts)
+    nodes = [n for n in topo.numa_nodes if n.cpus & topo.allowed]
+    context: dict[str, Any] = {
+        "mode": "environment",
+        "machine": {
+            "source": topo.source,
+            "allowed_cpus": format_cpulist(topo.allowed),
+            "cores": len(topo.allowed_cores()),
+            "numa_nodes": len(nodes),
+            "gpus": len(topo.visible_gpus()),
+        },
+        "rank": {
+            "cpus": format_cpulist(facts.rank_cpus),
+            "local_ranks": facts.local_size,
+            "local_ranks_from": facts.local_size_source,
+            "ranks_sharing_cpus": facts.ranks_sharing,
+        },
+        "openmp": {"runtimes": list(facts.openmp), "from": facts.openmp_source, "installed": list(facts.other_openmp)},
+        "environment": {k: v for k, v in sorted(environ.items()) if SHOWN_VARIABLES.match(k)},
+    }
+    if as_json:
+        click.echo(json.dumps(environment_json(findings, context), indent=2))
+    else:
+        machine = context["machine"]
+        click.echo(f"machine: CPUs {machine['allowed_cpus']} ({machine['cores']} cores, {machine['numa_nodes']} NUMA "
+                   f"node(s), {machine['gpus']} GPU(s)); {facts.local_size} local rank(s): {facts.local_size_source}")
+        click.echo(f"OpenMP: {', '.join(facts.openmp) or 'unknown'}"
+                   + (f" ({facts.openmp_source})" if facts.openmp_source else ""))
+        click.echo(findings_text(findings))
+    return _exit_status(findings, fail_on)
+
+
+def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: str) -> int:
+    from launcher.doctor.live import sample_job
+    from launcher.doctor.report import job_json, job_text
+
+    try:
+        audit = sample_job(pid, duration=duration, interval=interval)
+    except AffrunError as exc:
+        fail(exc)
+    if as_json:
+        click.echo(json.dumps(job_json(audit), indent=2))
+    else:
+        click.echo(job_text(audit))
+    return _exit_status(audit.findings, fail_on)

@@ -1,0 +1,312 @@
+"""What the doctor's checks need to know besides the environment and the topology, and how it is found out.
+
+:class:`Facts` is plain data, so the checks stay pure and tests can state any situation. :func:`gather_facts`
+finds the facts of this host: which OpenMP runtime the program will use (the libraries loaded in a process, or
+the one the installed torch bundles, read from its files without importing it), the local rank count, whether
+numactl exists and the memory policy is allowed, the Slurm version, GPU models, and torchrun's ``--numa-binding``.
+No click, psutil or torch here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from launcher.cpulist import parse_cpulist
+from launcher.runtimes import OPENMP, identify
+from launcher.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The situation the checks judge. Defaults mean "unknown": the checks that need a fact skip without it."""
+
+    rank_cpus: frozenset[int]  # the CPUs one rank's threads may use
+    ranks_sharing: int = 1  # local ranks that share ``rank_cpus`` (1 with a per-rank mask)
+    per_rank_mask: bool = False  # each rank has its own process mask (affrun, srun --cpu-bind, taskset per rank)
+    local_size: int = 1
+    local_size_source: str = "default"
+    openmp: tuple[str, ...] = ()  # OpenMP runtimes in use: libgomp, libiomp5, libomp; () when unknown
+    openmp_source: str = ""  # where ``openmp`` comes from, for messages
+    other_openmp: tuple[str, ...] = ()  # runtimes installed here that other programs may load (intel-openmp)
+    intel_openmp_version: str | None = None  # the intel-openmp distribution's version, when installed
+    host_probed: bool = False  # numactl/membind below were looked at on the machine being audited
+    numactl: str | None = None
+    membind_error: str | None = None  # why set_mempolicy(MPOL_BIND) failed; None when it works
+    slurm_version: str | None = None
+    gpu_device_ids: Mapping[str, str] = field(default_factory=dict)  # PCI address -> PCI device id (model)
+    numa_binding: str | None = None  # where a torchrun --numa-binding was found
+
+
+# --------------------------------------------------------------------------- pure helpers
+def rank_view(
+    environ: Mapping[str, str],
+    process_cpus: frozenset[int],
+    machine_cpus: frozenset[int],
+    local_size: int,
+    in_rank: bool,
+) -> tuple[frozenset[int], int, bool]:
+    """(CPUs of one rank, ranks sharing them, per-rank mask?) for a process allowed ``process_cpus``.
+
+    Under affrun the rank's CPUs are ``AFFRUN_CPUS``. Inside a rank whose mask is narrower than the machine's
+    allowed CPUs (srun ``--cpu-bind``, taskset), the mask is per rank. Otherwise every local rank gets the same
+    mask and ``local_size`` ranks share it.
+    """
+    affrun = environ.get("AFFRUN_CPUS", "")
+    if affrun:
+        try:
+            cpus = parse_cpulist(affrun)
+        except ValueError:
+            cpus = frozenset()
+        if cpus:
+            return cpus, 1, True
+    if in_rank and process_cpus < machine_cpus:
+        return process_cpus, 1, True
+    return process_cpus, max(local_size, 1), local_size <= 1
+
+
+def openmp_from_paths(paths: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.name for c, _ in identify(paths) if c.user_api == OPENMP))
+
+
+_NUMA_FLAG = re.compile(r"--numa[-_]binding(=|\s+)?(\S+)?")
+
+
+def numa_binding_source(environ: Mapping[str, str], ancestors: Sequence[tuple[int, str]]) -> str | None:
+    """Where torchrun's ``--numa-binding`` applies: ``PET_NUMA_BINDING`` or an ancestor torchrun's command line.
+
+    ``ancestors`` are (pid, command line with spaces) of the parent chain.
+    """
+    value = environ.get("PET_NUMA_BINDING")
+    if value:
+        return f"PET_NUMA_BINDING={value} (torchrun reads it as --numa-binding)"
+    for pid, cmdline in ancestors:
+        if ("torchrun" in cmdline or "torch.distributed.run" in cmdline) and _NUMA_FLAG.search(cmdline):
+            return f"torchrun --numa-binding in the parent process {pid} ({cmdline[:120]})"
+    return None
+
+
+def parse_slurm_version(text: str) -> str | None:
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return ".".join(match.groups()) if match else None
+
+
+def slurm_drops_cpus_per_task(version: str) -> bool:
+    """Slurm 22.05.0 up to 23.02.4: srun does not inherit SLURM_CPUS_PER_TASK (fixed in 23.02.5)."""
+    parts = tuple(int(p) for p in version.split(".")[:3])
+    return (22, 5, 0) <= parts < (23, 2, 5)
+
+
+# --------------------------------------------------------------------------- host probes (I/O)
+def torch_openmp() -> tuple[tuple[str, ...], str]:
+    """The OpenMP runtime the installed torch bundles, from its ``lib/`` directory (torch is not imported)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return (), ""
+    lib_dir = os.path.join(os.path.dirname(spec.origin), "lib")
+    try:
+        names = sorted(os.listdir(lib_dir))
+    except OSError:
+        return (), ""
+    paths = [os.path.join(lib_dir, n) for n in names]
+    found = openmp_from_paths(paths)
+    if not found:
+        return (), ""
+    bundled = [p for c, p in identify(paths) if c.user_api == OPENMP]
+    return found, f"the installed torch bundles {', '.join(bundled)}"
+
+
+def preloaded_openmp(environ: Mapping[str, str]) -> tuple[str, ...]:
+    value = environ.get("LD_PRELOAD", "")
+    return openmp_from_paths([p for p in re.split(r"[\s:]+", value) if p])
+
+
+def intel_openmp_version() -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("intel-openmp")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def membind_error(nodes: Sequence[int]) -> str | None:
+    """Try ``set_mempolicy(MPOL_BIND, nodes)`` on this thread and put the default back; why it failed, or None."""
+    from launcher.mempolicy import _set_mempolicy
+
+    rc = _set_mempolicy("membind", tuple(nodes))
+    if rc == 0:
+        _set_mempolicy("default", ())
+        return None
+    if rc == -1:
+        return "no set_mempolicy system call number for this machine"
+    return f"set_mempolicy(MPOL_BIND) failed: {os.strerror(rc)}"
+
+
+def slurm_version() -> str | None:
+    srun = shutil.which("srun")
+    if srun is None:
+        return None
+    try:
+        done = subprocess.run([srun, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_slurm_version(done.stdout)
+
+
+def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for gpu in topology.gpus:
+        try:
+            with open(os.path.join(root, "sys/bus/pci/devices", gpu.pci, "device"), encoding="ascii") as fh:
+                out[gpu.pci] = fh.read().strip()
+        except OSError:
+            continue
+    return out
+
+
+def ancestors(pid: int | None = None, proc: str = "/proc", limit: int = 32) -> list[tuple[int, str]]:
+    """(pid, command line) of the parents of ``pid`` (default: this process), nearest first."""
+    out: list[tuple[int, str]] = []
+    current = os.getpid() if pid is None else pid
+    for _ in range(limit):
+        try:
+            with open(os.path.join(proc, str(current), "stat"), encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if parent <= 1:
+            break
+        try:
+            with open(os.path.join(proc, str(parent), "cmdline"), "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmdline = ""
+        out.append((parent, cmdline))
+        current = parent
+    return out
+
+
+def slurm_bound(environ: Mapping[str, str]) -> bool:
+    """srun bound this task (``--cpu-bind`` other than none): its mask is its own, narrower than its parent's."""
+    kind = environ.get("SLURM_CPU_BIND_TYPE", "").split(",")[0].strip()
+    return kind not in ("", "none", "none:")
+
+
+def launch_cpus(environ: Mapping[str, str], pid: int | None = None, proc: str = "/proc") -> frozenset[int]:
+    """The CPUs a process was started with, even after its OpenMP runtime pinned the main thread to one.
+
+    The union of its threads' masks and, unless srun bound the task, of its parent's threads' masks (the mask
+    the process inherited). Falls back to the main thread's mask.
+    """
+    from launcher.doctor.procfs import parent_pid, threads_union
+
+    me = os.getpid() if pid is None else pid
+    cpus = threads_union(me, proc)
+    parent = parent_pid(me, proc)
+    if parent and parent > 1 and not slurm_bound(environ):
+        cpus |= threads_union(parent, proc)
+    return cpus or frozenset(os.sched_getaffinity(me))
+
+
+def machine_cpus(topology: Topology, live: bool) -> frozenset[int]:
+    """The CPUs any process here may be given: online ∩ cgroup cpuset (live), else the topology's allowed set."""
+    if not live:
+        return topology.allowed
+    from launcher.topology.cgroup import find_cpuset
+
+    cpuset = find_cpuset("/")
+    online = topology.online
+    return (cpuset.cpus & online) if cpuset is not None and cpuset.cpus & online else online
+
+
+def local_size(environ: Mapping[str, str], nproc: int | None, topology: Topology) -> tuple[int, str, bool]:
+    """(local ranks, where the number comes from, is this process a rank)."""
+    from launcher.localrank import LocalRankError, detect_local_rank
+
+    try:
+        detected = detect_local_rank(environ)
+    except LocalRankError:
+        detected = None
+    if nproc is not None:
+        return nproc, "--nproc-per-node", detected is not None
+    if detected is not None:
+        return detected.size, f"{detected.source} (local size {detected.size})", True
+    gpus = len(topology.visible_gpus())
+    if gpus:
+        return gpus, f"one rank per visible GPU ({gpus})", False
+    return 1, "a single rank (give --nproc-per-node)", False
+
+
+def gather_facts(
+    environ: Mapping[str, str],
+    topology: Topology,
+    *,
+    live: bool,
+    nproc: int | None = None,
+    openmp: Sequence[str] | None = None,
+    openmp_source: str = "",
+    probe_host: bool = True,
+    fsroot: str = "/",
+    process_cpus: frozenset[int] | None = None,
+) -> Facts:
+    """The facts for auditing ``environ`` on ``topology``.
+
+    ``live``: the topology is this machine (``/``), so this process's mask and host probes apply. ``openmp``:
+    the runtimes known to be in use (e.g. read from a process); by default the installed torch's, plus any
+    ``LD_PRELOAD``-ed one. ``probe_host``: look for numactl, try the memory policy and ask Slurm its version.
+    ``process_cpus``: the CPUs the audited process was given (default: this process's mask on a live machine).
+    """
+    size, size_source, in_rank = local_size(environ, nproc, topology)
+    if process_cpus is None:
+        process_cpus = frozenset(os.sched_getaffinity(0)) if live else topology.allowed
+    process_cpus = (process_cpus & topology.allowed) or topology.allowed
+    cpus, sharing, per_rank = rank_view(environ, process_cpus, machine_cpus(topology, live), size, in_rank)
+    if openmp is None:
+        runtimes, openmp_source = torch_openmp()
+        extra = preloaded_openmp(environ)
+        if extra:
+            runtimes = tuple(dict.fromkeys((*runtimes, *extra)))
+            openmp_source = f"{openmp_source}; LD_PRELOAD adds {', '.join(extra)}".lstrip("; ")
+    else:
+        runtimes = tuple(openmp)
+    version = intel_openmp_version()
+    other: tuple[str, ...] = ()
+    if openmp is None and version and "libiomp5" not in runtimes:
+        other = ("libiomp5",)
+    numactl = mem_error = slurm = None
+    if probe_host and live:
+        numactl = shutil.which("numactl", path=environ.get("PATH"))
+        nodes = [n.os_index for n in topology.numa_nodes if n.cpus & topology.allowed] or [0]
+        if topology.allowed_mems is not None:
+            nodes = [n for n in nodes if n in topology.allowed_mems] or nodes
+        mem_error = membind_error(nodes)
+    if probe_host and environ.get("SLURM_CPUS_PER_TASK") and not environ.get("SRUN_CPUS_PER_TASK"):
+        slurm = slurm_version()
+    return Facts(
+        rank_cpus=cpus,
+        ranks_sharing=sharing,
+        per_rank_mask=per_rank,
+        local_size=size,
+        local_size_source=size_source,
+        openmp=runtimes,
+        openmp_source=openmp_source,
+        other_openmp=other,
+        intel_openmp_version=version,
+        host_probed=probe_host and live,
+        numactl=numactl,
+        membind_error=mem_error,
+        slurm_version=slurm,
+        gpu_device_ids=gpu_device_ids(fsroot, topology) if (live or fsroot != "/") else {},
+        numa_binding=numa_binding_source(environ, ancestors() if live else []),
+    )

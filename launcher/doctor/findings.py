@@ -1,0 +1,104 @@
+"""The :class:`Finding` record, severities, and the catalogue of stable finding ids (documented in the README)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("info", "warning", "error")  # in increasing order
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: what is wrong (``message``), why it matters (``why``) and the exact fix (``fix``).
+
+    ``env_fix`` is the same fix as environment changes (``None`` unsets), where the fix is one:
+    ``launcher.ensure_affinity`` applies it. ``subject`` says where the problem was seen (``rank 0 pid 4242``).
+    """
+
+    id: str
+    severity: str
+    message: str
+    why: str
+    fix: str
+    subject: str = ""
+    env_fix: Mapping[str, str | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+        if self.id not in CATALOGUE:
+            raise ValueError(f"finding id {self.id!r} is not in the catalogue")
+
+    def at_least(self, severity: str) -> bool:
+        return severity_rank(self.severity) >= severity_rank(severity)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "severity": self.severity,
+            "message": self.message,
+            "why": self.why,
+            "fix": self.fix,
+        }
+        if self.subject:
+            out["subject"] = self.subject
+        if self.env_fix:
+            out["env_fix"] = dict(self.env_fix)
+        return out
+
+
+def worst_first(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: -severity_rank(f.severity))
+
+
+def merge_subjects(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings that differ only by subject (the same problem in every rank) become one, listing the subjects."""
+    merged: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in findings:
+        merged.setdefault((f.id, f.severity, f.message), []).append(f)
+    out: list[Finding] = []
+    for group in merged.values():
+        first = group[0]
+        subjects = [g.subject for g in group if g.subject]
+        if len(group) > 1 and subjects:
+            first = Finding(first.id, first.severity, first.message, first.why, first.fix, "; ".join(subjects),
+                            first.env_fix)
+        out.append(first)
+    return out
+
+
+# id -> what it means. Every id a check can emit is here (a test checks it), and the README table is built from it.
+CATALOGUE: dict[str, str] = {
+    "kmp-affinity-disabled": "KMP_AFFINITY=disabled: libiomp5/libomp threads are not bound and migrate; "
+                             "intel-openmp >= 2025 also aborts forked DataLoader workers",
+    "kmp-affinity-empty": "KMP_AFFINITY is set but empty",
+    "kmp-affinity-malformed": "KMP_AFFINITY has a token libiomp5 does not accept, or more than one type",
+    "kmp-proclist-outside": "KMP_AFFINITY's proclist names CPUs outside the allowed CPUs",
+    "places-outside-mask": "OMP_PLACES or GOMP_CPU_AFFINITY names CPUs outside the allowed CPUs",
+    "omp-binding-malformed": "OMP_PLACES or OMP_PROC_BIND is not a valid value",
+    "omp-threads-invalid": "OMP_NUM_THREADS (or MKL_/OPENBLAS_NUM_THREADS) is not a positive integer",
+    "omp-oversubscribed": "threads per rank × ranks sharing the CPUs exceed the CPUs (error) or the cores (warning)",
+    "omp-threads-unset": "OMP_NUM_THREADS is unset while several ranks share the CPUs: each starts one thread per CPU",
+    "omp-threads-one": "OMP_NUM_THREADS=1 (torchrun's or a container's default) on a rank that owns several cores",
+    "collapse-risk": "an OpenMP binding variable pins the main thread to one place of a wider mask: DataLoader "
+                     "workers (and, without a per-rank mask, every rank) inherit that one place",
+    "kmp-ignored-by-libgomp": "KMP_* variables are set but the OpenMP runtime is GNU libgomp, which ignores them",
+    "openmp-runtimes-mixed": "two OpenMP runtimes in one process (libgomp with libiomp5 or libomp)",
+    "double-binding": "torchrun --numa-binding (or PET_NUMA_BINDING) together with affrun: two binders fight",
+    "srun-cpus-per-task": "SLURM_CPUS_PER_TASK without SRUN_CPUS_PER_TASK on Slurm 22.05.0-23.02.4: "
+                          "srun gives each task one CPU",
+    "numactl-missing": "numactl is not installed",
+    "membind-blocked": "the memory policy (set_mempolicy/numactl --membind) is refused here (EPERM in containers)",
+    "gpu-numa-unknown": "a GPU's PCI numa_node is -1: its local CPUs are unknown to the kernel",
+    "cuda-device-order": "CUDA_DEVICE_ORDER is not PCI_BUS_ID on a machine with GPUs of different models",
+    "collapse": "live: a rank's DataLoader workers are all confined to one CPU while the rank owns several",
+    "rank-overlap": "live: the CPU masks of two ranks overlap",
+    "thread-migrations": "live: busy threads of a rank move between CPUs (unbound threads)",
+    "gpu-low-utilisation": "live: a GPU used by the job was mostly idle during the sample",
+}

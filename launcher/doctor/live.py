@@ -1,0 +1,464 @@
+"""``affrun doctor --pid PID``: audit a running job (the process, its children and all their threads).
+
+Sampling (:func:`sample_job`) reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's
+allowed CPUs and the CPU it last ran on (``stat`` field 39), its CPU time, and each process's libraries and
+environment. A change of CPU between two samples counts as a migration, so the rate is a lower bound.
+The analysis (:func:`assign_roles`, :func:`job_findings`) is pure.
+
+Roles: a *rank* is a process with a local-rank variable (``LOCAL_RANK``, ``SLURM_LOCALID``...) whose parent does
+not carry the same rank; without any, the audited process is the one rank. A rank's descendants are its
+*children* (DataLoader workers are named ``pt_data_worker``). The rest is the *launcher* (torchrun's agent).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.doctor import procfs
+from launcher.doctor.checks import check_double_binding, check_environment
+from launcher.doctor.facts import Facts, ancestors, intel_openmp_version, numa_binding_source, slurm_bound
+from launcher.doctor.findings import Finding, merge_subjects
+from launcher.doctor.gpu import GpuReport, GpuSampler
+from launcher.errors import AffrunError
+from launcher.runtimes import LoadedRuntime, openmp_names, read_environ, runtimes_from_paths
+from launcher.topology.model import Topology
+
+BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+
+
+@dataclass
+class ThreadRecord:
+    tid: int
+    comm: str
+    allowed: frozenset[int]
+    last_cpu: int
+    seen: dict[int, int] = field(default_factory=dict)  # CPU -> samples on it
+    migrations: int = 0
+    samples: int = 0
+    first_ticks: int = 0
+    last_ticks: int = 0
+
+    def update(self, stat: procfs.ThreadStat, allowed: frozenset[int] | None) -> None:
+        if self.samples and stat.processor != self.last_cpu:
+            self.migrations += 1
+        if not self.samples:
+            self.first_ticks = stat.ticks
+        self.samples += 1
+        self.comm = stat.comm
+        self.last_cpu = stat.processor
+        self.last_ticks = stat.ticks
+        self.seen[stat.processor] = self.seen.get(stat.processor, 0) + 1
+        if allowed is not None:
+            self.allowed = allowed
+
+    def cpu_percent(self, seconds: float) -> float:
+        if seconds <= 0:
+            return 0.0
+        return 100.0 * (self.last_ticks - self.first_ticks) / procfs.CLOCK_TICKS / seconds
+
+    def migrations_per_s(self, seconds: float) -> float:
+        return self.migrations / seconds if seconds > 0 else 0.0
+
+
+@dataclass
+class ProcessRecord:
+    pid: int
+    ppid: int
+    comm: str
+    cmdline: list[str]
+    environ: dict[str, str]
+    threads: dict[int, ThreadRecord] = field(default_factory=dict)
+    libraries: list[str] = field(default_factory=list)
+    runtimes: list[LoadedRuntime] = field(default_factory=list)
+    role: str = "other"  # rank | child | launcher | other
+    rank: int | None = None  # local rank (ranks and their children)
+    rank_pid: int | None = None  # the rank a child belongs to
+    owned: frozenset[int] = frozenset()  # ranks: the CPUs it was given
+    launcher_mask: frozenset[int] = frozenset()  # ranks: the union of its parent's thread masks, at first sight
+    alive: bool = True
+
+    @property
+    def mask(self) -> frozenset[int]:
+        """The union of the masks of its threads."""
+        out: set[int] = set()
+        for t in self.threads.values():
+            out |= t.allowed
+        return frozenset(out)
+
+    @property
+    def main_mask(self) -> frozenset[int]:
+        main = self.threads.get(self.pid)
+        return main.allowed if main else self.mask
+
+    def label(self) -> str:
+        if self.role == "rank" and self.rank is not None:
+            return f"rank {self.rank} (pid {self.pid})"
+        return f"{self.role if self.role != 'rank' else 'process'} {self.comm} (pid {self.pid})"
+
+
+@dataclass
+class JobAudit:
+    pid: int
+    duration: float  # seconds actually sampled
+    interval: float
+    samples: int
+    processes: list[ProcessRecord]
+    gpus: GpuReport
+    machine_cpus: frozenset[int]
+    findings: list[Finding] = field(default_factory=list)
+
+    def ranks(self) -> list[ProcessRecord]:
+        return [p for p in self.processes if p.role == "rank"]
+
+    def children_of(self, rank: ProcessRecord) -> list[ProcessRecord]:
+        return [p for p in self.processes if p.role == "child" and p.rank_pid == rank.pid]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "duration_s": round(self.duration, 3),
+            "interval_s": self.interval,
+            "samples": self.samples,
+            "machine_cpus": format_cpulist(self.machine_cpus),
+            "processes": [_process_json(p, self.duration) for p in self.processes],
+            "gpus": self.gpus.to_json(),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
+    return {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "comm": p.comm,
+        "role": p.role,
+        "rank": p.rank,
+        "rank_pid": p.rank_pid,
+        "owned_cpus": format_cpulist(p.owned) if p.role == "rank" else None,
+        "cmdline": p.cmdline,
+        "alive": p.alive,
+        "runtimes": [r.to_json() for r in p.runtimes],
+        "threads": [
+            {
+                "tid": t.tid,
+                "comm": t.comm,
+                "allowed": format_cpulist(t.allowed),
+                "last_cpu": t.last_cpu,
+                "cpus_seen": {str(c): n for c, n in sorted(t.seen.items())},
+                "migrations": t.migrations,
+                "migrations_per_s": round(t.migrations_per_s(seconds), 2),
+                "cpu_percent": round(t.cpu_percent(seconds), 1),
+                "samples": t.samples,
+            }
+            for t in sorted(p.threads.values(), key=lambda t: t.tid)
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- sampling (I/O)
+def _tree(root: Any) -> list[Any]:
+    import psutil
+
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _new_record(pid: int, proc: str) -> ProcessRecord | None:
+    stat = procfs.thread_stat(pid, pid, proc)
+    if stat is None:
+        return None
+    try:
+        environ = read_environ(pid, proc)
+    except OSError:
+        environ = {}
+    record = ProcessRecord(pid, stat.ppid, stat.comm, procfs.cmdline(pid, proc), environ)
+    record.launcher_mask = procfs.threads_union(stat.ppid, proc) if stat.ppid > 0 else frozenset()
+    return record
+
+
+def _sample_process(record: ProcessRecord, proc: str) -> None:
+    tids = procfs.thread_ids(record.pid, proc)
+    if not tids:
+        record.alive = False
+        return
+    for tid in tids:
+        stat = procfs.thread_stat(record.pid, tid, proc)
+        if stat is None:
+            continue
+        allowed = procfs.allowed_cpus(record.pid, tid, proc)
+        thread = record.threads.get(tid)
+        if thread is None:
+            thread = record.threads[tid] = ThreadRecord(tid, stat.comm, allowed or frozenset(), stat.processor)
+        thread.update(stat, allowed)
+
+
+def _read_libraries(record: ProcessRecord, proc: str) -> None:
+    from launcher.runtimes import mapped_libraries
+
+    try:
+        record.libraries = mapped_libraries(record.pid, proc)
+    except OSError:
+        return  # gone, or not ours: keep what was read before
+
+
+def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: str = "/proc") -> JobAudit:
+    """Sample the process ``pid`` and its descendants; raise :class:`AffrunError` if it does not exist."""
+    import psutil
+
+    if duration < 0 or interval <= 0:
+        raise AffrunError("--duration must be >= 0 and --interval > 0")
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        raise AffrunError(f"--pid {pid}: no such process") from None
+    except psutil.AccessDenied:
+        raise AffrunError(f"--pid {pid}: permission denied") from None
+    if not os.access(os.path.join(proc, str(pid), "maps"), os.R_OK):
+        raise AffrunError(f"--pid {pid}: cannot read {proc}/{pid}/maps (run as the job's user or root)")
+    records: dict[int, ProcessRecord] = {}
+    gpus = GpuSampler()
+    start = time.monotonic()
+    samples = 0
+    while True:
+        seen: set[int] = set()
+        for p in _tree(root):
+            record = records.get(p.pid)
+            if record is None:
+                record = _new_record(p.pid, proc)
+                if record is None:
+                    continue
+                records[p.pid] = record
+                _read_libraries(record, proc)
+            seen.add(p.pid)
+            _sample_process(record, proc)
+        for gone in set(records) - seen:
+            records[gone].alive = False
+        gpus.sample(set(records))
+        samples += 1
+        elapsed = time.monotonic() - start
+        if elapsed >= duration:
+            break
+        time.sleep(min(interval, max(duration - elapsed, 0.0)))
+    elapsed = time.monotonic() - start
+    if not records:
+        raise AffrunError(f"--pid {pid}: the process ended before it could be read")
+    for record in records.values():
+        if record.alive:
+            _read_libraries(record, proc)  # libraries loaded during the sample (import torch) count too
+    ordered = sorted(records.values(), key=lambda r: r.pid)
+    from launcher.doctor.facts import machine_cpus
+    from launcher.topology import load_topology
+
+    topo = load_topology()
+    audit = JobAudit(pid, elapsed, interval, samples, ordered, gpus.report(), machine_cpus(topo, live=True))
+    assign_roles(audit)
+    for record in ordered:
+        cpus = len(record.mask) or len(audit.machine_cpus)
+        record.runtimes = runtimes_from_paths(record.libraries, record.environ, cpus)
+    audit.findings = job_findings(audit, topo, ancestors_of=lambda p: ancestors(p, proc))
+    return audit
+
+
+# --------------------------------------------------------------------------- analysis (pure)
+def _rank_key(environ: Mapping[str, str]) -> tuple[str, int] | None:
+    from launcher.localrank import LocalRankError, detect_local_rank
+
+    try:
+        found = detect_local_rank(environ)
+    except LocalRankError:
+        return None
+    return (found.source, found.rank) if found else None
+
+
+def assign_roles(audit: JobAudit) -> None:
+    """Mark ranks, their children and the launcher, and work out the CPUs each rank owns."""
+    by_pid = {p.pid: p for p in audit.processes}
+    keys = {p.pid: _rank_key(p.environ) for p in audit.processes}
+    ranks = [p for p in audit.processes if keys[p.pid] is not None and keys.get(p.ppid) != keys[p.pid]]
+    if not ranks:
+        ranks = [by_pid[audit.pid]] if audit.pid in by_pid else audit.processes[:1]
+    rank_pids = {r.pid for r in ranks}
+    for r in ranks:
+        r.role = "rank"
+        key = keys.get(r.pid)
+        r.rank = key[1] if key else None
+        r.owned = owned_cpus(r)
+    for p in audit.processes:
+        if p.pid in rank_pids:
+            continue
+        parent = by_pid.get(p.ppid)
+        while parent is not None and parent.pid not in rank_pids:
+            parent = by_pid.get(parent.ppid)
+        if parent is not None:
+            p.role, p.rank_pid, p.rank = "child", parent.pid, parent.rank
+    for p in audit.processes:
+        if p.role == "other" and any(_descends(r, p.pid, by_pid) for r in ranks):
+            p.role = "launcher"
+
+
+def _descends(p: ProcessRecord, ancestor: int, by_pid: Mapping[int, ProcessRecord]) -> bool:
+    current = by_pid.get(p.ppid)
+    while current is not None:
+        if current.pid == ancestor:
+            return True
+        current = by_pid.get(current.ppid)
+    return False
+
+
+def owned_cpus(rank: ProcessRecord) -> frozenset[int]:
+    """The CPUs a rank was given: ``AFFRUN_CPUS``; else what its threads and its launcher's threads span.
+
+    The launcher's mask is left out under Slurm CPU binding, where srun binds each task below its parent's mask.
+    """
+    affrun = rank.environ.get("AFFRUN_CPUS", "")
+    if affrun:
+        try:
+            return parse_cpulist(affrun)
+        except ValueError:
+            pass
+    own = rank.mask
+    if slurm_bound(rank.environ) or not rank.launcher_mask:
+        return own
+    return own | rank.launcher_mask
+
+
+def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) -> list[Finding]:
+    """Everything wrong with the sampled job: each rank's environment against its runtimes, then what was seen."""
+    ranks = audit.ranks()
+    findings: list[Finding] = []
+    for rank in ranks:
+        sharing = sum(1 for r in ranks if r.owned & rank.owned) or 1
+        runtimes = openmp_names(rank.runtimes)
+        version = intel_openmp_version() if any(n in ("libiomp5", "libomp") for n in runtimes) else None
+        chain = ancestors_of(rank.pid) if ancestors_of else []
+        facts = Facts(
+            rank_cpus=rank.owned,
+            ranks_sharing=sharing,
+            per_rank_mask=sharing == 1,
+            local_size=len(ranks),
+            local_size_source=f"{len(ranks)} rank(s) found under pid {audit.pid}",
+            openmp=runtimes,
+            openmp_source=f"loaded in pid {rank.pid}" if runtimes else "",
+            intel_openmp_version=version,
+            numa_binding=numa_binding_source(rank.environ, chain),
+        )
+        subject = rank.label()
+        for f in (*check_environment(rank.environ, topology, facts, host=False),
+                  *check_double_binding(rank.environ, topology, facts)):
+            findings.append(_with_subject(f, subject))
+        findings.extend(collapse_findings(audit, rank))
+        findings.extend(migration_findings(audit, rank))
+    findings.extend(overlap_findings(ranks))
+    findings.extend(gpu_findings(audit))
+    return merge_subjects(findings)
+
+
+def _with_subject(f: Finding, subject: str) -> Finding:
+    return Finding(f.id, f.severity, f.message, f.why, f.fix, subject, f.env_fix)
+
+
+def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
+    """The rank's children are all confined to one CPU while the rank owns several (DOMAIN.md §2)."""
+    children = [c for c in audit.children_of(rank) if c.threads]
+    if not children or len(rank.owned) < 2:
+        return []
+    union: set[int] = set()
+    for child in children:
+        union |= child.mask
+    if len(union) != 1:
+        return []
+    loader = rank.environ.get("AFFRUN_LOADER_CPUS", "")
+    try:
+        if loader and union <= parse_cpulist(loader):
+            return []  # affrun --loader-cores planned it
+    except ValueError:
+        pass
+    cpu = next(iter(union))
+    names = sorted({c.comm for c in children})
+    main_too = rank.main_mask == frozenset(union)
+    causes = [f"{n}={rank.environ[n]}" for n in BINDING_VARIABLES if rank.environ.get(n)]
+    return [Finding(
+        "collapse", "error",
+        f"the rank owns CPUs {format_cpulist(rank.owned)}, but its {len(children)} child process(es) "
+        f"({', '.join(names)}: pids {', '.join(str(c.pid) for c in children)}) are all confined to CPU {cpu}"
+        + (" together with its main thread" if main_too else "")
+        + (f" ({' '.join(causes)})" if causes else ""),
+        "the workers inherited the one-CPU mask of the main thread, which the OpenMP runtime pinned at startup: "
+        "data loading runs on one core and the GPU waits, without any error",
+        "unset " + (", ".join(n.split("=")[0] for n in causes) if causes else "the OpenMP binding variables")
+        + " and launch with `affrun torchrun` / `affrun exec` (one place per rank), or pass "
+        "worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
+        rank.label(),
+    )]
+
+
+MIGRATION_RATE = 1.0  # per second, for a busy thread
+BUSY_PERCENT = 50.0
+
+
+def migration_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
+    """Busy threads of an unbound rank (no affrun mask) that moved between CPUs during the sample."""
+    if rank.environ.get("AFFRUN_CPUS") or audit.duration <= 0:
+        return []
+    moving = [
+        (p, t)
+        for p in (rank, *audit.children_of(rank))
+        for t in p.threads.values()
+        if len(t.allowed) > 1 and t.cpu_percent(audit.duration) >= BUSY_PERCENT
+        and t.migrations_per_s(audit.duration) >= MIGRATION_RATE
+    ]
+    if not moving:
+        return []
+    fastest = max(t.migrations_per_s(audit.duration) for _, t in moving)
+    return [Finding(
+        "thread-migrations", "info",
+        f"{len(moving)} busy thread(s) of the rank moved between CPUs (up to {fastest:.1f}/s, sampled every "
+        f"{audit.interval:g} s)",
+        "unbound threads lose their caches at each move and can land on another rank's cores",
+        "bind the rank: launch with `affrun torchrun` / `affrun exec`",
+        rank.label(),
+    )]
+
+
+def overlap_findings(ranks: Sequence[ProcessRecord]) -> list[Finding]:
+    out: list[Finding] = []
+    for i, a in enumerate(ranks):
+        for b in ranks[i + 1 :]:
+            shared = a.mask & b.mask
+            if not shared:
+                continue
+            planned = bool(a.environ.get("AFFRUN_CPUS") and b.environ.get("AFFRUN_CPUS"))
+            out.append(Finding(
+                "rank-overlap", "info" if planned else "warning",
+                f"{a.label()} (CPUs {format_cpulist(a.mask)}) and {b.label()} (CPUs {format_cpulist(b.mask)}) share "
+                f"CPUs {format_cpulist(shared)}" + (" as affrun planned (--mode numa/socket/map)" if planned else ""),
+                "ranks on the same cores compete for them; the slowest rank sets the pace of every collective",
+                "give each rank its own cores: launch with `affrun torchrun` / `affrun exec` (--mode exclusive)",
+            ))
+    return out
+
+
+LOW_UTILISATION = 20.0
+
+
+def gpu_findings(audit: JobAudit) -> list[Finding]:
+    out: list[Finding] = []
+    for gpu in audit.gpus.gpus:
+        mean = gpu.mean_utilisation
+        if not gpu.pids or mean is None or len(gpu.utilisation) < 5 or mean >= LOW_UTILISATION:
+            continue
+        out.append(Finding(
+            "gpu-low-utilisation", "info",
+            f"GPU {gpu.index} ({gpu.pci}) used by pids {', '.join(map(str, sorted(gpu.pids)))} was {mean:.0f}% busy "
+            f"on average over {len(gpu.utilisation)} samples",
+            "a GPU that waits is often fed too slowly by the CPU side: data loading, a starved or collapsed rank",
+            "look at the other findings; check the DataLoader workers' CPUs and the rank's OMP_NUM_THREADS",
+        ))
+    return out

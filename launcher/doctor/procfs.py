@@ -1,0 +1,100 @@
+"""Read one process's threads from ``/proc``: allowed CPUs, the CPU each last ran on, CPU time, command line.
+
+Every reader returns ``None`` (or an empty result) when the process or thread has gone: a live job's processes
+come and go while it is sampled.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from launcher.cpulist import parse_cpulist
+
+PROC = "/proc"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class ThreadStat:
+    tid: int
+    comm: str
+    state: str
+    ppid: int
+    processor: int  # field 39 of stat: the CPU the thread last ran on
+    ticks: int  # utime + stime, in clock ticks
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def parse_stat(text: str, tid: int) -> ThreadStat | None:
+    """Parse a ``stat`` line; the command name may hold spaces and parentheses, so split after the last ``)``."""
+    head, sep, rest = text.rpartition(")")
+    if not sep:
+        return None
+    comm = head.split("(", 1)[1] if "(" in head else head
+    fields = rest.split()
+    # rest starts at field 3 (state): field N is fields[N - 3]
+    try:
+        return ThreadStat(tid, comm, fields[0], int(fields[1]), int(fields[36]), int(fields[11]) + int(fields[12]))
+    except (IndexError, ValueError):
+        return None
+
+
+def thread_stat(pid: int, tid: int, proc: str = PROC) -> ThreadStat | None:
+    text = _read(os.path.join(proc, str(pid), "task", str(tid), "stat"))
+    return parse_stat(text, tid) if text else None
+
+
+def allowed_cpus(pid: int, tid: int | None = None, proc: str = PROC) -> frozenset[int] | None:
+    """``Cpus_allowed_list`` of a thread (of the main thread with ``tid=None``)."""
+    path = (os.path.join(proc, str(pid), "status") if tid is None
+            else os.path.join(proc, str(pid), "task", str(tid), "status"))
+    text = _read(path)
+    if not text:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            try:
+                return parse_cpulist(line.split(":", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def thread_ids(pid: int, proc: str = PROC) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(os.path.join(proc, str(pid), "task")) if t.isdigit())
+    except OSError:
+        return []
+
+
+def cmdline(pid: int, proc: str = PROC) -> list[str]:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in data.split(b"\0") if part]
+
+
+def parent_pid(pid: int, proc: str = PROC) -> int | None:
+    text = _read(os.path.join(proc, str(pid), "stat"))
+    stat = parse_stat(text, pid) if text else None
+    return stat.ppid if stat else None
+
+
+def threads_union(pid: int, proc: str = PROC) -> frozenset[int]:
+    """The union of the masks of all threads of ``pid`` (what the process spans even when one thread is pinned)."""
+    out: set[int] = set()
+    for tid in thread_ids(pid, proc):
+        cpus = allowed_cpus(pid, tid, proc)
+        if cpus:
+            out |= cpus
+    return frozenset(out)

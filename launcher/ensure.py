@@ -1,0 +1,211 @@
+"""``ensure_affinity()``: check (and fix) the OpenMP/BLAS environment from inside a training script.
+
+Call it first thing in the entry point, before ``import numpy`` or ``import torch``::
+
+    from launcher import ensure_affinity
+    report = ensure_affinity()          # policy="safe": fix dangerous values in os.environ
+    print(report)
+
+It runs the same checks as ``affrun doctor`` on this process's environment and CPU mask, then, by ``policy``:
+
+- ``safe`` (default): replaces dangerous values in ``os.environ`` (``KMP_AFFINITY=disabled``, empty or malformed;
+  thread counts that oversubscribe the CPUs or are unset while ranks share them; binding variables that would pin
+  the main thread to one place, the DataLoader collapse). Safe values are kept; ``OMP_NUM_THREADS=1`` on a big
+  rank is reported but kept.
+- ``keep``: changes nothing and reports.
+- ``strict``: changes nothing and raises :class:`UnsafeEnvironment` when a finding is at least a warning.
+
+OpenMP and BLAS runtimes read these variables when they start: libgomp and OpenBLAS when they are loaded
+(``import torch``, ``import numpy``), libiomp5/libomp at their first parallel region. When such a runtime is already
+loaded, the report says that the fix cannot take effect in this process (it still reaches processes started
+afterwards) and what to do instead. Standard library only, plus affrun's pure core: no click, psutil or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from launcher.doctor.findings import Finding, worst_first
+from launcher.runtimes import LoadedRuntime, controller_named
+
+if TYPE_CHECKING:
+    from launcher.topology.model import Topology
+
+POLICIES = ("safe", "keep", "strict")
+# Findings whose env_fix ``safe`` applies: values that make a job slow or crash, never a matter of taste.
+FIXED_IDS = (
+    "kmp-affinity-disabled", "kmp-affinity-empty", "kmp-affinity-malformed", "kmp-proclist-outside",
+    "places-outside-mask", "omp-binding-malformed", "omp-threads-invalid", "omp-oversubscribed", "omp-threads-unset",
+    "collapse-risk",
+)
+
+
+class AffinityWarning(RuntimeWarning):
+    """Emitted when a fix cannot take effect in this process (its OpenMP/BLAS runtime has already started)."""
+
+
+class UnsafeEnvironment(RuntimeError):
+    """Raised by ``ensure_affinity(policy="strict")``; ``report`` holds the findings."""
+
+    def __init__(self, report: AffinityReport) -> None:
+        super().__init__(str(report))
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Change:
+    variable: str
+    old: str | None
+    new: str | None  # None: unset
+    finding: str  # the finding id it fixes
+
+    def __str__(self) -> str:
+        old = "unset" if self.old is None else f"{self.old!r}"
+        new = "unset" if self.new is None else f"{self.new!r}"
+        return f"{self.variable}: {old} -> {new} ({self.finding})"
+
+
+@dataclass
+class AffinityReport:
+    policy: str
+    findings: list[Finding]
+    changes: list[Change] = field(default_factory=list)
+    runtimes: list[LoadedRuntime] = field(default_factory=list)  # loaded in this process when it was called
+    too_late: list[str] = field(default_factory=list)  # "libgomp (OMP_PLACES...)": loaded runtimes that already read
+    advice: list[str] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> list[Finding]:
+        """Findings of warning or error that the changes did not fix (or that cannot take effect yet)."""
+        fixed = {c.finding for c in self.changes} if not self.too_late else set()
+        return [f for f in self.findings if f.at_least("warning") and f.id not in fixed]
+
+    @property
+    def ok(self) -> bool:
+        return not self.remaining
+
+    @property
+    def takes_effect(self) -> bool:
+        """The changes reach this process's runtimes (none was loaded yet that reads them)."""
+        return not self.too_late
+
+    def __str__(self) -> str:
+        lines = [f"ensure_affinity(policy={self.policy!r}): "
+                 + ("environment is safe" if not self.findings else f"{len(self.findings)} finding(s)")]
+        for f in worst_first(self.findings):
+            lines.append(f"  {f.severity} {f.id}: {f.message} -- fix: {f.fix}")
+        for c in self.changes:
+            lines.append(f"  changed {c}")
+        lines.extend(f"  {a}" for a in self.advice)
+        return "\n".join(lines)
+
+
+def ensure_affinity(
+    policy: str = "safe",
+    *,
+    nproc_per_node: int | None = None,
+    environ: MutableMapping[str, str] | None = None,
+    warn: bool = True,
+) -> AffinityReport:
+    """Check this process's launch environment, fix it according to ``policy``, and return a report.
+
+    ``environ`` defaults to ``os.environ`` (changes then reach the C runtimes through ``putenv``).
+    ``nproc_per_node``: local ranks, when no launcher variable (``LOCAL_WORLD_SIZE``, ``SLURM_*``...) says it.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    from launcher.doctor.checks import check_environment
+    from launcher.doctor.facts import gather_facts, launch_cpus
+    from launcher.runtimes import loaded_runtimes, openmp_names
+
+    env = os.environ if environ is None else environ
+    started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
+    topology = _topology(env, started_with)
+    try:
+        runtimes = loaded_runtimes()
+    except OSError:
+        runtimes = []
+    loaded_openmp = openmp_names(runtimes)
+    facts = gather_facts(env, topology, live=True, nproc=nproc_per_node, probe_host=False,
+                         openmp=loaded_openmp or None, openmp_source="loaded in this process" if loaded_openmp else "",
+                         process_cpus=started_with)
+    findings = check_environment(env, topology, facts, host=False)
+    report = AffinityReport(policy, findings, runtimes=runtimes)
+    dangerous = [f for f in findings if f.id in FIXED_IDS and f.env_fix and f.at_least("warning")]
+    if policy == "strict":
+        if any(f.at_least("warning") for f in findings):
+            raise UnsafeEnvironment(report)
+        return report
+    if policy == "safe":
+        for f in dangerous:
+            for name, value in f.env_fix.items():
+                old = env.get(name)
+                if old == value:
+                    continue
+                if value is None:
+                    env.pop(name, None)
+                else:
+                    env[name] = value
+                report.changes.append(Change(name, old, value, f.id))
+    elif dangerous:
+        report.advice.append("policy 'keep': nothing was changed; policy 'safe' would apply: "
+                             + "; ".join(f"{k}={v}" for f in dangerous for k, v in f.env_fix.items()))
+    changed = [c.variable for c in report.changes] or ([k for f in dangerous for k in f.env_fix] if policy == "keep"
+                                                        else [])
+    report.too_late = _already_read(runtimes, changed)
+    if report.too_late:
+        first = len(report.advice)
+        report.advice.append(
+            "too late for this process: " + "; ".join(report.too_late) + ". Only processes started from now on "
+            "get the new values (and they still inherit this process's CPU mask). For this process, launch it "
+            "through `affrun torchrun` / `affrun exec` (which sets the variables before Python starts), or call "
+            "ensure_affinity() before importing numpy or torch.")
+        pinned = frozenset(os.sched_getaffinity(0))
+        if pinned < started_with:
+            from launcher.cpulist import format_cpulist
+
+            report.advice.append(
+                f"this process's main thread is already pinned to CPU {format_cpulist(pinned)} of "
+                f"{format_cpulist(started_with)}: pass worker_init_fn=launcher.torch.worker_init_fn to the "
+                "DataLoader so that its workers do not inherit that one place")
+        if warn:
+            warnings.warn(" ".join(report.advice[first:]), AffinityWarning, stacklevel=2)
+    return report
+
+
+def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for runtime in runtimes:
+        controller = controller_named(runtime.name)
+        if controller is None:
+            continue
+        read = [v for v in dict.fromkeys(variables) if controller.reads(v)]
+        if not read:
+            continue
+        when = ("read them when it was loaded" if controller.reads_at == "load"
+                else "reads them at its first parallel region, which may already have run")
+        out.append(f"{runtime.name} ({runtime.path}) is loaded and {when}: {', '.join(read)}")
+    return out
+
+
+def _topology(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Topology:
+    """This machine's topology allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
+    from dataclasses import replace
+
+    from launcher.errors import AffrunError
+    from launcher.topology import load_topology
+    from launcher.topology.model import Core, Topology
+
+    try:
+        topology = load_topology(environ=environ)
+        if topology.source == "live" and allowed & topology.online:
+            topology = replace(topology, allowed=allowed & topology.online)
+        return topology
+    except AffrunError:
+        mask = allowed
+        cores = tuple(Core(cpu, (cpu,), 0, None, None) for cpu in sorted(mask))
+        return Topology((), (), (), cores, mask, frozenset(), mask, source="affinity mask")

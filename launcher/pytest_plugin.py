@@ -1,0 +1,152 @@
+"""pytest plugin: make CI fail when a training launch environment would silently starve the CPUs.
+
+Enable it in the project's ``conftest.py``::
+
+    pytest_plugins = ["launcher.pytest_plugin"]
+
+or on the command line: ``pytest -p launcher.pytest_plugin``. It provides:
+
+- the ``affinity_doctor`` fixture: ``affinity_doctor.assert_safe(environ, nproc_per_node=8,
+  topology="machine.json", openmp=["libgomp"])`` runs ``affrun doctor``'s checks on the environment a job is
+  launched with, against the production machine's saved topology (``affrun topology --save machine.json``), and
+  fails the test with one line per finding at or above ``fail_on`` (default ``error``).
+  ``affinity_doctor.check(...)`` returns the findings instead.
+- :func:`load_env_file`: read the ``KEY=VALUE`` lines (``export``, quotes and comments allowed) of the file a job
+  script sources.
+- ``--affrun-guard[=SEVERITY]`` (or the ini option ``affrun_guard = error``): audit the environment pytest itself
+  runs in, like ``affrun doctor --fail-on SEVERITY``, and stop the session before any test runs when a finding
+  reaches SEVERITY. Use it on GPU CI runners that share the training launcher's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from launcher.doctor.findings import SEVERITIES, Finding, worst_first
+from launcher.topology.model import Topology
+
+TopologySource = str | os.PathLike[str] | Topology | None
+
+
+def load_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a shell-style environment file; ``export``, quotes and ``#`` comments are allowed."""
+    env: dict[str, str] = {}
+    for number, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        key, sep, value = line.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
+        parts = shlex.split(value, comments=True)
+        env[key] = " ".join(parts) if parts else ""
+    return env
+
+
+def _topology(source: TopologySource) -> tuple[Topology, bool, str]:
+    """(topology, is it this machine, fsroot)."""
+    from launcher.topology import load_topology
+
+    if source is None:
+        return load_topology(), True, "/"
+    if isinstance(source, Topology):
+        return source, False, "/"
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        return load_topology(fsroot=path), False, path
+    return load_topology(topology_file=path), False, "/"
+
+
+def check_launch_environment(
+    environ: Mapping[str, str] | None = None,
+    *,
+    nproc_per_node: int | None = None,
+    topology: TopologySource = None,
+    openmp: Sequence[str] | None = None,
+    host: bool = False,
+) -> list[Finding]:
+    """``affrun doctor``'s findings for ``environ`` (default: this process's environment).
+
+    ``topology``: a saved topology (JSON snapshot or hwloc XML), an fsroot directory or a Topology; default this
+    machine. ``openmp``: the OpenMP runtimes the job uses (``["libgomp"]`` for torch wheels, ``["libiomp5"]``);
+    default the installed torch's. ``host``: also check this machine (numactl, memory policy, Slurm version).
+    """
+    from launcher.doctor.checks import check_environment
+    from launcher.doctor.facts import gather_facts
+
+    env = dict(os.environ if environ is None else environ)
+    topo, live, fsroot = _topology(topology)
+    facts = gather_facts(env, topo, live=live, nproc=nproc_per_node, openmp=openmp,
+                         openmp_source="given" if openmp is not None else "", probe_host=host, fsroot=fsroot)
+    return check_environment(env, topo, facts, host=True)
+
+
+def assert_launch_environment_safe(
+    environ: Mapping[str, str] | None = None,
+    *,
+    fail_on: str = "error",
+    nproc_per_node: int | None = None,
+    topology: TopologySource = None,
+    openmp: Sequence[str] | None = None,
+    host: bool = False,
+) -> list[Finding]:
+    """Fail (``AssertionError``) when a finding reaches ``fail_on``; return every finding otherwise."""
+    if fail_on not in SEVERITIES:
+        raise ValueError(f"fail_on must be one of {', '.join(SEVERITIES)}")
+    findings = check_launch_environment(environ, nproc_per_node=nproc_per_node, topology=topology, openmp=openmp,
+                                        host=host)
+    bad = [f for f in worst_first(findings) if f.at_least(fail_on)]
+    if bad:
+        from launcher.doctor.report import finding_line
+
+        raise AssertionError("unsafe launch environment (affrun doctor):\n" + "\n".join(finding_line(f) for f in bad))
+    return findings
+
+
+class AffinityDoctor:
+    """What the ``affinity_doctor`` fixture gives a test."""
+
+    check = staticmethod(check_launch_environment)
+    assert_safe = staticmethod(assert_launch_environment_safe)
+    load_env_file = staticmethod(load_env_file)
+
+
+@pytest.fixture
+def affinity_doctor() -> AffinityDoctor:
+    return AffinityDoctor()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("affrun", "affrun launch-environment guard")
+    group.addoption("--affrun-guard", action="store", nargs="?", const="error", default=None,
+                    choices=list(SEVERITIES), metavar="SEVERITY",
+                    help="audit the environment pytest runs in (affrun doctor) and stop when a finding reaches "
+                         "SEVERITY (default when given: error)")
+    parser.addini("affrun_guard", "like --affrun-guard: info, warning or error (empty: off)", default="")
+
+
+def _guard_level(config: pytest.Config) -> str | None:
+    level = config.getoption("affrun_guard") or str(config.getini("affrun_guard") or "").strip() or None
+    if level is not None and level not in SEVERITIES:
+        raise pytest.UsageError(f"affrun_guard = {level!r}: choose info, warning or error")
+    return level
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    level = _guard_level(session.config)
+    if level is None:
+        return
+    from launcher.doctor.report import finding_line
+
+    findings = check_launch_environment(host=True)
+    bad = [f for f in worst_first(findings) if f.at_least(level)]
+    if bad:
+        pytest.exit("affrun guard: unsafe launch environment\n" + "\n".join(finding_line(f) for f in bad),
+                    returncode=1)

@@ -1,0 +1,462 @@
+"""``affrun doctor`` without --pid: the environment and machine checks, their JSON contract and exit status.
+
+The checks are pure functions of (environment, topology, facts): most cases state the facts and a machine
+written as a fake sysfs tree. The facts themselves are then checked against the real thing: torch's bundled
+libgomp is what ``import torch`` loads, the memory-policy probe sees a real seccomp refusal, numactl and srun
+are the installed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli import cli
+from launcher.doctor.checks import check_environment, explicit_places, main_thread_place
+from launcher.doctor.facts import (
+    Facts,
+    gather_facts,
+    numa_binding_source,
+    parse_slurm_version,
+    rank_view,
+    slurm_drops_cpus_per_task,
+    torch_openmp,
+)
+from launcher.doctor.findings import CATALOGUE, Finding
+from launcher.runtimes import libraries_in_maps
+from launcher.topology.model import Topology
+from launcher.topology.sysfs import read_sysfs
+from tests.conftest import need
+from tests.fakesys import FakeGPU, uniform, write_tree
+from tests.launch import clean_env
+
+ALL = frozenset(range(64))
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Topology:
+    """2 sockets × 16 cores × 2 threads (CPUs 0-63, siblings c and c+32), one NUMA node per socket."""
+    return read_sysfs(str(write_tree(tmp_path_factory.mktemp("big"), uniform(2, 16, threads=2))))
+
+
+def ids(findings: list[Finding]) -> list[str]:
+    return [f.id for f in findings]
+
+
+def by_id(findings: list[Finding], fid: str) -> Finding:
+    matches = [f for f in findings if f.id == fid]
+    assert len(matches) == 1, f"expected one {fid}, got {ids(findings)}"
+    return matches[0]
+
+
+def facts(cpus: frozenset[int] = ALL, sharing: int = 1, openmp: tuple[str, ...] = ("libgomp",), **kw: object) -> Facts:
+    return Facts(rank_cpus=cpus, ranks_sharing=sharing, per_rank_mask=sharing == 1, local_size=sharing,
+                 local_size_source="test", openmp=openmp, **kw)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- KMP_AFFINITY
+@pytest.mark.parametrize(
+    ("value", "expected", "severity"),
+    [
+        ("disabled", "kmp-affinity-disabled", "error"),
+        ("granularity=fine,disabled", "kmp-affinity-disabled", "error"),
+        ("", "kmp-affinity-empty", "warning"),
+        ("   ", "kmp-affinity-empty", "warning"),
+        ("granularity=fine,compactt", "kmp-affinity-malformed", "warning"),
+        ("compact,scatter", "kmp-affinity-malformed", "warning"),
+        ("granularity=fine,explicit,proclist=[0,1,70]", "kmp-proclist-outside", "error"),
+    ],
+)
+def test_dangerous_kmp_affinity_under_libiomp5(big: Topology, value: str, expected: str, severity: str) -> None:
+    found = check_environment({"KMP_AFFINITY": value}, big, facts(openmp=("libiomp5",)), host=False)
+    f = by_id(found, expected)
+    assert f.severity == severity
+    assert f.env_fix == {"KMP_AFFINITY": "granularity=fine"}
+    assert "KMP_AFFINITY" in f.message and f.fix and f.why
+
+
+@pytest.mark.parametrize("value", ["granularity=fine", "none", "granularity=core,compact,1,0", "verbose,scatter",
+                                   "granularity=fine,explicit,proclist=[0-3]"])
+def test_good_kmp_affinity_is_not_a_problem(big: Topology, value: str) -> None:
+    found = check_environment({"KMP_AFFINITY": value, "OMP_NUM_THREADS": "8"}, big,
+                              facts(cpus=frozenset(range(8)), openmp=("libiomp5",)), host=False)
+    assert not [f for f in found if f.id.startswith("kmp-")]
+
+
+def test_disabled_mentions_the_fork_abort_of_recent_intel_openmp(big: Topology) -> None:
+    new = by_id(check_environment({"KMP_AFFINITY": "disabled"}, big,
+                                  facts(openmp=("libiomp5",), intel_openmp_version="2026.2.0"), host=False),
+                "kmp-affinity-disabled")
+    old = by_id(check_environment({"KMP_AFFINITY": "disabled"}, big,
+                                  facts(openmp=("libiomp5",), intel_openmp_version="2024.2.1"), host=False),
+                "kmp-affinity-disabled")
+    assert "Aborted" in new.why and "2026.2.0" in new.why
+    assert "Aborted" not in old.why
+    assert "none" in new.fix
+
+
+def test_kmp_is_ignored_by_libgomp(big: Topology) -> None:
+    env = {"KMP_AFFINITY": "granularity=fine,compact", "KMP_BLOCKTIME": "0"}
+    found = check_environment(env, big, facts(openmp=("libgomp",)), host=False)
+    f = by_id(found, "kmp-ignored-by-libgomp")
+    assert f.severity == "warning"
+    assert "KMP_AFFINITY=granularity=fine,compact" in f.message and "KMP_BLOCKTIME=0" in f.message
+    assert "OMP_WAIT_POLICY=PASSIVE" in f.fix
+    # libgomp alone: the value cannot bind anything, so no kmp-affinity-* and no collapse risk from it
+    assert ids(found) == ["kmp-ignored-by-libgomp"]
+    # affrun's own value (a granularity, no type) is not reported
+    assert check_environment({"KMP_AFFINITY": "granularity=fine"}, big, facts(), host=False) == []
+    # with the OMP_* counterparts set, the ignored value is only informational
+    covered = {"KMP_AFFINITY": "compact", "OMP_PROC_BIND": "close", "OMP_PLACES": "{0-63}"}
+    assert by_id(check_environment(covered, big, facts(), host=False), "kmp-ignored-by-libgomp").severity == "info"
+
+
+def test_kmp_is_judged_when_libiomp5_is_only_installed(big: Topology) -> None:
+    """torch uses libgomp, but intel-openmp is installed: MKL programs read KMP_AFFINITY, torch ignores it."""
+    found = check_environment({"KMP_AFFINITY": "disabled"}, big,
+                              facts(openmp=("libgomp",), other_openmp=("libiomp5",)), host=False)
+    assert sorted(ids(found)) == ["kmp-affinity-disabled", "kmp-ignored-by-libgomp"]
+    assert "installed" in by_id(found, "kmp-affinity-disabled").message
+
+
+# ----------------------------------------------------------------------------- thread counts
+def test_ranks_times_threads_oversubscribe(big: Topology) -> None:
+    f = by_id(check_environment({"OMP_NUM_THREADS": "16"}, big, facts(sharing=8), host=False), "omp-oversubscribed")
+    assert f.severity == "error"
+    assert "16 × 8 ranks = 128 threads on 64 CPUs" in f.message
+    assert f.env_fix == {"OMP_NUM_THREADS": "4"}  # 32 cores / 8 ranks
+
+
+def test_threads_beyond_cores_but_within_hardware_threads_is_a_warning(big: Topology) -> None:
+    f = by_id(check_environment({"OMP_NUM_THREADS": "8"}, big, facts(sharing=8), host=False), "omp-oversubscribed")
+    assert f.severity == "warning" and "32 cores (64 hardware threads)" in f.message
+    assert check_environment({"OMP_NUM_THREADS": "4"}, big, facts(sharing=8), host=False) == []
+
+
+def test_per_rank_thread_count_against_the_rank_mask(big: Topology) -> None:
+    rank = frozenset([*range(4), *range(32, 36)])  # 4 cores, 8 PUs
+    assert by_id(check_environment({"MKL_NUM_THREADS": "12"}, big, facts(cpus=rank), host=False),
+                 "omp-oversubscribed").severity == "error"
+    assert check_environment({"OMP_NUM_THREADS": "4"}, big, facts(cpus=rank), host=False) == []
+
+
+def test_unset_threads_with_shared_cpus(big: Topology) -> None:
+    f = by_id(check_environment({}, big, facts(sharing=4), host=False), "omp-threads-unset")
+    assert "64 threads, 256 in all" in f.message
+    assert f.env_fix == {"OMP_NUM_THREADS": "8"}
+    assert check_environment({}, big, facts(sharing=1), host=False) == []
+
+
+def test_one_thread_on_a_big_rank(big: Topology) -> None:
+    torchrun = {"OMP_NUM_THREADS": "1", "TORCHELASTIC_RUN_ID": "x"}
+    f = by_id(check_environment(torchrun, big, facts(sharing=4), host=False), "omp-threads-one")
+    assert f.severity == "warning" and "owns 8 cores" in f.message and "torchrun" in f.message
+    small = frozenset([0, 1, 32, 33])
+    assert by_id(check_environment({"OMP_NUM_THREADS": "1"}, big, facts(cpus=small), host=False),
+                 "omp-threads-one").severity == "info"
+    assert check_environment({"OMP_NUM_THREADS": "1"}, big, facts(cpus=frozenset([0, 32])), host=False) == []
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "four", ""])
+def test_invalid_thread_count(big: Topology, value: str) -> None:
+    f = by_id(check_environment({"OMP_NUM_THREADS": value}, big, facts(), host=False), "omp-threads-invalid")
+    assert f.env_fix == {"OMP_NUM_THREADS": "32"}
+
+
+# ----------------------------------------------------------------------------- binding variables, collapse risk
+def test_explicit_places_parse() -> None:
+    assert explicit_places("{0,1},{2:2}") == [frozenset({0, 1}), frozenset({2, 3})]
+    assert explicit_places("{0:4}:2:4") == [frozenset(range(4)), frozenset(range(4, 8))]
+    assert explicit_places("{0:4:2}") == [frozenset({0, 2, 4, 6})]
+    assert explicit_places("3,5") == [frozenset({3}), frozenset({5})]
+    assert explicit_places("{0,1") is None
+    assert explicit_places("!{0}") is None
+
+
+@pytest.mark.parametrize(
+    ("env", "openmp", "place"),
+    [
+        ({"OMP_PLACES": "cores"}, ("libgomp",), {0, 32}),
+        ({"OMP_PLACES": "threads", "OMP_PROC_BIND": "close"}, ("libgomp",), {0}),
+        ({"OMP_PLACES": "sockets"}, ("libgomp",), set(range(16)) | set(range(32, 48))),
+        ({"OMP_PROC_BIND": "true"}, ("libgomp",), {0}),
+        ({"OMP_PROC_BIND": "spread"}, ("libiomp5",), {0, 32}),
+        ({"GOMP_CPU_AFFINITY": "4-7"}, ("libgomp",), {4}),
+        ({"OMP_PLACES": "{9},{10}"}, ("libgomp",), {9}),
+        ({"KMP_AFFINITY": "granularity=fine,compact"}, ("libiomp5",), {0}),
+        ({"KMP_AFFINITY": "compact"}, ("libiomp5",), {0, 32}),  # granularity defaults to core
+        ({"KMP_AFFINITY": "explicit,proclist=[5,6]"}, ("libiomp5",), {5}),
+    ],
+)
+def test_main_thread_place(big: Topology, env: dict[str, str], openmp: tuple[str, ...], place: set[int]) -> None:
+    found = main_thread_place(env, ALL, big, facts(openmp=openmp))
+    assert found is not None and found[1] == frozenset(place)
+
+
+@pytest.mark.parametrize(
+    ("env", "openmp"),
+    [
+        ({}, ("libgomp",)),
+        ({"OMP_PROC_BIND": "false", "OMP_PLACES": "cores"}, ("libgomp",)),
+        ({"KMP_AFFINITY": "compact"}, ("libgomp",)),  # libgomp ignores it
+        ({"KMP_AFFINITY": "none", "OMP_PLACES": "cores"}, ("libiomp5",)),  # the KMP type wins in libiomp5
+        ({"OMP_PLACES": "{0-63}"}, ("libgomp",)),  # one place holding the whole mask
+    ],
+)
+def test_no_main_thread_binding(big: Topology, env: dict[str, str], openmp: tuple[str, ...]) -> None:
+    found = main_thread_place(env, ALL, big, facts(openmp=openmp))
+    assert found is None or found[1] == ALL
+
+
+def test_collapse_risk_is_an_error_when_ranks_share_the_mask(big: Topology) -> None:
+    env = {"OMP_PLACES": "cores", "OMP_PROC_BIND": "close", "OMP_NUM_THREADS": "4"}
+    shared = by_id(check_environment(env, big, facts(sharing=8), host=False), "collapse-risk")
+    assert shared.severity == "error" and "all 8 local ranks pin their main thread to CPU 0,32" in shared.message
+    assert shared.env_fix == {"OMP_PLACES": None, "OMP_PROC_BIND": None}
+    alone = by_id(check_environment(env, big, facts(sharing=1), host=False), "collapse-risk")
+    assert alone.severity == "warning" and "worker_init_fn" in alone.fix
+
+
+def test_affrun_rank_binding_has_no_collapse_risk(big: Topology) -> None:
+    """affrun's --omp-bind rank: one place holding the rank's CPUs; --omp-bind core is informational."""
+    rank = frozenset([0, 1, 32, 33])
+    env = {"AFFRUN_CPUS": "0-1,32-33", "OMP_PLACES": "{0,1,32,33}", "OMP_PROC_BIND": "close",
+           "KMP_AFFINITY": "granularity=fine", "OMP_NUM_THREADS": "2"}
+    assert check_environment(env, big, facts(cpus=rank), host=False) == []
+    core = {**env, "OMP_PLACES": "{0,32},{1,33}", "AFFRUN_OMP_BIND": "core"}
+    f = by_id(check_environment(core, big, facts(cpus=rank), host=False), "collapse-risk")
+    assert f.severity == "info" and f.env_fix == {}
+
+
+def test_places_outside_the_mask_and_malformed(big: Topology) -> None:
+    rank = frozenset(range(4))
+    found = check_environment({"OMP_PLACES": "{0},{7}", "OMP_PROC_BIND": "closer", "OMP_NUM_THREADS": "2"}, big,
+                              facts(cpus=rank), host=False)
+    assert by_id(found, "places-outside-mask").env_fix == {"OMP_PLACES": None}
+    assert by_id(found, "omp-binding-malformed").env_fix == {"OMP_PROC_BIND": None}
+
+
+def test_two_openmp_runtimes(big: Topology) -> None:
+    found = check_environment({}, big, facts(openmp=("libgomp", "libiomp5")), host=False)
+    assert ids(found) == ["openmp-runtimes-mixed"]
+
+
+# ----------------------------------------------------------------------------- host checks
+def test_double_binding(big: Topology) -> None:
+    source = numa_binding_source({"PET_NUMA_BINDING": "node"}, [])
+    f = by_id(check_environment({"PET_NUMA_BINDING": "node"}, big, facts(numa_binding=source)), "double-binding")
+    assert f.severity == "error" and "PET_NUMA_BINDING=node" in f.message
+    chain = [(10, "bash"), (9, "/usr/bin/python3 /usr/bin/torchrun --numa-binding=exclusive --nproc-per-node 8 t.py")]
+    assert "parent process 9" in (numa_binding_source({}, chain) or "")
+    assert numa_binding_source({}, [(9, "/usr/bin/python3 /usr/bin/torchrun --nproc-per-node 8 t.py")]) is None
+
+
+@pytest.mark.parametrize(("version", "affected"), [("21.08.8", False), ("22.05.0", True), ("22.05.8", True),
+                                                   ("23.02.4", True), ("23.02.5", False), ("24.11.1", False)])
+def test_slurm_versions_that_drop_cpus_per_task(version: str, affected: bool) -> None:
+    assert slurm_drops_cpus_per_task(version) is affected
+    assert parse_slurm_version(f"slurm {version}\n") == version
+
+
+def test_srun_cpus_per_task(big: Topology) -> None:
+    env = {"SLURM_CPUS_PER_TASK": "16"}
+    f = by_id(check_environment(env, big, facts(slurm_version="22.05.8")), "srun-cpus-per-task")
+    assert f.env_fix == {"SRUN_CPUS_PER_TASK": "16"}
+    assert check_environment({**env, "SRUN_CPUS_PER_TASK": "16"}, big, facts(slurm_version="22.05.8")) == []
+    assert check_environment(env, big, facts(slurm_version="23.11.0")) == []
+
+
+def test_numactl_and_membind_by_numa_node_count(big: Topology, tmp_path: Path) -> None:
+    one_node = read_sysfs(str(write_tree(tmp_path, uniform(1, 4))))
+    probed = facts(host_probed=True, numactl=None, membind_error="set_mempolicy(MPOL_BIND) failed: EPERM")
+    assert {f.id: f.severity for f in check_environment({}, big, probed)} == {
+        "numactl-missing": "warning", "membind-blocked": "warning"}
+    small = facts(cpus=frozenset(range(4)), host_probed=True, numactl=None, membind_error="EPERM")
+    assert {f.id: f.severity for f in check_environment({}, one_node, small)} == {
+        "numactl-missing": "info", "membind-blocked": "info"}
+
+
+# ----------------------------------------------------------------------------- facts checked against the real thing
+def test_rank_view() -> None:
+    machine = frozenset(range(8))
+    assert rank_view({"AFFRUN_CPUS": "2-3"}, frozenset({2, 3}), machine, 4, True) == (frozenset({2, 3}), 1, True)
+    assert rank_view({}, frozenset({4, 5}), machine, 4, True) == (frozenset({4, 5}), 1, True)  # srun --cpu-bind
+    assert rank_view({}, machine, machine, 4, True) == (machine, 4, False)  # plain torchrun rank
+    assert rank_view({}, machine, machine, 4, False) == (machine, 4, False)  # before launch
+
+
+def test_torch_bundled_runtime_is_what_import_torch_loads() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "torch is not installed")
+    names, source = torch_openmp()
+    maps = subprocess.run([sys.executable, "-c", "import torch; print(open('/proc/self/maps').read())"],
+                          capture_output=True, text=True, check=True, env=clean_env()).stdout
+    loaded = [p for p in libraries_in_maps(maps) if "omp" in os.path.basename(p)]
+    assert names == ("libgomp",)
+    assert any(os.path.realpath(p) in {os.path.realpath(x) for x in loaded} for p in source.split()[-1:]), (
+        source, loaded)
+
+
+def test_gathered_facts_of_this_machine(tmp_path: Path) -> None:
+    from launcher.topology import load_topology
+
+    topo = load_topology()
+    f = gather_facts({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "PATH": os.environ["PATH"]}, topo, live=True)
+    assert f.local_size == 2 and f.ranks_sharing == 2 and f.rank_cpus == frozenset(os.sched_getaffinity(0))
+    assert f.host_probed and f.numactl == shutil.which("numactl")
+
+
+# ----------------------------------------------------------------------------- the CLI
+def doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``affrun doctor ARGS`` in-process with exactly ``env`` as the environment (default: clean_env())."""
+    wanted = clean_env() if env is None else env
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k not in wanted}
+    overrides.update(wanted)
+    result = CliRunner().invoke(cli, ["doctor", *args], env=overrides)
+    return result.exit_code, result.output
+
+
+def test_json_contract_and_exit_status() -> None:
+    env = {**clean_env(), "KMP_AFFINITY": "disabled", "OMP_NUM_THREADS": "8", "LOCAL_RANK": "0",
+           "LOCAL_WORLD_SIZE": "2"}
+    code, out = doctor("--json", env=env)
+    data = json.loads(out)
+    assert code == 1
+    for f in data["findings"]:
+        assert set(f) >= {"id", "severity", "message", "fix"}
+        assert f["id"] in CATALOGUE and f["severity"] in ("error", "warning", "info")
+    found = {f["id"] for f in data["findings"]}
+    assert "omp-oversubscribed" in found and "kmp-ignored-by-libgomp" in found
+    assert data["environment"]["KMP_AFFINITY"] == "disabled"
+    assert data["rank"]["local_ranks"] == 2
+    assert doctor("--fail-on", "error", env=env)[0] == 1
+    clean = {**clean_env(), "OMP_NUM_THREADS": "1"}
+    code, out = doctor("--json", env=clean)
+    assert (code, [f for f in json.loads(out)["findings"] if f["severity"] != "info"]) == (0, [])
+
+
+def test_fail_on_levels() -> None:
+    # omp-threads-one on a 2-core rank is "info": it fails only --fail-on info
+    env = {**clean_env(), "OMP_NUM_THREADS": "1"}
+    cpus = len(os.sched_getaffinity(0))
+    need(cpus >= 2, "needs 2 CPUs")
+    info = [f for f in json.loads(doctor("--json", env=env)[1])["findings"] if f["id"] == "omp-threads-one"]
+    assert [f["severity"] for f in info] == ["info" if cpus < 4 else "warning"]
+    assert doctor("--fail-on", "info", env=env)[0] == 1
+    assert doctor("--fail-on", "error", env=env)[0] == 0
+
+
+def test_usage_errors_exit_2() -> None:
+    assert doctor("--duration", "2")[0] == 2
+    assert doctor("--pid", "0")[0] == 2
+    assert doctor("--fail-on", "fatal")[0] == 2
+    code, out = doctor("--pid", str(2**22 + 12345))
+    assert code == 2 and out.strip().endswith("no such process")
+    code, out = doctor("--fsroot", "/nonexistent-root")
+    assert code == 2 and "affrun: error:" in out
+
+
+def test_ids_lists_the_catalogue() -> None:
+    code, out = doctor("--ids")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == list(CATALOGUE)
+
+
+def test_console_script_is_the_ci_guard() -> None:
+    """``affrun doctor --fail-on error`` through the installed console script, as CI runs it."""
+    affrun = shutil.which("affrun")
+    need(affrun, "the affrun console script is not installed (pip install -e .)")
+    bad = subprocess.run([str(affrun), "doctor", "--fail-on", "error"], capture_output=True, text=True,
+                         env={**clean_env(), "OMP_PLACES": "cores", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"})
+    assert bad.returncode == 1, bad.stdout
+    line = next(x for x in bad.stdout.splitlines() if x.startswith("error   collapse-risk"))
+    assert "-- why:" in line and "-- fix:" in line
+    good = subprocess.run([str(affrun), "doctor", "--fail-on", "error"], capture_output=True, text=True,
+                          env=clean_env())
+    assert good.returncode == 0, good.stdout
+
+
+def test_gpus_without_numa_node_and_mixed_models(tmp_path: Path) -> None:
+    m = uniform(2, 4)
+    m.gpus = [FakeGPU(pci="0000:17:00.0", numa_node=None), FakeGPU(pci="0000:65:00.0", numa_node=None)]
+    root = write_tree(tmp_path, m)
+    for pci, device in (("0000:17:00.0", "0x2330"), ("0000:65:00.0", "0x20b0")):  # H100 and A100
+        (root / "sys/bus/pci/devices" / pci / "device").write_text(device + "\n")
+    env = clean_env()
+    data = json.loads(doctor("--fsroot", str(root), "--json", env=env)[1])
+    found = {f["id"]: f for f in data["findings"]}
+    assert found["gpu-numa-unknown"]["severity"] == "warning"
+    assert "0x20b0" in found["cuda-device-order"]["message"]
+    fixed = json.loads(doctor("--fsroot", str(root), "--json", env={**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})[1])
+    assert "cuda-device-order" not in {f["id"] for f in fixed["findings"]}
+    (root / "sys/bus/pci/devices/0000:65:00.0/device").write_text("0x2330\n")  # same model: CUDA order is PCI order
+    same = json.loads(doctor("--fsroot", str(root), "--json", env=env)[1])
+    assert "cuda-device-order" not in {f["id"] for f in same["findings"]}
+
+
+def test_numactl_missing_from_path() -> None:
+    need(shutil.which("numactl"), "numactl is not installed")
+    env = {**clean_env(), "PATH": "/nonexistent"}
+    found = {f["id"] for f in json.loads(doctor("--json", env=env)[1])["findings"]}
+    assert "numactl-missing" in found
+    assert "numactl-missing" not in {f["id"] for f in json.loads(doctor("--json", env=clean_env())[1])["findings"]}
+
+
+def test_srun_version_is_asked_for_real() -> None:
+    need(shutil.which("srun"), "Slurm's srun is not installed")
+    version = parse_slurm_version(subprocess.run(["srun", "--version"], capture_output=True, text=True).stdout)
+    assert version
+    env = {**clean_env(), "SLURM_CPUS_PER_TASK": "4"}
+    found = {f["id"] for f in json.loads(doctor("--json", env=env)[1])["findings"]}
+    assert ("srun-cpus-per-task" in found) is slurm_drops_cpus_per_task(version)
+    found = {f["id"] for f in json.loads(doctor("--json", env={**env, "SRUN_CPUS_PER_TASK": "4"})[1])["findings"]}
+    assert "srun-cpus-per-task" not in found
+
+
+SECCOMP_WRAPPER = r"""
+import ctypes, os, sys
+# Deny set_mempolicy(2) with EPERM, as a container's seccomp profile does, then exec the command.
+ARCH, NR = int(sys.argv[1]), int(sys.argv[2])
+class F(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+class P(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
+prog = (F * 6)(F(0x20, 0, 0, 4), F(0x15, 0, 3, ARCH), F(0x20, 0, 0, 0), F(0x15, 0, 1, NR),
+               F(0x06, 0, 0, 0x00050000 | 1), F(0x06, 0, 0, 0x7FFF0000))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+fprog = P(6, prog)
+assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+def test_membind_blocked_by_a_real_seccomp_filter(tmp_path: Path) -> None:
+    need(platform.machine() == "x86_64", "the seccomp filter here is written for x86_64")
+    wrapper = tmp_path / "deny_mempolicy.py"
+    wrapper.write_text(SECCOMP_WRAPPER)
+    argv = [sys.executable, str(wrapper), str(0xC000003E), "238", sys.executable, "-m", "launcher", "doctor", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=clean_env())
+    data = json.loads(done.stdout)
+    blocked = [f for f in data["findings"] if f["id"] == "membind-blocked"]
+    assert len(blocked) == 1 and "Operation not permitted" in blocked[0]["message"]
+    assert blocked[0]["severity"] == ("warning" if data["machine"]["numa_nodes"] > 1 else "info")
+    # numactl itself is refused the same way under that filter: the probe tells the truth
+    if shutil.which("numactl"):
+        numactl = subprocess.run([sys.executable, str(wrapper), str(0xC000003E), "238", shutil.which("numactl") or "",
+                                  "--membind=0", "true"], capture_output=True, text=True)
+        assert numactl.returncode != 0
+    # without the filter the probe passes
+    plain = json.loads(subprocess.run([sys.executable, "-m", "launcher", "doctor", "--json"], capture_output=True,
+                                      text=True, env=clean_env()).stdout)
+    assert "membind-blocked" not in {f["id"] for f in plain["findings"]}

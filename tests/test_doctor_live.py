@@ -1,0 +1,329 @@
+"""``affrun doctor --pid``: real jobs, real runtimes, and what the kernel itself says about their threads.
+
+Each test starts a real process (torch with DataLoader workers, a C program linked against libiomp5, a real
+torchrun or ``affrun torchrun`` job), waits until it is running, audits it with the real CLI, and checks the
+report against the masks the test reads itself with ``os.sched_getaffinity``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.doctor.gpu import GpuReport
+from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
+from tests.conftest import need
+from tests.launch import affrun_argv, clean_env, require_torch, torchrun_argv
+
+pytestmark = pytest.mark.slow
+CPUS = frozenset(os.sched_getaffinity(0))
+
+TORCH_JOB = r"""
+import os, sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Numbers(Dataset):
+    def __len__(self):
+        return 10**7
+    def __getitem__(self, i):
+        x = 0
+        for k in range(2000):
+            x += k
+        return torch.tensor([x])
+
+if __name__ == "__main__":
+    loader = DataLoader(Numbers(), batch_size=4, num_workers=int(os.environ.get("WORKERS", "2")))
+    batches = iter(loader)
+    next(batches)
+    a = torch.randn(64, 64)
+    print("READY", os.getpid(), flush=True)
+    end = time.time() + float(sys.argv[1])
+    while time.time() < end:
+        a @ a
+        next(batches)
+"""
+
+SPIN_C = r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 5.0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double sink = 0;
+    int announced = 0;
+    for (;;) {
+#pragma omp parallel reduction(+ : sink)
+        {
+            double x = 0;
+            for (int i = 0; i < 200000; i++) x += i * 0.5;
+            sink += x;
+        }
+        if (!announced) { printf("READY %d %d\n", (int)getpid(), omp_get_max_threads()); fflush(stdout); announced = 1; }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 > seconds) break;
+    }
+    return sink < 0;
+}
+"""
+
+
+@contextmanager
+def running(argv: list[str], env: dict[str, str], ready: int = 1, timeout: float = 90) -> Iterator[
+        tuple[subprocess.Popen[str], list[str]]]:
+    """Start ``argv`` in its own session; yield once ``ready`` READY lines were printed; kill it all afterwards."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while sum(1 for x in lines if x.startswith("READY")) < ready:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
+                pytest.fail(f"{argv} did not get ready (rc={proc.poll()}): {lines}\n{err[-3000:]}")
+            if selector.select(timeout=1):
+                line = proc.stdout.readline()
+                if line:
+                    lines.append(line.strip())
+        yield proc, lines
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+
+def audit(pid: int, duration: float = 1.0) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run([*affrun_argv("doctor", "--pid", str(pid), "--duration", str(duration), "--json")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def findings(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["id"]: f for f in data["findings"]}
+
+
+def processes(data: dict[str, Any], role: str) -> list[dict[str, Any]]:
+    return [p for p in data["processes"] if p["role"] == role]
+
+
+def kernel_mask(pid: int) -> frozenset[int]:
+    return frozenset(os.sched_getaffinity(pid))
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    return clean_env(**extra)
+
+
+# ----------------------------------------------------------------------------- the collapse
+def test_collapse_of_dataloader_workers_is_reported(tmp_path: Path) -> None:
+    require_torch()
+    need(len(CPUS) >= 2, "the collapse needs at least 2 allowed CPUs")
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_JOB)
+    env = job_env(OMP_PLACES="cores", OMP_PROC_BIND="close")
+    with running([sys.executable, str(script), "60"], env) as (_proc, lines):
+        pid = int(lines[-1].split()[1])
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                                  text=True).stdout.split()]
+        masks = {w: kernel_mask(w) for w in workers}
+        code, data = audit(pid)
+    assert code == 1
+    collapse = findings(data)["collapse"]
+    assert collapse["severity"] == "error"
+    # what the kernel said about the workers is what doctor reports, and it is the one CPU of the collapse
+    assert len(workers) == 2 and len(set(masks.values())) == 1 and len(next(iter(masks.values()))) == 1
+    (cpu,) = next(iter(masks.values()))
+    assert f"confined to CPU {cpu}" in collapse["message"]
+    children = processes(data, "child")
+    assert sorted(c["pid"] for c in children) == sorted(workers)
+    assert all(t["allowed"] == str(cpu) for c in children for t in c["threads"])
+    (rank,) = processes(data, "rank")
+    assert parse_cpulist(rank["owned_cpus"]) == CPUS  # what the test process gave it
+    assert "collapse-risk" in findings(data)  # and the cause, from the rank's own environment
+
+
+def test_no_collapse_without_binding_variables(tmp_path: Path) -> None:
+    require_torch()
+    need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_JOB)
+    with running([sys.executable, str(script), "60"], job_env()) as (_proc, lines):
+        pid = int(lines[-1].split()[1])
+        code, data = audit(pid, 0.5)
+    assert code == 0 and "collapse" not in findings(data) and "collapse-risk" not in findings(data)
+    children = processes(data, "child")
+    assert len(children) == 2
+    assert all(parse_cpulist(t["allowed"]) == CPUS for c in children for t in c["threads"])
+    for c in children:  # every sampled "last CPU" lies inside the allowed set
+        for t in c["threads"]:
+            assert {int(x) for x in t["cpus_seen"]} <= parse_cpulist(t["allowed"])
+            assert 0 <= t["migrations"] < t["samples"]
+
+
+# ----------------------------------------------------------------------------- libiomp5 and libgomp
+def spin_binary(tmp_path: Path, runtime: str) -> Path:
+    """Build SPIN_C against libgomp or, linked against libiomp5 alone (no libgomp in the process), Intel's runtime."""
+    need(shutil.which("gcc"), "gcc is not installed")
+    src = tmp_path / "spin.c"
+    src.write_text(SPIN_C)
+    out = tmp_path / f"spin_{runtime}"
+    if runtime == "gomp":
+        subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out)], check=True)
+        return out
+    libdir = Path(sys.prefix) / "lib"
+    need((libdir / "libiomp5.so").exists(), f"libiomp5.so not in {libdir} (pip install intel-openmp)")
+    obj = tmp_path / "spin.o"
+    subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(obj)], check=True)
+    subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"], check=True)
+    return out
+
+
+def test_kmp_affinity_disabled_under_libiomp5(tmp_path: Path) -> None:
+    binary = spin_binary(tmp_path, "iomp5")
+    env = job_env(OMP_NUM_THREADS="2", KMP_AFFINITY="disabled", OMP_DISPLAY_AFFINITY="true")
+    with running([str(binary), "60"], env) as (_proc, lines):
+        pid = int(lines[-1].split()[1])
+        code, data = audit(pid)
+        own_threads = {int(t): kernel_mask(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+    # the runtime's own report: binding is disabled
+    assert any("bound to OS proc set {disabled}" in line for line in lines), lines
+    (rank,) = processes(data, "rank")
+    assert [(r["name"], r["threads"], r["threads_from"]) for r in rank["runtimes"]] == [
+        ("libiomp5", 2, "OMP_NUM_THREADS")]  # a pure libiomp5 process: no libgomp
+    f = findings(data)["kmp-affinity-disabled"]
+    assert f["severity"] == "error" and code == 1
+    assert len(rank["threads"]) >= 2  # the main thread and libiomp5's worker
+    for t in rank["threads"]:
+        assert parse_cpulist(t["allowed"]) == own_threads[t["tid"]] == CPUS  # unbound
+
+
+def test_kmp_affinity_binds_libiomp5_but_libgomp_ignores_it(tmp_path: Path) -> None:
+    """The same KMP_AFFINITY pins libiomp5's threads and does nothing to torch's libgomp threads."""
+    require_torch()
+    need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
+    kmp = {"KMP_AFFINITY": "granularity=fine,compact", "OMP_NUM_THREADS": "2"}
+    binary = spin_binary(tmp_path, "iomp5")
+    with running([str(binary), "60"], job_env(**kmp)) as (_proc, lines):
+        pid = int(lines[-1].split()[1])
+        _, intel = audit(pid, 0.5)
+    (rank,) = processes(intel, "rank")
+    assert all(len(parse_cpulist(t["allowed"])) == 1 for t in rank["threads"])  # libiomp5 bound each thread
+    assert "kmp-ignored-by-libgomp" not in findings(intel)
+
+    script = tmp_path / "job.py"
+    script.write_text(TORCH_JOB)
+    with running([sys.executable, str(script), "60"], job_env(WORKERS="0", **kmp)) as (_proc, lines):
+        pid = int(lines[-1].split()[1])
+        time.sleep(0.5)  # let the matmul loop run parallel regions
+        code, gnu = audit(pid, 0.5)
+    (rank,) = processes(gnu, "rank")
+    assert [r["name"] for r in rank["runtimes"] if r["user_api"] == "openmp"] == ["libgomp"]
+    assert all(parse_cpulist(t["allowed"]) == CPUS for t in rank["threads"])  # nothing was bound
+    f = findings(gnu)["kmp-ignored-by-libgomp"]
+    assert code == 1 and f["severity"] == "warning" and "KMP_AFFINITY=granularity=fine,compact" in f["message"]
+    assert not [x for x in findings(gnu) if x.startswith("kmp-affinity") or x == "collapse-risk"]
+
+
+# ----------------------------------------------------------------------------- torchrun jobs
+RANK_JOB = TORCH_JOB.replace('print("READY", os.getpid(), flush=True)',
+                             'print("READY", os.getpid(), os.environ["LOCAL_RANK"], flush=True)')
+
+
+def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:
+    require_torch()
+    need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
+    script = tmp_path / "job.py"
+    script.write_text(RANK_JOB)
+    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "60")
+    with running(argv, job_env(OMP_NUM_THREADS=str(len(CPUS)), WORKERS="0"), ready=2) as (proc, lines):
+        code, data = audit(proc.pid)
+        rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
+        kernel = {p: kernel_mask(p) for p in rank_pids}
+    assert code == 1
+    ranks = processes(data, "rank")
+    assert sorted(r["pid"] for r in ranks) == rank_pids
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    assert kernel[rank_pids[0]] & kernel[rank_pids[1]]  # the kernel agrees: they overlap
+    found = findings(data)
+    assert found["rank-overlap"]["severity"] == "warning"
+    over = found["omp-oversubscribed"]
+    assert over["severity"] == "error" and f"× 2 ranks = {2 * len(CPUS)} threads" in over["message"]
+    assert "rank 0" in over["subject"] and "rank 1" in over["subject"]  # one finding for both ranks
+    assert processes(data, "launcher")  # torchrun's agent
+
+
+def test_clean_affrun_torchrun_job_has_no_findings(tmp_path: Path) -> None:
+    require_torch()
+    need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
+    script = tmp_path / "job.py"
+    script.write_text(RANK_JOB)
+    argv = affrun_argv("torchrun", "--nproc-per-node", "2", "--standalone", str(script), "60")
+    with running(argv, job_env(), ready=2) as (proc, lines):
+        code, data = audit(proc.pid)
+        rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
+        kernel = {p: kernel_mask(p) for p in rank_pids}
+    assert (code, data["findings"]) == (0, [])
+    ranks = sorted(processes(data, "rank"), key=lambda r: r["pid"])
+    assert [r["pid"] for r in ranks] == rank_pids
+    owned = [parse_cpulist(r["owned_cpus"]) for r in ranks]
+    assert owned == [kernel[p] for p in rank_pids]  # AFFRUN_CPUS is the mask the kernel holds
+    assert not owned[0] & owned[1]
+    for rank, cpus in zip(ranks, owned):
+        assert all(parse_cpulist(t["allowed"]) <= cpus for t in rank["threads"])
+        children = [c for c in processes(data, "child") if c["rank_pid"] == rank["pid"]]
+        assert len(children) == 2 and all(c["comm"] == "pt_data_worker" for c in children)
+        assert all(parse_cpulist(t["allowed"]) == cpus for c in children for t in c["threads"])
+    assert data["gpus"]["available"] in (True, False) and data["gpus"]["reason"]
+
+
+# ----------------------------------------------------------------------------- the analysis, on stated records
+def record(pid: int, ppid: int, masks: list[set[int]], environ: dict[str, str] | None = None,
+           comm: str = "python3") -> ProcessRecord:
+    p = ProcessRecord(pid, ppid, comm, [comm], environ or {})
+    for i, mask in enumerate(masks):
+        tid = pid if i == 0 else pid * 100 + i
+        p.threads[tid] = ThreadRecord(tid, comm, frozenset(mask), min(mask))
+    return p
+
+
+def test_planned_loader_cpus_are_not_a_collapse() -> None:
+    env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "AFFRUN_CPUS": "0-7", "AFFRUN_LOADER_CPUS": "7"}
+    rank = record(10, 1, [set(range(7))], env)
+    workers = [record(11 + i, 10, [{7}], env, "pt_data_worker") for i in range(2)]
+    job = JobAudit(10, 1.0, 0.05, 20, [rank, *workers], GpuReport(False, "n/a"), frozenset(range(8)))
+    assign_roles(job)
+    assert collapse_findings(job, rank) == []
+    for w in workers:
+        w.threads = {w.pid: ThreadRecord(w.pid, "pt_data_worker", frozenset({0}), 0)}
+    assert [f.id for f in collapse_findings(job, rank)] == ["collapse"]
+
+
+def test_worker_init_fn_spread_is_not_a_collapse() -> None:
+    rank = record(10, 1, [{0}, {1}, {2}, {3}])
+    workers = [record(11 + i, 10, [{i}], comm="pt_data_worker") for i in range(4)]
+    job = JobAudit(10, 1.0, 0.05, 20, [rank, *workers], GpuReport(False, "n/a"), frozenset(range(4)))
+    assign_roles(job)
+    assert rank.owned == frozenset(range(4)) and collapse_findings(job, rank) == []
+    assert format_cpulist(rank.mask) == "0-3"

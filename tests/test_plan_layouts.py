@@ -594,3 +594,74 @@ def test_map_with_another_mode_is_refused() -> None:
 def test_gpus_with_no_gpu_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"--gpus .* --no-gpu"):
         PlanOptions(gpus="0", no_gpu=True).request(1)
+
+
+# ============================================================================================= real machines
+# hwloc's captured sysfs trees (shared/fixtures/hwloc-linux), read in place after extraction.
+def test_power9_with_six_v100_and_gpu_memory_nodes(hwloc_root: Callable[[str], Path]) -> None:
+    # IBM POWER9 8335-GTW (trimmed capture): nodes 0 (CPUs 0-15) and 8 (88-103), SMT4 with sibling ids adjacent
+    # (core = 4 consecutive CPUs), so 4 cores per node. The PCI entries have no numa_node; local_cpus puts GPUs
+    # 0-2 on node 0 and 3-5 on node 8. Their memory is in CPU-less nodes 250-255. 3 ranks per node share 4 cores:
+    # 2 + 1 + 1, OMP_NUM_THREADS counting cores.
+    topo = load_topology(fsroot=str(hwloc_root("nvidiagpunumanodes")), environ={})
+    assert sorted(n.os_index for n in topo.numa_nodes if not n.cpus) == [250, 251, 252, 253, 254, 255]
+    plan = make_plan(topo, Request(nproc=6))
+    assert table(plan) == [
+        ("0-7", 0, 0, 2),
+        ("8-11", 1, 0, 1),
+        ("12-15", 2, 0, 1),
+        ("88-95", 3, 8, 2),
+        ("96-99", 4, 8, 1),
+        ("100-103", 5, 8, 1),
+    ]
+    # --smt counts the 4 hardware threads of each core.
+    plan = make_plan(topo, Request(nproc=6, smt=True))
+    assert [row[3] for row in table(plan)] == [8, 4, 4, 8, 4, 4]
+
+
+HWLOC_TREES = [
+    "128arm-2pa2n8cluster4co",
+    "16amd64-8n2c-cpusets",
+    "16em64t-4s2c2t-offlines",
+    "20em64t-hybrid-1p6c2t+2ca4co1t",
+    "256ppc-8n8s4t",
+    "32amd64-4s2n4c-cgroup2",
+    "32intel64-2p8co2t+8ve",
+    "48amd64-4pa2n6c-sparse",
+    "64amd64-4s2n4ca2co",
+    "64intel64-fakeKNL-SNC4-hybrid",
+    "8em64t-4c2t",
+    "memorysidecaches",
+    "nvidia-dgx-gb10",
+    "nvidiagpunumanodes",
+    "offline-cpu0-node0",
+]
+
+
+@pytest.mark.parametrize("name", HWLOC_TREES)
+def test_real_trees_plan_disjoint_whole_cores_inside_the_allowed_set(
+    hwloc_root: Callable[[str], Path], name: str
+) -> None:
+    topo = load_topology(fsroot=str(hwloc_root(name)), environ={})
+    cores = topo.allowed_cores()
+    nodes = {c.numa_node for c in cores}
+    for nproc in sorted({1, 2, len(nodes), len(cores) // 2 or 1, len(cores)}):
+        for mode in ("exclusive", "l3"):
+            plan = make_plan(topo, Request(nproc=nproc, mode=mode, use_gpus=False))
+            owner: dict[int, int] = {}
+            for r in plan.ranks:
+                assert set(r.cpus) <= topo.allowed
+                for p in r.cpus:
+                    assert p not in owner, f"{name} {mode} x{nproc}: CPU {p} in ranks {owner[p]} and {r.local_rank}"
+                    owner[p] = r.local_rank
+                assert r.threads == len(r.compute_cores) >= 1
+            for c in cores:
+                assert len({owner.get(p) for p in c.pus}) == 1, f"{name}: core {c.pus} split"
+        if nproc <= len(cores):
+            # exclusive CPU-only plans hand out whole nodes: the CPUs of every node that holds a rank are all used.
+            plan = make_plan(topo, Request(nproc=nproc, use_gpus=False))
+            used = {p for r in plan.ranks for p in r.cpus}
+            for node in {r.numa_nodes for r in plan.ranks}:
+                assert {p for c in cores if (c.numa_node,) == node or (c.numa_node is None and node == ()) for p in c.pus} <= used
+    with pytest.raises(PlanError, match="whole core"):
+        make_plan(topo, Request(nproc=len(cores) + 1))

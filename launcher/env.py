@@ -173,13 +173,13 @@ def _problem(
         )
         if base in ABSTRACT_PLACES:
             return collapse
-        ids = _place_ids(value)
-        if ids is None:
+        places = parse_places(value)
+        if places is None or not places or not all(places):
             return "not a valid OMP_PLACES value"
-        outside = ids - cpus
+        outside = {p for place in places for p in place} - cpus
         if outside:
             return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
-        return collapse if value.count("{") > 1 else None
+        return collapse if len(places) > 1 else None
     if name == "GOMP_CPU_AFFINITY":
         try:
             ids = set(parse_cpulist(value.replace(" ", ",")))
@@ -241,24 +241,99 @@ def _kmp_type(value: str) -> str | None:
 
 def _place_ids(value: str) -> set[int] | None:
     """All CPU ids named by an explicit place list like ``{0,64},{1:4}`` or ``0-3,8``; None if malformed."""
+    parsed = parse_places(value)
+    return None if parsed is None else {p for place in parsed for p in place}
+
+
+def parse_places(value: str) -> list[frozenset[int]] | None:
+    """The places of an explicit ``OMP_PLACES`` list, in OS CPU ids; ``None`` when malformed.
+
+    Accepts the OpenMP forms ``{0,64},{1,65}``, resource intervals ``{0:4}`` / ``{0:4:2}``, place intervals
+    ``{0,1}:4:2`` (4 places, each shifted by 2), exclusions ``!5`` / ``!{5}``, and, leniently, bare CPU lists
+    ``0-3,8`` (one place per item, as ``KMP_AFFINITY`` proclists write them).
+    """
+    places: list[frozenset[int]] = []
+    items = _split_outside_braces(value.replace(" ", ""))
+    if items is None:
+        return None
+    for item in items:
+        if not item:
+            continue
+        excluded = item.startswith("!")
+        body = item[1:] if excluded else item
+        if body.startswith("{"):
+            close = body.find("}")
+            if close < 0:
+                return None
+            base = _resources(body[1:close])
+            interval = body[close + 1 :]
+            if base is None:
+                return None
+            length, stride = 1, 1
+            if interval:
+                bits = interval.split(":")
+                if bits[0] != "" or len(bits) not in (2, 3) or not all(_is_int(b) for b in bits[1:]):
+                    return None
+                length, stride = int(bits[1]), int(bits[2]) if len(bits) == 3 else 1
+            expanded = [frozenset(p + i * stride for p in base) for i in range(max(length, 0))]
+        else:
+            one = _resources(body)
+            if one is None:
+                return None
+            expanded = [one]
+        if not excluded:
+            places.extend(expanded)
+    return places
+
+
+def _split_outside_braces(text: str) -> list[str] | None:
+    items: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            depth += 1
+            if depth > 1:
+                return None
+        elif ch == "}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        return None
+    items.append(text[start:])
+    return items
+
+
+def _resources(text: str) -> frozenset[int] | None:
+    """``0,64`` / ``0:4`` / ``0:4:2`` / ``!5`` / ``0-3`` inside one place -> CPU ids (exclusions removed)."""
     ids: set[int] = set()
-    text = value.replace("{", ",").replace("}", ",").replace(" ", "")
+    excluded: set[int] = set()
     for part in text.split(","):
         if not part:
             continue
-        if ":" in part:  # {lower:length[:stride]}
+        target = ids
+        if part.startswith("!"):
+            target, part = excluded, part[1:]
+        if ":" in part:
             bits = part.split(":")
-            if not all(b.lstrip("-").isdigit() for b in bits) or len(bits) > 3:
+            if len(bits) > 3 or not all(_is_int(b) for b in bits):
                 return None
             lo, length = int(bits[0]), int(bits[1])
             stride = int(bits[2]) if len(bits) == 3 else 1
-            ids.update(lo + i * stride for i in range(max(length, 0)))
+            target.update(lo + i * stride for i in range(max(length, 0)))
             continue
         try:
-            ids.update(parse_cpulist(part))
+            target.update(parse_cpulist(part))
         except ValueError:
             return None
-    return ids
+    return frozenset(ids - excluded)
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
 
 
 def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> list[str]:

@@ -20,6 +20,7 @@ from launcher.env import (
     effective_mem_policy,
     numactl_args,
     omp_places,
+    parse_places,
     plan_json,
     rank_environment,
     variable_problem,
@@ -125,6 +126,8 @@ SAFE = [
     ("OMP_PROC_BIND", "spread,close"),
     ("OMP_PLACES", "{0,1,2}"),  # one place inside the rank
     ("OMP_PLACES", "{0:3}"),  # interval notation: 0,1,2
+    ("OMP_PLACES", "{0:3,64:3}"),  # one place, two intervals
+    ("OMP_PLACES", "{0:4,!3}"),  # exclusion: 0,1,2
     ("KMP_AFFINITY", "granularity=core"),  # no type
     ("KMP_AFFINITY", "noverbose,granularity=fine"),
     ("KMP_AFFINITY", "granularity=fine,compact,1,0"),  # Intel's usual advice: a type, inside the process mask
@@ -147,6 +150,10 @@ DANGEROUS = [
     ("OMP_PLACES", "cores", "pins the main thread to one place"),
     ("OMP_PLACES", "threads(4)", "pins the main thread to one place"),
     ("OMP_PLACES", "{0},{1},{2}", "pins the main thread to one place"),
+    ("OMP_PLACES", "{0,64}:3", "pins the main thread to one place"),  # place interval: 3 places
+    ("OMP_PLACES", "{0}:3:100", "CPUs 100,200 are outside the rank's CPUs"),
+    ("OMP_PLACES", "{0}:x", "not a valid OMP_PLACES value"),
+    ("OMP_PLACES", "{0,{1}}", "not a valid OMP_PLACES value"),
     ("OMP_PLACES", "", "empty OMP_PLACES"),
     ("OMP_PLACES", "{a,b}", "not a valid OMP_PLACES value"),
     ("KMP_AFFINITY", "disabled", "disabled: threads are not bound and migrate"),
@@ -211,6 +218,27 @@ def test_per_core_places_are_fine_when_binding_per_core(value: str) -> None:
     assert not any("replaced" in n for n in notes)
     env, _, _ = env_for({"OMP_PLACES": "{0},{99}"}, bind="core")
     assert env["OMP_PLACES"] == "{0,64},{1,65},{2,66}"  # outside the rank is still replaced
+
+
+@pytest.mark.parametrize(
+    ("value", "places"),
+    [
+        ("{0,64},{1,65}", [{0, 64}, {1, 65}]),
+        ("{0:4}", [{0, 1, 2, 3}]),
+        ("{0:4:2}", [{0, 2, 4, 6}]),
+        ("{0,1}:3:2", [{0, 1}, {2, 3}, {4, 5}]),
+        ("{0:4,!2}", [{0, 1, 3}]),
+        ("{0},!{1}", [{0}]),
+        (" {0, 64} , {1} ", [{0, 64}, {1}]),
+        ("0-3,8", [{0, 1, 2, 3}, {8}]),  # KMP proclist style
+        ("{0", None),
+        ("{a}", None),
+        ("{0}:2:y", None),
+    ],
+)
+def test_parse_places(value: str, places: list[set[int]] | None) -> None:
+    parsed = parse_places(value)
+    assert (None if parsed is None else [set(p) for p in parsed]) == places
 
 
 def test_gomp_cpu_affinity() -> None:

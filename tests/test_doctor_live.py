@@ -327,3 +327,69 @@ def test_worker_init_fn_spread_is_not_a_collapse() -> None:
     assign_roles(job)
     assert rank.owned == frozenset(range(4)) and collapse_findings(job, rank) == []
     assert format_cpulist(rank.mask) == "0-3"
+
+
+class _FakeNvml:
+    """NVML as nvidia-ml-py exposes it, for one GPU that this machine cannot have (no GPU here)."""
+
+    def __init__(self, utilisation: list[int], pids: list[int]) -> None:
+        self.utilisation = list(utilisation)
+        self.pids = pids
+        self.shut = False
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "575.57.08"
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
+        return type("Pci", (), {"busId": b"00000000:18:00.0"})()
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return b"NVIDIA H200"
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        return type("U", (), {"gpu": self.utilisation.pop(0)})()
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        return type("M", (), {"used": 3 << 30})()
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        return [type("P", (), {"pid": p})() for p in self.pids]
+
+
+def test_gpu_utilisation_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.doctor.gpu import GpuSampler, GpuUsage
+    from launcher.doctor.live import gpu_findings
+
+    fake = _FakeNvml([5, 10, 0, 15, 10, 0], pids=[10, 999])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = GpuSampler()
+    for _ in range(6):
+        sampler.sample({10, 11})
+    report = sampler.report()
+    assert report.available and report.reason == "NVIDIA driver 575.57.08" and fake.shut
+    (gpu,) = report.gpus
+    assert (gpu.pci, gpu.name, gpu.pids, gpu.memory_used_mib) == ("00000000:18:00.0", "NVIDIA H200", {10}, 3072)
+    assert gpu.mean_utilisation == pytest.approx(40 / 6)
+    job = JobAudit(10, 1.0, 0.05, 6, [], report, frozenset({0}))
+    (f,) = gpu_findings(job)
+    assert f.id == "gpu-low-utilisation" and "7% busy" in f.message
+    job.gpus = GpuReport(True, "x", [GpuUsage(0, "p", "n", [90] * 6, 1, {10})])  # a busy GPU is fine
+    assert gpu_findings(job) == []
+
+
+def test_gpu_not_available_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.doctor.gpu import GpuSampler
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails, as without nvidia-ml-py
+    report = GpuSampler().report()
+    assert not report.available and report.reason.startswith("not available (nvidia-ml-py is not installed")
+    if not os.path.exists("/dev/nvidiactl"):
+        monkeypatch.delitem(sys.modules, "pynvml")
+        try:
+            import pynvml  # noqa: F401
+        except ImportError:
+            return
+        real = GpuSampler().report()  # the real library, no driver on this machine
+        assert not real.available and real.reason.startswith("not available")

@@ -131,12 +131,22 @@ def preloaded_openmp(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def intel_openmp_version() -> str | None:
-    import importlib.metadata
+    """The installed ``intel-openmp`` distribution's version, from its ``.dist-info`` directory name.
 
-    try:
-        return importlib.metadata.version("intel-openmp")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    (``importlib.metadata`` would cost 15 ms of imports at the top of every training script.)
+    """
+    import sys
+
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            lowered = name.lower()
+            if lowered.startswith("intel_openmp-") and lowered.endswith(".dist-info"):
+                return name[len("intel_openmp-"):-len(".dist-info")]
+    return None
 
 
 def membind_error(nodes: Sequence[int]) -> str | None:

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import cli
-from launcher.doctor.checks import check_environment, explicit_places, main_thread_place
+from launcher.doctor.checks import check_environment, main_thread_place
 from launcher.doctor.facts import (
     Facts,
     gather_facts,
@@ -172,15 +172,6 @@ def test_invalid_thread_count(big: Topology, value: str) -> None:
 
 
 # ----------------------------------------------------------------------------- binding variables, collapse risk
-def test_explicit_places_parse() -> None:
-    assert explicit_places("{0,1},{2:2}") == [frozenset({0, 1}), frozenset({2, 3})]
-    assert explicit_places("{0:4}:2:4") == [frozenset(range(4)), frozenset(range(4, 8))]
-    assert explicit_places("{0:4:2}") == [frozenset({0, 2, 4, 6})]
-    assert explicit_places("3,5") == [frozenset({3}), frozenset({5})]
-    assert explicit_places("{0,1") is None
-    assert explicit_places("!{0}") is None
-
-
 @pytest.mark.parametrize(
     ("env", "openmp", "place"),
     [
@@ -191,6 +182,8 @@ def test_explicit_places_parse() -> None:
         ({"OMP_PROC_BIND": "spread"}, ("libiomp5",), {0, 32}),
         ({"GOMP_CPU_AFFINITY": "4-7"}, ("libgomp",), {4}),
         ({"OMP_PLACES": "{9},{10}"}, ("libgomp",), {9}),
+        ({"OMP_PLACES": "{4:4}:2:4"}, ("libgomp",), {4, 5, 6, 7}),  # place intervals
+        ({"OMP_PLACES": "{70},{2:2:2}"}, ("libgomp",), {2, 4}),  # a place outside the mask is dropped
         ({"KMP_AFFINITY": "granularity=fine,compact"}, ("libiomp5",), {0}),
         ({"KMP_AFFINITY": "compact"}, ("libiomp5",), {0, 32}),  # granularity defaults to core
         ({"KMP_AFFINITY": "explicit,proclist=[5,6]"}, ("libiomp5",), {5}),

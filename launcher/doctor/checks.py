@@ -15,7 +15,14 @@ from typing import Any
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor.facts import Facts, slurm_drops_cpus_per_task
 from launcher.doctor.findings import Finding
-from launcher.env import ABSTRACT_PLACES, KMP_DEFAULT, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
+from launcher.env import (
+    ABSTRACT_PLACES,
+    KMP_DEFAULT,
+    THREAD_VARIABLES,
+    kmp_affinity_problem,
+    parse_places,
+    variable_problem,
+)
 from launcher.runtimes import thread_count
 from launcher.topology.model import Topology
 
@@ -103,63 +110,6 @@ def kmp_type(value: str) -> str | None:
     return types[0] if types else None
 
 
-def _place_items(text: str) -> list[int] | None:
-    """CPU ids of one place's resource list: ``0,1``, ``0:4``, ``0:4:2`` (and ``0-3``, which some runtimes accept)."""
-    ids: list[int] = []
-    for part in text.split(","):
-        if not part:
-            continue
-        if re.fullmatch(r"\d+-\d+", part):
-            lo, hi = (int(x) for x in part.split("-"))
-            ids.extend(range(lo, hi + 1))
-            continue
-        bits = part.split(":")
-        if len(bits) > 3 or not all(re.fullmatch(r"-?\d+", b) for b in bits):
-            return None
-        lo = int(bits[0])
-        length = int(bits[1]) if len(bits) > 1 else 1
-        stride = int(bits[2]) if len(bits) > 2 else 1
-        ids.extend(lo + i * stride for i in range(max(length, 0)))
-    return ids
-
-
-def explicit_places(value: str) -> list[frozenset[int]] | None:
-    """The places of an explicit ``OMP_PLACES`` (``{0,1},{2:2}``, ``{0:4}:4:4``, ``0,1,2``); None if unparsable."""
-    s = value.replace(" ", "")
-    out: list[frozenset[int]] = []
-    i = 0
-    while i < len(s):
-        char = s[i]
-        if char == ",":
-            i += 1
-            continue
-        if char == "{":
-            end = s.find("}", i)
-            if end < 0:
-                return None
-            ids = _place_items(s[i + 1 : end])
-            if ids is None:
-                return None
-            i = end + 1
-            match = re.match(r":(\d+)(?::(-?\d+))?", s[i:])
-            if match:
-                count, stride = int(match.group(1)), int(match.group(2) or 1)
-                out.extend(frozenset(x + k * stride for x in ids) for k in range(count))
-                i += match.end()
-            else:
-                out.append(frozenset(ids))
-            continue
-        match = re.match(r"(\d+)(?::(\d+)(?::(-?\d+))?)?", s[i:])
-        if not match:
-            return None  # "!" exclusions and anything else: not judged
-        ids = _place_items(match.group(0))
-        if ids is None:
-            return None
-        out.extend(frozenset([x]) for x in ids)
-        i += match.end()
-    return out
-
-
 def abstract_places(name: str, cpus: frozenset[int], topology: Topology) -> list[frozenset[int]]:
     """The places an abstract ``OMP_PLACES`` name makes inside ``cpus``, in CPU order."""
     groups: list[frozenset[int]]
@@ -209,7 +159,7 @@ def main_thread_place(
         if base in ABSTRACT_PLACES:
             found = abstract_places(base, cpus, topology)
         else:
-            parsed = explicit_places(places)
+            parsed = parse_places(places)
             if parsed is None:
                 return None
             found = [p & cpus for p in parsed if p & cpus]
@@ -233,7 +183,7 @@ def main_thread_place(
 def _kmp_first_place(value: str, cpus: frozenset[int], topology: Topology) -> frozenset[int]:
     match = re.search(r"proclist=\[([^\]]*)\]", value, flags=re.IGNORECASE)
     if match and kmp_type(value) == "explicit":
-        parsed = explicit_places(match.group(1))
+        parsed = parse_places(match.group(1))
         first = [p & cpus for p in parsed or [] if p & cpus]
         return first[0] if first else frozenset()
     tokens = kmp_tokens(value)

@@ -64,8 +64,13 @@ def _plan(kwargs: dict[str, Any]) -> tuple[Topology, Plan]:
     opts = plan_options_from(kwargs)
     topo = _topology(kwargs.pop("fsroot"), kwargs.pop("topology_file"), kwargs.pop("cpus"))
     nproc = kwargs.pop("nproc_per_node")
-    if nproc is None:
-        nproc = len(topo.visible_gpus()) or 1
+    if nproc is None:  # one rank per --gpus/--map entry, else per visible GPU, else 1
+        if opts.gpus:
+            nproc = len(opts.gpus.split(","))
+        elif opts.cpu_map:
+            nproc = len(opts.cpu_map.replace(":", ";").split(";"))
+        else:
+            nproc = len(topo.visible_gpus()) or 1
     return topo, make_plan(topo, opts.request(nproc))
 
 

@@ -393,3 +393,35 @@ def test_gpu_not_available_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None
             return
         real = GpuSampler().report()  # the real library, no driver on this machine
         assert not real.available and real.reason.startswith("not available")
+
+
+# ----------------------------------------------------------------------------- runtime controllers
+def test_runtime_controllers_recognise_library_names() -> None:
+    from launcher.runtimes import identify, runtimes_from_paths
+
+    paths = ["/x/torch/lib/libgomp-a34b3233.so.1", "/usr/lib/libgomp.so.1", "/p/lib/libiomp5.so",
+             "/p/lib/libiompstubs5.so", "/c/lib/libomp.so.5", "/c/lib/libomptarget.so",
+             "/n/numpy.libs/libscipy_openblas64_-32a4b2a6.so", "/o/libopenblasp-r0-15028c96.3.21.so",
+             "/m/libmkl_rt.so.2", "/m/libmkl_intel_thread.so.2", "/m/libmkl_core.so.2", "/lib/libc.so.6"]
+    assert [(c.name, p.rsplit("/", 1)[1]) for c, p in identify(paths)] == [
+        ("libgomp", "libgomp-a34b3233.so.1"), ("libgomp", "libgomp.so.1"), ("libiomp5", "libiomp5.so"),
+        ("libomp", "libomp.so.5"), ("openblas", "libscipy_openblas64_-32a4b2a6.so"),
+        ("openblas", "libopenblasp-r0-15028c96.3.21.so"), ("mkl", "libmkl_rt.so.2")]
+    env = {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "2"}
+    found = {r.name: r for r in runtimes_from_paths(paths, env, 8)}
+    assert (found["mkl"].threads, found["mkl"].threads_from, found["mkl"].detail) == (
+        2, "MKL_NUM_THREADS", "threading layer intel_thread")
+    assert (found["openblas"].threads, found["openblas"].threads_from) == (3, "OMP_NUM_THREADS")
+    assert runtimes_from_paths(paths[:1], {}, 8)[0].threads_from == "default (8 CPUs)"
+
+
+def test_thread_counts_asked_from_the_loaded_libraries() -> None:
+    """In-process counts come from the libraries themselves (numpy's OpenBLAS, torch's libgomp)."""
+    require_torch()
+    code = ("import json, numpy, torch; torch.set_num_threads(1); from launcher.runtimes import loaded_runtimes; "
+            "print(json.dumps({r.name: [r.threads, r.threads_from] for r in loaded_runtimes()}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=clean_env(OPENBLAS_NUM_THREADS="1"))
+    counts = json.loads(done.stdout)
+    assert counts["libgomp"] == [1, "runtime"]  # torch.set_num_threads(1) went to libgomp
+    assert counts["openblas"] == [1, "runtime"]

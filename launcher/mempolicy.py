@@ -26,7 +26,7 @@ class MemResult:
     warnings: tuple[str, ...]
 
 
-def _set_mempolicy(policy: str, nodes: tuple[int, ...]) -> int:
+def set_mempolicy(policy: str, nodes: tuple[int, ...]) -> int:
     """Call set_mempolicy(2); return 0 or the errno."""
     import ctypes
 
@@ -80,7 +80,7 @@ def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") 
     warnings: list[str] = []
     current = policy
     while current != "none":
-        rc = _set_mempolicy(current, nodes)
+        rc = set_mempolicy(current, nodes)
         if rc == 0 or (rc == -1 and numactl and _numactl_works(numactl, current, nodes)):
             wrapper = _numactl_args(numactl, current, nodes) if numactl else []
             return MemResult(current, nodes, wrapper, tuple(warnings))

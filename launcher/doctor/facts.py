@@ -151,11 +151,11 @@ def intel_openmp_version() -> str | None:
 
 def membind_error(nodes: Sequence[int]) -> str | None:
     """Try ``set_mempolicy(MPOL_BIND, nodes)`` on this thread and put the default back; why it failed, or None."""
-    from launcher.mempolicy import _set_mempolicy
+    from launcher.mempolicy import set_mempolicy
 
-    rc = _set_mempolicy("membind", tuple(nodes))
+    rc = set_mempolicy("membind", tuple(nodes))
     if rc == 0:
-        _set_mempolicy("default", ())
+        set_mempolicy("default", ())
         return None
     if rc == -1:
         return "no set_mempolicy system call number for this machine"

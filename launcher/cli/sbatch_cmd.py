@@ -176,7 +176,7 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
         if values["submit"]:
             sys.exit(_submit(script, path, values["wait"]))
         if not path:
-            out = click.get_binary_stream("stdout")
+            out = sys.stdout.buffer
             out.write(_encode(script))
             out.flush()
     except AffrunError as exc:

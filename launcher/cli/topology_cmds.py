@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import click
@@ -121,16 +122,12 @@ def show(**kwargs: Any) -> None:
         topo, the_plan = _plan(kwargs)
     except AffrunError as exc:
         fail(exc)
-    try:
-        from launcher.render_map import picture, write_map
-    except ImportError:
-        from launcher.render import plan_table
-
-        click.echo(plan_table(topo, the_plan))
-        return
-    if color is None:
-        color = click.get_text_stream("stdout").isatty()
     import shutil
+
+    from launcher.render_map import picture, write_map
+
+    if color is None:
+        color = sys.stdout.isatty()
 
     width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 120)
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)

@@ -75,19 +75,21 @@ def rank_lines(stderr: str) -> list[dict[str, str]]:
     return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
 
 
-def compile_omp(tmp: Path, runtime: str) -> Path:
-    """Build tests/programs/omp_probe.c against libgomp (``gomp``) or Intel's libiomp5 (``iomp5``)."""
+def compile_omp(tmp: Path, runtime: str, src: Path | None = None) -> Path:
+    """Build an OpenMP C program (default tests/programs/omp_probe.c) against libgomp (``gomp``) or Intel's
+    libiomp5 (``iomp5``). A gcc -fopenmp binary run with LD_PRELOAD=libiomp5 would still load libgomp, whose
+    constructor binds first; so the libiomp5 build compiles with -fopenmp (GOMP_* entry points, which libiomp5
+    implements) and links against libiomp5 alone."""
     need(shutil.which("gcc"), "gcc is not installed")
-    src = PROGRAMS / "omp_probe.c"
-    out = tmp / f"omp_probe_{runtime}"
+    src = src or PROGRAMS / "omp_probe.c"
+    out = tmp / f"{src.stem}_{runtime}"
     if runtime == "gomp":
         subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out)], check=True)
         return out
     libdir = Path(sys.prefix) / "lib"
     need((libdir / "libiomp5.so").exists(), f"libiomp5.so not in {libdir} (pip install intel-openmp)")
-    obj = tmp / "omp_probe.o"
+    obj = tmp / f"{src.stem}.o"
     subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(obj)], check=True)
-    # Link against libiomp5 only (no -fopenmp at link time, so libgomp is not loaded at all).
     subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"], check=True)
     return out
 

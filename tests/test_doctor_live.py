@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
 from tests.conftest import need
-from tests.launch import affrun_argv, clean_env, require_torch, torchrun_argv
+from tests.launch import affrun_argv, clean_env, compile_omp, require_torch, torchrun_argv
 
 pytestmark = pytest.mark.slow
 CPUS = frozenset(os.sched_getaffinity(0))
@@ -185,19 +184,9 @@ def test_no_collapse_without_binding_variables(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- libiomp5 and libgomp
 def spin_binary(tmp_path: Path, runtime: str) -> Path:
     """Build SPIN_C against libgomp or, linked against libiomp5 alone (no libgomp in the process), Intel's runtime."""
-    need(shutil.which("gcc"), "gcc is not installed")
     src = tmp_path / "spin.c"
     src.write_text(SPIN_C)
-    out = tmp_path / f"spin_{runtime}"
-    if runtime == "gomp":
-        subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out)], check=True)
-        return out
-    libdir = Path(sys.prefix) / "lib"
-    need((libdir / "libiomp5.so").exists(), f"libiomp5.so not in {libdir} (pip install intel-openmp)")
-    obj = tmp_path / "spin.o"
-    subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(obj)], check=True)
-    subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"], check=True)
-    return out
+    return compile_omp(tmp_path, runtime, src)
 
 
 def test_kmp_affinity_disabled_under_libiomp5(tmp_path: Path) -> None:

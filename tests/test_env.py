@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from launcher.env import (
 from launcher.plan import Plan, RankPlan, Request, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
+from tests.launch import compile_omp
 
 # A rank of a machine whose SMT siblings are c and c+64: cores 0-3, the last one kept for DataLoader workers.
 RANK = RankPlan(
@@ -346,19 +345,10 @@ def omp_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     so the libiomp5 build compiles with -fopenmp (GOMP_* entry points, which libiomp5 implements) and links
     against libiomp5 alone.
     """
-    need(shutil.which("gcc"), "gcc is not installed")
-    libdir = Path(sys.prefix) / "lib"
-    need((libdir / "libiomp5.so").exists(), f"libiomp5 not found in {libdir} (pip install intel-openmp)")
     out = tmp_path_factory.mktemp("omp")
     src = out / "probe.c"
     src.write_text(OMP_SOURCE)
-    subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out / "probe_gomp")], check=True)
-    subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(out / "probe.o")], check=True)
-    subprocess.run(
-        ["gcc", str(out / "probe.o"), "-o", str(out / "probe_iomp"), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"],
-        check=True,
-    )
-    return {"libgomp": out / "probe_gomp", "libiomp5": out / "probe_iomp"}
+    return {"libgomp": compile_omp(out, "gomp", src), "libiomp5": compile_omp(out, "iomp5", src)}
 
 
 def live_rank(cpus: str) -> RankPlan:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import ConfigError
+from launcher.options import MEM_POLICIES, PlanOptions
 
 if TYPE_CHECKING:
     import submitit
@@ -63,21 +64,14 @@ SRUN_CPUS_SETUP = 'if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_P
 
 # ---------------------------------------------------------------------------------------------------- options
 @dataclass(frozen=True)
-class AffinityOptions:
-    """affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``).
+class AffinityOptions(PlanOptions):
+    """affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``):
+    the planning options of :class:`~launcher.options.PlanOptions`, plus the topology source and env options.
 
     CPU and GPU lists may be given as strings (``"0,8"``) or as iterables of ints; ``cpu_map`` as ``"0-3;4-7"``
     or as a sequence of per-rank lists.
     """
 
-    mode: str = "exclusive"
-    smt: bool = False
-    reserve: str | None = None
-    loader_cores: int = 0
-    gpu_order: str = "rank"
-    cpu_map: str | None = None
-    gpus: str | None = None
-    no_gpu: bool = False
     fsroot: str | None = None
     topology: str | None = None
     cpus: str | None = None
@@ -103,7 +97,6 @@ class AffinityOptions:
     def check(self) -> None:
         from launcher.env import BIND_MODES, POLICIES
         from launcher.exec_cmd import MEM_BACKENDS
-        from launcher.options import MEM_POLICIES
 
         for name, choices in (("omp_bind", BIND_MODES), ("env_policy", POLICIES), ("mem_policy", MEM_POLICIES),
                               ("mem_backend", MEM_BACKENDS)):
@@ -121,15 +114,12 @@ class AffinityOptions:
                 raise ConfigError(f"cpus={self.cpus!r}: not a cpu list (e.g. 0-7,64-71)") from None
         self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: same checks as the CLI
 
-    def plan_options(self) -> Any:
-        from launcher.options import PlanOptions
-
-        return PlanOptions(mode=self.mode, smt=self.smt, reserve=self.reserve, loader_cores=self.loader_cores,
-                           gpu_order=self.gpu_order, cpu_map=self.cpu_map, gpus=self.gpus, no_gpu=self.no_gpu)
+    def plan_options(self) -> PlanOptions:
+        return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})
 
     def to_argv(self) -> list[str]:
         """``affrun exec`` flags for these options (defaults left out)."""
-        argv: list[str] = list(self.plan_options().to_argv())
+        argv: list[str] = super().to_argv()
         default = AffinityOptions()
         for name in ("fsroot", "topology", "cpus"):
             value = getattr(self, name)

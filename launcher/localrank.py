@@ -26,21 +26,6 @@ class LocalRankError(ValueError):
     pass
 
 
-def slurm_tasks_on_node(tasks_per_node: str, node_index: int) -> int:
-    """Expand Slurm's compressed ``"2(x3),1"`` and return the entry for ``node_index``."""
-    counts: list[int] = []
-    for item in tasks_per_node.split(","):
-        item = item.strip()
-        if "(x" in item:
-            value, times = item.rstrip(")").split("(x")
-            counts.extend([int(value)] * int(times))
-        elif item:
-            counts.append(int(item))
-    if not counts:
-        raise LocalRankError(f"cannot read tasks per node from {tasks_per_node!r}")
-    return counts[node_index] if node_index < len(counts) else counts[-1]
-
-
 def _int(environ: Mapping[str, str], name: str) -> int:
     value = environ[name]
     try:
@@ -56,16 +41,12 @@ def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
             continue
         rank = _int(environ, rank_var)
         if rank_var == "SLURM_LOCALID":
-            node = int(environ.get("SLURM_NODEID", "0") or 0)
-            for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
-                if environ.get(name):
-                    size = slurm_tasks_on_node(environ[name], node)
-                    break
-            else:
-                if environ.get("SLURM_NTASKS_PER_NODE"):
-                    size = _int(environ, "SLURM_NTASKS_PER_NODE")
-                else:
-                    raise LocalRankError("SLURM_LOCALID is set but no SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE")
+            from launcher.slurm_env import tasks_on_node
+
+            found = tasks_on_node(environ)
+            if found is None:
+                raise LocalRankError("SLURM_LOCALID is set but no SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE")
+            size = found
         elif size_var in environ:
             size = _int(environ, size_var)
         else:

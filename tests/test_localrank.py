@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.localrank import LocalRankError, detect_local_rank, slurm_tasks_on_node
+from launcher.localrank import LocalRankError, detect_local_rank
 
 
 def test_first_launcher_wins() -> None:
@@ -13,7 +13,8 @@ def test_first_launcher_wins() -> None:
 
 @pytest.mark.parametrize(("text", "node", "expected"), [("4", 0, 4), ("2(x3),1", 2, 2), ("2(x3),1", 3, 1), ("3,5", 1, 5)])
 def test_slurm_compressed_tasks_per_node(text: str, node: int, expected: int) -> None:
-    assert slurm_tasks_on_node(text, node) == expected
+    found = detect_local_rank({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": text, "SLURM_NODEID": str(node)})
+    assert found is not None and found.size == expected
 
 
 def test_slurm_falls_back_to_ntasks_per_node() -> None:

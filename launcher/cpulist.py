@@ -9,7 +9,8 @@ from collections.abc import Iterable
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
-    """Parse ``"0-3,8,10-11"`` (also ``"0-15:4"`` strides) into a set of CPU ids.
+    """Parse ``"0-3,8,10-11"`` into a set of CPU ids, with the kernel's group syntax ``"0-1023:2/256"``
+    (in each group of 256 CPUs from 0 to 1023, the first 2).
 
     Tolerates the trailing ``\\n\\0`` that some sysfs files carry. An empty string is the empty set.
     Raises ``ValueError`` on anything else.
@@ -22,18 +23,24 @@ def parse_cpulist(text: str) -> frozenset[int]:
         part = part.strip()
         if not part:
             continue
-        stride = 1
+        used = group = 0
         if ":" in part:
-            part, stride_text = part.split(":", 1)
-            stride = int(stride_text)
-            if stride < 1:
-                raise ValueError(f"bad stride in cpu list: {text!r}")
+            part, groups_text = part.split(":", 1)
+            used_text, slash, group_text = groups_text.partition("/")
+            if not slash or "-" not in part:
+                raise ValueError(f"bad group in cpu list {text!r} (expected e.g. 0-15:2/4)")
+            used, group = int(used_text), int(group_text)
+            if used < 1 or group < 1 or used > group:
+                raise ValueError(f"bad group {groups_text!r} in cpu list {text!r}")
         if "-" in part:
             lo_text, hi_text = part.split("-", 1)
             lo, hi = int(lo_text), int(hi_text)
             if lo < 0 or hi < lo:
                 raise ValueError(f"bad range {part!r} in cpu list {text!r}")
-            out.update(range(lo, hi + 1, stride))
+            if group:
+                out.update(c for c in range(lo, hi + 1) if (c - lo) % group < used)
+            else:
+                out.update(range(lo, hi + 1))
         else:
             value = int(part)
             if value < 0:

@@ -29,7 +29,7 @@ def test_parse_cpulist(text: str, expected: set[int]) -> None:
     assert parse_cpulist(text) == expected
 
 
-@pytest.mark.parametrize("text", ["3-1", "-1", "a", "0-", "1-x", "0x3", "0-3:0"])
+@pytest.mark.parametrize("text", ["3-1", "-1", "a", "0-", "1-x", "0x3", "0-3:0", "0-3:2", "0-7:3/2", "5:1/2"])
 def test_parse_cpulist_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_cpulist(text)
@@ -105,3 +105,12 @@ def test_mask_and_list_files_agree_in_real_trees(hwloc_root) -> None:  # type: i
             assert parse_hexmask((cpulist.parent / "cpumap").read_text()) == parse_cpulist(cpulist.read_text())
             pairs += 1
     assert pairs > 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0-7:2/4", {0, 1, 4, 5}), ("0-1023:1/256", {0, 256, 512, 768}), ("8-15:3/8,20", {8, 9, 10, 20})],
+)
+def test_kernel_group_syntax(text: str, expected: set[int]) -> None:
+    """The kernel's ``a-b:used/group`` form (isolcpus=, nohz_full= and friends) selects the first ``used`` of each group."""
+    assert parse_cpulist(text) == expected

@@ -107,6 +107,11 @@ def test_amd_order_follows_the_kfd_topology(tmp_path: Path) -> None:
     topo = read_sysfs(str(root))
     assert [g.pci[5:7] for g in topo.gpus] == ["03", "27", "43", "63"]  # index: PCI bus order
     assert [g.vendor_index for g in topo.gpus] == [2, 3, 1, 0]  # ROCm's numbering
+    # HIP's device numbers follow that order, with and without ROCR_VISIBLE_DEVICES
+    default = load_topology(fsroot=str(root), environ={})
+    assert [g.pci[5:7] for g in default.visible_gpus()] == ["63", "43", "03", "27"]
+    narrowed = load_topology(fsroot=str(root), environ={"ROCR_VISIBLE_DEVICES": "0,2"})
+    assert [g.pci[5:7] for g in narrowed.visible_gpus()] == ["63", "03"]
 
 
 def test_power9_pci_entries_without_vendor(hwloc_root) -> None:  # type: ignore[no-untyped-def]

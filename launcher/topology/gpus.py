@@ -184,9 +184,15 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> tuple[tu
         if gpus and vendor not in vendors and not (name == "CUDA_VISIBLE_DEVICES" and "amd" in vendors):
             continue
         pool = [g for g in gpus if g.vendor == vendor] or list(gpus)
+        if all(g.vendor_index is not None for g in pool):
+            # ROCm numbers GPUs in its own (KFD) order, which need not be PCI bus order.
+            pool.sort(key=lambda g: g.vendor_index or 0)
         if name != "ZE_AFFINITY_MASK":
             value = slurm_global_visible(value, environ, len(pool)) or value
         return tuple(_parse_visible(name, value, pool)), name
+    if gpus and all(g.vendor == "amd" and g.vendor_index is not None for g in gpus):
+        # HIP device i is the i-th GPU in ROCm's (KFD) order, even with no visibility variable set.
+        return tuple(g.index for g in sorted(gpus, key=lambda g: g.vendor_index or 0)), None
     return None, None
 
 

@@ -283,9 +283,9 @@ def test_offline_cpus_and_node_offline_cpu0_node0(hwloc_root, topo_of) -> None: 
     assert topo.offline == parse_cpulist("0-3,21-23")
     assert topo.allowed == parse_cpulist("4-20")
     assert [n.os_index for n in topo.numa_nodes] == [1]  # node0 is a dangling link
-    assert topo.numa_nodes[0].cpus == parse_cpulist("5-19:2")  # its cpulist also names offline 21, 23
+    assert topo.numa_nodes[0].cpus == frozenset(range(5, 20, 2))  # its cpulist also names offline 21, 23
     # CPUs of the offline node belong to no node: no memory policy is derived for them (hwloc does the same).
-    assert {p for c in topo.cores if c.numa_node is None for p in c.pus} == parse_cpulist("4-20:2")
+    assert {p for c in topo.cores if c.numa_node is None for p in c.pus} == frozenset(range(4, 21, 2))
     assert any("no online NUMA node" in w for w in topo.warnings)
 
 

@@ -21,5 +21,7 @@ while time.perf_counter() - t0 < seconds:
     torch.mm(a, b)
     n += 1
 elapsed = time.perf_counter() - t0
-print(json.dumps({"rank": int(os.environ.get("LOCAL_RANK", "0")), "it_per_s": n / elapsed,
-                  "threads": torch.get_num_threads(), "cpus": sorted(os.sched_getaffinity(0))}), flush=True)
+# One write per line: ranks share the pipe, and print() under python -u writes the text and "\n" separately.
+sys.stdout.write(json.dumps({"rank": int(os.environ.get("LOCAL_RANK", "0")), "it_per_s": n / elapsed,
+                  "threads": torch.get_num_threads(), "cpus": sorted(os.sched_getaffinity(0))}) + "\n")
+sys.stdout.flush()

@@ -26,7 +26,8 @@ else:
 with open("/proc/self/status") as status:
     allowed = next(line.split(":", 1)[1].strip() for line in status if line.startswith("Cpus_allowed_list"))
 env = {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "MKL_", "OPENBLAS_", "AFFRUN_"))}
-print(json.dumps({
+# One write per line: ranks share the pipe, and print() under python -u writes the text and "\n" separately.
+sys.stdout.write(json.dumps({
     "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),
     "pid": os.getpid(),
     "mask": sorted(os.sched_getaffinity(0)),
@@ -35,7 +36,8 @@ print(json.dumps({
     "gomp_main_affinity": main_affinity,
     "env": env,
     "argv": sys.argv[1:],
-}), flush=True)
+}) + "\n")
+sys.stdout.flush()
 code = int(os.environ.get("PROBE_EXIT_RANK_CODE", "0") or 0)
 if code and os.environ.get("LOCAL_RANK") == os.environ.get("PROBE_EXIT_RANK", "1"):
     sys.exit(code)

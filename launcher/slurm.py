@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher import __version__
-from launcher.errors import ConfigError
-from launcher.options import PlanOptions
+from launcher.errors import ConfigError, PlanError
+from launcher.options import PlanOptions, make_request
 
 STYLES = ("torchrun", "srun")
 OMP_BIND_DEFAULT = "rank"
@@ -83,9 +83,13 @@ class SbatchSpec:
         return int(m.group(1))
 
     def ranks_per_node(self) -> int:
+        """--ntasks-per-node, else one rank per GPU, else one per --gpus or --map entry (as ``affrun plan``), else 1."""
         if self.ntasks_per_node is not None:
             return self.ntasks_per_node
-        return self.gpu_count() or 1
+        if self.gpu_count():
+            return self.gpu_count()
+        named = make_request(1, self.plan)  # parsed only to count the entries; the rank count is not used
+        return len(named.gpus or named.cpu_map or ()) or 1
 
 
 # ---------------------------------------------------------------------------- #SBATCH lines
@@ -175,7 +179,7 @@ def check_spec(spec: SbatchSpec) -> None:
         raise ConfigError(f"--rdzv-port {spec.rdzv_port}: not a TCP port")
     if not spec.affrun.strip():
         raise ConfigError("--affrun: empty command")
-    spec.gpu_count()
+    check_plan_options(spec)
     if spec.style == "torchrun":
         first = Path(spec.command[0]).name
         if re.fullmatch(r"python[0-9.]*", first):
@@ -183,6 +187,23 @@ def check_spec(spec: SbatchSpec) -> None:
                 f"--style torchrun: torchrun runs the script with Python itself; give `-- {shlex.join(spec.command[1:2]) or 'train.py'} ...`"
                 " (or `-- --no-python CMD ...`, or use --style srun for a full command)"
             )
+
+
+def check_plan_options(spec: SbatchSpec) -> None:
+    """Refuse, before the queue wait, planning options that would fail on every node: a bad --reserve or --map,
+    conflicting options, or more or fewer --map / --gpus entries than ranks per node."""
+    ranks = spec.ranks_per_node()
+    request = make_request(ranks, spec.plan)
+    if request.mode == "map" and request.cpu_map is None:
+        raise ConfigError("--mode map needs --map with one CPU list per rank (e.g. '0-7;8-15')")
+    for option, entries in (("--map", request.cpu_map), ("--gpus", request.gpus)):
+        if entries is not None and len(entries) != ranks:
+            raise PlanError(f"{option} gives {len(entries)} entries for {ranks} rank(s) per node "
+                            "(--ntasks-per-node, else one per GPU): give one per rank")
+    missing = sorted(g for g in request.gpus or () if g >= spec.gpu_count() > 0)
+    if missing:
+        raise PlanError(f"--gpus names GPU {missing[0]}, but the job asks for {spec.gpu_count()} GPU(s) per node "
+                        f"(visible indices 0-{spec.gpu_count() - 1})")
 
 
 def template_variables(spec: SbatchSpec) -> dict[str, str]:

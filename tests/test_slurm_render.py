@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -320,6 +321,47 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert message in err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 or err.startswith("Usage:")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--reserve", "x"], "--reserve 'x': not a cpu list"),
+    (["--map", "a;b"], "--map 'a;b': expected one cpu list per rank"),
+    (["--gpus", "0,1", "--no-gpu"], "--gpus names GPUs for the ranks, --no-gpu plans without GPUs"),
+    (["--mode", "numa", "--map", "0;1"], "which --mode numa would ignore"),
+    (["--mode", "map"], "--mode map needs --map"),
+    (["--ntasks-per-node", "2", "--map", "0;1;2"], "--map gives 3 entries for 2 rank(s) per node"),
+    (["--gpus-per-node", "4", "--gpus", "0,1"], "--gpus gives 2 entries for 4 rank(s) per node"),
+    (["--gpus-per-node", "2", "--gpus", "0,2"], "--gpus names GPU 2, but the job asks for 2 GPU(s) per node"),
+])
+def test_planning_options_are_refused_before_submitting(tmp_path: Path, args: list[str], message: str) -> None:
+    """Options every node would refuse after the queue wait: exit 2 at once, and sbatch is never run."""
+    record = tmp_path / "sbatch.ran"
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(record))}\necho 1\n")
+    sbatch.chmod(0o755)
+    env = {**os.environ, "AFFRUN_CONFIG": "", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    proc = run_affrun("sbatch", "--submit", "-c", "1", *args, "--", "train.py", env=env)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err.startswith("affrun: error: ") and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not record.exists(), "sbatch ran for options that fail on every node"
+
+
+@pytest.mark.parametrize("style", ["srun", "torchrun"])
+def test_ranks_per_node_default_to_one_per_map_or_gpus_entry(tmp_path: Path, style: str) -> None:
+    """Like ``affrun plan``: with no --ntasks-per-node and no GPUs asked for, each --map / --gpus entry is a rank."""
+    command = ["python3", "train.py"] if style == "srun" else ["train.py"]
+    for option in (["--map", "0;1;2"], ["--gpus", "0,1,2"]):
+        script = tmp_path / "job.sbatch"
+        proc = run_affrun("sbatch", "--style", style, "-c", "1", *option, "-o", str(script), "--", *command)
+        assert proc.returncode == 0, proc.stderr
+        argv = run_script(script, tmp_path)
+        if style == "srun":
+            assert b"--ntasks-per-node=3" in script.read_bytes()
+        else:
+            assert b"--nproc-per-node=3" in argv
+        assert os.fsencode(option[1]) in argv  # the option reaches affrun in the job unchanged
 
 
 def test_submit_without_sbatch_on_path(tmp_path: Path) -> None:

@@ -107,6 +107,23 @@ def test_online_cpus_without_topology_are_dropped_with_a_warning(tmp_path: Path)
     assert any("CPUs 3 are online but have no topology/" in w for w in topo.warnings)
 
 
+def test_smt_sibling_of_a_cpu_with_a_known_package(tmp_path: Path) -> None:
+    """cpu0 says its package is 0-2, so cpu1's package is known before cpu1 is read; cpu1 then names cpu3 as
+    its SMT sibling (same core_id). cpu3 must join cpu1's package instead of having none (a KeyError once)."""
+    root = write_tree(tmp_path / "root", uniform(1, 4))
+    cpu_dir = root / "sys/devices/system/cpu"
+    (cpu_dir / "cpu0/topology/package_cpus_list").write_text("0-2\n")
+    for name in ("core_cpus_list", "thread_siblings_list"):
+        (cpu_dir / f"cpu1/topology/{name}").write_text("1,3\n")
+    (cpu_dir / "cpu3/topology/core_id").write_text("1\n")
+    topo = read_sysfs(str(root))
+    assert [c.pus for c in topo.cores] == [(0,), (1, 3), (2,)]
+    assert sorted(topo.allowed) == [0, 1, 2, 3]
+    assert set().union(*(p.cpus for p in topo.packages)) == {0, 1, 2, 3}
+    result = affrun("topology", "--fsroot", str(root))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize(("cpus", "words"), [("abc", "not a cpu list"), ("200-210", "none of these CPUs is allowed")])
 def test_bad_cpus_option(tmp_path: Path, cpus: str, words: str) -> None:
     with pytest.raises(TopologyError) as info:

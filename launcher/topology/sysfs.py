@@ -186,6 +186,8 @@ class _CpuTopology:
                 self.package_id.setdefault(key, pkg_id if pkg_id is not None and pkg_id >= 0 else -1)
                 for s in siblings:
                     self.package_key_of.setdefault(s, key)
+            for s in threads:  # an inconsistent tree can leave a sibling outside every package list read so far
+                self.package_key_of.setdefault(s, key)
             self.cores.append((cpu, tuple(sorted(threads)), core_id))
 
             # The L3 cache shared by this core, once per L3.

@@ -166,6 +166,17 @@ def quote_words(words: Sequence[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+def affrun_words(spec: SbatchSpec) -> list[str]:
+    """The --affrun command as words (``python -m launcher``), split as a shell would."""
+    try:
+        words = shlex.split(spec.affrun)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ConfigError(f"--affrun {spec.affrun!r}: not a valid shell command: {exc}") from None
+    if not words:
+        raise ConfigError("--affrun: empty command")
+    return words
+
+
 def check_spec(spec: SbatchSpec) -> None:
     if spec.style not in STYLES:
         raise ConfigError(f"--style {spec.style!r}: choose one of {', '.join(STYLES)}")
@@ -177,8 +188,7 @@ def check_spec(spec: SbatchSpec) -> None:
             raise ConfigError(f"--{name} {value}: must be at least 1")
     if spec.rdzv_port is not None and not 1 <= spec.rdzv_port <= 65535:
         raise ConfigError(f"--rdzv-port {spec.rdzv_port}: not a TCP port")
-    if not spec.affrun.strip():
-        raise ConfigError("--affrun: empty command")
+    affrun_words(spec)
     check_plan_options(spec)
     if spec.style == "torchrun":
         first = Path(spec.command[0]).name
@@ -226,7 +236,7 @@ def template_variables(spec: SbatchSpec) -> dict[str, str]:
         "ranks_per_node": str(ranks),
         "cpus_per_task": cpus,
         "rdzv_port": port,
-        "affrun": quote_words(shlex.split(spec.affrun)),
+        "affrun": quote_words(affrun_words(spec)),
         "affrun_options": quote_words(affrun_options(spec)),
         "command": quote_words(spec.command),
         "version": __version__,

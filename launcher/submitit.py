@@ -182,7 +182,10 @@ def _wrapped_python(user_python: str | None) -> str:
     """The interpreter command the task finally runs: the user's own hook (a shell string) or this interpreter."""
     if user_python is None or not user_python.strip():
         return shlex.quote(sys.executable)
-    words = shlex.split(user_python)
+    try:
+        words = shlex.split(user_python)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ConfigError(f"the python hook {user_python!r} is not a valid shell command: {exc}") from None
     runs_affrun = any(
         (os.path.basename(w) == "affrun" and "exec" in words[i + 1 :]) or words[i : i + 3] == ["-m", "launcher", "exec"]
         for i, w in enumerate(words)

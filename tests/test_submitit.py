@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -227,6 +228,14 @@ def test_a_hook_that_already_runs_affrun_is_refused() -> None:
     for hook in ("affrun exec -- python3", f"{sys.executable} -m launcher exec -- python3"):
         with pytest.raises(ConfigError, match="already runs affrun exec"):
             task_python(AffinityOptions(), hook, "slurm")
+
+
+def test_a_hook_with_unbalanced_quotes_is_a_config_error(tmp_path: Path) -> None:
+    for hook in ('python "', "python 'x", "python \\"):
+        with pytest.raises(ConfigError, match=r"is not a valid shell command: No (closing quotation|escaped character)"):
+            task_python(AffinityOptions(), hook, "slurm")
+        with pytest.raises(ConfigError, match=re.escape(f"the python hook {hook!r} is not a valid shell command")):
+            AffinityExecutor(folder=tmp_path / "%j", cluster="local", slurm_python=hook)
 
 
 def _hostile_hook(tmp_path: Path) -> tuple[str, str]:

@@ -28,6 +28,7 @@ __all__ = [
     "srun_inherits_cpus_per_task",
     "step_cpus_for_planning",
     "tasks_on_node",
+    "version_text",
 ]
 
 _COUNT = re.compile(r"^\s*(\d+)(?:\(x(\d+)\))?\s*$")
@@ -186,6 +187,11 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     if not m:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def version_text(version: tuple[int, int, int]) -> str:
+    """``(22, 5, 8)`` -> ``"22.05.8"``, as Slurm writes its versions."""
+    return f"{version[0]}.{version[1]:02d}.{version[2]}"
 
 
 def srun_inherits_cpus_per_task(version: tuple[int, int, int]) -> bool:

@@ -25,13 +25,12 @@ from launcher.doctor.facts import (
     Facts,
     gather_facts,
     numa_binding_source,
-    parse_slurm_version,
     rank_view,
-    slurm_drops_cpus_per_task,
     torch_openmp,
 )
 from launcher.doctor.findings import CATALOGUE, Finding
 from launcher.runtimes import libraries_in_maps
+from launcher.slurm_env import parse_version, srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.conftest import need
@@ -255,16 +254,18 @@ def test_double_binding(big: Topology) -> None:
 @pytest.mark.parametrize(("version", "affected"), [("21.08.8", False), ("22.05.0", True), ("22.05.8", True),
                                                    ("23.02.4", True), ("23.02.5", False), ("24.11.1", False)])
 def test_slurm_versions_that_drop_cpus_per_task(version: str, affected: bool) -> None:
-    assert slurm_drops_cpus_per_task(version) is affected
-    assert parse_slurm_version(f"slurm {version}\n") == version
+    parsed = parse_version(f"slurm {version}\n")
+    assert parsed is not None and version_text(parsed) == version
+    assert srun_inherits_cpus_per_task(parsed) is not affected
 
 
 def test_srun_cpus_per_task(big: Topology) -> None:
     env = {"SLURM_CPUS_PER_TASK": "16"}
-    f = by_id(check_environment(env, big, facts(slurm_version="22.05.8")), "srun-cpus-per-task")
+    f = by_id(check_environment(env, big, facts(slurm_version=(22, 5, 8))), "srun-cpus-per-task")
     assert f.env_fix == {"SRUN_CPUS_PER_TASK": "16"}
-    assert check_environment({**env, "SRUN_CPUS_PER_TASK": "16"}, big, facts(slurm_version="22.05.8")) == []
-    assert check_environment(env, big, facts(slurm_version="23.11.0")) == []
+    assert "on Slurm 22.05.8" in f.message
+    assert check_environment({**env, "SRUN_CPUS_PER_TASK": "16"}, big, facts(slurm_version=(22, 5, 8))) == []
+    assert check_environment(env, big, facts(slurm_version=(23, 11, 0))) == []
 
 
 def test_numactl_and_membind_by_numa_node_count(big: Topology, tmp_path: Path) -> None:
@@ -407,11 +408,11 @@ def test_numactl_missing_from_path() -> None:
 
 def test_srun_version_is_asked_for_real() -> None:
     need(shutil.which("srun"), "Slurm's srun is not installed")
-    version = parse_slurm_version(subprocess.run(["srun", "--version"], capture_output=True, text=True).stdout)
+    version = parse_version(subprocess.run(["srun", "--version"], capture_output=True, text=True).stdout)
     assert version
     env = {**clean_env(), "SLURM_CPUS_PER_TASK": "4"}
     found = {f["id"] for f in json.loads(doctor("--json", env=env)[1])["findings"]}
-    assert ("srun-cpus-per-task" in found) is slurm_drops_cpus_per_task(version)
+    assert ("srun-cpus-per-task" in found) is not srun_inherits_cpus_per_task(version)
     found = {f["id"] for f in json.loads(doctor("--json", env={**env, "SRUN_CPUS_PER_TASK": "4"})[1])["findings"]}
     assert "srun-cpus-per-task" not in found
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.doctor.facts import Facts, slurm_drops_cpus_per_task
+from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.env import (
     ABSTRACT_PLACES,
@@ -24,6 +24,7 @@ from launcher.env import (
     variable_problem,
 )
 from launcher.runtimes import thread_count
+from launcher.slurm_env import srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology
 
 Check = Callable[[Mapping[str, str], Topology, Facts], list[Finding]]
@@ -436,11 +437,11 @@ def check_srun_cpus_per_task(environ: Mapping[str, str], topology: Topology, fac
     per_task = environ.get("SLURM_CPUS_PER_TASK")
     if not per_task or environ.get("SRUN_CPUS_PER_TASK") or not facts.slurm_version:
         return []
-    if not slurm_drops_cpus_per_task(facts.slurm_version):
+    if srun_inherits_cpus_per_task(facts.slurm_version):
         return []
     return [_finding(
         "srun-cpus-per-task", "warning",
-        f"SLURM_CPUS_PER_TASK={per_task} is set but SRUN_CPUS_PER_TASK is not, on Slurm {facts.slurm_version}",
+        f"SLURM_CPUS_PER_TASK={per_task} is set but SRUN_CPUS_PER_TASK is not, on Slurm {version_text(facts.slurm_version)}",
         "from 22.05.0 until 23.02.5, srun does not inherit the job's --cpus-per-task: each task of an srun step "
         "gets 1 CPU and all its threads share it",
         f"export SRUN_CPUS_PER_TASK={per_task} before srun (or pass srun -c {per_task})",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from launcher.cpulist import parse_cpulist
 from launcher.runtimes import OPENMP, identify
+from launcher.slurm_env import parse_version
 from launcher.topology.model import Topology
 
 
@@ -37,7 +38,7 @@ class Facts:
     host_probed: bool = False  # numactl/membind below were looked at on the machine being audited
     numactl: str | None = None
     membind_error: str | None = None  # why set_mempolicy(MPOL_BIND) failed; None when it works
-    slurm_version: str | None = None
+    slurm_version: tuple[int, int, int] | None = None  # srun's, as launcher.slurm_env.parse_version reads it
     gpu_device_ids: Mapping[str, str] = field(default_factory=dict)  # PCI address -> PCI device id (model)
     numa_binding: str | None = None  # where a torchrun --numa-binding was found
 
@@ -88,17 +89,6 @@ def numa_binding_source(environ: Mapping[str, str], ancestors: Sequence[tuple[in
         if ("torchrun" in cmdline or "torch.distributed.run" in cmdline) and _NUMA_FLAG.search(cmdline):
             return f"torchrun --numa-binding in the parent process {pid} ({cmdline[:120]})"
     return None
-
-
-def parse_slurm_version(text: str) -> str | None:
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return ".".join(match.groups()) if match else None
-
-
-def slurm_drops_cpus_per_task(version: str) -> bool:
-    """Slurm 22.05.0 up to 23.02.4: srun does not inherit SLURM_CPUS_PER_TASK (fixed in 23.02.5)."""
-    parts = tuple(int(p) for p in version.split(".")[:3])
-    return (22, 5, 0) <= parts < (23, 2, 5)
 
 
 # --------------------------------------------------------------------------- host probes (I/O)
@@ -162,7 +152,7 @@ def membind_error(nodes: Sequence[int]) -> str | None:
     return f"set_mempolicy(MPOL_BIND) failed: {os.strerror(rc)}"
 
 
-def slurm_version() -> str | None:
+def slurm_version() -> tuple[int, int, int] | None:
     srun = shutil.which("srun")
     if srun is None:
         return None
@@ -170,7 +160,7 @@ def slurm_version() -> str | None:
         done = subprocess.run([srun, "--version"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return parse_slurm_version(done.stdout)
+    return parse_version(done.stdout)
 
 
 def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:

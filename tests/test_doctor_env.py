@@ -186,6 +186,8 @@ def test_invalid_thread_count(big: Topology, value: str) -> None:
         ({"KMP_AFFINITY": "granularity=fine,compact"}, ("libiomp5",), {0}),
         ({"KMP_AFFINITY": "compact"}, ("libiomp5",), {0, 32}),  # granularity defaults to core
         ({"KMP_AFFINITY": "explicit,proclist=[5,6]"}, ("libiomp5",), {5}),
+        ({"KMP_AFFINITY": "granularity=fine,logical"}, ("libiomp5",), {0}),  # old names of compact still bind
+        ({"KMP_AFFINITY": "physical"}, ("libiomp5",), {0, 32}),
     ],
 )
 def test_main_thread_place(big: Topology, env: dict[str, str], openmp: tuple[str, ...], place: set[int]) -> None:

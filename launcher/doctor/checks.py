@@ -18,6 +18,7 @@ from launcher.doctor.findings import Finding
 from launcher.env import (
     ABSTRACT_PLACES,
     KMP_DEFAULT,
+    KMP_TYPES,
     THREAD_VARIABLES,
     kmp_affinity_problem,
     parse_places,
@@ -32,7 +33,8 @@ PROCESS_CHECKS: list[Check] = []
 HOST_CHECKS: list[Check] = []
 
 INTEL_RUNTIMES = ("libiomp5", "libomp")
-KMP_BINDING_TYPES = ("compact", "scatter", "balanced", "explicit")
+# every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
+KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))
 BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 AFFRUN_FIX = "launch with `affrun torchrun` or `affrun exec`, which set it per rank"
 
@@ -106,9 +108,8 @@ def kmp_tokens(value: str) -> list[str]:
 
 
 def kmp_type(value: str) -> str | None:
-    types = [t for t in kmp_tokens(value) if t in ("compact", "scatter", "balanced", "explicit", "none", "disabled",
-                                                    "logical", "physical")]
-    return types[0] if types else None
+    """The affinity type a ``KMP_AFFINITY`` value names (``compact``, ``none``...), if any."""
+    return next((t for t in kmp_tokens(value) if t in KMP_TYPES), None)
 
 
 def abstract_places(name: str, cpus: frozenset[int], topology: Topology) -> list[frozenset[int]]:

@@ -385,6 +385,27 @@ def test_gpu_not_available_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 # ----------------------------------------------------------------------------- runtime controllers
+def test_ancestors_are_the_real_parent_chain() -> None:
+    """procfs.ancestors walks a real chain: python child <- sh <- this test process, nearest first, no init."""
+    from launcher.doctor.procfs import ancestors
+
+    child = "import os, time; print(os.getpid(), flush=True); time.sleep(30)"
+    shell = subprocess.Popen(["sh", "-c", '"$0" -c "$1"; :', sys.executable, child],
+                             stdout=subprocess.PIPE, text=True)
+    assert shell.stdout is not None
+    pid = int(shell.stdout.readline())
+    try:
+        chain = ancestors(pid)
+        assert chain[0][0] == shell.pid and chain[0][1].startswith("sh -c ")
+        assert chain[1] == (os.getpid(), " ".join(Path(f"/proc/{os.getpid()}/cmdline").read_bytes().decode()
+                                                  .split("\0")).strip())
+        assert all(p > 1 for p, _ in chain)
+        assert ancestors(pid, limit=1) == chain[:1]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        shell.wait()
+
+
 def test_runtime_controllers_recognise_library_names() -> None:
     from launcher.runtimes import identify, runtimes_from_paths
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from launcher.cpulist import parse_cpulist
+from launcher.doctor.procfs import ancestors, parent_pid, threads_union
 from launcher.runtimes import OPENMP, identify
 from launcher.slurm_env import parse_version
 from launcher.topology.model import Topology
@@ -174,29 +175,6 @@ def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
     return out
 
 
-def ancestors(pid: int | None = None, proc: str = "/proc", limit: int = 32) -> list[tuple[int, str]]:
-    """(pid, command line) of the parents of ``pid`` (default: this process), nearest first."""
-    out: list[tuple[int, str]] = []
-    current = os.getpid() if pid is None else pid
-    for _ in range(limit):
-        try:
-            with open(os.path.join(proc, str(current), "stat"), encoding="utf-8", errors="replace") as fh:
-                stat = fh.read()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        if parent <= 1:
-            break
-        try:
-            with open(os.path.join(proc, str(parent), "cmdline"), "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            cmdline = ""
-        out.append((parent, cmdline))
-        current = parent
-    return out
-
-
 def slurm_bound(environ: Mapping[str, str]) -> bool:
     """srun bound this task (``--cpu-bind`` other than none): its mask is its own, narrower than its parent's."""
     kind = environ.get("SLURM_CPU_BIND_TYPE", "").split(",")[0].strip()
@@ -209,8 +187,6 @@ def launch_cpus(environ: Mapping[str, str], pid: int | None = None, proc: str = 
     The union of its threads' masks and, unless srun bound the task, of its parent's threads' masks (the mask
     the process inherited). Falls back to the main thread's mask.
     """
-    from launcher.doctor.procfs import parent_pid, threads_union
-
     me = os.getpid() if pid is None else pid
     cpus = threads_union(me, proc)
     parent = parent_pid(me, proc)
@@ -308,5 +284,5 @@ def gather_facts(
         membind_error=mem_error,
         slurm_version=slurm,
         gpu_device_ids=gpu_device_ids(fsroot, topology) if (live or fsroot != "/") else {},
-        numa_binding=numa_binding_source(environ, ancestors() if live else []),
+        numa_binding=numa_binding_source(environ, ancestors(os.getpid()) if live else []),
     )

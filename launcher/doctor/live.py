@@ -21,7 +21,7 @@ from typing import Any
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor import procfs
 from launcher.doctor.checks import check_double_binding, check_environment
-from launcher.doctor.facts import Facts, ancestors, intel_openmp_version, numa_binding_source, slurm_bound
+from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source, slurm_bound
 from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport, GpuSampler
 from launcher.errors import AffrunError
@@ -262,7 +262,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     for record in ordered:
         cpus = len(record.mask) or len(audit.machine_cpus)
         record.runtimes = runtimes_from_paths(record.libraries, record.environ, cpus)
-    audit.findings = job_findings(audit, topo, ancestors_of=lambda p: ancestors(p, proc))
+    audit.findings = job_findings(audit, topo, ancestors_of=lambda p: procfs.ancestors(p, proc))
     return audit
 
 

@@ -90,6 +90,19 @@ def parent_pid(pid: int, proc: str = PROC) -> int | None:
     return stat.ppid if stat else None
 
 
+def ancestors(pid: int, proc: str = PROC, limit: int = 32) -> list[tuple[int, str]]:
+    """(pid, command line joined with spaces) of the parents of ``pid``, nearest first, up to (not with) init."""
+    out: list[tuple[int, str]] = []
+    current = pid
+    for _ in range(limit):
+        parent = parent_pid(current, proc)
+        if parent is None or parent <= 1:
+            break
+        out.append((parent, " ".join(cmdline(parent, proc))))
+        current = parent
+    return out
+
+
 def threads_union(pid: int, proc: str = PROC) -> frozenset[int]:
     """The union of the masks of all threads of ``pid`` (what the process spans even when one thread is pinned)."""
     out: set[int] = set()

@@ -5,8 +5,9 @@ kept, a dangerous or malformed one is replaced, and either way a note says so. `
 affrun's values; ``keep`` keeps every user value (still noting the dangerous ones). Dangerous means:
 - a thread count (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``) that is not a positive
   integer or exceeds the rank's compute CPUs (the CPUs its OpenMP place holds);
-- ``OMP_PLACES`` empty, malformed, naming CPUs outside the rank, or, with ``bind="rank"``, an abstract name
-  (``cores``...) or several places: the collapse risk below;
+- ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
+  value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or, with
+  ``bind="rank"``, an abstract name (``cores``...) or several places: the collapse risk below;
 - ``OMP_PROC_BIND`` not a valid value;
 - ``KMP_AFFINITY`` ``disabled``, empty, malformed, with two types, or a ``proclist`` outside the rank. A kept
   value with a type (``compact``, ``none``...) makes libiomp5 ignore ``OMP_PLACES`` (warning #182): the note
@@ -205,9 +206,10 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
         close_bracket = text.find("]", open_bracket)
         if open_bracket < 0 or close_bracket < 0:
             return "malformed proclist"
-        proclist = _place_ids(text[open_bracket + 1 : close_bracket].replace("{", "").replace("}", ""))
-        if proclist is None:
+        places = parse_proclist(text[open_bracket + 1 : close_bracket])
+        if places is None:
             return "malformed proclist"
+        proclist = {p for place in places for p in place}
         text = text[:start] + text[close_bracket + 1 :]
     tokens = [t.strip().lower() for t in text.split(",") if t.strip()]
     types = [t for t in tokens if t in KMP_TYPES]
@@ -239,101 +241,152 @@ def _kmp_type(value: str) -> str | None:
     return next((t.strip() for t in text.split(",") if t.strip() in KMP_TYPES), None)
 
 
-def _place_ids(value: str) -> set[int] | None:
-    """All CPU ids named by an explicit place list like ``{0,64},{1:4}`` or ``0-3,8``; None if malformed."""
-    parsed = parse_places(value)
-    return None if parsed is None else {p for place in parsed for p in place}
-
-
 def parse_places(value: str) -> list[frozenset[int]] | None:
-    """The places of an explicit ``OMP_PLACES`` list, in OS CPU ids; ``None`` when malformed.
+    """The places of an explicit ``OMP_PLACES`` list, in OS CPU ids; ``None`` when the runtimes reject it.
 
-    Accepts the OpenMP forms ``{0,64},{1,65}``, resource intervals ``{0:4}`` / ``{0:4:2}``, place intervals
-    ``{0,1}:4:2`` (4 places, each shifted by 2), exclusions ``!5`` / ``!{5}``, and, leniently, bare CPU lists
-    ``0-3,8`` (one place per item, as ``KMP_AFFINITY`` proclists write them).
+    The OpenMP grammar, as libgomp reads it: places ``{0,64},{1,65}`` or single CPUs ``0,1``; inside a place,
+    resource intervals ``{0:4}`` / ``{0:4:2}`` and exclusions ``{0:4,!2}``; place intervals ``{0,1}:4:2``
+    (4 places, each shifted by 2) and place exclusions ``{0},{1},!{1}``. A ``-`` range such as ``{0-3}`` is
+    not OpenMP: libgomp prints "Invalid value for environment variable OMP_PLACES" and, with
+    ``OMP_PROC_BIND`` set, binds one thread per CPU, the main thread included (the collapse); libiomp5 says
+    "OMP_PLACES: syntax error, using threads". So are an empty place, an exclusion of a CPU or place not
+    listed before it, and a CPU id below 0 after a negative stride.
     """
-    places: list[frozenset[int]] = []
-    items = _split_outside_braces(value.replace(" ", ""))
-    if items is None:
+    tokens = _Tokens(value)
+    try:
+        places = _place_list(tokens)
+    except ValueError:
         return None
-    for item in items:
-        if not item:
-            continue
-        excluded = item.startswith("!")
-        body = item[1:] if excluded else item
-        if body.startswith("{"):
-            close = body.find("}")
-            if close < 0:
-                return None
-            base = _resources(body[1:close])
-            interval = body[close + 1 :]
-            if base is None:
-                return None
-            length, stride = 1, 1
-            if interval:
-                bits = interval.split(":")
-                if bits[0] != "" or len(bits) not in (2, 3) or not all(_is_int(b) for b in bits[1:]):
-                    return None
-                length, stride = int(bits[1]), int(bits[2]) if len(bits) == 3 else 1
-            expanded = [frozenset(p + i * stride for p in base) for i in range(max(length, 0))]
-        else:
-            one = _resources(body)
-            if one is None:
-                return None
-            expanded = [one]
-        if not excluded:
-            places.extend(expanded)
     return places
 
 
-def _split_outside_braces(text: str) -> list[str] | None:
-    items: list[str] = []
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch == "{":
-            depth += 1
-            if depth > 1:
-                return None
-        elif ch == "}":
-            depth -= 1
-            if depth < 0:
-                return None
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    if depth:
+def parse_proclist(value: str) -> list[frozenset[int]] | None:
+    """The places of a ``KMP_AFFINITY`` ``proclist=[...]`` (the text inside the brackets); ``None`` if malformed.
+
+    Intel's grammar: a CPU ``3``, a range ``0-7`` or ``7-0:-1`` (one place per CPU, optional stride), or a set
+    ``{0,64}`` (one place; no ranges inside: libiomp5 says "KMP_AFFINITY: syntax error, not using affinity").
+    """
+    tokens = _Tokens(value)
+    places: list[frozenset[int]] = []
+    try:
+        while True:
+            if tokens.take("{"):
+                ids = {tokens.number()}
+                while tokens.take(","):
+                    ids.add(tokens.number())
+                tokens.expect("}")
+                places.append(frozenset(ids))
+            else:
+                lo = tokens.number()
+                if tokens.take("-"):
+                    hi = tokens.number()
+                    stride = tokens.number(signed=True) if tokens.take(":") else 1
+                    if stride == 0 or (hi - lo) * stride < 0:
+                        raise ValueError("empty range")
+                    places.extend(frozenset({c}) for c in range(lo, hi + (1 if stride > 0 else -1), stride))
+                else:
+                    places.append(frozenset({lo}))
+            if not tokens.take(","):
+                break
+        tokens.expect("")
+    except ValueError:
         return None
-    items.append(text[start:])
-    return items
+    return places
 
 
-def _resources(text: str) -> frozenset[int] | None:
-    """``0,64`` / ``0:4`` / ``0:4:2`` / ``!5`` / ``0-3`` inside one place -> CPU ids (exclusions removed)."""
+class _Tokens:
+    """A cursor over a place list: single-character tokens and integers, with blanks allowed between them."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def peek(self) -> str:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def take(self, char: str) -> bool:
+        if self.peek() == char:
+            self.pos += 1
+            return True
+        return False
+
+    def expect(self, char: str) -> None:
+        """The next token is ``char`` (``""``: the end of the text)."""
+        if self.peek() != char:
+            raise ValueError(f"expected {char or 'the end'} at {self.pos}")
+        self.pos += len(char)
+
+    def number(self, *, signed: bool = False) -> int:
+        self.peek()
+        start = self.pos
+        if self.pos < len(self.text) and self.text[self.pos] in ("+-" if signed else "+"):
+            self.pos += 1
+        digits = self.pos
+        while self.pos < len(self.text) and "0" <= self.text[self.pos] <= "9":
+            self.pos += 1
+        if self.pos == digits:
+            raise ValueError(f"expected a number at {start}")
+        return int(self.text[start : self.pos])
+
+    def interval(self) -> tuple[int, int]:
+        """An optional ``:len[:stride]``; ``(1, 1)`` when absent."""
+        if not self.take(":"):
+            return 1, 1
+        length = self.number()
+        stride = self.number(signed=True) if self.take(":") else 1
+        if length < 1:
+            raise ValueError("an interval of no element")
+        return length, stride
+
+
+def _place_list(tokens: _Tokens) -> list[frozenset[int]]:
+    places: list[frozenset[int]] = []
+    while True:
+        if tokens.take("!"):
+            places.remove(_place(tokens))  # ValueError when that place is not listed (libgomp rejects it too)
+        else:
+            place = _place(tokens)
+            length, stride = tokens.interval()
+            places.extend(_shifted(place, i * stride) for i in range(length))
+        if not tokens.take(","):
+            break
+    tokens.expect("")
+    return places
+
+
+def _place(tokens: _Tokens) -> frozenset[int]:
+    """``{resources}`` or one CPU id."""
+    if not tokens.take("{"):
+        return frozenset({tokens.number()})
     ids: set[int] = set()
-    excluded: set[int] = set()
-    for part in text.split(","):
-        if not part:
-            continue
-        target = ids
-        if part.startswith("!"):
-            target, part = excluded, part[1:]
-        if ":" in part:
-            bits = part.split(":")
-            if len(bits) > 3 or not all(_is_int(b) for b in bits):
-                return None
-            lo, length = int(bits[0]), int(bits[1])
-            stride = int(bits[2]) if len(bits) == 3 else 1
-            target.update(lo + i * stride for i in range(max(length, 0)))
-            continue
-        try:
-            target.update(parse_cpulist(part))
-        except ValueError:
-            return None
-    return frozenset(ids - excluded)
+    while True:
+        if tokens.take("!"):
+            cpu = tokens.number()
+            if cpu not in ids:
+                raise ValueError(f"excluded CPU {cpu} is not in the place")
+            ids.discard(cpu)
+        else:
+            first = tokens.number()
+            length, stride = tokens.interval()
+            ids.update(_cpu_id(first + i * stride) for i in range(length))
+        if not tokens.take(","):
+            break
+    tokens.expect("}")
+    if not ids:
+        raise ValueError("an empty place")
+    return frozenset(ids)
 
 
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
+def _shifted(place: frozenset[int], offset: int) -> frozenset[int]:
+    return frozenset(_cpu_id(p + offset) for p in place)
+
+
+def _cpu_id(cpu: int) -> int:
+    if cpu < 0:
+        raise ValueError("a negative CPU id")  # libgomp: "Logical CPU number 0+-1 out of range"
+    return cpu
 
 
 def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> list[str]:

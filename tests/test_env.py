@@ -19,6 +19,7 @@ from launcher.env import (
     numactl_args,
     omp_places,
     parse_places,
+    parse_proclist,
     plan_json,
     rank_environment,
     variable_problem,
@@ -131,6 +132,7 @@ SAFE = [
     ("KMP_AFFINITY", "noverbose,granularity=fine"),
     ("KMP_AFFINITY", "granularity=fine,compact,1,0"),  # Intel's usual advice: a type, inside the process mask
     ("KMP_AFFINITY", "explicit,proclist=[0,1,2,64]"),
+    ("KMP_AFFINITY", "explicit,proclist=[0-2,{64,65}]"),
     ("KMP_AFFINITY", "none"),
 ]
 
@@ -155,6 +157,7 @@ DANGEROUS = [
     ("OMP_PLACES", "{0,{1}}", "not a valid OMP_PLACES value"),
     ("OMP_PLACES", "", "empty OMP_PLACES"),
     ("OMP_PLACES", "{a,b}", "not a valid OMP_PLACES value"),
+    ("OMP_PLACES", "{0-2}", "not a valid OMP_PLACES value"),  # libgomp rejects it, then pins one thread per CPU
     ("KMP_AFFINITY", "disabled", "disabled: threads are not bound and migrate"),
     ("KMP_AFFINITY", "granularity=fine,disabled", "disabled"),
     ("KMP_AFFINITY", "", "empty KMP_AFFINITY"),
@@ -164,6 +167,7 @@ DANGEROUS = [
     ("KMP_AFFINITY", "compact,scatter", "more than one affinity type"),
     ("KMP_AFFINITY", "explicit,proclist=[0,1,100-101]", "proclist CPUs 100-101 are outside the rank's CPUs"),
     ("KMP_AFFINITY", "explicit,proclist=[0,1", "malformed proclist"),
+    ("KMP_AFFINITY", "explicit,proclist=[{0-2}]", "malformed proclist"),
 ]
 
 
@@ -227,9 +231,23 @@ def test_per_core_places_are_fine_when_binding_per_core(value: str) -> None:
         ("{0:4:2}", [{0, 2, 4, 6}]),
         ("{0,1}:3:2", [{0, 1}, {2, 3}, {4, 5}]),
         ("{0:4,!2}", [{0, 1, 3}]),
-        ("{0},!{1}", [{0}]),
+        ("{0},{1},!{1}", [{0}]),
         (" {0, 64} , {1} ", [{0, 64}, {1}]),
-        ("0-3,8", [{0, 1, 2, 3}, {8}]),  # KMP proclist style
+        ("0,1", [{0}, {1}]),  # a bare CPU id is a place of one CPU
+        ("0:2", [{0}, {1}]),  # ... so this is a place interval, not a resource interval
+        ("{1}:2:-1", [{1}, {0}]),
+        ("{0},!{1}", None),  # excludes a place not (yet) listed
+        ("{0-3}", None),  # ranges are not OpenMP: libgomp rejects the whole value
+        ("0-3,8", None),
+        ("{0}:2:-1", None),  # CPU -1
+        ("{!0,1}", None),  # excludes a CPU not (yet) in the place
+        ("!{0},{1}", None),  # excludes a place not (yet) listed
+        ("{0},,{1}", None),
+        ("{}", None),
+        ("{0,}", None),
+        ("{1 0}", None),
+        ("{0}:0", None),
+        ("{0:0}", None),
         ("{0", None),
         ("{a}", None),
         ("{0}:2:y", None),
@@ -237,6 +255,25 @@ def test_per_core_places_are_fine_when_binding_per_core(value: str) -> None:
 )
 def test_parse_places(value: str, places: list[set[int]] | None) -> None:
     parsed = parse_places(value)
+    assert (None if parsed is None else [set(p) for p in parsed]) == places
+
+
+@pytest.mark.parametrize(
+    ("value", "places"),
+    [
+        ("0,1,2,64", [{0}, {1}, {2}, {64}]),
+        ("0-3,8", [{0}, {1}, {2}, {3}, {8}]),  # a range is one place per CPU
+        ("7-1:-3", [{7}, {4}, {1}]),
+        (" {0, 64} ,1", [{0, 64}, {1}]),
+        ("{0-1}", None),  # libiomp5: "KMP_AFFINITY: syntax error, not using affinity"
+        ("3-1", None),
+        ("0-3:0", None),
+        ("", None),
+        ("0,", None),
+    ],
+)
+def test_parse_proclist(value: str, places: list[set[int]] | None) -> None:
+    parsed = parse_proclist(value)
     assert (None if parsed is None else [set(p) for p in parsed]) == places
 
 
@@ -374,6 +411,42 @@ def run_rank(binary: Path, rank: RankPlan, user_env: dict[str, str], bind: str) 
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout + proc.stderr
+
+
+PLACES_SAMPLES = ["{0-1}", "0-1", "{0:2}", "{0,1}", "{0},{1}", "0,1", "0:2", " {0} , {1} ", "{0 ,1}", "{1}:2:-1",
+                  "{0}:2:-1", "{!0,1}", "{0:2,!1}", "!{0},{1}", "{0},{1},!{1}", "{0},,{1}", "{}", "{0,}", "{1 0}",
+                  "{0}:0", "{0:0}", "{0}!{1}", "{0}:2:1:1"]
+
+
+def test_parse_places_agrees_with_libgomp(omp_binaries: dict[str, Path]) -> None:
+    """Every sample that parse_places rejects, libgomp rejects ("Invalid value for environment variable
+    OMP_PLACES"), and every one it accepts, libgomp accepts."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    disagree = []
+    for value in PLACES_SAMPLES:
+        proc = subprocess.run([str(omp_binaries["libgomp"])], env={**base, "OMP_PLACES": value, "OMP_NUM_THREADS": "1"},
+                              capture_output=True, text=True, timeout=60, check=False)
+        rejected = "Invalid value for environment variable OMP_PLACES" in proc.stderr
+        if rejected != (parse_places(value) is None):
+            disagree.append((value, proc.stderr.strip(), parse_places(value)))
+    assert not disagree
+
+
+def test_a_range_in_omp_places_pins_the_main_thread_in_libgomp(omp_binaries: dict[str, Path]) -> None:
+    """Why ``{0-1}`` is dangerous, not just ignored: libgomp drops it and, with OMP_PROC_BIND=close (which
+    affrun sets), binds one thread per CPU, the main thread included."""
+    allowed = sorted(os.sched_getaffinity(0))
+    need(len(allowed) >= 2, "needs 2 CPUs in this process's affinity mask")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_"))}
+    env = {**base, "OMP_PLACES": f"{{{allowed[0]}-{allowed[1]}}}", "OMP_PROC_BIND": "close", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.run([str(omp_binaries["libgomp"])], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert "Invalid value for environment variable OMP_PLACES" in proc.stderr
+    bound = [parse_cpulist(cpus) for _, cpus in GOMP_LINE.findall(proc.stderr + proc.stdout)]  # libgomp: stderr
+    assert len(bound) == 2 and all(len(cpus) == 1 for cpus in bound), proc.stderr
+    rank = RankPlan(0, tuple(allowed[:2]), ((allowed[0],), (allowed[1],)), (), None, None, (), (), 2)
+    problem = variable_problem("OMP_PLACES", env["OMP_PLACES"], frozenset(rank.cpus))
+    assert problem == "not a valid OMP_PLACES value"
 
 
 @pytest.mark.parametrize("runtime", ["libgomp", "libiomp5"])

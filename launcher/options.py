@@ -66,7 +66,7 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
     cpu_map = None
     if opts.cpu_map:
         try:
-            cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.replace(":", ";").split(";"))
+            cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.split(";"))  # ':' is cpu list syntax
         except ValueError:
             raise ConfigError(f"--map {opts.cpu_map!r}: expected one cpu list per rank, separated by ';'") from None
         if any(not m for m in cpu_map):

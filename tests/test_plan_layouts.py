@@ -507,6 +507,13 @@ def test_map_mode(tmp_path: Path) -> None:
     assert any("CPU 3 is given to ranks 0 and 1" in w for w in plan.warnings)
 
 
+def test_map_keeps_the_kernel_group_syntax(tmp_path: Path) -> None:
+    """Ranks are separated by ';' only: ':' belongs to the cpu list's group syntax (0-7:2/4 is 0,1,4,5)."""
+    topo = read(tmp_path, two_nodes())
+    plan = plan_of(topo, 2, cpu_map="0-7:2/4;8-15:1/2")
+    assert table(plan) == [("0-1,4-5", None, 0, 4), ("8,10,12,14", None, 1, 4)]
+
+
 def test_reserve_of_a_cpu_that_does_not_exist_is_said(tmp_path: Path) -> None:
     plan = plan_of(read(tmp_path, two_nodes()), 2, reserve="0,99")
     assert table(plan) == [("1-7", None, 0, 7), ("8-15", None, 1, 8)]

@@ -1,7 +1,10 @@
-"""Apply a NUMA memory policy to this process before it execs the rank: ``set_mempolicy`` or numactl.
+"""Apply a NUMA memory policy to this process before it execs the rank: ``set_mempolicy``, or numactl.
 
-The policy set with ``set_mempolicy(2)`` survives ``execve(2)``, so no wrapper process is needed. When the
-kernel refuses (EPERM in containers without CAP_SYS_NICE), fall back membind -> preferred -> none.
+The policy set with ``set_mempolicy(2)`` survives ``execve(2)``, so by default no wrapper process is exec'd:
+the rank's program is exec'd directly, and its exit code and errors are its own (a missing command is 127).
+numactl wraps the program only where this machine has no known system call number (and numactl works), or
+when ``--mem-backend numactl`` asks for it. When the kernel refuses a policy (EPERM in containers without
+CAP_SYS_NICE, a node outside the cpuset's mems), it falls back membind/interleave -> preferred -> none.
 """
 
 from __future__ import annotations
@@ -63,11 +66,13 @@ def _numactl_args(numactl: str, policy: str, nodes: tuple[int, ...]) -> list[str
 
 
 def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") -> MemResult:
-    """Apply ``policy`` on ``nodes`` for this process (and what it execs).
+    """Apply ``policy`` on ``nodes`` to this process, for the program it execs next.
 
-    ``backend``: ``syscall`` uses set_mempolicy alone; ``numactl`` execs through numactl (an error when it is
-    not installed); ``auto`` execs through numactl when it is installed, else relies on the syscall. The policy is probed first: when it is
-    blocked the next weaker one is tried, with a warning, and the rank is never failed for it.
+    ``backend``: ``auto`` calls set_mempolicy and needs no wrapper when it succeeds; only where this machine has
+    no known system call number does it exec through numactl (when numactl is installed and works). ``syscall``
+    uses set_mempolicy alone. ``numactl`` always execs through numactl (a :class:`LaunchError` when it is not
+    installed). A policy the kernel refuses falls back to the next weaker one (membind/interleave -> preferred
+    -> none) with a warning: the rank is never failed for it.
     """
     if policy == "none" or not nodes:
         return MemResult("none", (), [], ())
@@ -81,10 +86,13 @@ def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") 
     current = policy
     while current != "none":
         rc = set_mempolicy(current, nodes)
-        if rc == 0 or (rc == -1 and numactl and _numactl_works(numactl, current, nodes)):
-            wrapper = _numactl_args(numactl, current, nodes) if numactl else []
+        if rc == -1 and numactl and _numactl_works(numactl, current, nodes):
+            return MemResult(current, nodes, _numactl_args(numactl, current, nodes), tuple(warnings))
+        if rc == 0:
+            wrapper = _numactl_args(numactl, current, nodes) if backend == "numactl" and numactl else []
             return MemResult(current, nodes, wrapper, tuple(warnings))
-        reason = os.strerror(rc) if rc > 0 else "no set_mempolicy on this machine and numactl unavailable"
+        reason = (os.strerror(rc) if rc > 0 else "no set_mempolicy system call number for this machine"
+                  + ("" if backend == "syscall" else ", and numactl is missing or fails"))
         nxt = FALLBACK[current]
         warnings.append(f"memory policy {current} is blocked ({reason}); falling back to {nxt}")
         current = nxt

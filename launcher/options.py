@@ -30,6 +30,16 @@ class PlanOptions:
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)
 
+    def rank_count(self) -> int | None:
+        """How many ranks the options name: one per ``--gpus`` entry, else per ``--map`` list (``;``-separated),
+        else ``None`` (the front end decides: visible GPUs, ``--nproc-per-node``...). Front ends default the
+        rank count to it; a mismatch with an explicit count is reported by the planner."""
+        if self.gpus:
+            return len(self.gpus.split(","))
+        if self.cpu_map:
+            return len(self.cpu_map.split(";"))
+        return None
+
     def to_argv(self) -> list[str]:
         """The same options as command-line flags (for generated scripts and child commands)."""
         argv: list[str] = []

@@ -598,6 +598,20 @@ def test_map_with_another_mode_is_refused() -> None:
         PlanOptions(mode="numa", cpu_map="0-3").request(1)
 
 
+@pytest.mark.parametrize(
+    ("opts", "count"),
+    [
+        (PlanOptions(), None),
+        (PlanOptions(gpus="3,1,2"), 3),
+        (PlanOptions(cpu_map="0-7:2/4;8-15:1/2"), 2),  # ':' inside a list is the group syntax, not a rank
+        (PlanOptions(cpu_map="0-3"), 1),
+        (PlanOptions(gpus="0,1", cpu_map="0;1;2"), 2),  # --gpus first, as the planner pairs rank i with GPU i
+    ],
+)
+def test_rank_count(opts: PlanOptions, count: int | None) -> None:
+    assert opts.rank_count() == count
+
+
 def test_gpus_with_no_gpu_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"--gpus .* --no-gpu"):
         PlanOptions(gpus="0", no_gpu=True).request(1)

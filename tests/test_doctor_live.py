@@ -48,7 +48,7 @@ if __name__ == "__main__":
     batches = iter(loader)
     next(batches)
     a = torch.randn(64, 64)
-    print("READY", os.getpid(), flush=True)
+    os.write(1, f"READY {os.getpid()}\n".encode())  # one write: ranks share the pipe, unbuffered
     end = time.time() + float(sys.argv[1])
     while time.time() < end:
         a @ a
@@ -236,8 +236,7 @@ def test_kmp_affinity_binds_libiomp5_but_libgomp_ignores_it(tmp_path: Path) -> N
 
 
 # ----------------------------------------------------------------------------- torchrun jobs
-RANK_JOB = TORCH_JOB.replace('print("READY", os.getpid(), flush=True)',
-                             'print("READY", os.getpid(), os.environ["LOCAL_RANK"], flush=True)')
+RANK_JOB = TORCH_JOB.replace('f"READY {os.getpid()}\\n"', 'f"READY {os.getpid()} {os.environ[\'LOCAL_RANK\']}\\n"')
 
 
 def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:

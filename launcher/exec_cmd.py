@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,11 +18,34 @@ from dataclasses import dataclass
 from launcher.cpulist import format_cpulist
 from launcher.env import BIND_MODES, POLICIES, RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import AffrunError, LaunchError
+from launcher.localrank import LocalRank
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
+from launcher.topology.model import Topology
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
 MEM_BACKENDS = ("auto", "numactl", "syscall")
+# Above this size the plan travels in a file (AFFRUN_PLAN=@path): one environment string may not exceed
+# 128 KiB (MAX_ARG_STRLEN), and every worker's execve would fail.
+INLINE_PLAN_LIMIT = 32 * 1024
+# How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
+# from the user's working directory first. `-c` puts '' (the cwd) at sys.path[0]; drop it before importing.
+BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
+
+
+def exec_prefix() -> list[str]:
+    """The argv that starts ``affrun exec`` with this interpreter, safe from modules in the working directory."""
+    return [sys.executable, "-c", BOOT, "exec"]
+
+
+def cpu_node_count(topo: Topology) -> int:
+    """NUMA nodes that hold allowed CPUs (what ``--mem-policy auto`` looks at)."""
+    return sum(1 for n in topo.numa_nodes if n.cpus & topo.allowed)
+
+
+def mem_text(policy: str, nodes: Sequence[int]) -> str:
+    """``membind:0,1`` or ``none``, as in the rank line."""
+    return f"{policy}:{','.join(map(str, nodes))}" if policy != "none" and nodes else "none"
 
 
 @dataclass(frozen=True)
@@ -49,6 +73,26 @@ class ParentPlan:
             },
             separators=(",", ":"),
         )
+
+    def to_env(self, spill_dir: str) -> str:
+        """The value of ``AFFRUN_PLAN``: the JSON itself, or ``@FILE`` (written in ``spill_dir``) when it is large."""
+        text = self.to_json()
+        if len(text) <= INLINE_PLAN_LIMIT:
+            return text
+        path = os.path.join(spill_dir, "affrun-plan.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return "@" + path
+
+    @classmethod
+    def from_env(cls, value: str) -> ParentPlan:
+        if value.startswith("@"):
+            try:
+                with open(value[1:], encoding="utf-8") as fh:
+                    value = fh.read()
+            except OSError as exc:
+                raise LaunchError(f"{PLAN_VARIABLE}: cannot read the plan file {value[1:]}: {exc.strerror}") from None
+        return cls.from_json(value)
 
     @classmethod
     def from_json(cls, text: str) -> ParentPlan:
@@ -107,48 +151,51 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(argv), []
 
 
-def _parent_or_standalone(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan]:
+def _parent_or_standalone(
+    args: argparse.Namespace, environ: Mapping[str, str]
+) -> tuple[ParentPlan, RankPlan, LocalRank | None]:
     from launcher.localrank import LocalRankError, detect_local_rank
 
+    detected: LocalRank | None = None
+    if args.local_rank is None or args.nproc is None:  # both flags given: the launcher's variables do not matter
+        try:
+            detected = detect_local_rank(environ)
+        except LocalRankError as exc:
+            raise LaunchError(str(exc)) from None
     parent_text = environ.get(PLAN_VARIABLE)
-    try:
-        detected = detect_local_rank(environ)
-    except LocalRankError as exc:
-        raise LaunchError(str(exc)) from None
     if parent_text:
-        parent = ParentPlan.from_json(parent_text)
+        parent = ParentPlan.from_env(parent_text)
         rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
         if rank is None:
             raise LaunchError(f"{PLAN_VARIABLE} is set but no local rank: pass --local-rank")
         if not 0 <= rank < len(parent.plan.ranks):
             raise LaunchError(f"local rank {rank} is not in the plan ({len(parent.plan.ranks)} ranks)")
-        return parent, parent.plan.ranks[rank]
+        return parent, parent.plan.ranks[rank], detected
 
     from launcher.plan import make_plan
     from launcher.topology import load_topology
 
+    opts = PlanOptions(mode=args.mode, smt=args.smt, reserve=args.reserve, loader_cores=args.loader_cores,
+                       gpu_order=args.gpu_order, cpu_map=args.cpu_map, gpus=args.gpus, no_gpu=args.no_gpu)
     nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
     rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
     if rank is None or nproc is None:
         if rank is None and nproc is None:
-            rank, nproc = 0, 1
+            rank, nproc = 0, opts.rank_count() or 1
         else:
             raise LaunchError("give both --local-rank and --nproc-per-node, or neither (then LOCAL_RANK, "
                               "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or PMI_LOCAL_RANK)")
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
-    opts = PlanOptions(mode=args.mode, smt=args.smt, reserve=args.reserve, loader_cores=args.loader_cores,
-                       gpu_order=args.gpu_order, cpu_map=args.cpu_map, gpus=args.gpus, no_gpu=args.no_gpu)
     topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ)
     the_plan = make_plan(topo, opts.request(nproc))
-    nodes_with_cpus = sum(1 for n in topo.numa_nodes if n.cpus & topo.allowed)
-    parent = ParentPlan(the_plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, nodes_with_cpus),
+    parent = ParentPlan(the_plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, cpu_node_count(topo)),
                         args.mem_backend, {}, args.verbose)
-    return parent, the_plan.ranks[rank]
+    return parent, the_plan.ranks[rank], detected
 
 
 def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan, RankEnvironment]:
-    parent, rank = _parent_or_standalone(args, environ)
+    parent, rank, detected = _parent_or_standalone(args, environ)
     # The policy judges what the *user* set: in a torchrun child, OMP_NUM_THREADS=1 came from torchrun, not the user.
     user_env = dict(environ)
     if parent.user_env or PLAN_VARIABLE in environ:
@@ -157,6 +204,12 @@ def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[Paren
         user_env.update(parent.user_env)
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks), user_env=user_env, bind=parent.bind,
                             smt=parent.plan.smt, policy=parent.env_policy)
+    if detected is not None and PLAN_VARIABLE not in environ:
+        # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
+        from launcher.localrank import torch_distributed_env
+
+        for name, value in torch_distributed_env(environ, detected).items():
+            renv.set.setdefault(name, value)
     return parent, rank, renv
 
 
@@ -176,9 +229,7 @@ def main(argv: Sequence[str]) -> int:
         env.pop(PLAN_VARIABLE, None)
         host = socket.gethostname()
         if args.dry_run:
-            planned = parent.mem_policy if rank.mem_nodes and parent.mem_policy != "none" else "none"
-            mem_text = f"{planned}:{','.join(map(str, rank.mem_nodes))}" if planned != "none" else "none"
-            print(rank_line(rank, len(parent.plan.ranks), mem_text, host))
+            print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host))
             for name in sorted(renv.set):
                 print(f"{name}={renv.set[name]}")
             for name in renv.unset:
@@ -186,7 +237,7 @@ def main(argv: Sequence[str]) -> int:
             for note in (*renv.notes, *rank.warnings):
                 print(f"note: {note}")
             if command:
-                print("exec " + " ".join(command))
+                print("exec " + shlex.join(command))
             return 0
         try:
             os.sched_setaffinity(0, rank.cpus)
@@ -199,8 +250,7 @@ def main(argv: Sequence[str]) -> int:
         for warning in mem.warnings:
             print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
         if verbose:
-            mem_text = f"{mem.policy}:{','.join(map(str, mem.nodes))}" if mem.policy != "none" else "none"
-            print(rank_line(rank, len(parent.plan.ranks), mem_text, host), file=sys.stderr)
+            print(rank_line(rank, len(parent.plan.ranks), mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
             for note in renv.notes:
                 print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
         sys.stderr.flush()

@@ -55,3 +55,25 @@ def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
             raise LocalRankError(f"{rank_var}={rank} is outside 0..{size - 1}")
         return LocalRank(rank, size, rank_var)
     return None
+
+
+# (global rank variable, world size variable) of the launchers that start one process per rank.
+GLOBAL_SOURCES: dict[str, tuple[str, str]] = {
+    "SLURM_LOCALID": ("SLURM_PROCID", "SLURM_NTASKS"),
+    "OMPI_COMM_WORLD_LOCAL_RANK": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    "MPI_LOCALRANKID": ("PMI_RANK", "PMI_SIZE"),
+    "PMI_LOCAL_RANK": ("PMI_RANK", "PMI_SIZE"),
+}
+
+
+def torch_distributed_env(environ: Mapping[str, str], local: LocalRank) -> dict[str, str]:
+    """``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``RANK`` and ``WORLD_SIZE`` for ``torch.distributed``'s ``env://``,
+    from the launcher that started this process (srun, mpirun). Only variables that are not set are returned."""
+    out = {"LOCAL_RANK": str(local.rank), "LOCAL_WORLD_SIZE": str(local.size)}
+    names = GLOBAL_SOURCES.get(local.source)
+    if names:
+        rank_var, size_var = names
+        size = environ.get(size_var) or (environ.get("SLURM_STEP_NUM_TASKS") if rank_var == "SLURM_PROCID" else None)
+        if environ.get(rank_var) and size:
+            out["RANK"], out["WORLD_SIZE"] = environ[rank_var], size
+    return {k: v for k, v in out.items() if k not in environ}

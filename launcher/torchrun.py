@@ -2,7 +2,8 @@
 
 torchrun's own parser reads the arguments (affrun's options are added to it), the plan is computed once,
 and torchrun then runs in this process, unchanged, with each worker command rewritten to
-``python -m launcher exec -- <the original worker command>``. The plan reaches the workers as JSON in
+``affrun exec -- <the original worker command>`` (started by this interpreter, see
+``launcher.exec_cmd.exec_prefix``). The plan reaches the workers as JSON in
 ``AFFRUN_PLAN``. Exit status, signal forwarding and logs are torchrun's own.
 """
 
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 from launcher.env import BIND_MODES, POLICIES, THREAD_VARIABLES, effective_mem_policy
 from launcher.errors import AffrunError, ConfigError
-from launcher.exec_cmd import MEM_BACKENDS, PLAN_VARIABLE, ParentPlan, rank_line
+from launcher.exec_cmd import MEM_BACKENDS, PLAN_VARIABLE, ParentPlan, cpu_node_count, exec_prefix, mem_text, rank_line
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES
 
@@ -54,6 +57,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = get_args_parser()
     parser.prog = "affrun torchrun"
     add_affrun_options(parser)
+    # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).
+    parser.set_defaults(signals_to_handle=None)
     return parser.parse_args(list(argv))
 
 
@@ -70,12 +75,13 @@ def worker_command(args: argparse.Namespace) -> list[str]:
 
 
 def rewrite_for_exec(args: argparse.Namespace) -> list[str]:
-    """Make torchrun start ``python -m launcher exec -- <worker command> <script args>``; return that argv."""
+    """Make torchrun start ``affrun exec -- <worker command> <script args>``; return that argv."""
     original = worker_command(args)
     args.no_python = True
     args.module = False
-    args.training_script = sys.executable
-    args.training_script_args = ["-m", "launcher", "exec", "--", *original, *args.training_script_args]
+    prefix = exec_prefix()
+    args.training_script = prefix[0]
+    args.training_script_args = [*prefix[1:], "--", *original, *args.training_script_args]
     return [args.training_script, *args.training_script_args]
 
 
@@ -101,8 +107,7 @@ def main(argv: Sequence[str]) -> int:
                        cpu_map=args.affrun_map, gpus=args.affrun_gpus, no_gpu=args.affrun_no_gpu)
     topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology, cpus=args.affrun_cpus)
     plan = make_plan(topo, opts.request(nproc))
-    nodes_with_cpus = sum(1 for n in topo.numa_nodes if n.cpus & topo.allowed)
-    mem = effective_mem_policy(args.affrun_mem_policy, nodes_with_cpus)
+    mem = effective_mem_policy(args.affrun_mem_policy, cpu_node_count(topo))
     user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
     parent = ParentPlan(plan, args.affrun_omp_bind, args.affrun_env_policy, mem, args.affrun_mem_backend, user_env,
                         args.affrun_verbose)
@@ -110,18 +115,19 @@ def main(argv: Sequence[str]) -> int:
 
     host = socket.gethostname()
     for rank in plan.ranks:
-        mem_text = f"{mem}:{','.join(map(str, rank.mem_nodes))}" if mem != "none" and rank.mem_nodes else "none"
-        print(rank_line(rank, nproc, mem_text, host), file=sys.stderr)
+        print(rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host), file=sys.stderr)
     for warning in plan.warnings:
         print(f"affrun: warning: {warning}", file=sys.stderr)
-    if args.signals_to_handle == DEFAULT_SIGNALS and "PET_SIGNALS_TO_HANDLE" not in os.environ:
-        # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too.
-        args.signals_to_handle = DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
+    if args.signals_to_handle is None:
+        # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too,
+        # unless the user chose the signals (--signals-to-handle or PET_SIGNALS_TO_HANDLE).
+        args.signals_to_handle = os.environ.get("PET_SIGNALS_TO_HANDLE") or DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
     worker = rewrite_for_exec(args)
     if args.affrun_dry_run:
-        print("worker: " + " ".join(worker))
+        print("worker: " + shlex.join(worker))
         return 0
-    os.environ[PLAN_VARIABLE] = parent.to_json()
+    spill = tempfile.TemporaryDirectory(prefix="affrun-")  # only used when the plan is too big for one variable
+    os.environ[PLAN_VARIABLE] = parent.to_env(spill.name)
     # torchrun would set OMP_NUM_THREADS=1 (and warn) when it is unset; each worker's affrun exec replaces it
     # with that rank's own value anyway, so give torchrun the first rank's value to keep its warning away.
     os.environ.setdefault("OMP_NUM_THREADS", str(plan.ranks[0].threads))
@@ -129,7 +135,10 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
     from torch.distributed.run import run
 
-    record(run)(args)
+    try:
+        record(run)(args)
+    finally:
+        spill.cleanup()
     return 0
 
 

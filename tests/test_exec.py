@@ -149,3 +149,51 @@ def test_missing_numactl_is_a_clear_error(tmp_path: Path) -> None:
     # with the default backend, a missing numactl is not an error: the syscall applies the policy
     proc = run([sys.executable, "-m", "launcher", "exec", "--mem-policy", "membind", "--", "/bin/true"], env=env)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_srun_style_tasks_get_torch_distributed_variables() -> None:
+    # srun and mpirun set no RANK/WORLD_SIZE/LOCAL_RANK; torch's env:// needs them: affrun exec derives them.
+    env = clean_env(SLURM_LOCALID="0", SLURM_PROCID="2", SLURM_NTASKS="4", SLURM_STEP_TASKS_PER_NODE="2(x2)",
+                    SLURM_NODEID="1")
+    proc = run(affrun_argv("exec", "--", "sh", "-c", 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE"'),
+               env=env, check=True)
+    assert proc.stdout.split() == ["2", "4", "0", "2"]
+    env = clean_env(OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="2", OMPI_COMM_WORLD_RANK="5",
+                    OMPI_COMM_WORLD_SIZE="6", RANK="7")  # a value the user set is kept
+    proc = run(affrun_argv("exec", "--", "sh", "-c", 'echo "$RANK $WORLD_SIZE $LOCAL_RANK"'), env=env, check=True)
+    assert proc.stdout.split() == ["7", "6", "1"]
+
+
+def test_explicit_rank_flags_win_over_half_set_variables() -> None:
+    env = clean_env(LOCAL_RANK="0")  # LOCAL_WORLD_SIZE missing: an error only when the flags do not say it
+    proc = run(affrun_argv("exec", "--local-rank", "0", "--nproc-per-node", str(NCPU), "--", *STATUS), env=env,
+               check=True)
+    assert len(allowed_of(proc.stdout)) == 1 or NCPU == 1
+
+
+def test_exec_is_not_shadowed_by_a_launcher_module_in_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "launcher.py").write_text("raise SystemExit('the user launcher.py ran')\n")
+    from launcher.exec_cmd import exec_prefix
+
+    proc = run([*exec_prefix(), "--", "echo", "bound"], cwd=tmp_path, check=True)
+    assert proc.stdout.strip() == "bound"
+
+
+def test_a_plan_too_big_for_one_variable_travels_in_a_file(tmp_path: Path) -> None:
+    from launcher.exec_cmd import INLINE_PLAN_LIMIT, ParentPlan
+    from launcher.plan import Request, make_plan
+    from launcher.topology import load_topology
+    from tests.fakesys import uniform, write_tree
+
+    root = write_tree(tmp_path / "big", uniform(2, 64, threads=2, nodes_per_package=4))
+    topo = load_topology(fsroot=str(root))
+    plan = make_plan(topo, Request(nproc=128, mode="socket"))
+    parent = ParentPlan(plan, "rank", "safe", "none", "auto", {}, False)
+    assert len(parent.to_json()) > INLINE_PLAN_LIMIT
+    value = parent.to_env(str(tmp_path))
+    assert value.startswith("@") and len(value) < 4096
+    assert ParentPlan.from_env(value) == parent
+    # and a real exec reads it: rank 127's CPUs as planned
+    env = clean_env(AFFRUN_PLAN=value, LOCAL_RANK="127", LOCAL_WORLD_SIZE="128")
+    proc = run(affrun_argv("exec", "--dry-run", "--", "true"), env=env, check=True)
+    assert proc.stdout.startswith("affrun: rank 127/128 ")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from launcher.cpulist import parse_cpulist
+from launcher.exec_cmd import exec_prefix
 from tests.fakesys import this_machine_with_gpus, write_tree
 from tests.launch import (
     GOMP_LINE,
@@ -224,5 +225,13 @@ def test_sigterm_exit_status_matches_torchrun(tmp_path: Path) -> None:
 def test_dry_run_prints_rewritten_worker_command() -> None:
     proc = run(affrun_argv("torchrun", "--affrun-dry-run", "--nproc-per-node", "1", str(RANK_PROBE), "x y"), check=True)
     assert proc.stdout.startswith("worker: ")
-    assert f"{sys.executable} -m launcher exec -- " in proc.stdout
+    assert shlex.join([*exec_prefix(), "--"]) in proc.stdout
     assert str(RANK_PROBE) in proc.stdout
+
+
+def test_explicit_signals_to_handle_are_respected() -> None:
+    from launcher.torchrun import DEFAULT_SIGNALS, parse
+
+    assert parse(["--nproc-per-node", "1", "x.py"]).signals_to_handle is None  # affrun adds SIGUSR1/2 later
+    args = parse(["--signals-to-handle", DEFAULT_SIGNALS, "x.py"])
+    assert args.signals_to_handle == DEFAULT_SIGNALS

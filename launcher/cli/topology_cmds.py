@@ -13,6 +13,7 @@ from launcher.cli import fail
 from launcher.cli.options import env_options, plan_options, plan_options_from, topology_options
 from launcher.env import effective_mem_policy, plan_json, rank_environment
 from launcher.errors import AffrunError
+from launcher.exec_cmd import cpu_node_count
 from launcher.plan import Plan, make_plan
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -66,12 +67,7 @@ def _plan(kwargs: dict[str, Any]) -> tuple[Topology, Plan]:
     topo = _topology(kwargs.pop("fsroot"), kwargs.pop("topology_file"), kwargs.pop("cpus"))
     nproc = kwargs.pop("nproc_per_node")
     if nproc is None:  # one rank per --gpus/--map entry, else per visible GPU, else 1
-        if opts.gpus:
-            nproc = len(opts.gpus.split(","))
-        elif opts.cpu_map:
-            nproc = len(opts.cpu_map.replace(":", ";").split(";"))
-        else:
-            nproc = len(topo.visible_gpus()) or 1
+        nproc = opts.rank_count() or len(topo.visible_gpus()) or 1
     return topo, make_plan(topo, opts.request(nproc))
 
 
@@ -101,8 +97,8 @@ def plan(**kwargs: Any) -> None:
             rank_environment(r, local_world_size=n, user_env=os.environ, bind=bind, smt=the_plan.smt, policy=policy)
             for r in the_plan.ranks
         ]
-        nodes_with_cpus = sum(1 for node in topo.numa_nodes if node.cpus & topo.allowed)
-        click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, effective_mem_policy(mem, nodes_with_cpus)), indent=2))
+        mem_policy = effective_mem_policy(mem, cpu_node_count(topo))
+        click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, mem_policy), indent=2))
         return
     from launcher.render import plan_table
 

@@ -7,13 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# The largest CPU id accepted anywhere a CPU list, mask or OpenMP place is parsed. Linux's NR_CPUS is at most
+# 8192 (x86_64 MAXSMP, powerpc, arm64 4096), so 65535 leaves room while keeping a typo such as ``0-99999999``
+# from building a set of 100 million ids (minutes of CPU and gigabytes of memory) before anything can fail.
+MAX_CPU_ID = (1 << 16) - 1
+
+
+class CpuIdTooLarge(ValueError):
+    """A CPU id above :data:`MAX_CPU_ID`. The message names the id; callers prefix the option or file."""
+
+
+def check_cpu_id(cpu: int) -> int:
+    """``cpu`` if it is at most :data:`MAX_CPU_ID`, else :class:`CpuIdTooLarge`."""
+    if cpu > MAX_CPU_ID:
+        raise CpuIdTooLarge(f"cpu id {cpu} is above {MAX_CPU_ID}, the largest affrun accepts")
+    return cpu
+
 
 def parse_cpulist(text: str) -> frozenset[int]:
     """Parse ``"0-3,8,10-11"`` into a set of CPU ids, with the kernel's group syntax ``"0-1023:2/256"``
     (in each group of 256 CPUs from 0 to 1023, the first 2).
 
     Tolerates the trailing ``\\n\\0`` that some sysfs files carry. An empty string is the empty set.
-    Raises ``ValueError`` on anything else.
+    Raises ``ValueError`` on anything else, and :class:`CpuIdTooLarge` for an id above :data:`MAX_CPU_ID`.
     """
     text = text.replace("\0", "").strip()
     out: set[int] = set()
@@ -37,6 +53,7 @@ def parse_cpulist(text: str) -> frozenset[int]:
             lo, hi = int(lo_text), int(hi_text)
             if lo < 0 or hi < lo:
                 raise ValueError(f"bad range {part!r} in cpu list {text!r}")
+            check_cpu_id(hi)
             if group:
                 out.update(c for c in range(lo, hi + 1) if (c - lo) % group < used)
             else:
@@ -45,7 +62,7 @@ def parse_cpulist(text: str) -> frozenset[int]:
             value = int(part)
             if value < 0:
                 raise ValueError(f"negative cpu id in {text!r}")
-            out.add(value)
+            out.add(check_cpu_id(value))
     return frozenset(out)
 
 
@@ -70,27 +87,26 @@ def parse_hexmask(text: str) -> frozenset[int]:
     """Parse a sysfs cpumask (``"0000,00000033"``, most significant word first) or hwloc's ``0x...``.
 
     hwloc XML writes ``0xffffffff,0x00000fff``; sysfs writes ``00000fff,ffffffff``. Both are comma-separated
-    32-bit words, most significant first.
+    32-bit words, most significant first. A set bit above :data:`MAX_CPU_ID` raises :class:`CpuIdTooLarge`.
     """
     text = text.replace("\0", "").strip()
     if not text:
         return frozenset()
-    words = [w.strip() for w in text.split(",")]
-    value = 0
-    for word in words:
+    words = []
+    for word in text.split(","):
+        word = word.strip()
         if word.lower().startswith("0x"):
             word = word[2:]
-        if not word:
-            word = "0"
-        value = (value << 32) | int(word, 16)
-    out: set[int] = set()
-    bit = 0
-    while value:
-        if value & 1:
-            out.add(bit)
-        value >>= 1
-        bit += 1
-    return frozenset(out)
+        words.append(int(word or "0", 16))
+    # The highest set bit, checked before any shifting (leading zero words are fine: NR_CPUS-wide masks).
+    last = len(words) - 1
+    top = max(((last - i) * 32 + number.bit_length() - 1 for i, number in enumerate(words) if number), default=-1)
+    check_cpu_id(top)
+    value = 0
+    for number in words:
+        value = (value << 32) | number
+    bits = bin(value)[:1:-1]  # least significant bit first
+    return frozenset(i for i, bit in enumerate(bits) if bit == "1")
 
 
 def format_hexmask(cpus: Iterable[int]) -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id, format_cpulist, parse_cpulist
 from launcher.plan import RankPlan
 
 BIND_MODES = ("rank", "core")
@@ -44,6 +44,9 @@ KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "
 KMP_MODIFIERS = ("verbose", "noverbose", "warnings", "nowarnings", "respect", "norespect", "duplicates",
                  "noduplicates", "reset", "noreset")
 KMP_DEFAULT = "granularity=fine"
+# The most CPU ids an OMP_PLACES list may spell out in all places together (16 per CPU id affrun accepts):
+# parsing ``{0:65536}:65536`` would otherwise build four billion ids.
+MAX_PLACE_IDS = 16 * (MAX_CPU_ID + 1)
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,11 @@ def _problem(
         )
         if base in ABSTRACT_PLACES:
             return collapse
-        places = parse_places(value)
-        if places is None or not places or not all(places):
+        try:
+            places = _place_list(_Tokens(value))
+        except CpuIdTooLarge as exc:
+            return f"not a valid OMP_PLACES value ({exc})"
+        except ValueError:
             return "not a valid OMP_PLACES value"
         outside = {p for place in places for p in place} - cpus
         if outside:
@@ -206,8 +212,11 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
         close_bracket = text.find("]", open_bracket)
         if open_bracket < 0 or close_bracket < 0:
             return "malformed proclist"
-        places = parse_proclist(text[open_bracket + 1 : close_bracket])
-        if places is None:
+        try:
+            places = _proclist(_Tokens(text[open_bracket + 1 : close_bracket]))
+        except CpuIdTooLarge as exc:
+            return f"malformed proclist ({exc})"
+        except ValueError:
             return "malformed proclist"
         proclist = {p for place in places for p in place}
         text = text[:start] + text[close_bracket + 1 :]
@@ -250,14 +259,13 @@ def parse_places(value: str) -> list[frozenset[int]] | None:
     not OpenMP: libgomp prints "Invalid value for environment variable OMP_PLACES" and, with
     ``OMP_PROC_BIND`` set, binds one thread per CPU, the main thread included (the collapse); libiomp5 says
     "OMP_PLACES: syntax error, using threads". So are an empty place, an exclusion of a CPU or place not
-    listed before it, and a CPU id below 0 after a negative stride.
+    listed before it, a CPU id below 0 after a negative stride, and CPU ids above :data:`MAX_CPU_ID` (or more
+    than :data:`MAX_PLACE_IDS` in all), which are refused before anything is expanded.
     """
-    tokens = _Tokens(value)
     try:
-        places = _place_list(tokens)
+        return _place_list(_Tokens(value))
     except ValueError:
         return None
-    return places
 
 
 def parse_proclist(value: str) -> list[frozenset[int]] | None:
@@ -266,31 +274,36 @@ def parse_proclist(value: str) -> list[frozenset[int]] | None:
     Intel's grammar: a CPU ``3``, a range ``0-7`` or ``7-0:-1`` (one place per CPU, optional stride), or a set
     ``{0,64}`` (one place; no ranges inside: libiomp5 says "KMP_AFFINITY: syntax error, not using affinity").
     """
-    tokens = _Tokens(value)
-    places: list[frozenset[int]] = []
     try:
-        while True:
-            if tokens.take("{"):
-                ids = {tokens.number()}
-                while tokens.take(","):
-                    ids.add(tokens.number())
-                tokens.expect("}")
-                places.append(frozenset(ids))
-            else:
-                lo = tokens.number()
-                if tokens.take("-"):
-                    hi = tokens.number()
-                    stride = tokens.number(signed=True) if tokens.take(":") else 1
-                    if stride == 0 or (hi - lo) * stride < 0:
-                        raise ValueError("empty range")
-                    places.extend(frozenset({c}) for c in range(lo, hi + (1 if stride > 0 else -1), stride))
-                else:
-                    places.append(frozenset({lo}))
-            if not tokens.take(","):
-                break
-        tokens.expect("")
+        return _proclist(_Tokens(value))
     except ValueError:
         return None
+
+
+def _proclist(tokens: _Tokens) -> list[frozenset[int]]:
+    places: list[frozenset[int]] = []
+    while True:
+        if tokens.take("{"):
+            ids = {_cpu_id(tokens.number())}
+            while tokens.take(","):
+                ids.add(_cpu_id(tokens.number()))
+            tokens.expect("}")
+            places.append(frozenset(ids))
+        else:
+            lo = _cpu_id(tokens.number())
+            if tokens.take("-"):
+                hi = _cpu_id(tokens.number())
+                stride = tokens.number(signed=True) if tokens.take(":") else 1
+                if stride == 0 or (hi - lo) * stride < 0:
+                    raise ValueError("empty range")
+                places.extend(frozenset({c}) for c in range(lo, hi + (1 if stride > 0 else -1), stride))
+            else:
+                places.append(frozenset({lo}))
+        if len(places) > MAX_PLACE_IDS:
+            raise CpuIdTooLarge(f"more than {MAX_PLACE_IDS} CPU ids")
+        if not tokens.take(","):
+            break
+    tokens.expect("")
     return places
 
 
@@ -338,17 +351,24 @@ class _Tokens:
         stride = self.number(signed=True) if self.take(":") else 1
         if length < 1:
             raise ValueError("an interval of no element")
+        if length > MAX_CPU_ID + 1:
+            raise CpuIdTooLarge(f"an interval of {length} is longer than the {MAX_CPU_ID + 1} CPU ids affrun accepts")
         return length, stride
 
 
 def _place_list(tokens: _Tokens) -> list[frozenset[int]]:
     places: list[frozenset[int]] = []
+    total = 0
     while True:
         if tokens.take("!"):
             places.remove(_place(tokens))  # ValueError when that place is not listed (libgomp rejects it too)
         else:
             place = _place(tokens)
             length, stride = tokens.interval()
+            total += len(place) * length
+            if total > MAX_PLACE_IDS:
+                raise CpuIdTooLarge(f"the places name more than {MAX_PLACE_IDS} CPU ids in all")
+            _shifted(frozenset({min(place), max(place)}), (length - 1) * stride)  # the extremes, before expanding
             places.extend(_shifted(place, i * stride) for i in range(length))
         if not tokens.take(","):
             break
@@ -359,7 +379,7 @@ def _place_list(tokens: _Tokens) -> list[frozenset[int]]:
 def _place(tokens: _Tokens) -> frozenset[int]:
     """``{resources}`` or one CPU id."""
     if not tokens.take("{"):
-        return frozenset({tokens.number()})
+        return frozenset({_cpu_id(tokens.number())})
     ids: set[int] = set()
     while True:
         if tokens.take("!"):
@@ -368,8 +388,9 @@ def _place(tokens: _Tokens) -> frozenset[int]:
                 raise ValueError(f"excluded CPU {cpu} is not in the place")
             ids.discard(cpu)
         else:
-            first = tokens.number()
+            first = _cpu_id(tokens.number())
             length, stride = tokens.interval()
+            _cpu_id(first + (length - 1) * stride)  # the last one, before expanding
             ids.update(_cpu_id(first + i * stride) for i in range(length))
         if not tokens.take(","):
             break
@@ -386,7 +407,7 @@ def _shifted(place: frozenset[int], offset: int) -> frozenset[int]:
 def _cpu_id(cpu: int) -> int:
     if cpu < 0:
         raise ValueError("a negative CPU id")  # libgomp: "Logical CPU number 0+-1 out of range"
-    return cpu
+    return check_cpu_id(cpu)
 
 
 def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.cpulist import parse_cpulist
+from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.plan import GPU_ORDERS, MODES, Request
 
@@ -71,12 +71,16 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
     if opts.reserve:
         try:
             reserve = parse_cpulist(opts.reserve)
+        except CpuIdTooLarge as exc:
+            raise ConfigError(f"--reserve {opts.reserve!r}: {exc}") from None
         except ValueError:
             raise ConfigError(f"--reserve {opts.reserve!r}: not a cpu list (e.g. 0 or 0,8,16)") from None
     cpu_map = None
     if opts.cpu_map:
         try:
             cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.split(";"))  # ':' is cpu list syntax
+        except CpuIdTooLarge as exc:
+            raise ConfigError(f"--map {opts.cpu_map!r}: {exc}") from None
         except ValueError:
             raise ConfigError(f"--map {opts.cpu_map!r}: expected one cpu list per rank, separated by ';'") from None
         if any(not m for m in cpu_map):

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.cpulist import format_cpulist, format_hexmask, parse_cpulist, parse_hexmask
+from launcher.cpulist import (
+    MAX_CPU_ID,
+    CpuIdTooLarge,
+    format_cpulist,
+    format_hexmask,
+    parse_cpulist,
+    parse_hexmask,
+)
 from tests.conftest import FIXTURES, need
 
 
@@ -33,6 +40,28 @@ def test_parse_cpulist(text: str, expected: set[int]) -> None:
 def test_parse_cpulist_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_cpulist(text)
+
+
+def test_cpu_ids_up_to_the_cap_are_accepted() -> None:
+    assert MAX_CPU_ID >= 8191  # Linux's NR_CPUS is at most 8192
+    assert parse_cpulist(f"0-{MAX_CPU_ID}") == frozenset(range(MAX_CPU_ID + 1))
+    assert parse_hexmask(format_hexmask({0, MAX_CPU_ID})) == {0, MAX_CPU_ID}
+    assert parse_hexmask(",".join(["00000000"] * 4096 + ["00000003"])) == {0, 1}  # wide zero words are fine
+
+
+@pytest.mark.parametrize(
+    "text", ["0-99999999", f"{MAX_CPU_ID + 1}", "0,99999999999999999999", "0-99999999:1/2", f"0-{1 << 40}:2/4"]
+)
+def test_cpu_ids_above_the_cap_are_refused_before_expanding(text: str) -> None:
+    """A typo like 0-99999999 once built a set of 100 million ids (a hang, or out of memory)."""
+    with pytest.raises(CpuIdTooLarge, match=rf"^cpu id \d+ is above {MAX_CPU_ID}, the largest affrun accepts$"):
+        parse_cpulist(text)
+
+
+@pytest.mark.parametrize("text", [format_hexmask({MAX_CPU_ID + 1}), "1" + ",00000000" * 100000, "0x" + "f" * 100000])
+def test_hexmask_bits_above_the_cap_are_refused(text: str) -> None:
+    with pytest.raises(CpuIdTooLarge, match=r"^cpu id \d+ is above"):
+        parse_hexmask(text)
 
 
 @pytest.mark.parametrize(

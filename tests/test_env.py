@@ -168,6 +168,12 @@ DANGEROUS = [
     ("KMP_AFFINITY", "explicit,proclist=[0,1,100-101]", "proclist CPUs 100-101 are outside the rank's CPUs"),
     ("KMP_AFFINITY", "explicit,proclist=[0,1", "malformed proclist"),
     ("KMP_AFFINITY", "explicit,proclist=[{0-2}]", "malformed proclist"),
+    # Sizes that once built hundreds of millions of ids (a hang): refused before anything is expanded.
+    ("OMP_PLACES", "{0:100000000}", "not a valid OMP_PLACES value (an interval of 100000000 is longer than"),
+    ("OMP_PLACES", "{0}:100000000", "not a valid OMP_PLACES value (an interval of 100000000"),
+    ("OMP_PLACES", "{0:65536}:65536", "not a valid OMP_PLACES value (the places name more than"),
+    ("OMP_PLACES", "{99999999}", "not a valid OMP_PLACES value (cpu id 99999999 is above 65535"),
+    ("KMP_AFFINITY", "explicit,proclist=[0-100000000]", "malformed proclist (cpu id 100000000 is above 65535"),
 ]
 
 
@@ -285,6 +291,8 @@ def test_gomp_cpu_affinity() -> None:
     assert any("GOMP_CPU_AFFINITY=0-127 removed: CPUs 4-63,68-127 are outside the rank's CPUs" in n for n in notes)
     _, unset, _ = env_for({"GOMP_CPU_AFFINITY": "zero"})
     assert unset == ("GOMP_CPU_AFFINITY",)
+    _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-100000000"})  # refused, not expanded
+    assert unset == ("GOMP_CPU_AFFINITY",) and any("not a valid CPU list" in n for n in notes)
     _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-127"}, policy="keep")
     assert unset == ()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -140,8 +141,9 @@ def test_fsroot_that_is_a_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ through the CLI
-def affrun(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, check=False)
+def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, check=False,
+                          env=env, timeout=60)
 
 
 def assert_one_line_exit_2(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -171,3 +173,36 @@ def test_cli_garbage_in_a_cpulist(tmp_path: Path, command: str) -> None:
 
 def test_cli_bad_cpus(tmp_path: Path) -> None:
     assert_one_line_exit_2(affrun("topology", "--fsroot", str(tree(tmp_path)), "--cpus", "x-y"), "--cpus")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["exec", "--cpus", "0-99999999", "--", "true"],
+        ["exec", "--reserve", "0-99999999", "--", "true"],
+        ["exec", "--map", "0-99999999", "--", "true"],
+        ["plan", "--cpus", "0-99999999"],
+        ["plan", "--map", "0-3;0-99999999:2/4"],
+        ["topology", "--cpus", "99999999"],
+    ],
+)
+def test_cli_huge_cpu_ids_are_refused_at_once(tmp_path: Path, args: list[str]) -> None:
+    """0-99999999 once built a set of 100 million ids (minutes, gigabytes) before failing or running."""
+    command, option, *rest = args
+    result = affrun(command, "--fsroot", str(tree(tmp_path)), option, *rest)
+    assert_one_line_exit_2(result, option, "cpu id 99999999 is above 65535")
+
+
+def test_cli_huge_cpu_id_in_a_sysfs_file_names_the_file(tmp_path: Path) -> None:
+    root = tree(tmp_path)
+    node = root / "sys/devices/system/node/node1/cpulist"
+    node.write_text("8-99999999\n")
+    assert_one_line_exit_2(affrun("topology", "--fsroot", str(root)), str(node), "cpu id 99999999 is above 65535")
+
+
+def test_exec_with_a_huge_omp_places_replaces_it_at_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFRUN_"))}
+    env["OMP_PLACES"] = "{0:100000000}"
+    result = affrun("exec", "--fsroot", str(tree(tmp_path)), "--dry-run", "--", "true", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "OMP_PLACES={0:100000000} replaced by" in result.stdout + result.stderr

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 
@@ -53,6 +53,8 @@ def load_topology(
     if cpus:
         try:
             wanted = parse_cpulist(cpus)
+        except CpuIdTooLarge as exc:
+            raise TopologyError(f"--cpus {cpus!r}: {exc}") from None
         except ValueError:
             raise TopologyError(f"--cpus {cpus!r}: not a cpu list (expected e.g. 0-7,64-71)") from None
         narrowed = topo.allowed & wanted

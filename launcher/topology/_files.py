@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.cpulist import parse_cpulist, parse_hexmask
+from launcher.cpulist import CpuIdTooLarge, parse_cpulist, parse_hexmask
 from launcher.errors import TopologyError
 
 _CHUNK = 65536
@@ -61,6 +61,8 @@ def parse_cpus_file(path: str, text: str, *, is_list: bool) -> frozenset[int]:
     """Parse ``text`` read from ``path`` as a cpu list (``0-3,8``) or a hex mask; one-line error naming the file."""
     try:
         return parse_cpulist(text) if is_list else parse_hexmask(text)
+    except CpuIdTooLarge as exc:
+        raise TopologyError(f"{path}: {exc}") from None
     except ValueError:
         kind = "cpu list" if is_list else "cpu mask"
         raise TopologyError(f"{path}: not a {kind}: {text[:60]!r}") from None

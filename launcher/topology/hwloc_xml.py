@@ -21,7 +21,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from launcher.cpulist import format_cpulist, parse_hexmask
+from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
 from launcher.errors import TopologyError
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
@@ -90,6 +90,8 @@ def _mask(element: ET.Element, name: str) -> frozenset[int] | None:
         return None
     try:
         return parse_hexmask(text)
+    except CpuIdTooLarge as exc:
+        raise _Bad(f"{name} on a {element.get('type')} object: {exc}") from None
     except ValueError:
         raise _Bad(f"{name}={text[:60]!r} on a {element.get('type')} object is not a bitmap") from None
 

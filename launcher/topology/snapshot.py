@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 
@@ -69,6 +69,8 @@ def _str(value: Any, what: str, *, optional: bool = False) -> Any:
 def _cpus(value: Any, what: str) -> frozenset[int]:
     try:
         return parse_cpulist(_str(value, what))
+    except CpuIdTooLarge as exc:
+        raise _Bad(f"{what}: {exc}") from None
     except ValueError:
         raise _Bad(f"{what} is not a cpu list: {value!r}") from None
 

@@ -86,10 +86,7 @@ class SbatchSpec:
         """--ntasks-per-node, else one rank per GPU, else one per --gpus or --map entry (as ``affrun plan``), else 1."""
         if self.ntasks_per_node is not None:
             return self.ntasks_per_node
-        if self.gpu_count():
-            return self.gpu_count()
-        named = make_request(1, self.plan)  # parsed only to count the entries; the rank count is not used
-        return len(named.gpus or named.cpu_map or ()) or 1
+        return self.gpu_count() or self.plan.rank_count() or 1
 
 
 # ---------------------------------------------------------------------------- #SBATCH lines

@@ -8,7 +8,7 @@ Public surface:
 
 How it binds: submitit starts each task as ``<python> -u -m submitit.core._submit FOLDER``; ``<python>`` is the
 executor's ``python`` argument (``slurm_python`` / ``local_python`` on ``AutoExecutor``), a shell-ish string.
-This module prefixes it with ``<this interpreter> -m launcher exec [OPTIONS] --``, so every task is bound and its
+This module prefixes it with ``affrun exec [OPTIONS] --`` (run by this interpreter, see ``exec_prefix``), so every task is bound and its
 OpenMP/BLAS variables set *before* the interpreter that unpickles the user's function starts (binding from
 inside the pickled callable is too late: DOMAIN.md §5). On Slurm it also adds ``--cpu-bind=none`` to the
 ``srun`` arguments (affrun, not ``task/affinity``, splits the step's CPUs) and exports ``SRUN_CPUS_PER_TASK``
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import ConfigError
+from launcher.exec_cmd import exec_prefix
 from launcher.options import MEM_POLICIES, PlanOptions
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ def _ints(name: str, value: Any) -> list[int]:
 
 # ---------------------------------------------------------------------------------------- command construction
 def _exec_prefix(options: AffinityOptions) -> list[str]:
-    return [sys.executable, "-m", "launcher", "exec", *options.to_argv()]
+    return [*exec_prefix(), *options.to_argv()]
 
 
 def _wrapped_python(user_python: str | None) -> str:
@@ -187,7 +188,8 @@ def _wrapped_python(user_python: str | None) -> str:
     except ValueError as exc:  # "No closing quotation", "No escaped character"
         raise ConfigError(f"the python hook {user_python!r} is not a valid shell command: {exc}") from None
     runs_affrun = any(
-        (os.path.basename(w) == "affrun" and "exec" in words[i + 1 :]) or words[i : i + 3] == ["-m", "launcher", "exec"]
+        (os.path.basename(w) == "affrun" and "exec" in words[i + 1 :])
+        or words[i : i + 3] in (["-m", "launcher", "exec"], exec_prefix()[1:])
         for i, w in enumerate(words)
     )
     if runs_affrun:

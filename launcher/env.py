@@ -4,7 +4,10 @@ Policy for values the user already set (``policy="safe"``, the default): a value
 kept, a dangerous or malformed one is replaced, and either way a note says so. ``override`` always writes
 affrun's values; ``keep`` keeps every user value (still noting the dangerous ones). Dangerous means:
 - a thread count (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``) that is not a positive
-  integer or exceeds the rank's compute CPUs (the CPUs its OpenMP place holds);
+  integer or exceeds the count affrun itself would set (``rank.threads``: the rank's compute cores, or its
+  compute hardware threads with ``--smt``, divided among the ranks sharing them in ``numa``/``l3`` modes). More
+  threads than that oversubscribe the cores: two ranks of 2 spinning libgomp threads on 2 cores ran 50 times
+  slower than one thread each (DOMAIN.md §2b);
 - ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
   value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or, with
   ``bind="rank"``, an abstract name (``cores``...) or several places: the collapse risk below;
@@ -116,7 +119,7 @@ def rank_environment(
                 notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
             out[name] = value
             continue
-        problem = _problem(name, user, cpus, compute=compute, bind=bind)
+        problem = _problem(name, user, cpus, compute=compute, bind=bind, threads=rank.threads)
         if policy == "keep" or problem is None:
             why = f"; {problem}" if problem else ""
             if name == "KMP_AFFINITY" and _kmp_type(user):
@@ -147,20 +150,32 @@ def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> 
 
 
 def _problem(
-    name: str, value: str, cpus: set[int], *, compute: set[int] | None = None, bind: str = "rank"
+    name: str,
+    value: str,
+    cpus: set[int],
+    *,
+    compute: set[int] | None = None,
+    bind: str = "rank",
+    threads: int | None = None,
 ) -> str | None:
     """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
 
-    ``compute`` (default: ``cpus``) are the CPUs OpenMP threads run on: a thread count above their number
-    oversubscribes them. Several places (or an abstract name such as ``cores``) are a collapse risk only with
-    ``bind="rank"``: with ``bind="core"`` affrun itself pins one thread per core.
+    ``threads`` is the thread count the rank's cores take (``RankPlan.threads``: whole cores, or PUs with
+    ``--smt``, shared out in shared modes); a larger count oversubscribes them. Without it (``affrun doctor``,
+    which has no plan) the limit is the number of ``compute`` CPUs (default: ``cpus``). Several places (or an
+    abstract name such as ``cores``) are a collapse risk only with ``bind="rank"``: with ``bind="core"`` affrun
+    itself pins one thread per core.
     """
     value = value.strip()
     if name in THREAD_VARIABLES:
-        limit = len(cpus if compute is None else compute)
         first = value.split(",")[0].strip()
         if not first.isdigit() or int(first) < 1:
             return "not a positive thread count"
+        if threads is not None:
+            if int(first) > threads:
+                return f"{int(first)} threads oversubscribe the rank: its compute CPUs take {threads}"
+            return None
+        limit = len(cpus if compute is None else compute)
         if int(first) > limit:
             return f"{int(first)} threads oversubscribe the rank's {limit} compute CPU(s)"
         return None

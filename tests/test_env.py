@@ -27,6 +27,7 @@ from launcher.env import (
 from launcher.plan import Plan, RankPlan, Request, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
+from tests.fakesys import uniform, write_tree
 from tests.launch import compile_omp
 
 # A rank of a machine whose SMT siblings are c and c+64: cores 0-3, the last one kept for DataLoader workers.
@@ -118,7 +119,6 @@ def test_every_value_is_a_string(policy: str, bind: str) -> None:
 # ---------------------------------------------------------------------------------------------- the user's values
 SAFE = [
     ("OMP_NUM_THREADS", "2"),  # fewer threads than compute cores
-    ("OMP_NUM_THREADS", "6"),  # one per compute hardware thread: not oversubscribed
     ("OMP_NUM_THREADS", "3,2"),  # nested list: the outer level counts
     ("MKL_NUM_THREADS", "1"),
     ("OPENBLAS_NUM_THREADS", "2"),
@@ -137,7 +137,8 @@ SAFE = [
 ]
 
 DANGEROUS = [
-    ("OMP_NUM_THREADS", "7", "7 threads oversubscribe the rank's 6 compute CPU(s)"),
+    ("OMP_NUM_THREADS", "4", "4 threads oversubscribe the rank: its compute CPUs take 3"),
+    ("OMP_NUM_THREADS", "6", "6 threads oversubscribe"),  # one per hardware thread, but affrun plans whole cores
     ("OMP_NUM_THREADS", "8", "8 threads oversubscribe"),  # 8 = all the rank's CPUs, but 2 are loader CPUs
     ("OMP_NUM_THREADS", "0", "not a positive thread count"),
     ("OMP_NUM_THREADS", "", "not a positive thread count"),
@@ -205,6 +206,29 @@ def test_override_policy_replaces_even_safe_values(name: str, value: str) -> Non
     env, _, notes = env_for({name: value}, policy="override")
     assert env[name] == ours[name]
     assert f"{name}={value} replaced by {ours[name]} (--env-policy override)" in notes
+
+
+def test_thread_limit_is_what_affrun_would_set() -> None:
+    """The limit is rank.threads: with --smt the hardware threads count, so 6 is fine there."""
+    smt_rank = RankPlan(1, RANK.cpus, RANK.compute_cores, RANK.loader_cpus, 1, None, (3,), (3,), threads=6)
+    env = rank_environment(smt_rank, local_world_size=4, user_env={"OMP_NUM_THREADS": "6"}, smt=True)
+    assert env.set["OMP_NUM_THREADS"] == "6"
+    env = rank_environment(smt_rank, local_world_size=4, user_env={"OMP_NUM_THREADS": "7"}, smt=True)
+    assert env.set["OMP_NUM_THREADS"] == "6"
+
+
+def test_shared_mode_thread_limit_is_the_ranks_share(tmp_path: Path) -> None:
+    """--mode numa, 2 ranks on one node of 2 cores: each rank takes 1 thread, so a user's 2 (4 threads on
+    2 cores in all) is replaced, as affrun doctor also calls it."""
+    topo = load_topology(fsroot=str(write_tree(tmp_path / "root", uniform(1, 2))), environ={})
+    plan = make_plan(topo, Request(nproc=2, mode="numa"))
+    assert [(r.cpus, r.threads) for r in plan.ranks] == [((0, 1), 1), ((0, 1), 1)]
+    for rank in plan.ranks:
+        env = rank_environment(rank, local_world_size=2, user_env={"OMP_NUM_THREADS": "2"})
+        assert env.set["OMP_NUM_THREADS"] == "1"
+        assert "OMP_NUM_THREADS=2 replaced by 1: 2 threads oversubscribe the rank: its compute CPUs take 1" in env.notes
+        kept = rank_environment(rank, local_world_size=2, user_env={"OMP_NUM_THREADS": "1"})
+        assert kept.set["OMP_NUM_THREADS"] == "1" and not any("replaced" in n for n in kept.notes)
 
 
 def test_a_value_equal_to_affruns_is_silent() -> None:

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -255,6 +256,10 @@ def main(argv: Sequence[str]) -> int:
                 print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
         sys.stderr.flush()
         sys.stdout.flush()
+        if mem.wrapper and shutil.which(command[0]) is None:
+            # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
+            print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
+            return 127
         full = [*mem.wrapper, *command]
         try:
             os.execvpe(full[0], full, env)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from launcher.cpulist import format_cpulist
 from launcher.topology import load_topology
@@ -87,6 +90,65 @@ def test_uuid_from_proc_driver_nvidia(tmp_path: Path) -> None:
     assert [g.uuid for g in topo.gpus] == ["GPU-2f1e8f0a-57f0-4b8e-9c3a-1d2e3f4a5b6c", None]
     visible = load_topology(fsroot=str(root), environ={"CUDA_VISIBLE_DEVICES": "GPU-2f1e8f0a"})
     assert [g.pci for g in visible.visible_gpus()] == ["0000:17:00.0"]
+
+
+def four_gpu_tree(tmp_path: Path) -> Path:
+    m = two_node_machine()
+    m.gpus = [
+        FakeGPU(pci=f"0000:{bus}:00.0", numa_node=i // 2, uuid=f"GPU-{i}0000000-aaaa-bbbb-cccc-dddddddddddd")
+        for i, bus in enumerate(["17", "3a", "b1", "c1"])
+    ]
+    return write_tree(tmp_path / "root", m)
+
+
+@pytest.mark.parametrize(
+    ("value", "visible", "stop"),
+    [
+        ("-1", [], "'-1' is not a GPU index or UUID"),  # the usual way to hide every GPU
+        ("0,2,-1,1", [0, 2], "'-1' is not a GPU index or UUID"),  # NVIDIA's own example: GPUs 0 and 2
+        ("1,7,0", [1], "GPU 7 does not exist (this machine has 4)"),
+        ("3, x ,0", [3], "'x' is not a GPU index or UUID"),
+        ("GPU-ffffffff", [], "no GPU has UUID GPU-ffffffff"),
+        ("GPU-30000000,GPU-ffffffff,1", [3], "no GPU has UUID GPU-ffffffff"),
+    ],
+)
+def test_visible_list_stops_at_the_first_bad_entry_like_cuda(
+    tmp_path: Path, value: str, visible: list[int], stop: str
+) -> None:
+    topo = load_topology(fsroot=str(four_gpu_tree(tmp_path)), environ={"CUDA_VISIBLE_DEVICES": value})
+    assert [g.index for g in topo.visible_gpus()] == visible
+    (warning,) = [w for w in topo.warnings if w.startswith(f"CUDA_VISIBLE_DEVICES={value}: ")]
+    assert stop in warning and "like CUDA, affrun ignores it and every entry after it" in warning
+    assert ("no GPU is visible" in warning) == (not visible)
+
+
+def test_a_valid_visible_list_gives_no_warning(tmp_path: Path) -> None:
+    topo = load_topology(fsroot=str(four_gpu_tree(tmp_path)), environ={"CUDA_VISIBLE_DEVICES": "2,GPU-00000000"})
+    assert [g.index for g in topo.visible_gpus()] == [2, 0] and not topo.warnings
+
+
+def test_invalid_entries_before_slurms_renumbering(tmp_path: Path) -> None:
+    """In a constrained Slurm step holding global GPUs 2,3, CUDA_VISIBLE_DEVICES=1,-1 is the job's GPU 1."""
+    env = {"CUDA_VISIBLE_DEVICES": "1,-1", "SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "2,3"}
+    topo = load_topology(fsroot=str(four_gpu_tree(tmp_path)), environ=env)
+    assert [g.index for g in topo.visible_gpus()] == [3]
+    assert any("'-1' is not a GPU index" in w for w in topo.warnings)
+
+
+def test_cli_hidden_gpus_with_no_gpu_run(tmp_path: Path) -> None:
+    """CUDA_VISIBLE_DEVICES=-1 once failed the rank ("'-1' is not a GPU index", exit 2), even with --no-gpu."""
+    root = four_gpu_tree(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFRUN_"))}
+    env["CUDA_VISIBLE_DEVICES"] = "-1"
+    for extra in (["--no-gpu"], []):
+        result = subprocess.run([sys.executable, "-m", "launcher", "exec", "--fsroot", str(root), *extra,
+                                 "--", sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                                env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+    plan = subprocess.run([sys.executable, "-m", "launcher", "topology", "--fsroot", str(root)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert plan.returncode == 0 and "no GPU is visible" in plan.stdout + plan.stderr
 
 
 def test_amd_order_follows_the_kfd_topology(tmp_path: Path) -> None:

@@ -49,7 +49,10 @@ def load_topology(
     if topo.gpus:
         from launcher.topology.gpus import resolve_visible
 
-        topo = replace(topo, visible=resolve_visible(topo.gpus, env)[0])
+        resolved = resolve_visible(topo.gpus, env)
+        topo = replace(topo, visible=resolved.visible)
+        if resolved.warning:
+            topo = topo.with_warnings(resolved.warning)
     if cpus:
         try:
             wanted = parse_cpulist(cpus)

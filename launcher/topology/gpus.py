@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from launcher.errors import TopologyError
 from launcher.slurm_env import slurm_global_visible
@@ -152,15 +153,26 @@ def _nvidia_driver_info(driver_dir: str) -> tuple[str | None, int | None]:
 
 
 VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+NO_DEVICE_VALUES = ("nodevfiles", "none", "void")  # what batch systems write when a job has no GPU
 
 
-def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> tuple[tuple[int, ...] | None, str | None]:
+class VisibleGPUs(NamedTuple):
+    visible: tuple[int, ...] | None  # visible index -> GPU.index; None: no variable restricts the GPUs
+    variable: str | None  # the variable that gave them
+    warning: str | None = None  # entries that were dropped, and why
+
+
+def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleGPUs:
     """Map visible indices to physical ``GPU.index`` from the first visibility variable that applies.
 
-    Returns ``(visible, variable)``; ``visible`` is ``None`` when no variable restricts the GPUs. Indices are
-    positions in PCI bus order (``CUDA_DEVICE_ORDER=PCI_BUS_ID`` semantics). ``GPU-<uuid>`` entries are matched
-    against the UUIDs from ``/proc/driver/nvidia``. ``ZE_AFFINITY_MASK`` sub-device entries (``0.1``) map to
-    their parent card.
+    ``visible`` is ``None`` when no variable restricts the GPUs. Indices are positions in PCI bus order
+    (``CUDA_DEVICE_ORDER=PCI_BUS_ID`` semantics). ``GPU-<uuid>`` entries are matched against the UUIDs from
+    ``/proc/driver/nvidia``. ``ZE_AFFINITY_MASK`` sub-device entries (``0.1``) map to their parent card.
+
+    CUDA's rule for a bad entry: the list stops at the first entry that is not a GPU index or UUID (``-1``,
+    the usual way to hide every GPU), names a GPU that does not exist, or a UUID that matches no GPU; the
+    entries before it stay visible (``0,2,-1,1`` is GPUs 0 and 2). ``warning`` says so; an entirely invalid
+    list means no visible GPU.
 
     Inside a Slurm job, ``CUDA_VISIBLE_DEVICES`` (and the ROCm variables) may count within the job's GPUs
     (device cgroup constrained) or be the node's own ids (not constrained); ``SLURM_STEP_GPUS`` in an ``srun``
@@ -187,39 +199,54 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> tuple[tu
         if all(g.vendor_index is not None for g in pool):
             # ROCm numbers GPUs in its own (KFD) order, which need not be PCI bus order.
             pool.sort(key=lambda g: g.vendor_index or 0)
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        bad = next((i for i, item in enumerate(items) if not _well_formed(item)), None)
+        kept = ",".join(items if bad is None else items[:bad])  # Slurm's renumbering sees the valid prefix only
         if name != "ZE_AFFINITY_MASK":
-            value = slurm_global_visible(value, environ, len(pool)) or value
-        return tuple(_parse_visible(name, value, pool)), name
+            kept = slurm_global_visible(kept, environ, len(pool)) or kept
+        visible, stop = _parse_visible(name, value, kept, pool)
+        if stop is None and bad is not None:
+            stop = f"{items[bad]!r} is not a GPU index or UUID"
+        warning = None
+        if stop is not None:
+            shown = f"GPUs {', '.join(map(str, visible))} stay visible" if visible else "no GPU is visible"
+            warning = f"{name}={value}: {stop}; like CUDA, affrun ignores it and every entry after it ({shown})"
+        return VisibleGPUs(tuple(visible), name, warning)
     if gpus and all(g.vendor == "amd" and g.vendor_index is not None for g in gpus):
         # HIP device i is the i-th GPU in ROCm's (KFD) order, even with no visibility variable set.
-        return tuple(g.index for g in sorted(gpus, key=lambda g: g.vendor_index or 0)), None
-    return None, None
+        return VisibleGPUs(tuple(g.index for g in sorted(gpus, key=lambda g: g.vendor_index or 0)), None)
+    return VisibleGPUs(None, None)
 
 
-def _parse_visible(name: str, value: str, pool: Sequence[GPU]) -> list[int]:
+def _well_formed(item: str) -> bool:
+    """An index (``3``, ``ZE_AFFINITY_MASK``'s ``0.1``), a UUID or a no-device word; ``-1`` and junk are not."""
+    return item.lower() in NO_DEVICE_VALUES or item.startswith(("GPU-", "MIG-")) or item.split(".")[0].isdigit()
+
+
+def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU]) -> tuple[list[int], str | None]:
+    """The GPUs named by ``kept`` (well-formed entries of ``value``), up to the first that names no GPU here;
+    returns them and why the list stopped (``None``: it did not)."""
     out: list[int] = []
-    for raw in value.split(","):
+    for raw in kept.split(","):
         item = raw.strip()
         if not item:
             continue
-        if item.lower() in ("nodevfiles", "none", "void"):
-            return []
+        if item.lower() in NO_DEVICE_VALUES:
+            return [], None
         if item.startswith(("GPU-", "MIG-")):
             target = item.split("/")[0]
             match = [g for g in pool if g.uuid and (g.uuid == target or g.uuid.startswith(target))]
             if not match:
                 if item.startswith("MIG-"):
                     raise TopologyError(f"{name}={value}: MIG device {item} cannot be mapped to a PCI GPU")
-                raise TopologyError(f"{name}={value}: no GPU with UUID {item} in /proc/driver/nvidia")
-            out.append(match[0].index)
+                return out, f"no GPU has UUID {item} (UUIDs come from /proc/driver/nvidia)"
+            if match[0].index not in out:
+                out.append(match[0].index)
             continue
-        head = item.split(".")[0]  # ZE_AFFINITY_MASK=0.1 -> card 0
-        if not head.isdigit():
-            raise TopologyError(f"{name}={value}: {item!r} is not a GPU index or UUID")
-        pos = int(head)
+        pos = int(item.split(".")[0])  # ZE_AFFINITY_MASK=0.1 -> card 0
         if pos >= len(pool):
-            raise TopologyError(f"{name}={value}: GPU {pos} does not exist (this machine has {len(pool)})")
+            return out, f"GPU {pos} does not exist (this machine has {len(pool)})"
         gpu_index = pool[pos].index
         if gpu_index not in out:
             out.append(gpu_index)
-    return out
+    return out, None

@@ -97,7 +97,10 @@ def read_sysfs(
     warnings.extend(gpu_warnings)
     visible: tuple[int, ...] | None = None
     if environ is not None and gpus:
-        visible, _ = resolve_visible(gpus, environ)
+        resolved = resolve_visible(gpus, environ)
+        visible = resolved.visible
+        if resolved.warning:
+            warnings.append(resolved.warning)
     return Topology(
         packages=packages,
         numa_nodes=tuple(nodes),

@@ -32,10 +32,10 @@ value such as ``disabled`` is gone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id, format_cpulist, parse_cpulist
+from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id, format_cpulist
 from launcher.plan import RankPlan
 
 BIND_MODES = ("rank", "core")
@@ -122,7 +122,7 @@ def rank_environment(
         problem = _problem(name, user, cpus, compute=compute, bind=bind, threads=rank.threads)
         if policy == "keep" or problem is None:
             why = f"; {problem}" if problem else ""
-            if name == "KMP_AFFINITY" and _kmp_type(user):
+            if name == "KMP_AFFINITY" and kmp_type(user):
                 why += "; libiomp5 ignores OMP_PLACES and OMP_PROC_BIND when KMP_AFFINITY has a type (warning #182)"
             notes.append(f"keeping {name}={user} set by the user (affrun would set {value}){why}")
             out[name] = user
@@ -168,16 +168,16 @@ def _problem(
     """
     value = value.strip()
     if name in THREAD_VARIABLES:
-        first = value.split(",")[0].strip()
-        if not first.isdigit() or int(first) < 1:
+        count = thread_count(value)
+        if count is None:
             return "not a positive thread count"
         if threads is not None:
-            if int(first) > threads:
-                return f"{int(first)} threads oversubscribe the rank: its compute CPUs take {threads}"
+            if count > threads:
+                return f"{count} threads oversubscribe the rank: its compute CPUs take {threads}"
             return None
         limit = len(cpus if compute is None else compute)
-        if int(first) > limit:
-            return f"{int(first)} threads oversubscribe the rank's {limit} compute CPU(s)"
+        if count > limit:
+            return f"{count} threads oversubscribe the rank's {limit} compute CPU(s)"
         return None
     if name == "OMP_PROC_BIND":
         items = [v.strip().lower() for v in value.split(",")]
@@ -203,10 +203,10 @@ def _problem(
             return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
         return collapse if len(places) > 1 else None
     if name == "GOMP_CPU_AFFINITY":
-        try:
-            ids = set(parse_cpulist(value.replace(" ", ",")))
-        except ValueError:
+        listed = parse_gomp_cpu_affinity(value)
+        if listed is None:
             return "not a valid CPU list"
+        ids = set(listed)
         outside = ids - cpus
         return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs" if outside else None
     if name == "KMP_AFFINITY":
@@ -255,7 +255,37 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
     return None
 
 
-def _kmp_type(value: str) -> str | None:
+def parse_gomp_cpu_affinity(value: str) -> list[int] | None:
+    """The CPUs of a ``GOMP_CPU_AFFINITY`` list in the order libgomp binds threads to them; ``None`` if malformed.
+
+    libgomp's syntax: CPUs, ranges ``0-15`` and strided ranges ``0-15:2``, separated by spaces or commas.
+    """
+    out: list[int] = []
+    for item in value.replace(",", " ").split():
+        span, _, stride_text = item.partition(":")
+        lo_text, dash, hi_text = span.partition("-")
+        if not lo_text.isdigit() or (dash and not hi_text.isdigit()) or (stride_text and not stride_text.isdigit()):
+            return None
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+        stride = int(stride_text) if stride_text else 1
+        if hi < lo or stride < 1 or hi > MAX_CPU_ID:
+            return None
+        out.extend(range(lo, hi + 1, stride))
+    return out or None
+
+
+def thread_count(value: str | None) -> int | None:
+    """A thread-count variable's value (``"8"``, or ``"8,4"`` for nested levels): the first level, if valid."""
+    if value is None:
+        return None
+    first = value.split(",")[0].strip()
+    if not first.isdigit() or int(first) < 1:
+        return None
+    return int(first)
+
+
+def kmp_type(value: str) -> str | None:
     """The affinity type named in a ``KMP_AFFINITY`` value (``compact``, ``none``...), if any."""
     text = value.lower()
     if "proclist=" in text:
@@ -425,19 +455,21 @@ def _cpu_id(cpu: int) -> int:
     return check_cpu_id(cpu)
 
 
+def numactl_memory_args(mem_policy: str, nodes: Sequence[int]) -> list[str]:
+    """numactl's memory-policy flag for ``nodes`` (``--membind=0,1``, ``--preferred=0``...), or none."""
+    if not nodes or mem_policy not in ("membind", "preferred", "interleave"):
+        return []
+    joined = ",".join(map(str, nodes))
+    return [{"membind": f"--membind={joined}", "preferred": f"--preferred={nodes[0]}",
+             "interleave": f"--interleave={joined}"}[mem_policy]]
+
+
 def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> list[str]:
-    """``numactl`` arguments equivalent to the rank's binding (used by generated scripts and by apply)."""
+    """A ``numactl`` command equivalent to the rank's binding (``affrun plan --json``'s ``numactl``)."""
     args = ["numactl"]
     if bind_cpus:
         args.append(f"--physcpubind={format_cpulist(rank.cpus)}")
-    nodes = ",".join(map(str, rank.mem_nodes))
-    if nodes and mem_policy == "membind":
-        args.append(f"--membind={nodes}")
-    elif nodes and mem_policy == "preferred":
-        args.append(f"--preferred={rank.mem_nodes[0]}")
-    elif nodes and mem_policy == "interleave":
-        args.append(f"--interleave={nodes}")
-    return args
+    return args + numactl_memory_args(mem_policy, rank.mem_nodes)
 
 
 def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
@@ -460,6 +492,8 @@ def plan_json(
         entry["unset"] = list(env.unset)
         entry["notes"] = list(env.notes)
         entry["mem_policy"] = mem_policy if rank["mem_nodes"] else "none"
+        entry["numactl"] = ["numactl", f"--physcpubind={format_cpulist(rank['cpus'])}",
+                            *numactl_memory_args(mem_policy, rank["mem_nodes"])]
         ranks.append(entry)
     out = dict(plan_dict)
     out["ranks"] = ranks

@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve")
     p.add_argument("--loader-cores", type=int, default=0)
     p.add_argument("--gpu-order", choices=GPU_ORDERS, default="rank")
-    p.add_argument("--map", dest="cpu_map")
+    p.add_argument("--map", dest="cpu_map", help="Explicit CPUs per rank, separated by ';': '0-7;8-15'.")
     p.add_argument("--gpus")
     p.add_argument("--no-gpu", action="store_true")
     p.add_argument("--omp-bind", choices=BIND_MODES, default="rank")

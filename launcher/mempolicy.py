@@ -59,10 +59,9 @@ def _numactl_works(numactl: str, policy: str, nodes: tuple[int, ...]) -> bool:
 
 
 def _numactl_args(numactl: str, policy: str, nodes: tuple[int, ...]) -> list[str]:
-    joined = ",".join(map(str, nodes))
-    flag = {"membind": f"--membind={joined}", "preferred": f"--preferred={nodes[0]}",
-            "interleave": f"--interleave={joined}"}[policy]
-    return [numactl, flag, "--"]
+    from launcher.env import numactl_memory_args
+
+    return [numactl, *numactl_memory_args(policy, nodes), "--"]
 
 
 def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") -> MemResult:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from launcher.env import thread_count
+
 OPENMP = "openmp"
 BLAS = "blas"
 
@@ -203,16 +205,6 @@ class MKL(RuntimeController):
     def describe(cls, paths: Sequence[str]) -> str:
         layers = sorted({m.group(1) for p in paths if (m := _MKL_LAYERS.match(os.path.basename(p)))})
         return f"threading layer {', '.join(layers)}" if layers else ""
-
-
-def thread_count(value: str | None) -> int | None:
-    """A thread-count variable's value (``"8"``, or ``"8,4"`` for nested levels): the first level, if valid."""
-    if value is None:
-        return None
-    first = value.split(",")[0].strip()
-    if not first.isdigit() or int(first) < 1:
-        return None
-    return int(first)
 
 
 def mapped_libraries(pid: int | None = None, proc: str = "/proc") -> list[str]:

@@ -114,7 +114,7 @@ def test_kmp_is_ignored_by_libgomp(big: Topology) -> None:
     # affrun's own value (a granularity, no type) is not reported
     assert check_environment({"KMP_AFFINITY": "granularity=fine"}, big, facts(), host=False) == []
     # with the OMP_* counterparts set, the ignored value is only informational
-    covered = {"KMP_AFFINITY": "compact", "OMP_PROC_BIND": "close", "OMP_PLACES": "{0-63}"}
+    covered = {"KMP_AFFINITY": "compact", "OMP_PROC_BIND": "close", "OMP_PLACES": "{0:64}"}
     assert by_id(check_environment(covered, big, facts(), host=False), "kmp-ignored-by-libgomp").severity == "info"
 
 
@@ -202,12 +202,19 @@ def test_main_thread_place(big: Topology, env: dict[str, str], openmp: tuple[str
         ({"OMP_PROC_BIND": "false", "OMP_PLACES": "cores"}, ("libgomp",)),
         ({"KMP_AFFINITY": "compact"}, ("libgomp",)),  # libgomp ignores it
         ({"KMP_AFFINITY": "none", "OMP_PLACES": "cores"}, ("libiomp5",)),  # the KMP type wins in libiomp5
-        ({"OMP_PLACES": "{0-63}"}, ("libgomp",)),  # one place holding the whole mask
+        ({"OMP_PLACES": "{0:64}"}, ("libgomp",)),  # one place holding the whole mask
+        ({"OMP_PLACES": "{0-63}"}, ("libgomp",)),  # not OpenMP: libgomp drops it and, without OMP_PROC_BIND, binds nothing
     ],
 )
 def test_no_main_thread_binding(big: Topology, env: dict[str, str], openmp: tuple[str, ...]) -> None:
     found = main_thread_place(env, ALL, big, facts(openmp=openmp))
     assert found is None or found[1] == ALL
+
+
+def test_invalid_places_with_proc_bind_pin_the_main_thread(big: Topology) -> None:
+    """libgomp rejects OMP_PLACES={0-63} and, with OMP_PROC_BIND set, binds one thread per CPU from the first."""
+    found = main_thread_place({"OMP_PLACES": "{0-63}", "OMP_PROC_BIND": "close"}, ALL, big, facts(openmp=("libgomp",)))
+    assert found is not None and found[1] == frozenset([min(ALL)])
 
 
 def test_collapse_risk_is_an_error_when_ranks_share_the_mask(big: Topology) -> None:

@@ -509,3 +509,14 @@ def test_real_runtime_binds_every_thread_inside_the_rank(
         assert sorted(min(s) for s in bound) == sorted(min(core) for core in rank.compute_cores)
     else:  # one place: every thread may use all compute CPUs
         assert all(s == set(rank.compute_cpus) for s in bound), output
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("0 3 1-2 4-15:4", [0, 3, 1, 2, 4, 8, 12]), ("0-3,8", [0, 1, 2, 3, 8]), ("x", None), ("5-2", None), ("", None)],
+)
+def test_gomp_cpu_affinity_syntax(value: str, expected: list[int] | None) -> None:
+    """libgomp's own list syntax (strided ranges with ':'), in binding order."""
+    from launcher.env import parse_gomp_cpu_affinity
+
+    assert parse_gomp_cpu_affinity(value) == expected

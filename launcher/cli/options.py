@@ -40,7 +40,8 @@ def plan_options(func: F) -> F:
                          help="Cores of each rank set aside for DataLoader workers."),
             click.option("--gpu-order", type=click.Choice(GPU_ORDERS), default="rank", show_default=True,
                          help="rank: rank i uses visible GPU i; closest: rank i takes the i-th CPU region and its GPU."),
-            click.option("--map", "cpu_map", metavar="LISTS", help="Explicit CPUs per rank: '0-7;8-15;...'."),
+            click.option("--map", "cpu_map", metavar="LISTS", help="Explicit CPUs per rank, separated by ';' (':' inside a list is the kernel's group syntax, "
+                              "0-15:2/4): '0-7;8-15'."),
             click.option("--gpus", metavar="LIST", help="Explicit visible GPU per rank: '0,1,2,3'."),
             click.option("--no-gpu", is_flag=True, help="Plan a CPU-only job even where GPUs exist."),
         ]

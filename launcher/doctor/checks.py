@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.cpulist import format_cpulist
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.env import (
@@ -21,10 +21,13 @@ from launcher.env import (
     KMP_TYPES,
     THREAD_VARIABLES,
     kmp_affinity_problem,
+    kmp_type,
+    parse_gomp_cpu_affinity,
     parse_places,
+    parse_proclist,
+    thread_count,
     variable_problem,
 )
-from launcher.runtimes import thread_count
 from launcher.slurm_env import srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology
 
@@ -107,11 +110,6 @@ def kmp_tokens(value: str) -> list[str]:
     return [t.strip().lower() for t in text.split(",") if t.strip()]
 
 
-def kmp_type(value: str) -> str | None:
-    """The affinity type a ``KMP_AFFINITY`` value names (``compact``, ``none``...), if any."""
-    return next((t for t in kmp_tokens(value) if t in KMP_TYPES), None)
-
-
 def abstract_places(name: str, cpus: frozenset[int], topology: Topology) -> list[frozenset[int]]:
     """The places an abstract ``OMP_PLACES`` name makes inside ``cpus``, in CPU order."""
     groups: list[frozenset[int]]
@@ -163,15 +161,13 @@ def main_thread_place(
         else:
             parsed = parse_places(places)
             if parsed is None:
-                return None
+                # libgomp rejects the value and, with OMP_PROC_BIND set, binds one thread per CPU from the first.
+                return (cause, frozenset([min(cpus)])) if first_bind else None
             found = [p & cpus for p in parsed if p & cpus]
         return (cause, found[0]) if found else None
     gomp = environ.get("GOMP_CPU_AFFINITY", "").strip()
     if gnu and gomp and not first_bind:
-        try:
-            listed = [c for c in sorted(parse_cpulist(gomp.replace(" ", ","))) if c in cpus]
-        except ValueError:
-            return None
+        listed = [c for c in parse_gomp_cpu_affinity(gomp) or [] if c in cpus]
         return (f"GOMP_CPU_AFFINITY={gomp}", frozenset(listed[:1])) if listed else None
     if first_bind in ("true", "close", "spread", "primary", "master"):
         first = min(cpus)
@@ -185,7 +181,7 @@ def main_thread_place(
 def _kmp_first_place(value: str, cpus: frozenset[int], topology: Topology) -> frozenset[int]:
     match = re.search(r"proclist=\[([^\]]*)\]", value, flags=re.IGNORECASE)
     if match and kmp_type(value) == "explicit":
-        parsed = parse_places(match.group(1))
+        parsed = parse_proclist(match.group(1))
         first = [p & cpus for p in parsed or [] if p & cpus]
         return first[0] if first else frozenset()
     tokens = kmp_tokens(value)

@@ -226,6 +226,9 @@ def test_srun_style_two_nodes_one_task_per_gpu(cluster: Cluster, fsroot: Path, m
         cpus = check_rank(report, fsroot, machine, local, 2, words)
         by_node.setdefault(env["SLURMD_NODENAME"], []).append(cpus)
         assert env["AFFRUN_LOCAL_RANK"] == str(local)
+        # torch's env:// needs these; srun sets none of them, affrun exec derives them per task
+        assert (env["RANK"], env["WORLD_SIZE"]) == (env["SLURM_PROCID"], "4")
+        assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (str(local), "2")
     assert sorted(by_node) == sorted(cluster.nodes)
     for sets in by_node.values():
         assert len(sets) == 2 and not sets[0] & sets[1], f"ranks of one node overlap: {sets}"

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from launcher.cpulist import MAX_CPU_ID
+
 __all__ = [
     "cpu_bind_masks",
     "expand_counts",
@@ -139,10 +141,12 @@ def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
         except ValueError:
             return None
         if number is None:  # map_cpu: one CPU id per task
-            if not item.isdigit():
+            if not item.isdigit() or int(item) > MAX_CPU_ID:
                 return None
             masks.append(frozenset({int(item)}))
             continue
+        if number.bit_length() > MAX_CPU_ID + 1:
+            return None
         masks.append(frozenset(bit for bit in range(number.bit_length()) if number >> bit & 1))
     return masks or None
 

@@ -14,7 +14,8 @@ import shutil
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from launcher.cpulist import format_cpulist
 from launcher.env import BIND_MODES, POLICIES, RankEnvironment, effective_mem_policy, rank_environment
@@ -105,6 +106,44 @@ class ParentPlan:
             raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun ({type(exc).__name__}: {exc})") from None
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
+
+
+def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
+    """The topology, planning and environment options shared by ``exec`` and ``torchrun`` (argparse side;
+    click's are in :mod:`launcher.cli.options`). Each value lands in ``prefix + name``; the planning ones are
+    named like :class:`~launcher.options.PlanOptions`'s fields (see :func:`plan_options_from`)."""
+
+    def add(*flags: str, dest: str, **kwargs: Any) -> None:
+        group.add_argument(*flags, dest=prefix + dest, **kwargs)
+
+    add("--fsroot", dest="fsroot", help="Read sys/ and proc/ under DIR (default: $AFFRUN_FSROOT or /).")
+    add("--topology", dest="topology_file", help="Saved topology (JSON snapshot or hwloc XML).")
+    add("--cpus", dest="cpus", help="Restrict the allowed CPUs further (cpulist).")
+    add("--mode", dest="mode", choices=MODES, default="exclusive", help="exclusive | numa | socket | l3 | map")
+    add("--smt", dest="smt", action="store_true", help="Count every hardware thread in OMP_NUM_THREADS.")
+    add("--reserve", dest="reserve", help="Keep the cores of these CPUs out (cpulist).")
+    add("--loader-cores", dest="loader_cores", type=_non_negative, default=0,
+        help="Cores of each rank kept for DataLoader workers.")
+    add("--gpu-order", dest="gpu_order", choices=GPU_ORDERS, default="rank")
+    add("--map", dest="cpu_map", help="Explicit CPUs per rank, separated by ';': '0-7;8-15'.")
+    add("--gpus", dest="gpus", help="Explicit visible GPU per rank: '0,1,2,3'.")
+    add("--no-gpu", dest="no_gpu", action="store_true", help="Plan a CPU-only job.")
+    add("--omp-bind", dest="omp_bind", choices=BIND_MODES, default="rank")
+    add("--env-policy", dest="env_policy", choices=POLICIES, default="safe")
+    add("--mem-policy", dest="mem_policy", choices=MEM_POLICIES, default="auto")
+    add("--mem-backend", dest="mem_backend", choices=MEM_BACKENDS, default="auto")
+
+
+def plan_options_from(args: argparse.Namespace, prefix: str = "") -> PlanOptions:
+    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args``."""
+    return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="affrun exec",
@@ -115,21 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-rank", type=int, help="This process's local rank (default: from the launcher's variables).")
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int,
                    help="Local ranks on this node (default: from the launcher's variables).")
-    p.add_argument("--fsroot", help="Read sys/ and proc/ under DIR (default: $AFFRUN_FSROOT or /).")
-    p.add_argument("--topology", dest="topology_file", help="Saved topology (JSON snapshot or hwloc XML).")
-    p.add_argument("--cpus", help="Restrict the allowed CPUs further (cpulist).")
-    p.add_argument("--mode", choices=MODES, default="exclusive")
-    p.add_argument("--smt", action="store_true")
-    p.add_argument("--reserve")
-    p.add_argument("--loader-cores", type=int, default=0)
-    p.add_argument("--gpu-order", choices=GPU_ORDERS, default="rank")
-    p.add_argument("--map", dest="cpu_map", help="Explicit CPUs per rank, separated by ';': '0-7;8-15'.")
-    p.add_argument("--gpus")
-    p.add_argument("--no-gpu", action="store_true")
-    p.add_argument("--omp-bind", choices=BIND_MODES, default="rank")
-    p.add_argument("--env-policy", choices=POLICIES, default="safe")
-    p.add_argument("--mem-policy", choices=MEM_POLICIES, default="auto")
-    p.add_argument("--mem-backend", choices=MEM_BACKENDS, default="auto")
+    add_binding_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true", help="Print one line per rank on stderr.")
     p.add_argument("--dry-run", action="store_true", help="Print what would be applied and exit 0.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -176,8 +201,7 @@ def _parent_or_standalone(
     from launcher.plan import make_plan
     from launcher.topology import load_topology
 
-    opts = PlanOptions(mode=args.mode, smt=args.smt, reserve=args.reserve, loader_cores=args.loader_cores,
-                       gpu_order=args.gpu_order, cpu_map=args.cpu_map, gpus=args.gpus, no_gpu=args.no_gpu)
+    opts = plan_options_from(args)
     nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
     rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
     if rank is None or nproc is None:

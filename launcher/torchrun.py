@@ -17,11 +17,18 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.env import BIND_MODES, POLICIES, THREAD_VARIABLES, effective_mem_policy
+from launcher.env import THREAD_VARIABLES, effective_mem_policy
 from launcher.errors import AffrunError, ConfigError
-from launcher.exec_cmd import MEM_BACKENDS, PLAN_VARIABLE, ParentPlan, cpu_node_count, exec_prefix, mem_text, rank_line
-from launcher.options import MEM_POLICIES, PlanOptions
-from launcher.plan import GPU_ORDERS, MODES
+from launcher.exec_cmd import (
+    PLAN_VARIABLE,
+    ParentPlan,
+    add_binding_arguments,
+    cpu_node_count,
+    exec_prefix,
+    mem_text,
+    plan_options_from,
+    rank_line,
+)
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 # The variables whose user-set values the env policy must judge (torchrun overwrites OMP_NUM_THREADS).
@@ -30,21 +37,7 @@ USER_VARIABLES = (*THREAD_VARIABLES, "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINIT
 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
-    group.add_argument("--fsroot", dest="affrun_fsroot", help="Read sys/ and proc/ under DIR.")
-    group.add_argument("--topology", dest="affrun_topology", help="Saved topology (JSON snapshot or hwloc XML).")
-    group.add_argument("--cpus", dest="affrun_cpus", help="Restrict the allowed CPUs (cpulist).")
-    group.add_argument("--mode", dest="affrun_mode", choices=MODES, default="exclusive")
-    group.add_argument("--smt", dest="affrun_smt", action="store_true")
-    group.add_argument("--reserve", dest="affrun_reserve")
-    group.add_argument("--loader-cores", dest="affrun_loader_cores", type=int, default=0)
-    group.add_argument("--gpu-order", dest="affrun_gpu_order", choices=GPU_ORDERS, default="rank")
-    group.add_argument("--map", dest="affrun_map")
-    group.add_argument("--gpus", dest="affrun_gpus")
-    group.add_argument("--no-gpu", dest="affrun_no_gpu", action="store_true")
-    group.add_argument("--omp-bind", dest="affrun_omp_bind", choices=BIND_MODES, default="rank")
-    group.add_argument("--env-policy", dest="affrun_env_policy", choices=POLICIES, default="safe")
-    group.add_argument("--mem-policy", dest="affrun_mem_policy", choices=MEM_POLICIES, default="auto")
-    group.add_argument("--mem-backend", dest="affrun_mem_backend", choices=MEM_BACKENDS, default="auto")
+    add_binding_arguments(group, prefix="affrun_")
     group.add_argument("--affrun-verbose", dest="affrun_verbose", action="store_true",
                        help="Each rank also prints its line and env notes from inside the worker.")
     group.add_argument("--affrun-dry-run", dest="affrun_dry_run", action="store_true",
@@ -102,10 +95,8 @@ def main(argv: Sequence[str]) -> int:
     from launcher.plan import make_plan
     from launcher.topology import load_topology
 
-    opts = PlanOptions(mode=args.affrun_mode, smt=args.affrun_smt, reserve=args.affrun_reserve,
-                       loader_cores=args.affrun_loader_cores, gpu_order=args.affrun_gpu_order,
-                       cpu_map=args.affrun_map, gpus=args.affrun_gpus, no_gpu=args.affrun_no_gpu)
-    topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology, cpus=args.affrun_cpus)
+    opts = plan_options_from(args, prefix="affrun_")
+    topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology_file, cpus=args.affrun_cpus)
     plan = make_plan(topo, opts.request(nproc))
     mem = effective_mem_policy(args.affrun_mem_policy, cpu_node_count(topo))
     user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}

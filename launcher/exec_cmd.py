@@ -23,7 +23,6 @@ from launcher.errors import AffrunError, LaunchError
 from launcher.localrank import LocalRank
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
-from launcher.topology.model import Topology
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
 MEM_BACKENDS = ("auto", "numactl", "syscall")
@@ -38,11 +37,6 @@ BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
 def exec_prefix() -> list[str]:
     """The argv that starts ``affrun exec`` with this interpreter, safe from modules in the working directory."""
     return [sys.executable, "-c", BOOT, "exec"]
-
-
-def cpu_node_count(topo: Topology) -> int:
-    """NUMA nodes that hold allowed CPUs (what ``--mem-policy auto`` looks at)."""
-    return sum(1 for n in topo.numa_nodes if n.cpus & topo.allowed)
 
 
 def mem_text(policy: str, nodes: Sequence[int]) -> str:
@@ -214,7 +208,7 @@ def _parent_or_standalone(
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
     topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ)
     the_plan = make_plan(topo, opts.request(nproc))
-    parent = ParentPlan(the_plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, cpu_node_count(topo)),
+    parent = ParentPlan(the_plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, len(topo.cpu_nodes())),
                         args.mem_backend, {}, args.verbose)
     return parent, the_plan.ranks[rank], detected
 

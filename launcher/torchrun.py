@@ -23,7 +23,6 @@ from launcher.exec_cmd import (
     PLAN_VARIABLE,
     ParentPlan,
     add_binding_arguments,
-    cpu_node_count,
     exec_prefix,
     mem_text,
     plan_options_from,
@@ -98,7 +97,7 @@ def main(argv: Sequence[str]) -> int:
     opts = plan_options_from(args, prefix="affrun_")
     topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology_file, cpus=args.affrun_cpus)
     plan = make_plan(topo, opts.request(nproc))
-    mem = effective_mem_policy(args.affrun_mem_policy, cpu_node_count(topo))
+    mem = effective_mem_policy(args.affrun_mem_policy, len(topo.cpu_nodes()))
     user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
     parent = ParentPlan(plan, args.affrun_omp_bind, args.affrun_env_policy, mem, args.affrun_mem_backend, user_env,
                         args.affrun_verbose)

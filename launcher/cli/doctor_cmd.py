@@ -85,7 +85,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
         fail(exc)
     facts = gather_facts(environ, topo, live=live, nproc=nproc, fsroot=fsroot or environ.get("AFFRUN_FSROOT") or "/")
     findings = check_environment(environ, topo, facts)
-    nodes = [n for n in topo.numa_nodes if n.cpus & topo.allowed]
+    nodes = topo.cpu_nodes()
     context: dict[str, Any] = {
         "mode": "environment",
         "machine": {

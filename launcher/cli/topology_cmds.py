@@ -13,7 +13,6 @@ from launcher.cli import fail
 from launcher.cli.options import env_options, plan_options, plan_options_from, topology_options
 from launcher.env import effective_mem_policy, plan_json, rank_environment
 from launcher.errors import AffrunError
-from launcher.exec_cmd import cpu_node_count
 from launcher.plan import Plan, make_plan
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -97,7 +96,7 @@ def plan(**kwargs: Any) -> None:
             rank_environment(r, local_world_size=n, user_env=os.environ, bind=bind, smt=the_plan.smt, policy=policy)
             for r in the_plan.ranks
         ]
-        mem_policy = effective_mem_policy(mem, cpu_node_count(topo))
+        mem_policy = effective_mem_policy(mem, len(topo.cpu_nodes()))
         click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, mem_policy), indent=2))
         return
     from launcher.render import plan_table

@@ -445,15 +445,11 @@ def check_srun_cpus_per_task(environ: Mapping[str, str], topology: Topology, fac
         env_fix={"SRUN_CPUS_PER_TASK": per_task})]
 
 
-def _numa_nodes_with_cpus(topology: Topology) -> int:
-    return sum(1 for n in topology.numa_nodes if n.cpus & topology.allowed)
-
-
 @host_check
 def check_numactl(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not facts.host_probed or facts.numactl:
         return []
-    multi = _numa_nodes_with_cpus(topology) > 1
+    multi = len(topology.cpu_nodes()) > 1
     return [_finding(
         "numactl-missing", "warning" if multi else "info", "numactl is not installed (not on PATH)",
         "affrun binds CPUs with sched_setaffinity and sets the memory policy with set_mempolicy without it, but "
@@ -466,7 +462,7 @@ def check_numactl(environ: Mapping[str, str], topology: Topology, facts: Facts) 
 def check_membind(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not facts.host_probed or not facts.membind_error:
         return []
-    multi = _numa_nodes_with_cpus(topology) > 1
+    multi = len(topology.cpu_nodes()) > 1
     return [_finding(
         "membind-blocked", "warning" if multi else "info",
         f"the memory policy is blocked here: {facts.membind_error}",
@@ -482,7 +478,7 @@ def check_gpu_numa(environ: Mapping[str, str], topology: Topology, facts: Facts)
     unknown = [g for g in topology.gpus if g.numa_node is None]
     if not unknown:
         return []
-    multi = _numa_nodes_with_cpus(topology) > 1
+    multi = len(topology.cpu_nodes()) > 1
     everywhere = [g for g in unknown if not g.cpus or g.cpus >= topology.online]
     names = ", ".join(g.pci for g in unknown)
     return [_finding(

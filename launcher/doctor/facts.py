@@ -263,7 +263,7 @@ def gather_facts(
     numactl = mem_error = slurm = None
     if probe_host and live:
         numactl = shutil.which("numactl", path=environ.get("PATH"))
-        nodes = [n.os_index for n in topology.numa_nodes if n.cpus & topology.allowed] or [0]
+        nodes = [n.os_index for n in topology.cpu_nodes()] or [0]
         if topology.allowed_mems is not None:
             nodes = [n for n in nodes if n in topology.allowed_mems] or nodes
         mem_error = membind_error(nodes)

@@ -83,6 +83,10 @@ class Topology:
                 return node
         return None
 
+    def cpu_nodes(self) -> list[NumaNode]:
+        """The NUMA nodes that hold allowed CPUs (CPU-less and fully disallowed nodes left out)."""
+        return [n for n in self.numa_nodes if n.cpus & self.allowed]
+
     def allowed_cores(self) -> list[Core]:
         """Cores with at least one allowed PU, each reduced to its allowed PUs."""
         out: list[Core] = []

@@ -39,7 +39,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without variables that would change the launchers' behaviour."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_", "LOCAL_", "SLURM_",
-                                "CUDA_VISIBLE", "PET_", "TORCHELASTIC_"))}
+                                "CUDA_VISIBLE", "ROCR_VISIBLE", "HIP_VISIBLE", "ZE_AFFINITY", "PET_",
+                                "TORCHELASTIC_"))}
     env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -52,6 +53,11 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 
     if check and proc.returncode != 0:
         pytest.fail(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
+
+
+def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``affrun ARGS`` (this checkout) in :func:`clean_env` plus ``env``; the caller checks the result."""
+    return run(affrun_argv(*args), env=clean_env(**(env or {})))
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from launcher.cli import cli
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+from tests.launch import affrun
 
 RANK_KEYS = {
     "local_rank": int,
@@ -238,18 +237,8 @@ def test_missing_fsroot_is_an_error(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- a real process
-def run_affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in clean_env().items() if v is not None}
-    full = {k: v for k, v in os.environ.items() if k not in clean_env()}
-    full.update(base)
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=full, timeout=60
-    )
-
-
 def test_real_process_plan_and_topology(root: str) -> None:
-    proc = run_affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "4", env={"CUDA_VISIBLE_DEVICES": "3,2,1,0"})
+    proc = affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "4", env={"CUDA_VISIBLE_DEVICES": "3,2,1,0"})
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     check_plan_contract(data)
@@ -259,13 +248,13 @@ def test_real_process_plan_and_topology(root: str) -> None:
         (2, "0000:2a:00.0"),
         (3, "0000:18:00.0"),
     ]
-    proc = run_affrun("topology", "--fsroot", root, "--json")
+    proc = affrun("topology", "--fsroot", root, "--json")
     assert proc.returncode == 0, proc.stderr
     check_types(json.loads(proc.stdout), TOPOLOGY_KEYS, "topology")
 
 
 def test_real_process_error_is_one_line(root: str) -> None:
-    proc = run_affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "40")
+    proc = affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "40")
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("affrun: error: 40 ranks but only 16 whole core(s)")

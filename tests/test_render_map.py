@@ -5,10 +5,7 @@ Machines come from fake sysfs trees (tests/fakesys.py) and from hwloc's captured
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from launcher.render_map import picture, svg, write_map
 from launcher.topology import load_topology
 from launcher.topology.model import Core, Topology
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+from tests.launch import affrun
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 CELL = re.compile(r"\[\s*(\d+) ([0-9A-Za-z.+\-]+)\s*\]")  # a core in the plain picture: [first CPU, owner]
@@ -309,12 +307,6 @@ def test_pure_same_input_same_output(two_node: Topology) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def affrun(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("AFFRUN_FSROOT", "CUDA_VISIBLE_DEVICES")}
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, env=env,
-                          timeout=60)
-
-
 def test_cli_show_writes_the_svg(tmp_path: Path) -> None:
     root = two_node_four_gpus(tmp_path / "m")
     out = tmp_path / "out.svg"

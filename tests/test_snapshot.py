@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, need
 from tests.fakesys import FakeGPU, uniform, write_tree
-
-
-def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.endswith("_VISIBLE_DEVICES") and k != "AFFRUN_FSROOT"}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args], capture_output=True, text=True, check=False, env=full_env
-    )
+from tests.launch import affrun
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

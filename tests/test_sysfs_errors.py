@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from launcher.errors import TopologyError
 from launcher.topology import load_topology
 from launcher.topology.sysfs import read_sysfs
 from tests.fakesys import uniform, write_tree
+from tests.launch import affrun
 
 
 def tree(tmp_path: Path) -> Path:
@@ -141,11 +140,6 @@ def test_fsroot_that_is_a_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ through the CLI
-def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, check=False,
-                          env=env, timeout=60)
-
-
 def assert_one_line_exit_2(result: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
@@ -201,8 +195,7 @@ def test_cli_huge_cpu_id_in_a_sysfs_file_names_the_file(tmp_path: Path) -> None:
 
 
 def test_exec_with_a_huge_omp_places_replaces_it_at_once(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "KMP_", "GOMP_", "AFFRUN_"))}
-    env["OMP_PLACES"] = "{0:100000000}"
-    result = affrun("exec", "--fsroot", str(tree(tmp_path)), "--dry-run", "--", "true", env=env)
+    result = affrun("exec", "--fsroot", str(tree(tmp_path)), "--dry-run", "--", "true",
+                    env={"OMP_PLACES": "{0:100000000}"})
     assert result.returncode == 0, result.stderr
     assert "OMP_PLACES={0:100000000} replaced by" in result.stdout + result.stderr

@@ -88,18 +88,8 @@ fi
 mkdir -p "$BASE"/{state,spool,log,run,pids,dev} "$ETC"
 
 # ------------------------------------------------------------- pid helpers --
-# alive NAME: true if $PIDS/NAME.pid names a live (non-zombie) process.
-alive() {
-  local f="$PIDS/$1.pid" pid st
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f")
-  [ -r "/proc/$pid/stat" ] || return 1
-  st=$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f1)
-  [ "$st" != Z ] && [ "$st" != X ] || return 1
-  case "$(cat "/proc/$pid/comm" 2>/dev/null)" in   # guard against PID reuse
-    "${1%%-*}"|setsid|setpriv) return 0 ;; *) return 1 ;;
-  esac
-}
+# shellcheck source=pids.sh
+. "$(dirname "$0")/pids.sh"
 # launch NAME CMD...: start CMD in the foreground mode of the daemon, detached
 # in its own session; `setsid` execs directly (we are not a group leader), so $!
 # is the daemon's own PID.

@@ -9,15 +9,8 @@ BASE=${SLURM_LOCAL_DIR:-/tmp/affrun-slurm}
 PIDS=$BASE/pids
 log() { echo "[stop-slurm] $*" >&2; }
 
-alive() { # alive NAME: live, non-zombie process recorded in $PIDS/NAME.pid with the expected name
-  local f="$PIDS/$1.pid" pid st
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f")
-  [ -r "/proc/$pid/stat" ] || return 1
-  st=$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f1)
-  [ "$st" != Z ] && [ "$st" != X ] || return 1
-  case "$(cat "/proc/$pid/comm" 2>/dev/null)" in "${1%%-*}"|setsid|setpriv) return 0 ;; *) return 1 ;; esac
-}
+# shellcheck source=pids.sh
+. "$(dirname "$0")/pids.sh"
 
 stop() { # stop NAME: SIGTERM, wait up to 15 s, then SIGKILL
   local name=$1 pid

@@ -206,7 +206,8 @@ def _parent_or_standalone(
                               "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or PMI_LOCAL_RANK)")
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
-    topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ)
+    topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ,
+                         gpus=not opts.no_gpu)
     the_plan = make_plan(topo, opts.request(nproc))
     parent = ParentPlan(the_plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, len(topo.cpu_nodes())),
                         args.mem_backend, {}, args.verbose)

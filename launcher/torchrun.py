@@ -95,7 +95,8 @@ def main(argv: Sequence[str]) -> int:
     from launcher.topology import load_topology
 
     opts = plan_options_from(args, prefix="affrun_")
-    topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology_file, cpus=args.affrun_cpus)
+    topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology_file, cpus=args.affrun_cpus,
+                         gpus=not opts.no_gpu)
     plan = make_plan(topo, opts.request(nproc))
     mem = effective_mem_policy(args.affrun_mem_policy, len(topo.cpu_nodes()))
     user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}

@@ -197,3 +197,15 @@ def test_a_plan_too_big_for_one_variable_travels_in_a_file(tmp_path: Path) -> No
     env = clean_env(AFFRUN_PLAN=value, LOCAL_RANK="127", LOCAL_WORLD_SIZE="128")
     proc = run(affrun_argv("exec", "--dry-run", "--", "true"), env=env, check=True)
     assert proc.stdout.startswith("affrun: rank 127/128 ")
+
+
+def test_no_gpu_leaves_gpus_and_their_visibility_variables_alone(tmp_path: Path) -> None:
+    from tests.fakesys import this_machine_with_gpus, write_tree
+
+    root = write_tree(tmp_path / "root", this_machine_with_gpus(2))
+    env = clean_env(CUDA_VISIBLE_DEVICES="MIG-unmappable")  # an error for a GPU plan: no PCI GPU to map it to
+    proc = run(affrun_argv("exec", "--fsroot", str(root), "--", "true"), env=env)
+    assert proc.returncode == 2 and "MIG" in proc.stderr
+    proc = run(affrun_argv("exec", "--fsroot", str(root), "--no-gpu", "--verbose", "--", "true"), env=env, check=True)
+    (line,) = rank_lines(proc.stderr)
+    assert line["gpu"] == "-"

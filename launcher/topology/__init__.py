@@ -20,8 +20,11 @@ def load_topology(
     cpus: str | None = None,
     environ: Mapping[str, str] | None = None,
     nvml: bool = False,
+    gpus: bool = True,
 ) -> Topology:
     """Build the topology from the one source asked for, then narrow it by ``--cpus``.
+
+    ``gpus=False`` (a CPU-only plan, ``--no-gpu``) leaves GPUs out: no PCI scan, no visibility variables.
 
     Precedence: ``topology_file``, then ``fsroot``, then ``$AFFRUN_FSROOT``, then the live machine
     (whose allowed set is this process's affinity mask). ``environ`` gives the GPU visibility variables.
@@ -39,9 +42,11 @@ def load_topology(
         if fsroot:
             if not os.path.isdir(fsroot):
                 raise TopologyError(f"{fsroot}: fsroot is not a directory")
-            topo = read_sysfs(fsroot)
+            topo = read_sysfs(fsroot, gpus=gpus)
         else:
-            topo = _read_live(env)
+            topo = _read_live(env, gpus)
+    if not gpus and topo.gpus:
+        topo = replace(topo, gpus=(), visible=None)
     if nvml:
         from launcher.topology.nvml import with_nvml
 
@@ -69,7 +74,7 @@ def load_topology(
     return topo
 
 
-def _read_live(env: Mapping[str, str]) -> Topology:
+def _read_live(env: Mapping[str, str], gpus: bool) -> Topology:
     """The live machine. Inside a Slurm step that bound this task to part of the step's CPUs, every task plans
     over the same set (the step's cpuset), so that all tasks of a node compute the same plan."""
     from launcher.slurm_env import in_slurm_step, step_cpus_for_planning
@@ -81,7 +86,7 @@ def _read_live(env: Mapping[str, str]) -> Topology:
     if in_slurm_step(env):
         cpuset = find_cpuset("/")
         allowed, note = step_cpus_for_planning(env, allowed, cpuset.cpus if cpuset else None)
-    topo = read_sysfs("/", allowed=allowed)
+    topo = read_sysfs("/", allowed=allowed, gpus=gpus)
     return topo.with_warnings(note) if note else topo
 
 

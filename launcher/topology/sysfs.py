@@ -22,8 +22,9 @@ def read_sysfs(
     *,
     allowed: frozenset[int] | None = None,
     environ: Mapping[str, str] | None = None,
+    gpus: bool = True,
 ) -> Topology:
-    """Read the topology under ``root``.
+    """Read the topology under ``root`` (without the PCI scan for GPUs when ``gpus`` is false).
 
     ``allowed`` is the process's affinity (live reads pass ``os.sched_getaffinity(0)``); with ``None`` the
     allowed set is the online CPUs narrowed by the cpuset found under ``root``. ``environ`` supplies the GPU
@@ -93,11 +94,11 @@ def read_sysfs(
         )
 
     node_cpus = {n.os_index: n.cpus for n in nodes if n.cpus}
-    gpus, gpu_warnings = read_pci_gpus(root, online, node_cpus)
+    found, gpu_warnings = read_pci_gpus(root, online, node_cpus) if gpus else ([], [])
     warnings.extend(gpu_warnings)
     visible: tuple[int, ...] | None = None
-    if environ is not None and gpus:
-        resolved = resolve_visible(gpus, environ)
+    if environ is not None and found:
+        resolved = resolve_visible(found, environ)
         visible = resolved.visible
         if resolved.warning:
             warnings.append(resolved.warning)
@@ -109,7 +110,7 @@ def read_sysfs(
         online=online,
         offline=offline,
         allowed=allowed_set,
-        gpus=tuple(gpus),
+        gpus=tuple(found),
         visible=visible,
         source="live" if root == "/" else f"fsroot {root}",
         allowed_mems=None if cpuset is None else cpuset.mems,

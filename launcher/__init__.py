@@ -21,7 +21,7 @@ _LAZY = {
     "worker_init_fn": "launcher.torch",
     "AffrunError": "launcher.errors",
     "AffinityExecutor": "launcher.submitit",
-    "current_binding": "launcher.submitit",
+    "current_binding": "launcher.binding",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -2,16 +2,16 @@
 
 ``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
 CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs.
-Under ``affrun`` the CPUs come from ``AFFRUN_LOADER_CPUS`` / ``AFFRUN_CPUS``; elsewhere from the process's
-CPU affinity at the time the first worker starts. torch is imported only when a worker starts.
+Under ``affrun`` the CPUs come from the rank's binding (:func:`launcher.binding.current_binding`); elsewhere from
+the CPUs the parent process's threads span. torch is imported only when a worker starts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
-from launcher.cpulist import parse_cpulist
+from launcher.binding import current_binding
 
 
 def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: Sequence[int]) -> list[int]:
@@ -29,14 +29,6 @@ def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: S
     start = worker_id * base + min(worker_id, extra)
     size = base + (1 if worker_id < extra else 0)
     return pool[start : start + size]
-
-
-def _cpus_from(environ: Mapping[str, str], name: str) -> list[int]:
-    value = environ.get(name, "")
-    try:
-        return sorted(parse_cpulist(value)) if value else []
-    except ValueError:
-        return []
 
 
 def _parent_cpus() -> list[int]:
@@ -72,8 +64,12 @@ def worker_init_fn(worker_id: int) -> None:
 
     info = torch.utils.data.get_worker_info()
     num_workers = info.num_workers if info is not None else 1
-    loader = _cpus_from(os.environ, "AFFRUN_LOADER_CPUS")
-    rank = _cpus_from(os.environ, "AFFRUN_CPUS") or _parent_cpus()
+    try:
+        binding = current_binding()
+    except ValueError:  # malformed AFFRUN_* variables: treat the process as not started by affrun
+        binding = None
+    loader = sorted(binding.loader_cpus) if binding else []
+    rank = sorted(binding.cpus) if binding else _parent_cpus()
     cpus = worker_cpus(worker_id, num_workers, loader, rank)
     if cpus:
         os.sched_setaffinity(0, cpus)

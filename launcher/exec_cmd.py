@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -247,7 +246,7 @@ def main(argv: Sequence[str]) -> int:
         verbose = args.verbose or parent.verbose
         env = renv.apply_to(environ)
         env.pop(PLAN_VARIABLE, None)
-        host = socket.gethostname()
+        host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
         if args.dry_run:
             print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host))
             for name in sorted(renv.set):

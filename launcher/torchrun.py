@@ -102,9 +102,7 @@ def main(argv: Sequence[str]) -> int:
     user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
     parent = ParentPlan(plan, args.affrun_omp_bind, args.affrun_env_policy, mem, args.affrun_mem_backend, user_env,
                         args.affrun_verbose)
-    import socket
-
-    host = socket.gethostname()
+    host = os.uname().nodename
     for rank in plan.ranks:
         print(rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host), file=sys.stderr)
     for warning in plan.warnings:

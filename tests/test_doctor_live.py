@@ -142,7 +142,7 @@ def test_collapse_of_dataloader_workers_is_reported(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(TORCH_JOB)
     env = job_env(OMP_PLACES="cores", OMP_PROC_BIND="close")
-    with running([sys.executable, str(script), "60"], env) as (_proc, lines):
+    with running([sys.executable, str(script), "600"], env) as (_proc, lines):
         pid = int(lines[-1].split()[1])
         workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
                                                   text=True).stdout.split()]
@@ -168,7 +168,7 @@ def test_no_collapse_without_binding_variables(tmp_path: Path) -> None:
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     script = tmp_path / "job.py"
     script.write_text(TORCH_JOB)
-    with running([sys.executable, str(script), "60"], job_env()) as (_proc, lines):
+    with running([sys.executable, str(script), "600"], job_env()) as (_proc, lines):
         pid = int(lines[-1].split()[1])
         code, data = audit(pid, 0.5)
     assert code == 0 and "collapse" not in findings(data) and "collapse-risk" not in findings(data)
@@ -192,7 +192,7 @@ def spin_binary(tmp_path: Path, runtime: str) -> Path:
 def test_kmp_affinity_disabled_under_libiomp5(tmp_path: Path) -> None:
     binary = spin_binary(tmp_path, "iomp5")
     env = job_env(OMP_NUM_THREADS="2", KMP_AFFINITY="disabled", OMP_DISPLAY_AFFINITY="true")
-    with running([str(binary), "60"], env) as (_proc, lines):
+    with running([str(binary), "600"], env) as (_proc, lines):
         pid = int(lines[-1].split()[1])
         code, data = audit(pid)
         own_threads = {int(t): kernel_mask(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
@@ -214,7 +214,7 @@ def test_kmp_affinity_binds_libiomp5_but_libgomp_ignores_it(tmp_path: Path) -> N
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     kmp = {"KMP_AFFINITY": "granularity=fine,compact", "OMP_NUM_THREADS": "2"}
     binary = spin_binary(tmp_path, "iomp5")
-    with running([str(binary), "60"], job_env(**kmp)) as (_proc, lines):
+    with running([str(binary), "600"], job_env(**kmp)) as (_proc, lines):
         pid = int(lines[-1].split()[1])
         _, intel = audit(pid, 0.5)
     (rank,) = processes(intel, "rank")
@@ -223,7 +223,7 @@ def test_kmp_affinity_binds_libiomp5_but_libgomp_ignores_it(tmp_path: Path) -> N
 
     script = tmp_path / "job.py"
     script.write_text(TORCH_JOB)
-    with running([sys.executable, str(script), "60"], job_env(WORKERS="0", **kmp)) as (_proc, lines):
+    with running([sys.executable, str(script), "600"], job_env(WORKERS="0", **kmp)) as (_proc, lines):
         pid = int(lines[-1].split()[1])
         time.sleep(0.5)  # let the matmul loop run parallel regions
         code, gnu = audit(pid, 0.5)
@@ -244,11 +244,12 @@ def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     script = tmp_path / "job.py"
     script.write_text(RANK_JOB)
-    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "60")
+    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "600")
     with running(argv, job_env(OMP_NUM_THREADS=str(len(CPUS)), WORKERS="0"), ready=2) as (proc, lines):
-        code, data = audit(proc.pid)
+        # the masks first: the audit can take long on 2 oversubscribed CPUs, and they do not change after READY
         rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
         kernel = {p: kernel_mask(p) for p in rank_pids}
+        code, data = audit(proc.pid)
     assert code == 1
     ranks = processes(data, "rank")
     assert sorted(r["pid"] for r in ranks) == rank_pids
@@ -267,11 +268,12 @@ def test_clean_affrun_torchrun_job_has_no_findings(tmp_path: Path) -> None:
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     script = tmp_path / "job.py"
     script.write_text(RANK_JOB)
-    argv = affrun_argv("torchrun", "--nproc-per-node", "2", "--standalone", str(script), "60")
+    argv = affrun_argv("torchrun", "--nproc-per-node", "2", "--standalone", str(script), "600")
     with running(argv, job_env(), ready=2) as (proc, lines):
-        code, data = audit(proc.pid)
+        # the masks first: the audit can take long on 2 oversubscribed CPUs, and they do not change after READY
         rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
         kernel = {p: kernel_mask(p) for p in rank_pids}
+        code, data = audit(proc.pid)
     assert (code, data["findings"]) == (0, [])
     ranks = sorted(processes(data, "rank"), key=lambda r: r["pid"])
     assert [r["pid"] for r in ranks] == rank_pids

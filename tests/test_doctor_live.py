@@ -127,6 +127,15 @@ def processes(data: dict[str, Any], role: str) -> list[dict[str, Any]]:
     return [p for p in data["processes"] if p["role"] == role]
 
 
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL each rank's process group (torchrun makes every rank a session leader), workers included."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def kernel_mask(pid: int) -> frozenset[int]:
     return frozenset(os.sched_getaffinity(pid))
 
@@ -244,12 +253,15 @@ def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     script = tmp_path / "job.py"
     script.write_text(RANK_JOB)
-    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "600")
+    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "60")
     with running(argv, job_env(OMP_NUM_THREADS=str(len(CPUS)), WORKERS="0"), ready=2) as (proc, lines):
         # the masks first: the audit can take long on 2 oversubscribed CPUs, and they do not change after READY
         rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
         kernel = {p: kernel_mask(p) for p in rank_pids}
-        code, data = audit(proc.pid)
+        try:
+            code, data = audit(proc.pid)
+        finally:
+            kill_all(rank_pids)  # torchrun starts ranks in sessions of their own: killing the job's session misses them
     assert code == 1
     ranks = processes(data, "rank")
     assert sorted(r["pid"] for r in ranks) == rank_pids
@@ -268,12 +280,15 @@ def test_clean_affrun_torchrun_job_has_no_findings(tmp_path: Path) -> None:
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     script = tmp_path / "job.py"
     script.write_text(RANK_JOB)
-    argv = affrun_argv("torchrun", "--nproc-per-node", "2", "--standalone", str(script), "600")
+    argv = affrun_argv("torchrun", "--nproc-per-node", "2", "--standalone", str(script), "60")
     with running(argv, job_env(), ready=2) as (proc, lines):
         # the masks first: the audit can take long on 2 oversubscribed CPUs, and they do not change after READY
         rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
         kernel = {p: kernel_mask(p) for p in rank_pids}
-        code, data = audit(proc.pid)
+        try:
+            code, data = audit(proc.pid)
+        finally:
+            kill_all(rank_pids)  # torchrun starts ranks in sessions of their own: killing the job's session misses them
     assert (code, data["findings"]) == (0, [])
     ranks = sorted(processes(data, "rank"), key=lambda r: r["pid"])
     assert [r["pid"] for r in ranks] == rank_pids

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
@@ -85,24 +85,32 @@ int main(int argc, char **argv) {
 
 @contextmanager
 def running(argv: list[str], env: dict[str, str], ready: int = 1, timeout: float = 90) -> Iterator[
-        tuple[subprocess.Popen[str], list[str]]]:
-    """Start ``argv`` in its own session; yield once ``ready`` READY lines were printed; kill it all afterwards."""
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+        tuple[subprocess.Popen[bytes], list[str]]]:
+    """Start ``argv`` in its own session; yield once ``ready`` READY lines were printed; kill it all afterwards.
+
+    stdout is read with ``os.read`` on the descriptor, not through a buffered file object: one read can hold
+    several lines (two ranks, or libiomp5's affinity report and READY), and lines kept in a file object's buffer
+    would be invisible to the next ``select``.
+    """
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        selector = selectors.DefaultSelector()
-        selector.register(proc.stdout, selectors.EVENT_READ)
+        assert proc.stdout is not None and proc.stderr is not None
+        fd = proc.stdout.fileno()
+        pending = b""
         deadline = time.monotonic() + timeout
         while sum(1 for x in lines if x.startswith("READY")) < ready:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
-                pytest.fail(f"{argv} did not get ready (rc={proc.poll()}): {lines}\n{err[-3000:]}")
-            if selector.select(timeout=1):
-                line = proc.stdout.readline()
-                if line:
-                    lines.append(line.strip())
+            if time.monotonic() > deadline:
+                pytest.fail(f"{argv} did not get ready in {timeout:.0f} s (still running): {lines}")
+            if not select.select([fd], [], [], 1)[0]:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:  # end of file: the job ended before it was ready
+                proc.wait(timeout=30)
+                err = proc.stderr.read().decode(errors="replace")
+                pytest.fail(f"{argv} ended before it was ready (rc={proc.returncode}): {lines}\n{err[-3000:]}")
+            *complete, pending = (pending + chunk).split(b"\n")
+            lines.extend(x.decode(errors="replace").strip() for x in complete)
         yield proc, lines
     finally:
         try:
@@ -112,11 +120,19 @@ def running(argv: list[str], env: dict[str, str], ready: int = 1, timeout: float
         proc.wait(timeout=30)
 
 
-def audit(pid: int, duration: float = 1.0) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run([*affrun_argv("doctor", "--pid", str(pid), "--duration", str(duration), "--json")],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+def audit(pid: int, duration: float = 1.0, timeout: float = 120) -> tuple[int, dict[str, Any]]:
+    """``affrun doctor --pid PID --json``; if it outlives ``timeout``, fail with the stacks it was in (faulthandler)."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    doctor = subprocess.Popen([*affrun_argv("doctor", "--pid", str(pid), "--duration", str(duration), "--json")],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = doctor.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        doctor.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack on SIGABRT
+        out, err = doctor.communicate(timeout=30)
+        pytest.fail(f"affrun doctor --pid {pid} ran over {timeout:.0f} s; where it was:\n{err[-4000:]}")
+    assert doctor.returncode in (0, 1), err
+    return doctor.returncode, json.loads(out)
 
 
 def findings(data: dict[str, Any]) -> dict[str, dict[str, Any]]:

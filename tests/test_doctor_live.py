@@ -128,9 +128,15 @@ def audit(pid: int, duration: float = 1.0, timeout: float = 120) -> tuple[int, d
     try:
         out, err = doctor.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        doctor.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack on SIGABRT
-        out, err = doctor.communicate(timeout=30)
-        pytest.fail(f"affrun doctor --pid {pid} ran over {timeout:.0f} s; where it was:\n{err[-4000:]}")
+        kernel = Path(f"/proc/{doctor.pid}/wchan").read_text(errors="replace")  # blocked in the kernel, where?
+        doctor.send_signal(signal.SIGABRT)  # faulthandler prints every thread's Python stack on SIGABRT
+        try:
+            out, err = doctor.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            doctor.kill()
+            out, err = doctor.communicate()
+        pytest.fail(f"affrun doctor --pid {pid} ran over {timeout:.0f} s (kernel wait: {kernel or 'none'}); "
+                    f"where it was:\n{err[-4000:]}")
     assert doctor.returncode in (0, 1), err
     return doctor.returncode, json.loads(out)
 

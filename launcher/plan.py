@@ -107,6 +107,7 @@ class Plan:
     smt: bool
     gpu_order: str
     warnings: tuple[str, ...] = field(default=())
+    reserved: tuple[int, ...] = field(default=())  # PUs of the cores taken out by --reserve (whole cores)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +116,7 @@ class Plan:
             "gpu_order": self.gpu_order,
             "ranks": [r.to_dict() for r in self.ranks],
             "warnings": list(self.warnings),
+            "reserved": list(self.reserved),
         }
 
     @classmethod
@@ -125,18 +127,23 @@ class Plan:
             smt=bool(d["smt"]),
             gpu_order=str(d["gpu_order"]),
             warnings=tuple(d.get("warnings", ())),
+            reserved=tuple(int(p) for p in d.get("reserved", ())),
         )
 
 
 # ---------------------------------------------------------------------------------------------- planning
+def _reserved_pus(topo: Topology, req: Request) -> set[int]:
+    """A reserved CPU takes its whole core out, even when only a sibling of it is allowed."""
+    return {p for c in topo.cores if not req.reserve.isdisjoint(c.pus) for p in c.pus}
+
+
 def make_plan(topo: Topology, req: Request) -> Plan:
     """Plan ``req.nproc`` local ranks on ``topo``. Raises :class:`PlanError` for impossible requests."""
     _validate(req)
     warnings: list[str] = list(topo.warnings)
     reserved_cores = 0
     cores: list[Core] = []
-    # A reserved CPU takes its whole core out, even when only a sibling of it is allowed.
-    reserved_pus = {p for c in topo.cores if not req.reserve.isdisjoint(c.pus) for p in c.pus}
+    reserved_pus = _reserved_pus(topo, req)
     for core in topo.allowed_cores():
         if reserved_pus and not reserved_pus.isdisjoint(core.pus):
             reserved_cores += 1
@@ -215,7 +222,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         ranks.append(
             _rank_plan(topo, req, rank, chunk, gpu, gpu_obj, shared, sharers, [*reasons.get(rank, []), why], warnings)
         )
-    return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings))
+    return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings), tuple(sorted(reserved_pus)))
 
 
 def _validate(req: Request) -> None:
@@ -509,4 +516,4 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         gpu = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(_rank_plan(topo, req, rank, chunk, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
-    return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings))
+    return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings), tuple(sorted(_reserved_pus(topo, req))))

@@ -28,7 +28,8 @@ def plan_table(topo: Topology, plan: Plan) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}, source {topo.source}")
+    reserved = f", reserved {format_cpulist(plan.reserved)}" if plan.reserved else ""
+    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}{reserved}, source {topo.source}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

@@ -55,7 +55,7 @@ def _ansi_index(rank: int, loader: bool) -> int:
 class Style:
     """What a piece of text means; each renderer maps it to its own colours."""
 
-    kind: str  # plain dim bold warn rank shared free disallowed offline
+    kind: str  # plain dim bold warn rank shared free reserved disallowed offline
     ranks: tuple[int, ...] = ()
     loader: bool = False
 
@@ -73,7 +73,7 @@ class CoreInfo:
     cpu: int  # first PU: the core's label
     pus: tuple[int, ...]
     ranks: tuple[int, ...]
-    role: str  # compute loader shared free disallowed offline
+    role: str  # compute loader shared free reserved disallowed offline
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,7 @@ class _Model:
     def __init__(self, topo: Topology, plan: Plan) -> None:
         self.topo = topo
         self.plan = plan
+        self.reserved = frozenset(plan.reserved)
         self.owners: dict[int, set[int]] = {}
         self.loader: dict[int, set[int]] = {}
         for r in plan.ranks:
@@ -216,6 +217,8 @@ class _Model:
         ranks = tuple(sorted({r for p in core.pus for r in self.owners.get(p, ())}))
         first = core.pus[0]
         if not ranks:
+            if not self.reserved.isdisjoint(core.pus):
+                return "r", Style("reserved"), CoreInfo(first, core.pus, (), "reserved")
             if any(p in self.topo.allowed for p in core.pus):
                 return ".", Style("free"), CoreInfo(first, core.pus, (), "free")
             return "x", Style("disallowed"), CoreInfo(first, core.pus, (), "disallowed")
@@ -542,6 +545,8 @@ def _legend(model: _Model, width: int, color: bool) -> list[Block]:
         key.append((model.shared_label(example), f"shared by ranks {', '.join(map(str, example))}"))
     if "free" in roles:
         key.append((".", "free"))
+    if "reserved" in roles:
+        key.append(("r", "reserved (--reserve)"))
     if "disallowed" in roles:
         key.append(("x", "not allowed (cgroup, affinity, --cpus)"))
     if "offline" in roles:
@@ -645,6 +650,8 @@ def _sgr(style: Style | None, frame: str | None = None) -> str:
         return f"48;5;{_ansi_index(style.ranks[0], style.loader)};38;5;16"
     if style.kind in ("disallowed", "offline", "dim"):
         return "38;5;244"
+    if style.kind == "reserved":
+        return "38;5;130"
     if style.kind == "bold":
         return "1"
     if style.kind == "warn":
@@ -721,6 +728,7 @@ _FRAME_STYLE = {  # fill, stroke, dash
 }
 _CELL_STYLE = {  # fill, stroke, text colour, dash
     "free": ("#ffffff", "#a0aec0", "#4a5568", ""),
+    "reserved": ("#fdf3e7", "#c08a4a", "#8a5a1a", "4 2"),
     "disallowed": ("#e2e2e2", "#c4c4c4", "#8a8a8a", ""),
     "offline": ("#f0f0f0", "#c4c4c4", "#a0a0a0", "3 2"),
 }
@@ -759,7 +767,7 @@ def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
     for t in texts:
         x, y = _MARGIN + t.x * _CW, _MARGIN + t.y * _CH
         st = t.style
-        if st.kind in ("rank", "shared", "free", "disallowed", "offline"):
+        if st.kind in ("rank", "shared", "free", "reserved", "disallowed", "offline"):
             if st.kind == "rank":
                 fill, stroke, ink, dash = rank_color(st.ranks[0], st.loader), "#2d3748", "#000000", "3 2" if st.loader else ""
             elif st.kind == "shared":

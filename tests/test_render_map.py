@@ -201,6 +201,41 @@ def test_disallowed_and_offline_cpus(hwloc_root) -> None:  # type: ignore[no-unt
         assert w.split()[0] in text.split("warning:", 1)[1]
 
 
+def test_reserved_cores_are_drawn_as_reserved_not_free(two_node: Topology) -> None:
+    """--reserve 0,17: both CPUs' whole cores (0/16 and 1/17 are SMT siblings) are marked r, in the picture and SVG."""
+    plan = plan_for(two_node, 2, reserve=frozenset({0, 17}))
+    reserved_cores = [c for c in two_node.cores if {0, 17} & set(c.pus)]
+    assert len(reserved_cores) == 2
+    assert sorted(plan.reserved) == sorted(p for c in reserved_cores for p in c.pus)
+    assert not set(plan.reserved) & {p for r in plan.ranks for p in r.cpus}
+    text = picture(two_node, plan, color=False)
+    drawn = cells(text)
+    assert {drawn[c.pus[0]] for c in reserved_cores} == {"r"}
+    assert "r reserved (--reserve)" in text
+    unreserved = [c for c in two_node.cores if c not in reserved_cores and not owners(plan, c)]
+    assert all(drawn[c.pus[0]] == "." for c in unreserved)
+    root = svg_root(svg(two_node, plan))
+    marked = {int(r.get("data-cpu", "-1")) for r in rects(root, "core") if "reserved" in (r.get("class") or "")}
+    assert marked == {c.pus[0] for c in reserved_cores}
+
+
+def test_reserved_cpus_in_plan_json_and_table(tmp_path: Path) -> None:
+    import json
+
+    root = two_node_four_gpus(tmp_path / "m")
+    shown = affrun("plan", "--fsroot", str(root), "--nproc-per-node", "2", "--reserve", "0", "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    topo = load_topology(fsroot=str(root), environ={})
+    (core0,) = [c for c in topo.cores if 0 in c.pus]
+    assert data["reserved"] == sorted(core0.pus)
+    assert not set(data["reserved"]) & {p for r in data["ranks"] for p in r["cpus"]}
+    table = affrun("plan", "--fsroot", str(root), "--nproc-per-node", "2", "--reserve", "0")
+    assert f"reserved {','.join(map(str, sorted(core0.pus)))}" in table.stdout
+    plain = json.loads(affrun("plan", "--fsroot", str(root), "--nproc-per-node", "2", "--json").stdout)
+    assert plain["reserved"] == []
+
+
 @pytest.mark.parametrize("width", [80, 120])
 def test_big_machines_fit_the_terminal(tmp_path: Path, hwloc_root, width: int) -> None:  # type: ignore[no-untyped-def]
     machines = [

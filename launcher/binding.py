@@ -46,6 +46,15 @@ class TaskBinding:
                 f"loader {format_cpulist(self.loader_cpus) or '-'}")
 
 
+def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> frozenset[int]:
+    """The CPU set affrun exported in ``name`` (``AFFRUN_CPUS``, ``AFFRUN_LOADER_CPUS``) of some process's
+    environment; empty when it is unset or malformed. For audits, which judge what they find rather than fail."""
+    try:
+        return parse_cpulist(environ.get(name, ""))
+    except ValueError:
+        return frozenset()
+
+
 def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | None:
     """The binding ``affrun exec`` gave this process, or ``None`` when it was not started through affrun.
 

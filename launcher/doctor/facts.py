@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from launcher.cpulist import parse_cpulist
+from launcher.binding import exported_cpus
 from launcher.doctor.procfs import ancestors, parent_pid, threads_union
 from launcher.runtimes import OPENMP, identify
 from launcher.slurm_env import parse_version
@@ -58,14 +58,9 @@ def rank_view(
     allowed CPUs (srun ``--cpu-bind``, taskset), the mask is per rank. Otherwise every local rank gets the same
     mask and ``local_size`` ranks share it.
     """
-    affrun = environ.get("AFFRUN_CPUS", "")
-    if affrun:
-        try:
-            cpus = parse_cpulist(affrun)
-        except ValueError:
-            cpus = frozenset()
-        if cpus:
-            return cpus, 1, True
+    cpus = exported_cpus(environ)
+    if cpus:
+        return cpus, 1, True
     if in_rank and process_cpus < machine_cpus:
         return process_cpus, 1, True
     return process_cpus, max(local_size, 1), local_size <= 1

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.binding import exported_cpus
+from launcher.cpulist import format_cpulist
 from launcher.doctor import procfs
 from launcher.doctor.checks import check_double_binding, check_environment
 from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source, slurm_bound
@@ -317,12 +318,9 @@ def owned_cpus(rank: ProcessRecord) -> frozenset[int]:
 
     The launcher's mask is left out under Slurm CPU binding, where srun binds each task below its parent's mask.
     """
-    affrun = rank.environ.get("AFFRUN_CPUS", "")
-    if affrun:
-        try:
-            return parse_cpulist(affrun)
-        except ValueError:
-            pass
+    planned = exported_cpus(rank.environ)
+    if planned:
+        return planned
     own = rank.mask
     if slurm_bound(rank.environ) or not rank.launcher_mask:
         return own
@@ -374,12 +372,9 @@ def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
         union |= child.mask
     if len(union) != 1:
         return []
-    loader = rank.environ.get("AFFRUN_LOADER_CPUS", "")
-    try:
-        if loader and union <= parse_cpulist(loader):
-            return []  # affrun --loader-cores planned it
-    except ValueError:
-        pass
+    loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
+    if loader and union <= loader:
+        return []  # affrun --loader-cores planned it
     cpu = next(iter(union))
     names = sorted({c.comm for c in children})
     main_too = rank.main_mask == frozenset(union)

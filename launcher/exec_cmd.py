@@ -17,14 +17,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.cpulist import format_cpulist
-from launcher.env import BIND_MODES, POLICIES, RankEnvironment, effective_mem_policy, rank_environment
+from launcher.env import RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import AffrunError, LaunchError
 from launcher.localrank import LocalRank
-from launcher.options import MEM_POLICIES, PlanOptions
-from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
+from launcher.option_table import BINDING_OPTIONS
+from launcher.options import PlanOptions
+from launcher.plan import Plan, RankPlan
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
-MEM_BACKENDS = ("auto", "numactl", "syscall")
 # Above this size the plan travels in a file (AFFRUN_PLAN=@path): one environment string may not exceed
 # 128 KiB (MAX_ARG_STRLEN), and every worker's execve would fail.
 INLINE_PLAN_LIMIT = 32 * 1024
@@ -107,29 +107,21 @@ def _non_negative(text: str) -> int:
 
 
 def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
-    """The topology, planning and environment options shared by ``exec`` and ``torchrun`` (argparse side;
-    click's are in :mod:`launcher.cli.options`). Each value lands in ``prefix + name``; the planning ones are
-    named like :class:`~launcher.options.PlanOptions`'s fields (see :func:`plan_options_from`)."""
-
-    def add(*flags: str, dest: str, **kwargs: Any) -> None:
-        group.add_argument(*flags, dest=prefix + dest, **kwargs)
-
-    add("--fsroot", dest="fsroot", help="Read sys/ and proc/ under DIR (default: $AFFRUN_FSROOT or /).")
-    add("--topology", dest="topology_file", help="Saved topology (JSON snapshot or hwloc XML).")
-    add("--cpus", dest="cpus", help="Restrict the allowed CPUs further (cpulist).")
-    add("--mode", dest="mode", choices=MODES, default="exclusive", help="exclusive | numa | socket | l3 | map")
-    add("--smt", dest="smt", action="store_true", help="Count every hardware thread in OMP_NUM_THREADS.")
-    add("--reserve", dest="reserve", help="Keep the cores of these CPUs out (cpulist).")
-    add("--loader-cores", dest="loader_cores", type=_non_negative, default=0,
-        help="Cores of each rank kept for DataLoader workers.")
-    add("--gpu-order", dest="gpu_order", choices=GPU_ORDERS, default="rank")
-    add("--map", dest="cpu_map", help="Explicit CPUs per rank, separated by ';': '0-7;8-15'.")
-    add("--gpus", dest="gpus", help="Explicit visible GPU per rank: '0,1,2,3'.")
-    add("--no-gpu", dest="no_gpu", action="store_true", help="Plan a CPU-only job.")
-    add("--omp-bind", dest="omp_bind", choices=BIND_MODES, default="rank")
-    add("--env-policy", dest="env_policy", choices=POLICIES, default="safe")
-    add("--mem-policy", dest="mem_policy", choices=MEM_POLICIES, default="auto")
-    add("--mem-backend", dest="mem_backend", choices=MEM_BACKENDS, default="auto")
+    """The topology, planning, environment and memory options of ``exec`` and ``torchrun``, argparse side, from
+    :data:`launcher.option_table.BINDING_OPTIONS` (click builds its options from the same table). Each value lands
+    in ``prefix + dest``; the planning ones are named like :class:`~launcher.options.PlanOptions`'s fields (see
+    :func:`plan_options_from`)."""
+    for spec in BINDING_OPTIONS:
+        kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
+        if spec.is_flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(default=spec.default, metavar=spec.metavar)
+            if spec.choices:
+                kwargs["choices"] = spec.choices
+            if spec.count:
+                kwargs["type"] = _non_negative
+        group.add_argument(spec.flag, **kwargs)
 
 
 def plan_options_from(args: argparse.Namespace, prefix: str = "") -> PlanOptions:

@@ -35,7 +35,7 @@ from launcher.binding import TaskBinding, current_binding
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.exec_cmd import exec_prefix
-from launcher.options import MEM_POLICIES, PlanOptions
+from launcher.options import PlanOptions
 
 if TYPE_CHECKING:
     import submitit
@@ -96,14 +96,12 @@ class AffinityOptions(PlanOptions):
         return opts
 
     def check(self) -> None:
-        from launcher.env import BIND_MODES, POLICIES
-        from launcher.exec_cmd import MEM_BACKENDS
+        from launcher.option_table import options_in
 
-        for name, choices in (("omp_bind", BIND_MODES), ("env_policy", POLICIES), ("mem_policy", MEM_POLICIES),
-                              ("mem_backend", MEM_BACKENDS)):
-            value = getattr(self, name)
-            if value not in choices:
-                raise ConfigError(f"{name}={value!r}: choose one of {', '.join(choices)}")
+        for spec in options_in("env", "apply"):
+            value = getattr(self, spec.dest)
+            if spec.choices and value not in spec.choices:
+                raise ConfigError(f"{spec.dest}={value!r}: choose one of {', '.join(spec.choices)}")
         if self.loader_cores < 0:
             raise ConfigError(f"loader_cores={self.loader_cores}: must be 0 or more")
         if self.fsroot and self.topology:

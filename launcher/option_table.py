@@ -1,0 +1,66 @@
+"""The binding options, defined once: flags, destination, type, default and help.
+
+``affrun exec`` and ``affrun torchrun`` build argparse arguments from this table
+(:func:`launcher.exec_cmd.add_binding_arguments`); the click commands build click options from it
+(:mod:`launcher.cli.options`). Planning options are named like :class:`~launcher.options.PlanOptions`'s fields.
+Standard library only: ``affrun exec`` imports it before every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.env import BIND_MODES, POLICIES
+from launcher.options import MEM_POLICIES
+from launcher.plan import GPU_ORDERS, MODES
+
+MEM_BACKENDS = ("auto", "numactl", "syscall")
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    flag: str
+    dest: str
+    group: str  # topology | plan | env | apply (apply: only where a rank is started: exec, torchrun)
+    help: str
+    choices: tuple[str, ...] | None = None
+    default: str | int | bool | None = None
+    is_flag: bool = False
+    count: bool = False  # an integer >= 0
+    metavar: str | None = None
+    envvar: str | None = None  # click reads it; on the argparse side load_topology reads it from the environment
+
+
+BINDING_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--fsroot", "fsroot", "topology", "Read sys/ and proc/ under DIR instead of / (default: $AFFRUN_FSROOT; "
+               "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT"),
+    OptionSpec("--topology", "topology_file", "topology", "Load a saved topology: affrun JSON snapshot or hwloc XML "
+               "(lstopo --of xml).", metavar="FILE"),
+    OptionSpec("--cpus", "cpus", "topology", "Restrict the allowed CPUs further (cpulist, e.g. 0-7,64-71).",
+               metavar="LIST"),
+    OptionSpec("--mode", "mode", "plan", "exclusive: disjoint cores per rank; numa/socket: share the GPU's "
+               "node/package; l3: whole L3 groups; map: explicit --map.", choices=MODES, default="exclusive"),
+    OptionSpec("--smt", "smt", "plan", "Count every hardware thread in OMP_NUM_THREADS.", is_flag=True, default=False),
+    OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST"),
+    OptionSpec("--loader-cores", "loader_cores", "plan", "Cores of each rank set aside for DataLoader workers.",
+               count=True, default=0, metavar="N"),
+    OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
+               "CPU region and its GPU.", choices=GPU_ORDERS, default="rank"),
+    OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
+               "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS"),
+    OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST"),
+    OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", is_flag=True,
+               default=False),
+    OptionSpec("--omp-bind", "omp_bind", "env", "rank: one OpenMP place per rank (safe for DataLoader workers); "
+               "core: one per core.", choices=BIND_MODES, default="rank"),
+    OptionSpec("--env-policy", "env_policy", "env", "What to do with OMP/KMP/MKL variables the user already set.",
+               choices=POLICIES, default="safe"),
+    OptionSpec("--mem-policy", "mem_policy", "env", "Memory policy of each rank (auto: preferred on multi-NUMA "
+               "machines, else none).", choices=MEM_POLICIES, default="auto"),
+    OptionSpec("--mem-backend", "mem_backend", "apply", "How the memory policy is applied (auto: the set_mempolicy "
+               "system call, numactl where Python knows no call number).", choices=MEM_BACKENDS, default="auto"),
+)
+
+
+def options_in(*groups: str) -> tuple[OptionSpec, ...]:
+    return tuple(o for o in BINDING_OPTIONS if o.group in groups)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from launcher.topology import load_topology
 from launcher.topology.nvml import NvmlGpu, nvml_gpus, with_nvml
 from launcher.topology.sysfs import read_sysfs
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+from tests.launch import affrun
 
 
 def two_node_machine() -> FakeMachine:
@@ -223,3 +225,34 @@ def test_reading_gpus_loads_no_optional_module(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+FAKE_PYNVML = '''
+"""NVML as nvidia-ml-py exposes it, for GPUs this machine cannot have: {gpus} as (bus id, uuid)."""
+GPUS = {gpus!r}
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return len(GPUS)
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetPciInfo(h): return type("Pci", (), {{"busId": GPUS[h][0].encode()}})()
+def nvmlDeviceGetUUID(h): return GPUS[h][1]
+'''
+
+
+def test_topology_nvml_flag_adds_uuids_and_warns(tmp_path: Path) -> None:
+    """``affrun topology --nvml`` with nvidia-ml-py's module on the path (NVML needs a GPU: its answers are stated)."""
+    m = two_node_machine()
+    m.gpus = [FakeGPU(pci="0000:17:00.0", numa_node=0)]
+    root = write_tree(tmp_path / "m", m)
+    fake = tmp_path / "nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_PYNVML.format(gpus=[("00000000:17:00.0", "GPU-abc"),
+                                                             ("00000000:ff:00.0", "GPU-other")]))
+    env = {"PYTHONPATH": f"{fake}:{os.environ.get('PYTHONPATH', '')}"}
+    plain = affrun("topology", "--fsroot", str(root), "--json", env=env)
+    checked = affrun("topology", "--fsroot", str(root), "--json", "--nvml", env=env)
+    assert plain.returncode == checked.returncode == 0, checked.stderr
+    assert [g["uuid"] for g in json.loads(plain.stdout)["gpus"]] == [None]
+    data = json.loads(checked.stdout)
+    assert [g["uuid"] for g in data["gpus"]] == ["GPU-abc"]
+    assert any("0000:ff:00.0" in w and "not found in sysfs" in w for w in data["warnings"])

@@ -26,10 +26,13 @@ def _topology(fsroot: str | None, topology_file: str | None, cpus: str | None) -
 @topology_options
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
 @click.option("--save", metavar="FILE", help="Save a snapshot that --topology FILE loads back.")
-def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None) -> None:
+@click.option("--nvml", is_flag=True, help="Add GPU UUIDs from NVML and cross-check the GPU list with it "
+              "(needs nvidia-ml-py and the driver; without them, nothing changes).")
+def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None,
+             nvml: bool) -> None:
     """Show the machine: packages, NUMA nodes, cores, allowed CPUs and GPUs."""
     try:
-        topo = _topology(fsroot, topology_file, cpus)
+        topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml)
         if save:
             from launcher.topology.snapshot import to_snapshot
 

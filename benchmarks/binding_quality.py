@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 
-from _common import AFFRUN, PY, clean_env
+from _common import AFFRUN, PY, byte_compile_affrun, clean_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
+    byte_compile_affrun()
     ncpu = len(os.sched_getaffinity(0))
     script = [os.path.join(HERE, "bench_rank.py"), str(args.seconds)]
     nproc = ["--nproc-per-node", str(args.nproc)]

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 
-from _common import AFFRUN, PY, median_walls
+from _common import AFFRUN, PY, byte_compile_affrun, median_walls
 
 NOOP = "import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.barrier()\ndist.destroy_process_group()\n"
 
@@ -22,6 +22,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
+    byte_compile_affrun()
     nproc = str(min(2, len(os.sched_getaffinity(0))))
     true = shutil.which("true") or "/bin/true"
     exec_times = median_walls(

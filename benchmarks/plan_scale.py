@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import byte_compile_affrun  # noqa: E402
+
 from launcher.env import rank_environment  # noqa: E402
 from launcher.options import PlanOptions  # noqa: E402
 from launcher.plan import make_plan  # noqa: E402
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="16,64,256,1024")
     parser.add_argument("--profile", type=int, metavar="PUS", help="cProfile the topology read of this tree")
     args = parser.parse_args(argv)
+    byte_compile_affrun()
     sizes = [int(s) for s in args.sizes.split(",")]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "OMP_", "KMP_")) and not k.endswith("_VISIBLE_DEVICES")}
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

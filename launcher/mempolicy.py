@@ -10,9 +10,7 @@ CAP_SYS_NICE, a node outside the cpuset's mems), it falls back membind/interleav
 from __future__ import annotations
 
 import os
-import platform
 import shutil
-import subprocess
 from dataclasses import dataclass
 
 MODES = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}
@@ -33,7 +31,7 @@ def set_mempolicy(policy: str, nodes: tuple[int, ...]) -> int:
     """Call set_mempolicy(2); return 0 or the errno."""
     import ctypes
 
-    number = SYSCALLS.get(platform.machine())
+    number = SYSCALLS.get(os.uname().machine)
     if number is None:
         return -1
     libc = ctypes.CDLL(None, use_errno=True)
@@ -51,6 +49,8 @@ def set_mempolicy(policy: str, nodes: tuple[int, ...]) -> int:
 
 
 def _numactl_works(numactl: str, policy: str, nodes: tuple[int, ...]) -> bool:
+    import subprocess  # only here: the exec path does not pay for it
+
     args = _numactl_args(numactl, policy, nodes)
     try:
         return subprocess.run([*args, "true"], capture_output=True, timeout=10).returncode == 0

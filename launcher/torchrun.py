@@ -10,6 +10,7 @@ and torchrun then runs in this process, unchanged, with each worker command rewr
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shlex
 import sys
@@ -124,6 +125,10 @@ def main(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
     from torch.distributed.run import run
 
+    # The collector was off while torch was imported (launcher.cli.torchrun_cmd): what exists now lives as long
+    # as the agent, so move it out of every future collection, and collect normally from here on.
+    gc.freeze()
+    gc.enable()
     try:
         record(run)(args)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import click
@@ -14,6 +15,10 @@ import click
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def torchrun(args: tuple[str, ...]) -> None:
     """torchrun with each local rank bound by affrun (affrun's options go before the script)."""
+    # Importing torch allocates millions of objects, and each full collection during it scans all of them: with
+    # the collector off until torchrun's agent starts (launcher.torchrun.main freezes those objects and turns it
+    # back on), the agent starts faster than plain torchrun. The ranks themselves are untouched.
+    gc.disable()
     try:
         import torch  # noqa: F401
     except ImportError:

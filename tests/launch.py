@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -81,21 +82,37 @@ def rank_lines(stderr: str) -> list[dict[str, str]]:
     return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
 
 
+# Where Debian's libomp5-14 (LLVM's OpenMP runtime, as in conda-forge's llvm-openmp) puts its library.
+LLVM_OMP_GLOBS = ("/usr/lib/*-linux-gnu/libomp.so.5", "/usr/lib/llvm-*/lib/libomp.so.5")
+
+
+def llvm_libomp() -> Path:
+    found = sorted(p for pattern in LLVM_OMP_GLOBS for p in glob.glob(pattern))
+    need(found, "LLVM's libomp is not installed (apt install libomp5-14)")
+    return Path(found[0])
+
+
 def compile_omp(tmp: Path, runtime: str, src: Path | None = None) -> Path:
-    """Build an OpenMP C program (default tests/programs/omp_probe.c) against libgomp (``gomp``) or Intel's
-    libiomp5 (``iomp5``). A gcc -fopenmp binary run with LD_PRELOAD=libiomp5 would still load libgomp, whose
-    constructor binds first; so the libiomp5 build compiles with -fopenmp (GOMP_* entry points, which libiomp5
-    implements) and links against libiomp5 alone."""
+    """Build an OpenMP C program (default tests/programs/omp_probe.c) against libgomp (``gomp``), Intel's
+    libiomp5 (``iomp5``) or LLVM's libomp (``omp``). A gcc -fopenmp binary run with LD_PRELOAD=libiomp5 would
+    still load libgomp, whose constructor binds first; so the libiomp5 and libomp builds compile with -fopenmp
+    (GOMP_* entry points, which both implement) and link against that runtime alone."""
     need(shutil.which("gcc"), "gcc is not installed")
     src = src or PROGRAMS / "omp_probe.c"
     out = tmp / f"{src.stem}_{runtime}"
     if runtime == "gomp":
         subprocess.run(["gcc", "-O1", "-fopenmp", str(src), "-o", str(out)], check=True)
         return out
+    obj = tmp / f"{src.stem}_{runtime}.o"
+    # libomp's unversioned omp_display_affinity is its Fortran entry (format, length): under GCC's omp.h a C call
+    # binds to it and crashes in strncpy. Its C entry point is ompc_display_affinity.
+    rename = ["-Domp_display_affinity=ompc_display_affinity"] if runtime == "omp" else []
+    subprocess.run(["gcc", "-O1", "-fopenmp", *rename, "-c", str(src), "-o", str(obj)], check=True)
+    if runtime == "omp":
+        subprocess.run(["gcc", str(obj), "-o", str(out), str(llvm_libomp())], check=True)
+        return out
     libdir = Path(sys.prefix) / "lib"
     need((libdir / "libiomp5.so").exists(), f"libiomp5.so not in {libdir} (pip install intel-openmp)")
-    obj = tmp / f"{src.stem}.o"
-    subprocess.run(["gcc", "-O1", "-fopenmp", "-c", str(src), "-o", str(obj)], check=True)
     subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"], check=True)
     return out
 

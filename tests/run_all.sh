@@ -14,6 +14,9 @@ log() { printf '[run_all %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v numactl >/dev/null 2>&1 || need+=(numactl)
+# LLVM's OpenMP runtime (conda-forge's llvm-openmp is the same library): the binding tests run against it too.
+compgen -G '/usr/lib/*-linux-gnu/libomp.so.5' >/dev/null || compgen -G '/usr/lib/llvm-*/lib/libomp.so.5' >/dev/null ||
+  need+=(libomp5-14)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"

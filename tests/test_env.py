@@ -1,5 +1,5 @@
 """The per-rank environment: what affrun exports, how it treats values the user already set, numactl arguments,
-and a check with the real OpenMP runtimes (libgomp and libiomp5) that the exported variables bind every thread
+and a check with the real OpenMP runtimes (libgomp, libiomp5 and LLVM's libomp) that the exported variables bind every thread
 inside the rank's CPUs."""
 
 from __future__ import annotations
@@ -408,16 +408,13 @@ HOSTILE = {"KMP_AFFINITY": "disabled", "OMP_PLACES": "cores", "OMP_NUM_THREADS":
 
 @pytest.fixture(scope="module")
 def omp_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The same OpenMP program built against libgomp (gcc -fopenmp) and linked directly to libiomp5.
-
-    A gcc -fopenmp binary with LD_PRELOAD=libiomp5 would still load libgomp, whose constructor binds first;
-    so the libiomp5 build compiles with -fopenmp (GOMP_* entry points, which libiomp5 implements) and links
-    against libiomp5 alone.
-    """
+    """The same OpenMP program built against libgomp (gcc -fopenmp), and linked directly to Intel's libiomp5
+    and to LLVM's libomp (tests.launch.compile_omp says why)."""
     out = tmp_path_factory.mktemp("omp")
     src = out / "probe.c"
     src.write_text(OMP_SOURCE)
-    return {"libgomp": compile_omp(out, "gomp", src), "libiomp5": compile_omp(out, "iomp5", src)}
+    return {"libgomp": compile_omp(out, "gomp", src), "libiomp5": compile_omp(out, "iomp5", src),
+            "libomp": compile_omp(out, "omp", src)}
 
 
 def live_rank(cpus: str) -> RankPlan:
@@ -481,7 +478,7 @@ def test_a_range_in_omp_places_pins_the_main_thread_in_libgomp(omp_binaries: dic
     assert problem == "not a valid OMP_PLACES value"
 
 
-@pytest.mark.parametrize("runtime", ["libgomp", "libiomp5"])
+@pytest.mark.parametrize("runtime", ["libgomp", "libiomp5", "libomp"])
 @pytest.mark.parametrize("user_env", [{}, HOSTILE], ids=["clean", "hostile"])
 @pytest.mark.parametrize(("cpus", "bind"), [("1", "rank"), ("all", "rank"), ("all", "core")])
 def test_real_runtime_binds_every_thread_inside_the_rank(

@@ -36,6 +36,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 log "installing affrun and its test extras into $VENV"
 "$VENV/bin/python" -m pip install -q -e '.[test]'
+# An editable install has no .pyc files, and with PYTHONDONTWRITEBYTECODE=1 none would be written: write them
+# now, as pip does for a regular install, or every affrun process the tests start compiles its modules again.
+"$VENV/bin/python" -m compileall -q launcher >/dev/null
 export PATH="$PWD/$VENV/bin:$PATH"
 
 # ---------------------------------------------------------------- lint and types

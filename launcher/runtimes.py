@@ -160,16 +160,12 @@ class IntelOpenMP(RuntimeController):
 
 
 @register
-class LLVMOpenMP(RuntimeController):
-    """LLVM libomp (clang ``-fopenmp``, conda's ``llvm-openmp``); it reads the ``KMP_*`` variables too."""
+class LLVMOpenMP(IntelOpenMP):
+    """LLVM libomp (clang ``-fopenmp``, conda's ``llvm-openmp``): Intel's runtime under another name, which reads
+    the same variables (``KMP_*`` included) at the same moment."""
 
     name = "libomp"
-    user_api = OPENMP
     pattern = re.compile(r"^libomp(-[0-9a-f]+)?\.so")  # not libomptarget
-    thread_variables = ("OMP_NUM_THREADS",)
-    variables = IntelOpenMP.variables
-    reads_at = "first parallel region"
-    count_symbols = ("omp_get_max_threads",)
 
 
 @register

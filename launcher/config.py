@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.env import BIND_MODES, POLICIES
 from launcher.errors import ConfigError
-from launcher.options import MEM_POLICIES
-from launcher.plan import GPU_ORDERS, MODES
+from launcher.option_table import options_in
 from launcher.slurm import STYLES
 
 # key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
@@ -55,19 +53,13 @@ KEYS: dict[str, Any] = {
     "setup": "lines",
     "rdzv-port": "port",
     "affrun": "str",
-    # affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job
-    "mode": MODES,
-    "smt": "bool",
-    "reserve": "str",
-    "loader-cores": "count",
-    "gpu-order": GPU_ORDERS,
-    "map": "str",
-    "gpus": "strint",
-    "no-gpu": "bool",
-    "omp-bind": BIND_MODES,
-    "env-policy": POLICIES,
-    "mem-policy": MEM_POLICIES,
 }
+# affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job: the same
+# flags as on the command line (launcher.option_table), with the kind their values take. --gpus may be written
+# as a YAML number (gpus: 0).
+KEYS.update({spec.flag[2:]: spec.choices or ("bool" if spec.is_flag else "count" if spec.count else "str")
+             for spec in options_in("plan", "env")})
+KEYS["gpus"] = "strint"
 TOP_LEVEL = ("defaults", "profiles")
 
 

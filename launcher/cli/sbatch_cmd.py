@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import fields
 from typing import Any
 
 import click
@@ -61,16 +62,7 @@ def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
         setup=tuple(values["setup"]),
         rdzv_port=values["rdzv_port"],
         affrun=values["affrun"],
-        plan=PlanOptions(
-            mode=values["mode"],
-            smt=values["smt"],
-            reserve=values["reserve"],
-            loader_cores=values["loader_cores"],
-            gpu_order=values["gpu_order"],
-            cpu_map=values["cpu_map"],
-            gpus=None if values["gpus"] is None else str(values["gpus"]),
-            no_gpu=values["no_gpu"],
-        ),
+        plan=PlanOptions(**{f.name: values[f.name] for f in fields(PlanOptions)}),  # --gpus is a str or None
         omp_bind=values["omp_bind"],
         env_policy=values["env_policy"],
         mem_policy=values["mem_policy"],

@@ -274,13 +274,10 @@ def test_kmp_affinity_binds_libiomp5_but_libgomp_ignores_it(tmp_path: Path) -> N
 RANK_JOB = TORCH_JOB.replace('f"READY {os.getpid()}\\n"', 'f"READY {os.getpid()} {os.environ[\'LOCAL_RANK\']}\\n"')
 
 
-def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:
-    require_torch()
-    need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
-    script = tmp_path / "job.py"
-    script.write_text(RANK_JOB)
-    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "60")
-    with running(argv, job_env(OMP_NUM_THREADS=str(len(CPUS)), WORKERS="0"), ready=2) as (proc, lines):
+def audit_two_rank_job(argv: list[str], env: dict[str, str]) -> tuple[
+        int, dict[str, Any], list[int], dict[int, frozenset[int]]]:
+    """Run a 2-rank torchrun job until both ranks are READY; return the audit, the rank PIDs and their masks."""
+    with running(argv, env, ready=2) as (proc, lines):
         # the masks first: the audit can take long on 2 oversubscribed CPUs, and they do not change after READY
         rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
         kernel = {p: kernel_mask(p) for p in rank_pids}
@@ -288,6 +285,16 @@ def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:
             code, data = audit(proc.pid)
         finally:
             kill_all(rank_pids)  # torchrun starts ranks in sessions of their own: killing the job's session misses them
+    return code, data, rank_pids, kernel
+
+
+def test_plain_torchrun_ranks_overlap_and_oversubscribe(tmp_path: Path) -> None:
+    require_torch()
+    need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
+    script = tmp_path / "job.py"
+    script.write_text(RANK_JOB)
+    argv = torchrun_argv("--nproc-per-node", "2", "--standalone", str(script), "60")
+    code, data, rank_pids, kernel = audit_two_rank_job(argv, job_env(OMP_NUM_THREADS=str(len(CPUS)), WORKERS="0"))
     assert code == 1
     ranks = processes(data, "rank")
     assert sorted(r["pid"] for r in ranks) == rank_pids
@@ -307,14 +314,7 @@ def test_clean_affrun_torchrun_job_has_no_findings(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
     script.write_text(RANK_JOB)
     argv = affrun_argv("torchrun", "--nproc-per-node", "2", "--standalone", str(script), "60")
-    with running(argv, job_env(), ready=2) as (proc, lines):
-        # the masks first: the audit can take long on 2 oversubscribed CPUs, and they do not change after READY
-        rank_pids = sorted(int(x.split()[1]) for x in lines if x.startswith("READY"))
-        kernel = {p: kernel_mask(p) for p in rank_pids}
-        try:
-            code, data = audit(proc.pid)
-        finally:
-            kill_all(rank_pids)  # torchrun starts ranks in sessions of their own: killing the job's session misses them
+    code, data, rank_pids, kernel = audit_two_rank_job(argv, job_env())
     assert (code, data["findings"]) == (0, [])
     ranks = sorted(processes(data, "rank"), key=lambda r: r["pid"])
     assert [r["pid"] for r in ranks] == rank_pids

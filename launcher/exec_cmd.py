@@ -210,8 +210,7 @@ def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[Paren
     # The policy judges what the *user* set: in a torchrun child, OMP_NUM_THREADS=1 came from torchrun, not the user.
     user_env = dict(environ)
     if parent.user_env or PLAN_VARIABLE in environ:
-        for name in ("OMP_NUM_THREADS",):
-            user_env.pop(name, None)
+        user_env.pop("OMP_NUM_THREADS", None)
         user_env.update(parent.user_env)
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks), user_env=user_env, bind=parent.bind,
                             smt=parent.plan.smt, policy=parent.env_policy)

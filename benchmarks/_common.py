@@ -35,7 +35,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 def wall(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
     subprocess.run(list(argv), env=env if env is not None else clean_env(), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # a failure shows its stderr
     return time.perf_counter() - t0
 
 

@@ -24,17 +24,16 @@ import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import byte_compile_affrun  # noqa: E402
+from _common import byte_compile_affrun, median_walls  # noqa: E402
 
 from launcher.env import rank_environment  # noqa: E402
 from launcher.options import PlanOptions  # noqa: E402
@@ -75,17 +74,6 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times) * 1000
 
 
-def median_walls_ms(commands: dict[str, Sequence[str]], repeats: int, env: dict[str, str]) -> dict[str, float]:
-    """Interleave the commands so that machine noise hits all of them alike."""
-    times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(repeats):
-        for name, argv in commands.items():
-            t0 = time.perf_counter()
-            subprocess.run(list(argv), env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) * 1000 for name, v in times.items()}
-
-
 def affrun_argv() -> list[str]:
     script = shutil.which("affrun")
     return [script] if script else [sys.executable, "-m", "launcher"]
@@ -115,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 lambda plan=plan: [rank_environment(r, local_world_size=NPROC, user_env={}) for r in plan.ranks],
                 args.repeats,
             )
-            walls = median_walls_ms(
+            seconds = median_walls(
                 {
                     "pass": [sys.executable, "-c", "pass"],
                     "cli": [*affrun_argv(), "plan", "--fsroot", root, "--nproc-per-node", str(NPROC), "--json"],
@@ -124,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.repeats,
                 env,
             )
+            walls = {name: s * 1000 for name, s in seconds.items()}
             rows.append((pus, len(topo.gpus), read, planning, envs, walls))
             if args.profile == pus:
                 profiler = cProfile.Profile()

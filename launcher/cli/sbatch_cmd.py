@@ -14,11 +14,13 @@ from click.core import ParameterSource
 from launcher.cli import fail
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
+from launcher.option_table import options_in
 from launcher.options import PlanOptions
 from launcher.slurm import STYLES, SbatchSpec, render
 
-# config key -> click parameter name (where they differ from key.replace("-", "_"))
-_PARAM_OF = {"map": "cpu_map", "sbatch-line": "sbatch_line"}
+# config key -> click parameter name, for affrun's own options (--map lands in cpu_map); other keys are
+# key.replace("-", "_")
+_PARAM_OF = {spec.flag[2:]: spec.dest for spec in options_in("plan", "env")}
 
 
 def _param(key: str) -> str:

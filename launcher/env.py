@@ -41,6 +41,9 @@ from launcher.plan import RankPlan
 BIND_MODES = ("rank", "core")
 POLICIES = ("safe", "override", "keep")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The variables affrun sets or judges whose user-set values a launcher snapshots before starting ranks
+# (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
+USER_VARIABLES = (*THREAD_VARIABLES, "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY", "GOMP_CPU_AFFINITY")
 ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
 PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
 KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")

@@ -14,7 +14,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
 from launcher.env import RankEnvironment, effective_mem_policy, rank_environment
@@ -23,6 +23,9 @@ from launcher.localrank import LocalRank
 from launcher.option_table import BINDING_OPTIONS
 from launcher.options import PlanOptions
 from launcher.plan import Plan, RankPlan
+
+if TYPE_CHECKING:
+    from launcher.mempolicy import MemResult
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
 # Above this size the plan travels in a file (AFFRUN_PLAN=@path): one environment string may not exceed
@@ -223,6 +226,18 @@ def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[Paren
     return parent, rank, renv
 
 
+def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str) -> MemResult:
+    """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children)."""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        raise LaunchError(f"cannot bind to CPUs {format_cpulist(cpus)}: {exc.strerror} "
+                          f"(allowed here: {format_cpulist(os.sched_getaffinity(0))})") from None
+    from launcher.mempolicy import apply_mempolicy
+
+    return apply_mempolicy(mem_policy, mem_nodes, mem_backend)
+
+
 def main(argv: Sequence[str]) -> int:
     before, command = _split_command(argv)
     parser = build_parser()
@@ -249,14 +264,7 @@ def main(argv: Sequence[str]) -> int:
             if command:
                 print("exec " + shlex.join(command))
             return 0
-        try:
-            os.sched_setaffinity(0, rank.cpus)
-        except OSError as exc:
-            raise LaunchError(f"cannot bind to CPUs {format_cpulist(rank.cpus)}: {exc.strerror} "
-                              f"(allowed here: {format_cpulist(os.sched_getaffinity(0))})") from None
-        from launcher.mempolicy import apply_mempolicy
-
-        mem = apply_mempolicy(parent.mem_policy, rank.mem_nodes, parent.mem_backend)
+        mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, parent.mem_backend)
         for warning in mem.warnings:
             print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
         if verbose:

@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "show": "launcher.cli.topology_cmds:show",
     "exec": "launcher.cli.exec_stub:exec_",
     "torchrun": "launcher.cli.torchrun_cmd:torchrun",
+    "run": "launcher.cli.run_stub:run",
     "sbatch": "launcher.cli.sbatch_cmd:sbatch",
     "doctor": "launcher.cli.doctor_cmd:doctor",
 }

@@ -1,0 +1,158 @@
+"""``affrun run [OPTIONS] -- COMMAND ARGS...``: bind the ranks that any launcher starts.
+
+The plan is made once, here (``--nproc-per-node``, else one rank per ``--gpus``/``--map`` entry, else one per
+visible GPU), and handed to every descendant as ``affrun torchrun`` hands it to its workers: ``AFFRUN_PLAN``
+(:class:`launcher.exec_cmd.ParentPlan`). ``AFFRUN_RUN`` switches on the startup hook (:mod:`launcher.startup`),
+which binds each Python process to its local rank when its interpreter starts. COMMAND is then ``exec``'d in
+place: same PID, environment, exit status and signals.
+
+``--top`` says what the first Python process without a rank variable is: ``launcher`` (torchrun, accelerate,
+deepspeed, mpirun, srun: left unbound), or ``rank0`` (a script that is rank 0 itself, as Lightning's is; a
+single-process job). ``auto`` picks ``launcher`` for those launchers' commands and ``rank0`` for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+
+from launcher.env import USER_VARIABLES, effective_mem_policy
+from launcher.errors import AffrunError, ConfigError, LaunchError
+from launcher.exec_cmd import (
+    INLINE_PLAN_LIMIT,
+    PLAN_VARIABLE,
+    ParentPlan,
+    add_binding_arguments,
+    mem_text,
+    plan_options_from,
+    rank_line,
+)
+from launcher.startup import RUN_VARIABLE
+
+TOP_CHOICES = ("auto", "rank0", "launcher")
+# Commands whose first process starts the ranks and is not one of them.
+LAUNCHERS = ("torchrun", "accelerate", "accelerate-launch", "deepspeed", "ds", "mpirun", "mpiexec", "orterun",
+             "prterun", "srun", "lightning", "fabric", "hydra")
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
+                    "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner", "deepspeed.launcher.launch")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="affrun run",
+        description="Plan once, then run COMMAND (accelerate launch, deepspeed, python train.py with Lightning or "
+        "torch.multiprocessing.spawn...): every Python process it starts binds itself to its local rank at "
+        "interpreter start (affrun's startup hook).",
+        usage="affrun run [OPTIONS] -- COMMAND [ARGS...]",
+    )
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int,
+                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU).")
+    p.add_argument("--top", choices=TOP_CHOICES, default="auto",
+                   help="The first Python process without a rank variable: rank0 (the script is rank 0, as "
+                   "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
+                   "deepspeed, mpirun, srun; rank0 otherwise).")
+    add_binding_arguments(p)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="Every process the hook binds prints its rank line (with its pid and why) on stderr.")
+    p.add_argument("--dry-run", action="store_true", help="Print the plan and the environment; start nothing.")
+    return p
+
+
+def top_role(command: Sequence[str]) -> str:
+    """``launcher`` when COMMAND is a known launcher (directly or as ``python -m MODULE``), else ``rank0``."""
+    words = list(command)
+    while words and (os.path.basename(words[0]) == "env" or "=" in words[0]):
+        words = words[1:]  # env VAR=value CMD
+    if not words:
+        return "rank0"
+    if os.path.basename(words[0]) in LAUNCHERS:
+        return "launcher"
+    if "-m" in words[:-1] and words[words.index("-m") + 1] in LAUNCHER_MODULES:
+        return "launcher"
+    return "rank0"
+
+
+def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = list(argv).index("--")
+        return list(argv[:i]), list(argv[i + 1 :])
+    return list(argv), []
+
+
+def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
+    from launcher.plan import make_plan
+    from launcher.topology import load_topology
+
+    opts = plan_options_from(args)
+    topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ,
+                         gpus=not opts.no_gpu)
+    nproc = args.nproc if args.nproc is not None else opts.rank_count()
+    if nproc is None:
+        nproc = 0 if opts.no_gpu else len(topo.visible_gpus())
+        if nproc == 0:
+            raise ConfigError("no GPU is visible to plan one rank per GPU: give --nproc-per-node N (the number of "
+                              "processes the launcher starts)")
+    if nproc < 1:
+        raise ConfigError(f"--nproc-per-node {nproc}: give at least 1")
+    plan = make_plan(topo, opts.request(nproc))
+    mem = effective_mem_policy(args.mem_policy, len(topo.cpu_nodes()))
+    user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
+    return ParentPlan(plan, args.omp_bind, args.env_policy, mem, args.mem_backend, user_env, args.verbose)
+
+
+def main(argv: Sequence[str]) -> int:
+    before, command = _split(argv)
+    parser = build_parser()
+    args = parser.parse_args(before)
+    if not command and not args.dry_run:
+        parser.error("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
+    environ = dict(os.environ)
+    try:
+        if environ.get(RUN_VARIABLE):
+            raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
+                              "run the launcher directly")
+        parent = prepare(args, environ)
+        role = top_role(command) if args.top == "auto" else args.top
+        host = os.uname().nodename
+        for rank in parent.plan.ranks:
+            print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host),
+                  file=sys.stderr)
+        for warning in parent.plan.warnings:
+            print(f"affrun: warning: {warning}", file=sys.stderr)
+        from launcher.binders import binders_in_command, binders_in_environment
+
+        for binder in (*binders_in_environment(environ), *binders_in_command(command)):
+            print(f"affrun: warning: double-binding: {binder.source} binds the ranks again after affrun: "
+                  f"{binder.fix}", file=sys.stderr)
+        if args.dry_run:
+            print(f"{RUN_VARIABLE}={role}")
+            print(f"{PLAN_VARIABLE}={parent.to_json()}")
+            if command:
+                print("exec " + shlex.join(command))
+            return 0
+        import tempfile
+
+        # Only a plan too big for one variable is written to a file; it must outlive this process (exec).
+        spill = tempfile.mkdtemp(prefix="affrun-run-") if len(parent.to_json()) > INLINE_PLAN_LIMIT else ""
+        environ[PLAN_VARIABLE] = parent.to_env(spill)
+        environ[RUN_VARIABLE] = role
+        sys.stderr.flush()
+        sys.stdout.flush()
+        try:
+            os.execvpe(command[0], command, environ)
+        except FileNotFoundError:
+            print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
+            return 127
+        except PermissionError:
+            print(f"affrun: error: {command[0]}: permission denied", file=sys.stderr)
+            return 126
+        except OSError as exc:
+            print(f"affrun: error: {command[0]}: {exc.strerror}", file=sys.stderr)
+            return 126
+    except AffrunError as exc:
+        print(f"affrun: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0  # pragma: no cover - execvpe does not return

@@ -1,0 +1,193 @@
+"""The startup hook: under ``affrun run``, every Python process binds itself before any user import.
+
+The package installs ``affrun-startup.pth`` into site-packages (see ``build_backend/``). Python's ``site``
+module executes its one line at every interpreter start; without ``AFFRUN_RUN`` in the environment the line
+is a dictionary lookup and imports nothing. ``affrun run`` sets ``AFFRUN_RUN`` (the role of the first process,
+``rank0`` or ``launcher``) and ``AFFRUN_PLAN`` (the plan, as for ``affrun torchrun``), then this module decides
+what the starting process is (:func:`decide`, pure) and applies it (:func:`main`):
+
+- ``rank``: a launcher's rank (``LOCAL_RANK``, ``SLURM_LOCALID``, ``OMPI_...``: the variables ``affrun exec``
+  reads) not bound yet, or a rank started by a bound rank with another rank number (Lightning's ranks 1..N-1,
+  started by rank 0). It gets the plan's mask, memory policy and OpenMP/BLAS variables in ``os.environ``.
+- the first process with no rank variable, when ``AFFRUN_RUN=rank0``: it is rank 0 (Lightning's script, a
+  single-process job). ``LOCAL_RANK`` is not set: Lightning reads a set ``LOCAL_RANK`` as "launched externally".
+- ``launcher``: no rank variable and ``AFFRUN_RUN=launcher`` (torchrun's agent, ``accelerate launch``,
+  ``deepspeed``): left as it is, so that it never confines the ranks it starts.
+- ``worker``: a ``multiprocessing`` child (spawn or forkserver bootstrap) of a bound rank, such as a DataLoader
+  worker. It is not rebound as a rank: it moves to the rank's loader CPUs when the plan has some, and drops the
+  per-thread placement variables (``OMP_PLACES``, ``OMP_PROC_BIND``) so that its OpenMP runtime cannot pin it to
+  the first place of the rank (the DataLoader collapse) nor keep a place list of another rank (a
+  ``torch.multiprocessing.spawn`` child that calls :func:`launcher.bind_rank` next).
+- ``inherit``: any other process below a bound rank (a helper ``subprocess``, a re-exec of the rank itself):
+  already bound, left alone.
+- ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits).
+
+A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+RUN_VARIABLE = "AFFRUN_RUN"
+ROLES = ("rank0", "launcher")
+BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"  # written by every binding (launcher.env.affrun_variables)
+# Variables a multiprocessing child of a bound rank must not inherit: they place OpenMP threads per place.
+PLACEMENT_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+
+Action = Literal["rank", "worker", "inherit", "launcher", "skip"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    rank: int | None  # the local rank bound (rank), or the bound rank a worker belongs to (worker, inherit)
+    reason: str
+
+
+def multiprocessing_child(argv: Sequence[str]) -> bool:
+    """A process started by ``multiprocessing``'s spawn or forkserver method (or its resource tracker)."""
+    if "--multiprocessing-fork" in argv:
+        return True
+    try:
+        code = argv[list(argv).index("-c") + 1]
+    except (ValueError, IndexError):
+        return False
+    return code.startswith("from multiprocessing.")
+
+
+def affrun_process(argv: Sequence[str]) -> bool:
+    """``affrun ...`` itself (console script) or ``affrun exec`` as ``affrun torchrun`` starts it."""
+    from launcher.exec_cmd import BOOT
+
+    return BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
+
+
+def decide(environ: Mapping[str, str], argv: Sequence[str]) -> Decision:
+    """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``.
+
+    Raises :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank.
+    """
+    from launcher.errors import LaunchError
+    from launcher.localrank import LocalRankError, detect_local_rank
+
+    role = environ.get(RUN_VARIABLE, "")
+    if role not in ROLES:
+        raise LaunchError(f"{RUN_VARIABLE}={role!r} is not one of {', '.join(ROLES)} (set by affrun run)")
+    if affrun_process(argv):
+        return Decision("skip", None, "affrun's own process")
+    try:
+        detected = detect_local_rank(environ)
+    except LocalRankError as exc:
+        raise LaunchError(str(exc)) from None
+    bound: int | None = None
+    if BOUND_VARIABLE in environ:
+        try:
+            bound = int(environ[BOUND_VARIABLE])
+        except ValueError:
+            raise LaunchError(f"{BOUND_VARIABLE}={environ[BOUND_VARIABLE]!r} is not an integer") from None
+    if detected is not None and detected.rank != bound:
+        why = f"{detected.source}={detected.rank}"
+        return Decision("rank", detected.rank, why if bound is None else f"{why}, started by bound rank {bound}")
+    if bound is not None:
+        if multiprocessing_child(argv):
+            return Decision("worker", bound, f"multiprocessing child of bound rank {bound}")
+        return Decision("inherit", bound, f"already bound (rank {bound})")
+    if role == "rank0":
+        return Decision("rank", 0, "first process without a rank variable (AFFRUN_RUN=rank0)")
+    return Decision("launcher", None, "launcher process (AFFRUN_RUN=launcher)")
+
+
+def rank_user_env(environ: Mapping[str, str], user_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment whose values the env policy judges: ``environ`` with the variables affrun manages taken
+    out (a launcher or a bound parent set them, not the user) and the user's own values, snapshot by the
+    launcher, put back."""
+    from launcher.env import USER_VARIABLES
+
+    out = {k: v for k, v in environ.items() if k not in USER_VARIABLES}
+    out.update(user_env)
+    return out
+
+
+def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str], unset: Sequence[str]) -> None:
+    for name in unset:
+        environ.pop(name, None)
+    environ.update(set_)
+
+
+def bind_as_rank(rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
+    """Bind this process as local rank ``rank_index`` of the plan in ``AFFRUN_PLAN``; return its notes."""
+    from launcher.env import rank_environment
+    from launcher.errors import LaunchError
+    from launcher.exec_cmd import PLAN_VARIABLE, ParentPlan, bind_process, mem_text, rank_line
+
+    text = environ.get(PLAN_VARIABLE)
+    if not text:
+        raise LaunchError(f"{RUN_VARIABLE} is set but {PLAN_VARIABLE} is not (both come from affrun run)")
+    parent = ParentPlan.from_env(text)
+    if not 0 <= rank_index < len(parent.plan.ranks):
+        raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
+                          f"({len(parent.plan.ranks)} ranks): give affrun run --nproc-per-node to match the launcher")
+    rank = parent.plan.ranks[rank_index]
+    renv = rank_environment(rank, local_world_size=len(parent.plan.ranks),
+                            user_env=rank_user_env(environ, parent.user_env), bind=parent.bind,
+                            smt=parent.plan.smt, policy=parent.env_policy)
+    # numactl cannot wrap a process that is already running: the system call is the in-process backend.
+    backend = "syscall" if parent.mem_backend in ("auto", "numactl") else parent.mem_backend
+    mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, backend)
+    apply_environment(environ, renv.set, renv.unset)
+    notes = [*mem.warnings, *renv.notes]
+    if parent.mem_backend == "numactl" and mem.policy != "none":
+        notes.append("--mem-backend numactl: applied with set_mempolicy instead (the process is already running)")
+    if parent.verbose:
+        host = os.uname().nodename
+        print(rank_line(rank, len(parent.plan.ranks), mem_text(mem.policy, mem.nodes), host)
+              + f" pid {os.getpid()} ({why})", file=sys.stderr)
+        for note in notes:
+            print(f"affrun: note: rank {rank_index}: {note}", file=sys.stderr)
+    return notes
+
+
+def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
+    """A multiprocessing child of bound rank ``bound``: its loader CPUs when the plan has some, no placement."""
+    from launcher.cpulist import parse_cpulist
+
+    try:
+        loader = parse_cpulist(environ.get("AFFRUN_LOADER_CPUS", ""))
+    except ValueError:
+        from launcher.errors import LaunchError
+
+        raise LaunchError(f"AFFRUN_LOADER_CPUS={environ.get('AFFRUN_LOADER_CPUS')!r} is not a cpu list") from None
+    if loader:
+        from launcher.exec_cmd import bind_process
+
+        bind_process(sorted(loader), "none", (), "syscall")
+    apply_environment(environ, {}, PLACEMENT_VARIABLES)
+
+
+_done = False
+
+
+def main() -> None:
+    """Run by ``affrun-startup.pth`` when ``AFFRUN_RUN`` is set (once per process: ``site`` may read the
+    site-packages directory twice, through a ``lib64`` link)."""
+    global _done
+    if _done:
+        return
+    _done = True
+    from launcher.errors import AffrunError
+
+    try:
+        decision = decide(os.environ, sys.orig_argv)
+        if decision.action == "rank" and decision.rank is not None:
+            bind_as_rank(decision.rank, os.environ, why=decision.reason)
+        elif decision.action == "worker" and decision.rank is not None:
+            bind_as_worker(decision.rank, os.environ)
+    except AffrunError as exc:
+        print(f"affrun: error: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(exc.exit_code)  # SystemExit would be reported by site as a failed .pth line, and ignored

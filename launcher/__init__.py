@@ -22,6 +22,8 @@ _LAZY = {
     "AffrunError": "launcher.errors",
     "AffinityExecutor": "launcher.submitit",
     "current_binding": "launcher.binding",
+    "bind_rank": "launcher.inprocess_bind",
+    "BindReport": "launcher.inprocess_bind",
 }
 
 __all__ = ["__version__", *_LAZY]

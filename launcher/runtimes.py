@@ -59,6 +59,7 @@ class RuntimeController:
     variables: ClassVar[tuple[str, ...]]  # every variable the runtime reads (thread counts and binding)
     reads_at: ClassVar[str]  # when it reads them: "load" or "first parallel region"
     count_symbols: ClassVar[tuple[str, ...]] = ()  # functions returning the thread count, tried in order
+    set_symbols: ClassVar[tuple[str, ...]] = ()  # functions void(int) setting it (threadpoolctl's), tried in order
 
     @classmethod
     def matches(cls, filename: str) -> bool:
@@ -97,6 +98,22 @@ class RuntimeController:
             value = int(func())
             return value if value > 0 else None
         return None
+
+    @classmethod
+    def set_threads_in_process(cls, path: str, threads: int) -> bool:
+        """Set the thread count of the library loaded in *this* process (never loads it); False when it cannot."""
+        lib = _open_loaded(path)
+        if lib is None:
+            return False
+        for symbol in cls.set_symbols:
+            func = getattr(lib, symbol, None)
+            if func is None:
+                continue
+            func.restype = None
+            func.argtypes = [_c_int()]
+            func(threads)
+            return True
+        return False
 
     @classmethod
     def describe(cls, paths: Sequence[str]) -> str:
@@ -143,6 +160,7 @@ class GnuOpenMP(RuntimeController):
     variables = (*OMP_VARIABLES, "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT")
     reads_at = "load"
     count_symbols = ("omp_get_max_threads",)
+    set_symbols = ("omp_set_num_threads",)
 
 
 @register
@@ -157,6 +175,7 @@ class IntelOpenMP(RuntimeController):
                  "KMP_INIT_AT_FORK")
     reads_at = "first parallel region"
     count_symbols = ("omp_get_max_threads",)
+    set_symbols = ("omp_set_num_threads",)
 
 
 @register
@@ -180,6 +199,7 @@ class OpenBLAS(RuntimeController):
     reads_at = "load"
     count_symbols = ("openblas_get_num_threads", "openblas_get_num_threads64_",
                      "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
+    set_symbols = tuple(s.replace("_get_", "_set_") for s in count_symbols)
 
 
 _MKL_LAYERS = re.compile(r"^libmkl_(intel_thread|gnu_thread|tbb_thread|pgi_thread|sequential)\.so")
@@ -196,6 +216,7 @@ class MKL(RuntimeController):
     variables = ("MKL_NUM_THREADS", "MKL_THREADING_LAYER", "MKL_DYNAMIC", "OMP_NUM_THREADS")
     reads_at = "load"
     count_symbols = ("MKL_Get_Max_Threads",)
+    set_symbols = ("MKL_Set_Num_Threads",)
 
     @classmethod
     def describe(cls, paths: Sequence[str]) -> str:

@@ -31,7 +31,10 @@ import os
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from launcher.exec_cmd import ParentPlan
 
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
@@ -67,8 +70,21 @@ def affrun_process(argv: Sequence[str]) -> bool:
     return BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
 
 
-def decide(environ: Mapping[str, str], argv: Sequence[str]) -> Decision:
-    """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``.
+def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:
+    """``environ`` with the plan's rank count as the local size where a launcher set a rank but no size
+    (Lightning sets ``LOCAL_RANK`` without ``LOCAL_WORLD_SIZE``)."""
+    from launcher.localrank import SOURCES
+
+    out = dict(environ)
+    for rank_var, size_var in SOURCES:
+        if rank_var in out and size_var not in out and rank_var != "SLURM_LOCALID":
+            out[size_var] = str(nproc)
+    return out
+
+
+def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int) -> Decision:
+    """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``, whose
+    plan has ``nproc`` ranks.
 
     Raises :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank.
     """
@@ -81,7 +97,7 @@ def decide(environ: Mapping[str, str], argv: Sequence[str]) -> Decision:
     if affrun_process(argv):
         return Decision("skip", None, "affrun's own process")
     try:
-        detected = detect_local_rank(environ)
+        detected = detect_local_rank(with_plan_size(environ, nproc))
     except LocalRankError as exc:
         raise LaunchError(str(exc)) from None
     bound: int | None = None
@@ -119,16 +135,22 @@ def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str]
     environ.update(set_)
 
 
-def bind_as_rank(rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
-    """Bind this process as local rank ``rank_index`` of the plan in ``AFFRUN_PLAN``; return its notes."""
-    from launcher.env import rank_environment
+def parent_plan(environ: Mapping[str, str]) -> ParentPlan:
     from launcher.errors import LaunchError
-    from launcher.exec_cmd import PLAN_VARIABLE, ParentPlan, bind_process, mem_text, rank_line
+    from launcher.exec_cmd import PLAN_VARIABLE, ParentPlan
 
     text = environ.get(PLAN_VARIABLE)
     if not text:
         raise LaunchError(f"{RUN_VARIABLE} is set but {PLAN_VARIABLE} is not (both come from affrun run)")
-    parent = ParentPlan.from_env(text)
+    return ParentPlan.from_env(text)
+
+
+def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
+    """Bind this process as local rank ``rank_index`` of ``parent``'s plan; return its notes."""
+    from launcher.env import rank_environment
+    from launcher.errors import LaunchError
+    from launcher.exec_cmd import bind_process, mem_text, rank_line
+
     if not 0 <= rank_index < len(parent.plan.ranks):
         raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
                           f"({len(parent.plan.ranks)} ranks): give affrun run --nproc-per-node to match the launcher")
@@ -182,9 +204,12 @@ def main() -> None:
     from launcher.errors import AffrunError
 
     try:
-        decision = decide(os.environ, sys.orig_argv)
+        if affrun_process(sys.orig_argv):
+            return
+        parent = parent_plan(os.environ)
+        decision = decide(os.environ, sys.orig_argv, len(parent.plan.ranks))
         if decision.action == "rank" and decision.rank is not None:
-            bind_as_rank(decision.rank, os.environ, why=decision.reason)
+            bind_as_rank(parent, decision.rank, os.environ, why=decision.reason)
         elif decision.action == "worker" and decision.rank is not None:
             bind_as_worker(decision.rank, os.environ)
     except AffrunError as exc:

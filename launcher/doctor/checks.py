@@ -416,10 +416,16 @@ def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: 
 # --------------------------------------------------------------------------- host checks
 @host_check
 def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
+    under_affrun = bool(environ.get("AFFRUN_CPUS") or environ.get("AFFRUN_RUN"))
+    out = [_finding(
+        "double-binding", "error", f"{binder.source} while affrun binds the ranks",
+        f"{binder.tool} sets the rank's CPUs again after affrun did: the last one wins and affrun's OpenMP settings "
+        "no longer match the mask", binder.fix,
+        env_fix={"ACCELERATE_CPU_AFFINITY": None} if binder.source.startswith("ACCELERATE_CPU_AFFINITY") else {})
+        for binder in (facts.other_binders if under_affrun else ())]
     if not facts.numa_binding:
-        return []
-    under_affrun = bool(environ.get("AFFRUN_CPUS"))
-    return [_finding(
+        return out
+    return [*out, _finding(
         "double-binding", "error",
         f"{facts.numa_binding}" + (" while affrun bound this rank" if under_affrun else ""),
         "torchrun's --numa-binding and affrun both set the rank's CPUs: the last one wins and the other's "

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from launcher.binders import OtherBinder, other_binders
 from launcher.binding import exported_cpus
 from launcher.doctor.procfs import ancestors, parent_pid, threads_union
 from launcher.runtimes import OPENMP, identify
@@ -42,6 +43,7 @@ class Facts:
     slurm_version: tuple[int, int, int] | None = None  # srun's, as launcher.slurm_env.parse_version reads it
     gpu_device_ids: Mapping[str, str] = field(default_factory=dict)  # PCI address -> PCI device id (model)
     numa_binding: str | None = None  # where a torchrun --numa-binding was found
+    other_binders: tuple[OtherBinder, ...] = ()  # accelerate's and DeepSpeed's own binders (launcher.binders)
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -264,6 +266,7 @@ def gather_facts(
         mem_error = membind_error(nodes)
     if probe_host and environ.get("SLURM_CPUS_PER_TASK") and not environ.get("SRUN_CPUS_PER_TASK"):
         slurm = slurm_version()
+    chain = ancestors(os.getpid()) if live else []
     return Facts(
         rank_cpus=cpus,
         ranks_sharing=sharing,
@@ -279,5 +282,6 @@ def gather_facts(
         membind_error=mem_error,
         slurm_version=slurm,
         gpu_device_ids=gpu_device_ids(fsroot, topology) if (live or fsroot != "/") else {},
-        numa_binding=numa_binding_source(environ, ancestors(os.getpid()) if live else []),
+        numa_binding=numa_binding_source(environ, chain),
+        other_binders=other_binders(environ, chain),
     )

@@ -90,7 +90,9 @@ CATALOGUE: dict[str, str] = {
                      "workers (and, without a per-rank mask, every rank) inherit that one place",
     "kmp-ignored-by-libgomp": "KMP_* variables are set but the OpenMP runtime is GNU libgomp, which ignores them",
     "openmp-runtimes-mixed": "two OpenMP runtimes in one process (libgomp with libiomp5 or libomp)",
-    "double-binding": "torchrun --numa-binding (or PET_NUMA_BINDING) together with affrun: two binders fight",
+    "double-binding": "torchrun --numa-binding (or PET_NUMA_BINDING), accelerate's --enable_cpu_affinity "
+                      "(ACCELERATE_CPU_AFFINITY) or DeepSpeed's --bind_cores_to_rank together with affrun: two "
+                      "binders fight",
     "srun-cpus-per-task": "SLURM_CPUS_PER_TASK without SRUN_CPUS_PER_TASK on Slurm 22.05.0-23.02.4: "
                           "srun gives each task one CPU",
     "numactl-missing": "numactl is not installed",

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.binders import other_binders
 from launcher.binding import exported_cpus
 from launcher.cpulist import format_cpulist
 from launcher.doctor import procfs
@@ -346,6 +347,7 @@ def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) 
             openmp_source=f"loaded in pid {rank.pid}" if runtimes else "",
             intel_openmp_version=version,
             numa_binding=numa_binding_source(rank.environ, chain),
+            other_binders=other_binders(rank.environ, chain),
         )
         subject = rank.label()
         for f in (*check_environment(rank.environ, topology, facts, host=False),

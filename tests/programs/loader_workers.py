@@ -2,9 +2,13 @@
 
 import sys
 
-import torch
 from probe_record import record
-from torch.utils.data import DataLoader, Dataset
+
+if __name__ == "__main__":
+    record("rank")  # before import torch: libgomp then pins the main thread to the compute place
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 
 class Data(Dataset):
@@ -16,6 +20,6 @@ class Data(Dataset):
         return torch.zeros(1)
 
 
-record("rank")
-for _ in DataLoader(Data(), batch_size=1, num_workers=2, multiprocessing_context=sys.argv[1]):
-    pass
+if __name__ == "__main__":
+    for _ in DataLoader(Data(), batch_size=1, num_workers=2, multiprocessing_context=sys.argv[1]):
+        pass

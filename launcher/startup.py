@@ -67,7 +67,8 @@ def affrun_process(argv: Sequence[str]) -> bool:
     """``affrun ...`` itself (console script) or ``affrun exec`` as ``affrun torchrun`` starts it."""
     from launcher.exec_cmd import BOOT
 
-    return BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
+    return (BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
+            or list(argv[1:3]) == ["-m", "launcher"])
 
 
 def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:

@@ -1,7 +1,6 @@
 """A rank that runs `affrun doctor --json` on itself and stores the finding ids (DeepSpeed's launcher is its parent)."""
 
 import json
-import os
 import shutil
 import subprocess
 

@@ -7,8 +7,8 @@ from probe_record import record
 if __name__ == "__main__":
     record("rank")  # before import torch: libgomp then pins the main thread to the compute place
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+import torch
+from torch.utils.data import DataLoader, Dataset
 
 
 class Data(Dataset):

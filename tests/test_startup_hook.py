@@ -1,0 +1,135 @@
+"""The startup hook ``affrun-startup.pth``: how it is installed, what it costs when off, and what it decides."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from launcher.cpulist import parse_cpulist
+from launcher.errors import LaunchError
+from launcher.exec_cmd import BOOT
+from launcher.startup import decide
+from tests.conftest import ROOT
+
+PTH = ROOT / "build_backend" / "affrun-startup.pth"
+HEAVY = ("click", "psutil", "yaml", "cpuinfo", "submitit", "torch", "numpy", "argparse")
+SPAWN = [sys.executable, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, pipe_handle=6)",
+         "--multiprocessing-fork"]
+SCRIPT = [sys.executable, "train.py"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "OMP_", "KMP_"))}
+    return {**env, **extra}
+
+
+def plan_env(*options: str) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-m", "launcher", "run", *options, "--dry-run"], capture_output=True,
+                         text=True, timeout=60, check=True, env=clean_env()).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if line.startswith("AFFRUN_"))
+
+
+# ------------------------------------------------------------------------------------------- decisions (pure)
+@pytest.mark.parametrize(
+    ("environ", "argv", "action", "rank"),
+    [
+        ({"AFFRUN_RUN": "launcher"}, [sys.executable, "/usr/bin/torchrun", "t.py"], "launcher", None),
+        ({"AFFRUN_RUN": "rank0"}, SCRIPT, "rank", 0),  # Lightning's rank 0, a single-process job
+        ({"AFFRUN_RUN": "launcher", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, SCRIPT, "rank", 1),
+        ({"AFFRUN_RUN": "launcher", "LOCAL_RANK": "1"}, SCRIPT, "rank", 1),  # Lightning: no LOCAL_WORLD_SIZE
+        ({"AFFRUN_RUN": "launcher", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, SCRIPT,
+         "rank", 1),
+        ({"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "0", "LOCAL_RANK": "1"}, SCRIPT, "rank", 1),  # started by rank 0
+        ({"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "0"}, SPAWN, "worker", 0),  # DataLoader worker of rank 0
+        ({"AFFRUN_RUN": "launcher", "AFFRUN_LOCAL_RANK": "1", "LOCAL_RANK": "1"}, SPAWN, "worker", 1),
+        ({"AFFRUN_RUN": "launcher", "AFFRUN_LOCAL_RANK": "1", "LOCAL_RANK": "1"},
+         [sys.executable, "-c", "from multiprocessing.forkserver import main; main(3, 4)"], "worker", 1),
+        ({"AFFRUN_RUN": "launcher", "AFFRUN_LOCAL_RANK": "1", "LOCAL_RANK": "1"}, SCRIPT, "inherit", 1),  # bound
+        ({"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "0"}, [sys.executable, "eval.py"], "inherit", 0),
+        ({"AFFRUN_RUN": "launcher", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}, [sys.executable, "-c", BOOT, "exec"],
+         "skip", None),
+        ({"AFFRUN_RUN": "rank0"}, [sys.executable, "/venv/bin/affrun", "doctor"], "skip", None),
+    ],
+)
+def test_decisions(environ: dict[str, str], argv: list[str], action: str, rank: int | None) -> None:
+    decision = decide(environ, argv, 2)
+    assert (decision.action, decision.rank) == (action, rank), decision.reason
+
+
+@pytest.mark.parametrize("environ", [{"AFFRUN_RUN": "yes"}, {"AFFRUN_RUN": "rank0", "LOCAL_RANK": "x"},
+                                     {"AFFRUN_RUN": "rank0", "LOCAL_RANK": "5"},
+                                     {"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "zero"}])
+def test_bad_variables_are_errors(environ: dict[str, str]) -> None:
+    with pytest.raises(LaunchError):
+        decide(environ, SCRIPT, 2)
+
+
+# ------------------------------------------------------------------------------------------- installed hook
+def test_hook_is_installed_in_this_environment() -> None:
+    """tests/run_all.sh installs affrun editable (pip install -e): the build backend put the .pth in site-packages."""
+    installed = Path(sysconfig.get_paths()["purelib"]) / PTH.name
+    assert installed.read_text() == PTH.read_text()
+
+
+def test_off_without_the_variable() -> None:
+    code = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'launcher'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(),
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_on_binds_before_user_code_and_loads_nothing_heavy() -> None:
+    env = plan_env("--nproc-per-node", "1", "--cpus", "0")
+    code = ("import json, os, sys; print(json.dumps({'mask': sorted(os.sched_getaffinity(0)), "
+            "'omp': os.environ.get('OMP_NUM_THREADS'), 'mods': sorted({m.split('.')[0] for m in sys.modules})}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=clean_env(**env), check=True).stdout
+    got = json.loads(out)
+    plan = json.loads(env["AFFRUN_PLAN"])["plan"]["ranks"][0]
+    assert got["mask"] == plan["cpus"] and got["omp"] == str(plan["threads"])
+    assert set(got["mods"]).isdisjoint(set(HEAVY) - {"argparse"}), got["mods"]
+
+
+@pytest.mark.parametrize("extra", [{"AFFRUN_RUN": "bogus"}, {"AFFRUN_RUN": "rank0", "AFFRUN_PLAN": "{not json"},
+                                   {"AFFRUN_RUN": "rank0"}, {"AFFRUN_RUN": "launcher", "LOCAL_RANK": "7"}])
+def test_garbage_is_one_line_and_exit_2(extra: dict[str, str]) -> None:
+    env = clean_env(**{**plan_env("--nproc-per-node", "1", "--cpus", "0"), **extra})
+    if "AFFRUN_PLAN" not in extra and extra.get("AFFRUN_RUN") == "rank0":
+        env.pop("AFFRUN_PLAN")
+    proc = subprocess.run([sys.executable, "-c", "print('user code ran')"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("affrun: error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.slow
+def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
+    """A regular (non-editable) wheel has the .pth at its top, listed in RECORD; installed in a fresh venv, it
+    binds a process under affrun run's variables."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True)
+    (wheel,) = tmp_path.glob("affrun-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        data = zf.read(PTH.name)
+        (record,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
+        lines = zf.read(record).decode().splitlines()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    assert data == PTH.read_bytes() and f"{PTH.name},sha256={digest},{len(data)}" in lines
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, timeout=300, capture_output=True)
+    env = plan_env("--nproc-per-node", "1", "--cpus", "0")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                         capture_output=True, text=True, timeout=60, env=clean_env(**env), check=True).stdout
+    assert parse_cpulist(out.strip()[1:-1].replace(" ", "")) == frozenset(
+        json.loads(env["AFFRUN_PLAN"])["plan"]["ranks"][0]["cpus"])

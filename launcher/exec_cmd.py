@@ -277,19 +277,24 @@ def main(argv: Sequence[str]) -> int:
             # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
             print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
             return 127
-        full = [*mem.wrapper, *command]
-        try:
-            os.execvpe(full[0], full, env)
-        except FileNotFoundError:
-            print(f"affrun: error: {full[0]}: command not found", file=sys.stderr)
-            return 127
-        except PermissionError:
-            print(f"affrun: error: {full[0]}: permission denied", file=sys.stderr)
-            return 126
-        except OSError as exc:
-            print(f"affrun: error: {full[0]}: {exc.strerror}", file=sys.stderr)
-            return 126
+        return exec_or_status([*mem.wrapper, *command], env)
     except AffrunError as exc:
         print(f"affrun: error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def exec_or_status(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """``execvpe`` ``argv`` in place; when that fails, one ``affrun: error:`` line and the shell's status
+    (127: not found, 126: not executable)."""
+    try:
+        os.execvpe(argv[0], list(argv), env)
+    except FileNotFoundError:
+        print(f"affrun: error: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"affrun: error: {argv[0]}: permission denied", file=sys.stderr)
+        return 126
+    except OSError as exc:
+        print(f"affrun: error: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 126
     return 0  # pragma: no cover - execvpe does not return

@@ -26,6 +26,7 @@ from launcher.exec_cmd import (
     PLAN_VARIABLE,
     ParentPlan,
     add_binding_arguments,
+    exec_or_status,
     mem_text,
     plan_options_from,
     rank_line,
@@ -141,18 +142,7 @@ def main(argv: Sequence[str]) -> int:
         environ[RUN_VARIABLE] = role
         sys.stderr.flush()
         sys.stdout.flush()
-        try:
-            os.execvpe(command[0], command, environ)
-        except FileNotFoundError:
-            print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
-            return 127
-        except PermissionError:
-            print(f"affrun: error: {command[0]}: permission denied", file=sys.stderr)
-            return 126
-        except OSError as exc:
-            print(f"affrun: error: {command[0]}: {exc.strerror}", file=sys.stderr)
-            return 126
+        return exec_or_status(command, environ)
     except AffrunError as exc:
         print(f"affrun: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    return 0  # pragma: no cover - execvpe does not return

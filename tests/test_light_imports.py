@@ -34,7 +34,8 @@ def test_exec_path_loads_no_heavy_package(argv: list[str]) -> None:
     assert "launcher" in loaded
 
 
-@pytest.mark.parametrize("module", ["launcher.plan", "launcher.env", "launcher.topology", "launcher", "launcher.exec_cmd"])
+@pytest.mark.parametrize("module", ["launcher.plan", "launcher.env", "launcher.topology", "launcher", "launcher.exec_cmd",
+                                    "launcher.startup", "launcher.run_cmd", "launcher.inprocess_bind"])
 def test_core_modules_load_no_heavy_package(module: str) -> None:
     code = f"import sys, json, {module}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -126,7 +126,7 @@ def main(argv: Sequence[str]) -> int:
         from launcher.binders import binders_in_command, binders_in_environment
 
         for binder in (*binders_in_environment(environ), *binders_in_command(command)):
-            print(f"affrun: warning: double-binding: {binder.source} binds the ranks again after affrun: "
+            print(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder wins: "
                   f"{binder.fix}", file=sys.stderr)
         if args.dry_run:
             print(f"{RUN_VARIABLE}={role}")

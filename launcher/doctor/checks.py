@@ -419,8 +419,8 @@ def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: 
     under_affrun = bool(environ.get("AFFRUN_CPUS") or environ.get("AFFRUN_RUN"))
     out = [_finding(
         "double-binding", "error", f"{binder.source} while affrun binds the ranks",
-        f"{binder.tool} sets the rank's CPUs again after affrun did: the last one wins and affrun's OpenMP settings "
-        "no longer match the mask", binder.fix,
+        f"{binder.tool} and affrun both set the rank's CPUs: the last one wins and the other's OpenMP settings no "
+        "longer match the mask", binder.fix,
         env_fix={"ACCELERATE_CPU_AFFINITY": None} if binder.source.startswith("ACCELERATE_CPU_AFFINITY") else {})
         for binder in (facts.other_binders if under_affrun else ())]
     if not facts.numa_binding:

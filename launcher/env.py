@@ -7,7 +7,7 @@ affrun's values; ``keep`` keeps every user value (still noting the dangerous one
   integer or exceeds the count affrun itself would set (``rank.threads``: the rank's compute cores, or its
   compute hardware threads with ``--smt``, divided among the ranks sharing them in ``numa``/``l3`` modes). More
   threads than that oversubscribe the cores: two ranks of 2 spinning libgomp threads on 2 cores ran 50 times
-  slower than one thread each (DOMAIN.md §2b);
+  slower than one thread each (docs/design.md §4);
 - ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
   value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or, with
   ``bind="rank"``, an abstract name (``cores``...) or several places: the collapse risk below;
@@ -20,7 +20,7 @@ affrun's values; ``keep`` keeps every user value (still noting the dangerous one
 Binding (``bind``):
 - ``rank`` (default): one OpenMP place holding all the rank's compute CPUs. Threads stay on the rank's cores and
   never on another rank's, and a process forked after ``import torch`` (DataLoader workers) inherits the whole
-  compute set, never a single CPU, so the DataLoader collapse of DOMAIN.md §2 cannot happen.
+  compute set, never a single CPU, so the DataLoader collapse of docs/design.md §2 cannot happen.
 - ``core``: one place per core (per PU with ``--smt``), ``OMP_PROC_BIND=close``. Threads are pinned one per
   core, but the main thread is pinned to the first core at ``import torch``: use
   ``launcher.torch.worker_init_fn`` (or ``--loader-cores``) so workers do not inherit that one CPU.

@@ -10,7 +10,7 @@ How it binds: submitit starts each task as ``<python> -u -m submitit.core._submi
 executor's ``python`` argument (``slurm_python`` / ``local_python`` on ``AutoExecutor``), a shell-ish string.
 This module prefixes it with ``affrun exec [OPTIONS] --`` (run by this interpreter, see ``exec_prefix``), so every task is bound and its
 OpenMP/BLAS variables set *before* the interpreter that unpickles the user's function starts (binding from
-inside the pickled callable is too late: DOMAIN.md §5). On Slurm it also adds ``--cpu-bind=none`` to the
+inside the pickled callable is too late: docs/design.md §3). On Slurm it also adds ``--cpu-bind=none`` to the
 ``srun`` arguments (affrun, not ``task/affinity``, splits the step's CPUs) and exports ``SRUN_CPUS_PER_TASK``
 (Slurm 22.05-23.02.4's ``srun`` ignores the job's ``--cpus-per-task``).
 

@@ -320,7 +320,7 @@ def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: 
 
 @process_check
 def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """An OpenMP binding variable pins the main thread to a place narrower than the rank's CPUs (DOMAIN.md §2)."""
+    """An OpenMP binding variable pins the main thread to a place narrower than the rank's CPUs (docs/design.md §2)."""
     found = main_thread_place(environ, facts.rank_cpus, topology, facts)
     if found is None:
         return []

@@ -363,7 +363,7 @@ def _with_subject(f: Finding, subject: str) -> Finding:
 
 
 def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
-    """The rank's children are all confined to one CPU while the rank owns several (DOMAIN.md §2)."""
+    """The rank's children are all confined to one CPU while the rank owns several (docs/design.md §2)."""
     children = [c for c in audit.children_of(rank) if c.threads]
     if not children or len(rank.owned) < 2:
         return []

@@ -186,7 +186,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         node_cores = by_node[node]
         if req.mode == "exclusive":
             for rank, chunk in zip(ranks_here, _balanced_chunks(node_cores, len(ranks_here))):
-                chunks[rank] = (chunk, False, f"{len(chunk)} of node {_nname(node)}'s {len(node_cores)} cores, shared by {len(ranks_here)} rank(s)")
+                chunks[rank] = (chunk, False, f"{len(chunk)} of node {_nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
         elif req.mode == "l3":
             groups = _l3_groups(node_cores)
             if len(groups) >= len(ranks_here):

@@ -29,7 +29,7 @@ def plan_table(topo: Topology, plan: Plan) -> str:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     reserved = f", reserved {format_cpulist(plan.reserved)}" if plan.reserved else ""
-    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}{reserved}, source {topo.source}")
+    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}{reserved}, source {topo.origin}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

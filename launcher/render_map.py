@@ -527,7 +527,7 @@ def _header(model: _Model, width: int) -> list[Block]:
         f"allowed {format_cpulist(topo.allowed) or 'none'}",
         _plural(ngpus, "GPU") if ngpus else "no GPU",
     ])
-    return [*_wrap(head, width, BOLD), *_wrap(machine, width, DIM), *_wrap(f"source: {topo.source}", width, DIM)]
+    return [*_wrap(head, width, BOLD), *_wrap(machine, width, DIM), *_wrap(f"source: {topo.origin}", width, DIM)]
 
 
 def _legend(model: _Model, width: int, color: bool) -> list[Block]:

@@ -50,7 +50,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
     from launcher.cpulist import format_cpulist
 
     data = topo.to_json()
-    click.echo(f"source   {topo.source}")
+    click.echo(f"source   {topo.origin}")
     click.echo(f"packages {data['packages']}   cores {len(data['cores'])}   allowed CPUs {format_cpulist(topo.allowed)}")
     for node in topo.numa_nodes:
         cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"

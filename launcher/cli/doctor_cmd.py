@@ -10,11 +10,9 @@ from typing import Any
 
 import click
 
-from launcher.cli import fail
 from launcher.cli.options import topology_options
 from launcher.cpulist import format_cpulist
 from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding
-from launcher.errors import AffrunError
 
 SHOWN_VARIABLES = re.compile(
     r"^(OMP_|KMP_|GOMP_|MKL_|OPENBLAS_|GOTO_|LOCAL_|AFFRUN_CPUS|AFFRUN_LOADER|AFFRUN_OMP|SLURM_CPUS|SRUN_CPUS|"
@@ -79,10 +77,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
 
     environ = dict(os.environ)
     live = not fsroot and not topology_file and not environ.get("AFFRUN_FSROOT")
-    try:
-        topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
-    except AffrunError as exc:
-        fail(exc)
+    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
     facts = gather_facts(environ, topo, live=live, nproc=nproc, fsroot=fsroot or environ.get("AFFRUN_FSROOT") or "/")
     findings = check_environment(environ, topo, facts)
     nodes = topo.cpu_nodes()
@@ -120,10 +115,7 @@ def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: st
     from launcher.doctor.live import sample_job
     from launcher.doctor.report import job_json, job_text
 
-    try:
-        audit = sample_job(pid, duration=duration, interval=interval)
-    except AffrunError as exc:
-        fail(exc)
+    audit = sample_job(pid, duration=duration, interval=interval)
     if as_json:
         click.echo(json.dumps(job_json(audit), indent=2))
     else:

@@ -11,9 +11,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from launcher.cli import fail
 from launcher.cli.options import env_options, plan_options
-from launcher.errors import AffrunError, ConfigError, LaunchError
+from launcher.errors import ConfigError, LaunchError
 from launcher.option_table import options_in
 from launcher.options import PlanOptions
 from launcher.slurm import STYLES, SbatchSpec, render
@@ -147,31 +146,28 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
     affrun sbatch --nodes 2 --gpus-per-node 4 --time 1:00:00 -- train.py --epochs 3
     affrun sbatch --style srun --profile gpu-a100 --submit --wait -- python train.py
     """
-    try:
-        from launcher.config import load_config
+    from launcher.config import load_config
 
-        if kwargs["wait"] and not kwargs["submit"]:
-            raise ConfigError("--wait needs --submit")
-        settings = load_config(kwargs.pop("config_file")).settings(kwargs.pop("profile"))
-        values = _merge(ctx, kwargs, settings)
-        spec = _spec(values, tuple(command))
-        script = render(spec, values["template"])
-        if spec.cpus_per_task is None and not spec.exclusive and not values["template"]:
-            click.echo("affrun: note: no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs "
-                       "(often 1, or the site's DefCpuPerGPU); affrun plans within what the job gets", err=True)
-        path = values["script_file"]
-        if path:
-            try:
-                with open(path, "wb") as fh:
-                    fh.write(_encode(script))
-                os.chmod(path, 0o755)
-            except OSError as exc:
-                raise ConfigError(f"-o {path}: {exc.strerror or exc}") from None
-        if values["submit"]:
-            sys.exit(_submit(script, path, values["wait"]))
-        if not path:
-            out = sys.stdout.buffer
-            out.write(_encode(script))
-            out.flush()
-    except AffrunError as exc:
-        fail(exc)
+    if kwargs["wait"] and not kwargs["submit"]:
+        raise ConfigError("--wait needs --submit")
+    settings = load_config(kwargs.pop("config_file")).settings(kwargs.pop("profile"))
+    values = _merge(ctx, kwargs, settings)
+    spec = _spec(values, tuple(command))
+    script = render(spec, values["template"])
+    if spec.cpus_per_task is None and not spec.exclusive and not values["template"]:
+        click.echo("affrun: note: no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs "
+                   "(often 1, or the site's DefCpuPerGPU); affrun plans within what the job gets", err=True)
+    path = values["script_file"]
+    if path:
+        try:
+            with open(path, "wb") as fh:
+                fh.write(_encode(script))
+            os.chmod(path, 0o755)
+        except OSError as exc:
+            raise ConfigError(f"-o {path}: {exc.strerror or exc}") from None
+    if values["submit"]:
+        sys.exit(_submit(script, path, values["wait"]))
+    if not path:
+        out = sys.stdout.buffer
+        out.write(_encode(script))
+        out.flush()

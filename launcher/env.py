@@ -34,12 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id, format_cpulist
 from launcher.plan import RankPlan
 
-BIND_MODES = ("rank", "core")
-POLICIES = ("safe", "override", "keep")
+OmpBind = Literal["rank", "core"]
+EnvPolicy = Literal["safe", "override", "keep"]
+BIND_MODES: tuple[OmpBind, ...] = get_args(OmpBind)
+ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
 PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
@@ -64,7 +67,7 @@ class RankEnvironment:
         return env
 
 
-def omp_places(rank: RankPlan, bind: str = "rank", smt: bool = False) -> str:
+def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
     """``OMP_PLACES`` in explicit OS CPU ids: ``{0,1,2,3}`` (rank) or ``{0,64},{1,65}`` (core)."""
     if bind == "core":
         if smt:
@@ -73,7 +76,7 @@ def omp_places(rank: RankPlan, bind: str = "rank", smt: bool = False) -> str:
     return "{" + ",".join(map(str, rank.compute_cpus)) + "}"
 
 
-def affrun_variables(rank: RankPlan, local_world_size: int, bind: str) -> dict[str, str]:
+def affrun_variables(rank: RankPlan, local_world_size: int, bind: OmpBind) -> dict[str, str]:
     return {
         "AFFRUN_LOCAL_RANK": str(rank.local_rank),
         "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
@@ -94,14 +97,14 @@ def rank_environment(
     *,
     local_world_size: int,
     user_env: Mapping[str, str],
-    bind: str = "rank",
+    bind: OmpBind = "rank",
     smt: bool = False,
-    policy: str = "safe",
+    policy: EnvPolicy = "safe",
 ) -> RankEnvironment:
     """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``."""
     if bind not in BIND_MODES:
         raise ValueError(f"unknown bind mode {bind!r}")
-    if policy not in POLICIES:
+    if policy not in ENV_POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     cpus = set(rank.cpus)
     compute = set(rank.compute_cpus)
@@ -155,7 +158,7 @@ def _problem(
     cpus: set[int],
     *,
     compute: set[int] | None = None,
-    bind: str = "rank",
+    bind: OmpBind = "rank",
     threads: int | None = None,
 ) -> str | None:
     """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.

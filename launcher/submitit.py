@@ -40,6 +40,10 @@ from launcher.options import PlanOptions
 if TYPE_CHECKING:
     import submitit
 
+    from launcher.env import EnvPolicy, OmpBind
+    from launcher.option_table import MemBackend
+    from launcher.options import MemPolicy
+
 __all__ = [
     "AFFRUN_OPTIONS",
     "AffinityExecutor",
@@ -76,10 +80,10 @@ class AffinityOptions(PlanOptions):
     fsroot: str | None = None
     topology: str | None = None
     cpus: str | None = None
-    omp_bind: str = "rank"
-    env_policy: str = "safe"
-    mem_policy: str = "auto"
-    mem_backend: str = "auto"
+    omp_bind: OmpBind = "rank"
+    env_policy: EnvPolicy = "safe"
+    mem_policy: MemPolicy = "auto"
+    mem_backend: MemBackend = "auto"
     verbose: bool = False
 
     @classmethod

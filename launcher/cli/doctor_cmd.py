@@ -12,7 +12,7 @@ import click
 
 from launcher.cli.options import topology_options
 from launcher.cpulist import format_cpulist
-from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding
+from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
 
 SHOWN_VARIABLES = re.compile(
     r"^(OMP_|KMP_|GOMP_|MKL_|OPENBLAS_|GOTO_|LOCAL_|AFFRUN_CPUS|AFFRUN_LOADER|AFFRUN_OMP|SLURM_CPUS|SRUN_CPUS|"
@@ -20,7 +20,7 @@ SHOWN_VARIABLES = re.compile(
 )
 
 
-def _exit_status(findings: list[Finding], fail_on: str) -> int:
+def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
     return 1 if any(f.at_least(fail_on) for f in findings) else 0
 
 
@@ -47,7 +47,7 @@ def doctor(
     duration: float | None,
     interval: float,
     as_json: bool,
-    fail_on: str,
+    fail_on: Severity,
     list_ids: bool,
 ) -> None:
     """Find silent CPU-side starvation: wrong OpenMP variables, oversubscription, collapsed DataLoader workers.
@@ -69,7 +69,7 @@ def doctor(
 
 
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
-                 as_json: bool, fail_on: str) -> int:
+                 as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.checks import check_environment
     from launcher.doctor.facts import gather_facts
     from launcher.doctor.report import environment_json, findings_text
@@ -111,7 +111,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
     return _exit_status(findings, fail_on)
 
 
-def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: str) -> int:
+def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.live import sample_job
     from launcher.doctor.report import job_json, job_text
 

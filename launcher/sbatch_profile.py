@@ -27,7 +27,7 @@ from typing import Any
 
 from launcher.errors import ConfigError
 from launcher.option_table import options_in
-from launcher.slurm import STYLES
+from launcher.sbatch_script import STYLES
 
 # key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
 # one: mem: 4000), "time" (a string only: YAML reads 1:00:00 as the number 3600), "bool", "lines" (a string or a

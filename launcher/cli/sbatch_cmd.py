@@ -15,7 +15,7 @@ from launcher.cli.options import env_options, plan_options
 from launcher.errors import ConfigError, LaunchError
 from launcher.option_table import options_in
 from launcher.options import PlanOptions
-from launcher.slurm import STYLES, SbatchSpec, render
+from launcher.sbatch_script import STYLES, SbatchSpec, render
 
 # config key -> click parameter name, for affrun's own options (--map lands in cpu_map); other keys are
 # key.replace("-", "_")
@@ -28,7 +28,7 @@ def _param(key: str) -> str:
 
 def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Command-line values over the profile over the defaults; repeatable options add to the file's lines."""
-    from launcher.config import KEYS
+    from launcher.sbatch_profile import KEYS
 
     merged = dict(kwargs)
     for key, value in settings.items():
@@ -146,7 +146,7 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
     affrun sbatch --nodes 2 --gpus-per-node 4 --time 1:00:00 -- train.py --epochs 3
     affrun sbatch --style srun --profile gpu-a100 --submit --wait -- python train.py
     """
-    from launcher.config import load_config
+    from launcher.sbatch_profile import load_config
 
     if kwargs["wait"] and not kwargs["submit"]:
         raise ConfigError("--wait needs --submit")

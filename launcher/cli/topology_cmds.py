@@ -95,7 +95,7 @@ def plan(**kwargs: Any) -> None:
         mem_policy = effective_mem_policy(mem, len(topo.cpu_nodes()))
         click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, mem_policy), indent=2))
         return
-    from launcher.render import plan_table
+    from launcher.show.table import plan_table
 
     click.echo(plan_table(topo, the_plan))
 
@@ -112,7 +112,7 @@ def show(**kwargs: Any) -> None:
     topo, the_plan = _plan(kwargs)
     import shutil
 
-    from launcher.render_map import picture, write_map
+    from launcher.show import picture, write_map
 
     if color is None:
         color = sys.stdout.isatty()

@@ -1,5 +1,4 @@
-"""Text output for people: the plan as a table (``affrun plan``). The picture (``affrun show``) and the SVG
-map are in :mod:`launcher.render_map`."""
+"""The plan as a table for people (``affrun plan``)."""
 
 from __future__ import annotations
 

@@ -112,8 +112,8 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
 
 
 def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: Severity) -> int:
-    from launcher.doctor.live import sample_job
     from launcher.doctor.report import job_json, job_text
+    from launcher.doctor.sampling import sample_job
 
     audit = sample_job(pid, duration=duration, interval=interval)
     if as_json:

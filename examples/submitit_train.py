@@ -6,12 +6,15 @@
 
 Each task logs the binding it runs under (``launcher.submitit.current_binding()``) and returns one JSON-able
 dict, which this script prints one per line: global rank, node, the kernel's CPU mask, the binding, the number
-of threads torch really uses, and the final loss. Without torch, the model is trained in plain Python.
+of threads torch really uses, and the final loss. Without torch, the script says so and each task trains a
+plain-Python model instead. Logs go to ``--folder`` (default: ``~/.cache/affrun/submitit-example/JOB_ID``, out of
+the working tree; on Slurm it must be on a filesystem the nodes share).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import socket
@@ -30,8 +33,11 @@ def train(steps: int) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         final_loss, threads = _train_torch(steps, seed=env.global_rank)
+        trainer = "torch"
     except ImportError:
+        print(f"[rank {env.global_rank}] torch is not installed: training a plain-Python model", flush=True)
         final_loss, threads = _train_plain(steps), None
+        trainer = "plain python (no torch)"
     return {
         "rank": env.global_rank,
         "local_rank": env.local_rank,
@@ -40,6 +46,7 @@ def train(steps: int) -> dict[str, Any]:
         "binding": binding.as_dict() if binding else None,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "torch_threads": threads,
+        "trainer": trainer,
         "loss": final_loss,
         "seconds": round(time.perf_counter() - start, 3),
     }
@@ -70,10 +77,15 @@ def _train_plain(steps: int) -> float:
     return (w - 3) ** 2
 
 
+def _cache_dir() -> str:
+    return os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cluster", choices=("slurm", "local", "debug"), default=None, help="default: auto-detect")
-    p.add_argument("--folder", default="submitit_logs/%j")
+    p.add_argument("--folder", default=os.path.join(_cache_dir(), "affrun", "submitit-example", "%j"),
+                   help="submitit's log folder (default: %(default)s)")
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--tasks-per-node", type=int, default=2)
     p.add_argument("--cpus-per-task", type=int, default=None)
@@ -92,9 +104,12 @@ def main() -> None:
     if args.gpus_per_node is not None:
         params["gpus_per_node"] = args.gpus_per_node
     executor.update_parameters(**params)
+    if importlib.util.find_spec("torch") is None:
+        print("torch is not installed: each task trains a plain-Python model instead (pip install torch)", flush=True)
     job = executor.submit(train, args.steps)
     print(f"submitted job {job.job_id} on {executor.cluster} ({args.nodes} node(s) x {args.tasks_per_node} task(s))",
           flush=True)
+    print(f"logs: {job.paths.folder}", flush=True)
     for result in job.results():
         print(json.dumps(result), flush=True)
 

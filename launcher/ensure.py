@@ -27,7 +27,7 @@ import os
 import warnings
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from launcher.doctor.findings import Finding, worst_first
 from launcher.runtimes import LoadedRuntime, controller_named
@@ -35,7 +35,8 @@ from launcher.runtimes import LoadedRuntime, controller_named
 if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
-POLICIES = ("safe", "keep", "strict")
+EnsurePolicy = Literal["safe", "keep", "strict"]
+ENSURE_POLICIES: tuple[EnsurePolicy, ...] = get_args(EnsurePolicy)
 # Findings whose env_fix ``safe`` applies: values that make a job slow or crash, never a matter of taste.
 FIXED_IDS = (
     "kmp-affinity-disabled", "kmp-affinity-empty", "kmp-affinity-malformed", "kmp-proclist-outside",
@@ -71,7 +72,7 @@ class Change:
 
 @dataclass
 class AffinityReport:
-    policy: str
+    policy: EnsurePolicy
     findings: list[Finding]
     changes: list[Change] = field(default_factory=list)
     runtimes: list[LoadedRuntime] = field(default_factory=list)  # loaded in this process when it was called
@@ -105,7 +106,7 @@ class AffinityReport:
 
 
 def ensure_affinity(
-    policy: str = "safe",
+    policy: EnsurePolicy = "safe",
     *,
     nproc_per_node: int | None = None,
     environ: MutableMapping[str, str] | None = None,
@@ -116,8 +117,8 @@ def ensure_affinity(
     ``environ`` defaults to ``os.environ`` (changes then reach the C runtimes through ``putenv``).
     ``nproc_per_node``: local ranks, when no launcher variable (``LOCAL_WORLD_SIZE``, ``SLURM_*``...) says it.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    if policy not in ENSURE_POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(ENSURE_POLICIES)}, not {policy!r}")
     from launcher.doctor.checks import check_environment
     from launcher.doctor.facts import gather_facts, launch_cpus
     from launcher.runtimes import loaded_runtimes, openmp_names

@@ -7,7 +7,7 @@ affrun's values; ``keep`` keeps every user value (still noting the dangerous one
   integer or exceeds the count affrun itself would set (``rank.threads``: the rank's compute cores, or its
   compute hardware threads with ``--smt``, divided among the ranks sharing them in ``numa``/``l3`` modes). More
   threads than that oversubscribe the cores: two ranks of 2 spinning libgomp threads on 2 cores ran 50 times
-  slower than one thread each (DOMAIN.md §2b);
+  slower than one thread each (docs/design.md §4);
 - ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
   value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or, with
   ``bind="rank"``, an abstract name (``cores``...) or several places: the collapse risk below;
@@ -20,7 +20,7 @@ affrun's values; ``keep`` keeps every user value (still noting the dangerous one
 Binding (``bind``):
 - ``rank`` (default): one OpenMP place holding all the rank's compute CPUs. Threads stay on the rank's cores and
   never on another rank's, and a process forked after ``import torch`` (DataLoader workers) inherits the whole
-  compute set, never a single CPU, so the DataLoader collapse of DOMAIN.md §2 cannot happen.
+  compute set, never a single CPU, so the DataLoader collapse of docs/design.md §2 cannot happen.
 - ``core``: one place per core (per PU with ``--smt``), ``OMP_PROC_BIND=close``. Threads are pinned one per
   core, but the main thread is pinned to the first core at ``import torch``: use
   ``launcher.torch.worker_init_fn`` (or ``--loader-cores``) so workers do not inherit that one CPU.
@@ -34,12 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id, format_cpulist
 from launcher.plan import RankPlan
 
-BIND_MODES = ("rank", "core")
-POLICIES = ("safe", "override", "keep")
+OmpBind = Literal["rank", "core"]
+EnvPolicy = Literal["safe", "override", "keep"]
+BIND_MODES: tuple[OmpBind, ...] = get_args(OmpBind)
+ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The variables affrun sets or judges whose user-set values a launcher snapshots before starting ranks
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
@@ -67,7 +70,7 @@ class RankEnvironment:
         return env
 
 
-def omp_places(rank: RankPlan, bind: str = "rank", smt: bool = False) -> str:
+def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
     """``OMP_PLACES`` in explicit OS CPU ids: ``{0,1,2,3}`` (rank) or ``{0,64},{1,65}`` (core)."""
     if bind == "core":
         if smt:
@@ -76,7 +79,7 @@ def omp_places(rank: RankPlan, bind: str = "rank", smt: bool = False) -> str:
     return "{" + ",".join(map(str, rank.compute_cpus)) + "}"
 
 
-def affrun_variables(rank: RankPlan, local_world_size: int, bind: str) -> dict[str, str]:
+def affrun_variables(rank: RankPlan, local_world_size: int, bind: OmpBind) -> dict[str, str]:
     return {
         "AFFRUN_LOCAL_RANK": str(rank.local_rank),
         "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
@@ -97,14 +100,14 @@ def rank_environment(
     *,
     local_world_size: int,
     user_env: Mapping[str, str],
-    bind: str = "rank",
+    bind: OmpBind = "rank",
     smt: bool = False,
-    policy: str = "safe",
+    policy: EnvPolicy = "safe",
 ) -> RankEnvironment:
     """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``."""
     if bind not in BIND_MODES:
         raise ValueError(f"unknown bind mode {bind!r}")
-    if policy not in POLICIES:
+    if policy not in ENV_POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     cpus = set(rank.cpus)
     compute = set(rank.compute_cpus)
@@ -158,7 +161,7 @@ def _problem(
     cpus: set[int],
     *,
     compute: set[int] | None = None,
-    bind: str = "rank",
+    bind: OmpBind = "rank",
     threads: int | None = None,
 ) -> str | None:
     """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.

@@ -17,10 +17,10 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
-from launcher.env import RankEnvironment, effective_mem_policy, rank_environment
+from launcher.env import EnvPolicy, OmpBind, RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import AffrunError, LaunchError
 from launcher.localrank import LocalRank
-from launcher.option_table import BINDING_OPTIONS
+from launcher.option_table import BINDING_OPTIONS, MemBackend
 from launcher.options import PlanOptions
 from launcher.plan import Plan, RankPlan
 
@@ -51,10 +51,10 @@ class ParentPlan:
     """What ``affrun torchrun`` hands to every worker's ``affrun exec`` through ``AFFRUN_PLAN``."""
 
     plan: Plan
-    bind: str
-    env_policy: str
+    bind: OmpBind
+    env_policy: EnvPolicy
     mem_policy: str  # already resolved (no "auto")
-    mem_backend: str
+    mem_backend: MemBackend
     user_env: dict[str, str]  # the user's own values of the variables affrun sets, before torchrun touched them
     verbose: bool
 

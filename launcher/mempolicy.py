@@ -13,7 +13,8 @@ import os
 import shutil
 from dataclasses import dataclass
 
-MODES = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}
+# The kernel's MPOL_* mode numbers (linux/mempolicy.h).
+MPOL_NUMBERS = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}
 # set_mempolicy syscall numbers by machine
 SYSCALLS = {"x86_64": 238, "aarch64": 237, "ppc64le": 261, "ppc64": 261, "s390x": 270, "riscv64": 237}
 FALLBACK = {"membind": "preferred", "interleave": "preferred", "preferred": "none"}
@@ -44,7 +45,7 @@ def set_mempolicy(policy: str, nodes: tuple[int, ...]) -> int:
     if policy == "default":
         rc = libc.syscall(number, 0, None, 0)
     else:
-        rc = libc.syscall(number, MODES[policy], mask, ctypes.c_ulong(maxnode))
+        rc = libc.syscall(number, MPOL_NUMBERS[policy], mask, ctypes.c_ulong(maxnode))
     return 0 if rc == 0 else ctypes.get_errno()
 
 

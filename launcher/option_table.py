@@ -9,12 +9,14 @@ Standard library only: ``affrun exec`` imports it before every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-from launcher.env import BIND_MODES, POLICIES
+from launcher.env import BIND_MODES, ENV_POLICIES
 from launcher.options import MEM_POLICIES
 from launcher.plan import GPU_ORDERS, MODES
 
-MEM_BACKENDS = ("auto", "numactl", "syscall")
+MemBackend = Literal["auto", "numactl", "syscall"]
+MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--omp-bind", "omp_bind", "env", "rank: one OpenMP place per rank (safe for DataLoader workers); "
                "core: one per core.", choices=BIND_MODES, default="rank"),
     OptionSpec("--env-policy", "env_policy", "env", "What to do with OMP/KMP/MKL variables the user already set.",
-               choices=POLICIES, default="safe"),
+               choices=ENV_POLICIES, default="safe"),
     OptionSpec("--mem-policy", "mem_policy", "env", "Memory policy of each rank (auto: preferred on multi-NUMA "
                "machines, else none).", choices=MEM_POLICIES, default="auto"),
     OptionSpec("--mem-backend", "mem_backend", "apply", "How the memory policy is applied (auto: the set_mempolicy "

@@ -6,23 +6,25 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError
-from launcher.plan import GPU_ORDERS, MODES, Request
+from launcher.plan import GPU_ORDERS, MODES, GpuOrder, Mode, Request
 
-MEM_POLICIES = ("auto", "membind", "preferred", "interleave", "none")
+MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
+MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
 
 
 @dataclass(frozen=True)
 class PlanOptions:
     """Every planning option as the user typed it (strings where the CLI takes strings)."""
 
-    mode: str = "exclusive"
+    mode: Mode = "exclusive"
     smt: bool = False
     reserve: str | None = None
     loader_cores: int = 0
-    gpu_order: str = "rank"
+    gpu_order: GpuOrder = "rank"
     cpu_map: str | None = None
     gpus: str | None = None
     no_gpu: bool = False

@@ -22,14 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
 from launcher.topology.model import GPU, Core, Topology
 
-MODES = ("exclusive", "numa", "socket", "l3", "map")
-GPU_ORDERS = ("rank", "closest")
+Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
+GpuOrder = Literal["rank", "closest"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+GPU_ORDERS: tuple[GpuOrder, ...] = get_args(GpuOrder)
+_Choice = TypeVar("_Choice", bound=str)
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,11 @@ class Request:
     """What the user asks for. Every field has the CLI's default."""
 
     nproc: int
-    mode: str = "exclusive"
+    mode: Mode = "exclusive"
     smt: bool = False
     reserve: frozenset[int] = frozenset()
     loader_cores: int = 0
-    gpu_order: str = "rank"
+    gpu_order: GpuOrder = "rank"
     cpu_map: tuple[frozenset[int], ...] | None = None  # mode "map": one CPU set per local rank
     gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
     use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
@@ -103,9 +106,9 @@ class RankPlan:
 @dataclass(frozen=True)
 class Plan:
     ranks: tuple[RankPlan, ...]
-    mode: str
+    mode: Mode
     smt: bool
-    gpu_order: str
+    gpu_order: GpuOrder
     warnings: tuple[str, ...] = field(default=())
     reserved: tuple[int, ...] = field(default=())  # PUs of the cores taken out by --reserve (whole cores)
 
@@ -123,12 +126,19 @@ class Plan:
     def from_dict(cls, d: dict[str, Any]) -> Plan:
         return cls(
             ranks=tuple(RankPlan.from_dict(r) for r in d["ranks"]),
-            mode=str(d["mode"]),
+            mode=_member(d["mode"], MODES, "mode"),
             smt=bool(d["smt"]),
-            gpu_order=str(d["gpu_order"]),
+            gpu_order=_member(d["gpu_order"], GPU_ORDERS, "gpu_order"),
             warnings=tuple(d.get("warnings", ())),
             reserved=tuple(int(p) for p in d.get("reserved", ())),
         )
+
+
+def _member(value: object, choices: tuple[_Choice, ...], what: str) -> _Choice:
+    for choice in choices:
+        if choice == value:
+            return choice
+    raise PlanError(f"plan {what} {value!r}: not one of {', '.join(choices)}")
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -186,7 +196,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         node_cores = by_node[node]
         if req.mode == "exclusive":
             for rank, chunk in zip(ranks_here, _balanced_chunks(node_cores, len(ranks_here))):
-                chunks[rank] = (chunk, False, f"{len(chunk)} of node {_nname(node)}'s {len(node_cores)} cores, shared by {len(ranks_here)} rank(s)")
+                chunks[rank] = (chunk, False, f"{len(chunk)} of node {_nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
         elif req.mode == "l3":
             groups = _l3_groups(node_cores)
             if len(groups) >= len(ranks_here):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.doctor.findings import SEVERITIES, Finding, worst_first
+from launcher.doctor.findings import SEVERITIES, Finding, Severity, severity_named, worst_first
 from launcher.topology.model import Topology
 
 TopologySource = str | os.PathLike[str] | Topology | None
@@ -91,7 +91,7 @@ def check_launch_environment(
 def assert_launch_environment_safe(
     environ: Mapping[str, str] | None = None,
     *,
-    fail_on: str = "error",
+    fail_on: Severity = "error",
     nproc_per_node: int | None = None,
     topology: TopologySource = None,
     openmp: Sequence[str] | None = None,
@@ -132,11 +132,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("affrun_guard", "like --affrun-guard: info, warning or error (empty: off)", default="")
 
 
-def _guard_level(config: pytest.Config) -> str | None:
+def _guard_level(config: pytest.Config) -> Severity | None:
     level = config.getoption("affrun_guard") or str(config.getini("affrun_guard") or "").strip() or None
-    if level is not None and level not in SEVERITIES:
-        raise pytest.UsageError(f"affrun_guard = {level!r}: choose info, warning or error")
-    return level
+    if level is None:
+        return None
+    try:
+        return severity_named(level)
+    except ValueError:
+        raise pytest.UsageError(f"affrun_guard = {level!r}: choose info, warning or error") from None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

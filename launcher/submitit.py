@@ -10,7 +10,7 @@ How it binds: submitit starts each task as ``<python> -u -m submitit.core._submi
 executor's ``python`` argument (``slurm_python`` / ``local_python`` on ``AutoExecutor``), a shell-ish string.
 This module prefixes it with ``affrun exec [OPTIONS] --`` (run by this interpreter, see ``exec_prefix``), so every task is bound and its
 OpenMP/BLAS variables set *before* the interpreter that unpickles the user's function starts (binding from
-inside the pickled callable is too late: DOMAIN.md §5). On Slurm it also adds ``--cpu-bind=none`` to the
+inside the pickled callable is too late: docs/design.md §3). On Slurm it also adds ``--cpu-bind=none`` to the
 ``srun`` arguments (affrun, not ``task/affinity``, splits the step's CPUs) and exports ``SRUN_CPUS_PER_TASK``
 (Slurm 22.05-23.02.4's ``srun`` ignores the job's ``--cpus-per-task``).
 
@@ -39,6 +39,10 @@ from launcher.options import PlanOptions
 
 if TYPE_CHECKING:
     import submitit
+
+    from launcher.env import EnvPolicy, OmpBind
+    from launcher.option_table import MemBackend
+    from launcher.options import MemPolicy
 
 __all__ = [
     "AFFRUN_OPTIONS",
@@ -76,10 +80,10 @@ class AffinityOptions(PlanOptions):
     fsroot: str | None = None
     topology: str | None = None
     cpus: str | None = None
-    omp_bind: str = "rank"
-    env_policy: str = "safe"
-    mem_policy: str = "auto"
-    mem_backend: str = "auto"
+    omp_bind: OmpBind = "rank"
+    env_policy: EnvPolicy = "safe"
+    mem_policy: MemPolicy = "auto"
+    mem_backend: MemBackend = "auto"
     verbose: bool = False
 
     @classmethod

@@ -110,6 +110,7 @@ def main(argv: Sequence[str]) -> int:
         # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too,
         # unless the user chose the signals (--signals-to-handle or PET_SIGNALS_TO_HANDLE).
         args.signals_to_handle = os.environ.get("PET_SIGNALS_TO_HANDLE") or DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
+    script = args.training_script  # what torchrun's failure report names (before the rewrite below)
     worker = rewrite_for_exec(args)
     if args.affrun_dry_run:
         print("worker: " + shlex.join(worker))
@@ -120,15 +121,23 @@ def main(argv: Sequence[str]) -> int:
     # with that rank's own value anyway, so give torchrun the first rank's value to keep its warning away.
     os.environ.setdefault("OMP_NUM_THREADS", str(plan.ranks[0].threads))
     sys.stderr.flush()
-    from torch.distributed.elastic.multiprocessing.errors import record
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
     from torch.distributed.run import run
+
+    def run_torchrun(args: argparse.Namespace) -> None:
+        # torchrun names a failed worker by the first argument of its command that is not an option: here the
+        # `-c` code of exec_prefix. Name the user's script, as plain torchrun does (docs/design.md §9).
+        try:
+            run(args)  # type: ignore[no-untyped-call]
+        except ChildFailedError as exc:
+            raise ChildFailedError(name=script, failures=exc.failures) from None
 
     # The collector was off while torch was imported (launcher.cli.torchrun_cmd): what exists now lives as long
     # as the agent, so move it out of every future collection, and collect normally from here on.
     gc.freeze()
     gc.enable()
     try:
-        record(run)(args)
+        record(run_torchrun)(args)
     finally:
         spill.cleanup()
     return 0

@@ -259,3 +259,12 @@ def test_real_process_error_is_one_line(root: str) -> None:
     assert proc.stdout == ""
     assert proc.stderr.startswith("affrun: error: 40 ranks but only 16 whole core(s)")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_plan_table_says_what_each_mode_shares(root: str) -> None:
+    exclusive = invoke(["plan", "--fsroot", root])
+    assert exclusive.exit_code == 0, exclusive.output
+    rank0 = exclusive.stdout.splitlines()[1]
+    assert "4 of node 0's 8 cores" in rank0 and "shared" not in rank0, exclusive.stdout
+    numa = invoke(["plan", "--fsroot", root, "--mode", "numa"])
+    assert "whole node 0, shared by 2 rank(s)" in numa.stdout.splitlines()[1], numa.stdout

@@ -1,4 +1,4 @@
-"""DataLoader workers never collapse onto one CPU under affrun's defaults (DOMAIN.md §2), with real torch workers."""
+"""DataLoader workers never collapse onto one CPU under affrun's defaults (docs/design.md §2), with real torch workers."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from launcher.ensure import POLICIES, ensure_affinity
+from launcher.ensure import ENSURE_POLICIES as POLICIES
+from launcher.ensure import ensure_affinity
 from tests.conftest import need
 from tests.launch import clean_env, require_torch
 

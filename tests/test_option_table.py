@@ -51,3 +51,17 @@ def test_bad_values_are_refused_alike_by_exec_and_plan() -> None:
         by_plan = affrun("plan", flag, value)
         assert by_exec.returncode == 2 and by_plan.returncode == 2, (flag, by_exec.stderr, by_plan.stderr)
         assert "Traceback" not in by_exec.stderr + by_plan.stderr
+
+
+def test_sbatch_table_fills_every_sbatch_spec_field_but_affrun_s_own() -> None:
+    from launcher.sbatch_options import SBATCH_OPTIONS
+    from launcher.sbatch_profile import KEYS
+    from launcher.sbatch_script import SbatchSpec
+
+    filled = {o.field for o in SBATCH_OPTIONS if o.field is not None}
+    affruns = {"command", "plan", "omp_bind", "env_policy", "mem_policy", "verbose"}
+    assert filled | affruns == {f.name for f in fields(SbatchSpec)} and not filled & affruns
+    assert {o.key for o in SBATCH_OPTIONS} <= set(KEYS)
+    sbatch_help = affrun("sbatch", "--help").stdout
+    for option in SBATCH_OPTIONS:
+        assert all(flag.split("/")[0] in sbatch_help for flag in option.flags), option.flags

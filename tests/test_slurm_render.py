@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from launcher.errors import ConfigError
 from launcher.options import PlanOptions
-from launcher.slurm import TEMPLATE_VARIABLES, SbatchSpec, builtin_template, render
+from launcher.sbatch_script import TEMPLATE_VARIABLES, SbatchSpec, builtin_template, render
 from launcher.slurm_env import (
     cpu_bind_masks,
     expand_counts,

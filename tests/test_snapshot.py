@@ -143,3 +143,12 @@ def test_save_to_unwritable_place(tmp_path: Path) -> None:
     target = tmp_path / "no-dir" / "snap.json"
     result = affrun("topology", "--fsroot", str(gpu_machine(tmp_path)), "--save", str(target))
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and str(target) in result.stderr
+
+
+def test_plan_from_snapshot_names_the_snapshot(tmp_path: Path) -> None:
+    root = gpu_machine(tmp_path)
+    snapshot = tmp_path / "snap.json"
+    ok(affrun("topology", "--fsroot", str(root), "--save", str(snapshot)))
+    table = ok(affrun("plan", "--topology", str(snapshot)))
+    assert f"source snapshot {snapshot} (taken from fsroot {root})" in table, table
+    assert f"source   snapshot {snapshot} (taken from fsroot {root})" in ok(affrun("topology", "--topology", str(snapshot)))

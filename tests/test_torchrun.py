@@ -152,6 +152,17 @@ def test_failing_rank_exit_status_matches_torchrun() -> None:
     assert "exitcode  : 3" in ours.stderr and "exitcode  : 3" in theirs.stderr
 
 
+
+def test_failure_report_names_the_script_as_torchrun_does(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nosuch.py")
+    ours = run(affrun_argv("torchrun", "--nproc-per-node", "1", missing), env=clean_env())
+    theirs = run(torchrun_argv("--nproc-per-node", "1", missing), env=clean_env())
+    failed = [line for line in theirs.stderr.splitlines() if line.endswith(" FAILED")]
+    assert failed == [f"{missing} FAILED"], theirs.stderr
+    assert [line for line in ours.stderr.splitlines() if line.endswith(" FAILED")] == failed, ours.stderr
+    assert ours.returncode == theirs.returncode != 0
+
+
 SLEEPER = """
 import os, signal, sys, time
 out = sys.argv[1]

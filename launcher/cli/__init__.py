@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import importlib
-import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -25,6 +24,14 @@ COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an :class:`AffrunError` from any of them becomes one line and its exit code, here once."""
+        try:
+            return super().invoke(ctx)
+        except AffrunError as exc:
+            click.echo(f"affrun: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -50,14 +57,9 @@ def cli() -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    try:
-        cli.main(args=args, prog_name="affrun", standalone_mode=True)
-    except AffrunError as exc:  # pragma: no cover - commands convert their own errors
-        click.echo(f"affrun: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+    cli.main(args=args, prog_name="affrun", standalone_mode=True)
 
 
-def fail(exc: AffrunError) -> Any:
-    """Report an affrun error as one line and exit with its code (2 for bad input)."""
-    click.echo(f"affrun: error: {exc}", err=True)
-    sys.exit(exc.exit_code)
+def fail(exc: AffrunError) -> NoReturn:
+    """Stop the command with ``exc``, reported by :meth:`LazyGroup.invoke` (``raise exc`` does the same)."""
+    raise exc

@@ -10,11 +10,9 @@ from typing import Any
 
 import click
 
-from launcher.cli import fail
 from launcher.cli.options import topology_options
 from launcher.cpulist import format_cpulist
-from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding
-from launcher.errors import AffrunError
+from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
 
 SHOWN_VARIABLES = re.compile(
     r"^(OMP_|KMP_|GOMP_|MKL_|OPENBLAS_|GOTO_|LOCAL_|AFFRUN_CPUS|AFFRUN_LOADER|AFFRUN_OMP|SLURM_CPUS|SRUN_CPUS|"
@@ -22,7 +20,7 @@ SHOWN_VARIABLES = re.compile(
 )
 
 
-def _exit_status(findings: list[Finding], fail_on: str) -> int:
+def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
     return 1 if any(f.at_least(fail_on) for f in findings) else 0
 
 
@@ -49,7 +47,7 @@ def doctor(
     duration: float | None,
     interval: float,
     as_json: bool,
-    fail_on: str,
+    fail_on: Severity,
     list_ids: bool,
 ) -> None:
     """Find silent CPU-side starvation: wrong OpenMP variables, oversubscription, collapsed DataLoader workers.
@@ -71,7 +69,7 @@ def doctor(
 
 
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
-                 as_json: bool, fail_on: str) -> int:
+                 as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.checks import check_environment
     from launcher.doctor.facts import gather_facts
     from launcher.doctor.report import environment_json, findings_text
@@ -79,10 +77,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
 
     environ = dict(os.environ)
     live = not fsroot and not topology_file and not environ.get("AFFRUN_FSROOT")
-    try:
-        topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
-    except AffrunError as exc:
-        fail(exc)
+    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
     facts = gather_facts(environ, topo, live=live, nproc=nproc, fsroot=fsroot or environ.get("AFFRUN_FSROOT") or "/")
     findings = check_environment(environ, topo, facts)
     nodes = topo.cpu_nodes()
@@ -116,14 +111,11 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
     return _exit_status(findings, fail_on)
 
 
-def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: str) -> int:
-    from launcher.doctor.live import sample_job
+def _live(pid: int, duration: float, interval: float, as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.report import job_json, job_text
+    from launcher.doctor.sampling import sample_job
 
-    try:
-        audit = sample_job(pid, duration=duration, interval=interval)
-    except AffrunError as exc:
-        fail(exc)
+    audit = sample_job(pid, duration=duration, interval=interval)
     if as_json:
         click.echo(json.dumps(job_json(audit), indent=2))
     else:

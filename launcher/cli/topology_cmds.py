@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from launcher.cli import fail
 from launcher.cli.options import env_options, plan_options, plan_options_from, topology_options
 from launcher.env import effective_mem_policy, plan_json, rank_environment
 from launcher.errors import AffrunError
@@ -31,26 +30,23 @@ def _topology(fsroot: str | None, topology_file: str | None, cpus: str | None) -
 def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None,
              nvml: bool) -> None:
     """Show the machine: packages, NUMA nodes, cores, allowed CPUs and GPUs."""
-    try:
-        topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml)
-        if save:
-            from launcher.topology.snapshot import to_snapshot
+    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml)
+    if save:
+        from launcher.topology.snapshot import to_snapshot
 
-            try:
-                with open(save, "w", encoding="utf-8") as fh:
-                    json.dump(to_snapshot(topo), fh, indent=1)
-                    fh.write("\n")
-            except OSError as exc:
-                raise AffrunError(f"{save}: {exc.strerror}") from None
-    except AffrunError as exc:
-        fail(exc)
+        try:
+            with open(save, "w", encoding="utf-8") as fh:
+                json.dump(to_snapshot(topo), fh, indent=1)
+                fh.write("\n")
+        except OSError as exc:
+            raise AffrunError(f"{save}: {exc.strerror}") from None
     if as_json:
         click.echo(json.dumps(topo.to_json(), indent=2))
         return
     from launcher.cpulist import format_cpulist
 
     data = topo.to_json()
-    click.echo(f"source   {topo.source}")
+    click.echo(f"source   {topo.origin}")
     click.echo(f"packages {data['packages']}   cores {len(data['cores'])}   allowed CPUs {format_cpulist(topo.allowed)}")
     for node in topo.numa_nodes:
         cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"
@@ -89,10 +85,7 @@ def plan(**kwargs: Any) -> None:
     """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment."""
     as_json = kwargs.pop("as_json")
     bind, policy, mem = kwargs.pop("omp_bind"), kwargs.pop("env_policy"), kwargs.pop("mem_policy")
-    try:
-        topo, the_plan = _plan(kwargs)
-    except AffrunError as exc:
-        fail(exc)
+    topo, the_plan = _plan(kwargs)
     if as_json:
         n = len(the_plan.ranks)
         envs = [
@@ -102,7 +95,7 @@ def plan(**kwargs: Any) -> None:
         mem_policy = effective_mem_policy(mem, len(topo.cpu_nodes()))
         click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, mem_policy), indent=2))
         return
-    from launcher.render import plan_table
+    from launcher.show.table import plan_table
 
     click.echo(plan_table(topo, the_plan))
 
@@ -116,13 +109,10 @@ def plan(**kwargs: Any) -> None:
 def show(**kwargs: Any) -> None:
     """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node."""
     svg_path, color = kwargs.pop("svg"), kwargs.pop("color")
-    try:
-        topo, the_plan = _plan(kwargs)
-    except AffrunError as exc:
-        fail(exc)
+    topo, the_plan = _plan(kwargs)
     import shutil
 
-    from launcher.render_map import picture, write_map
+    from launcher.show import picture, write_map
 
     if color is None:
         color = sys.stdout.isatty()
@@ -133,5 +123,5 @@ def show(**kwargs: Any) -> None:
         try:
             write_map(topo, the_plan, svg_path)
         except OSError as exc:
-            fail(AffrunError(f"{svg_path}: {exc.strerror}"))
+            raise AffrunError(f"{svg_path}: {exc.strerror}") from None
         click.echo(f"wrote {svg_path}")

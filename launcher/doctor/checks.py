@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.cpulist import format_cpulist
 from launcher.doctor.facts import Facts
-from launcher.doctor.findings import Finding
+from launcher.doctor.findings import Finding, Severity
 from launcher.env import (
     ABSTRACT_PLACES,
     KMP_DEFAULT,
@@ -192,7 +192,7 @@ def _kmp_first_place(value: str, cpus: frozenset[int], topology: Topology) -> fr
     return next((frozenset(c.pus) & cpus for c in topology.cores if lowest in c.pus), frozenset([lowest]))
 
 
-def _finding(fid: str, severity: str, message: str, why: str, fix: str, **extra: Any) -> Finding:
+def _finding(fid: str, severity: Severity, message: str, why: str, fix: str, **extra: Any) -> Finding:
     return Finding(fid, severity, message, why, fix, **extra)
 
 
@@ -264,7 +264,7 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
             continue
         total = threads * sharing
         if total > n_cpus or total > n_cores:
-            severity = "error" if total > n_cpus else "warning"
+            severity: Severity = "error" if total > n_cpus else "warning"
             what = f"{name}={threads}" + (f" × {sharing} ranks = {total} threads" if sharing > 1 else " threads")
             limit = f"{n_cpus} CPUs" if total > n_cpus else f"{n_cores} cores ({n_cpus} hardware threads)"
             out.append(_finding(
@@ -320,7 +320,7 @@ def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: 
 
 @process_check
 def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """An OpenMP binding variable pins the main thread to a place narrower than the rank's CPUs (DOMAIN.md §2)."""
+    """An OpenMP binding variable pins the main thread to a place narrower than the rank's CPUs (docs/design.md §2)."""
     found = main_thread_place(environ, facts.rank_cpus, topology, facts)
     if found is None:
         return []
@@ -348,7 +348,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
             f"CPUs), or unset {', '.join(fix_env)}", env_fix=fix_env)]
     planned_loaders = environ.get("AFFRUN_LOADER_CPUS", "")
     core_mode = environ.get("AFFRUN_OMP_BIND") == "core"
-    severity = "info" if planned_loaders or core_mode else "warning"
+    severity: Severity = "info" if planned_loaders or core_mode else "warning"
     return [_finding(
         "collapse-risk", severity,
         f"{cause} pins the main thread to CPU {place_text} of the rank's CPUs {format_cpulist(facts.rank_cpus)} "

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-SEVERITIES = ("info", "warning", "error")  # in increasing order
+Severity = Literal["info", "warning", "error"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)  # in increasing order
 
 
-def severity_rank(severity: str) -> int:
+def severity_rank(severity: Severity) -> int:
     return SEVERITIES.index(severity)
+
+
+def severity_named(value: str) -> Severity:
+    """A severity given as text (an option, an ini file) as a :data:`Severity`; ``ValueError`` for any other word."""
+    for severity in SEVERITIES:
+        if severity == value:
+            return severity
+    raise ValueError(f"unknown severity {value!r}; choose one of {', '.join(SEVERITIES)}")
 
 
 @dataclass(frozen=True)
@@ -22,7 +31,7 @@ class Finding:
     """
 
     id: str
-    severity: str
+    severity: Severity
     message: str
     why: str
     fix: str
@@ -35,7 +44,7 @@ class Finding:
         if self.id not in CATALOGUE:
             raise ValueError(f"finding id {self.id!r} is not in the catalogue")
 
-    def at_least(self, severity: str) -> bool:
+    def at_least(self, severity: Severity) -> bool:
         return severity_rank(self.severity) >= severity_rank(severity)
 
     def to_json(self) -> dict[str, Any]:

@@ -75,6 +75,14 @@ class Topology:
     source: str = "live"
     allowed_mems: frozenset[int] | None = None  # cgroup cpuset.mems; None when unrestricted
     warnings: tuple[str, ...] = ()
+    # The snapshot file this topology was loaded from (``source`` stays what the snapshot recorded, so that
+    # ``--json`` is lossless); not part of the machine, so not compared.
+    loaded_from: str | None = field(default=None, compare=False)
+
+    @property
+    def origin(self) -> str:
+        """Where the data was read, for people: ``snapshot node.json (taken from live)``, ``fsroot DIR``..."""
+        return f"{self.loaded_from} (taken from {self.source})" if self.loaded_from else self.source
 
     # ------------------------------------------------------------------ queries
     def node(self, os_index: int) -> NumaNode | None:

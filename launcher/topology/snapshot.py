@@ -8,6 +8,7 @@ resolved again from the environment of the process that loads the snapshot.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
@@ -196,4 +197,4 @@ def load_snapshot(path: str) -> Topology:
         raise TopologyError(f"{path}: not a text file (expected an affrun topology snapshot, JSON)") from None
     except json.JSONDecodeError as exc:
         raise TopologyError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return from_snapshot(data, path)
+    return replace(from_snapshot(data, path), loaded_from=f"snapshot {path}")

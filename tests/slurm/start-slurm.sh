@@ -4,7 +4,7 @@
 # without systemd. Idempotent: running it again while the cluster is up only
 # re-checks it. Waits until every node is idle. Must run as root.
 #
-# affrun's copy of ../shared/slurm-local/start-slurm.sh (see README.md here). Project changes: the
+# Adapted from a generic one-host Slurm setup script (see README.md here). Project changes: the
 # defaults are the cluster the tests need (2 virtual nodes x 2 fake GPUs), the state lives under
 # /tmp/affrun-slurm, and every node has the feature "affrun" (so `--constraint` can be tested).
 #

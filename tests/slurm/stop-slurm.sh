@@ -3,7 +3,7 @@
 # PIDs it recorded in $SLURM_LOCAL_DIR/pids/ (never by name). Cancels the
 # cluster's jobs first so no job steps outlive slurmd. State, logs and
 # configuration are kept; pass --purge to also delete $SLURM_LOCAL_DIR.
-# affrun's copy of ../shared/slurm-local/stop-slurm.sh (see README.md here).
+# Adapted from a generic one-host Slurm setup script; the project owns it (see README.md here).
 set -uo pipefail
 BASE=${SLURM_LOCAL_DIR:-/tmp/affrun-slurm}
 PIDS=$BASE/pids

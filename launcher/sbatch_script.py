@@ -13,15 +13,18 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from launcher import __version__
+from launcher.env import EnvPolicy, OmpBind
 from launcher.errors import ConfigError, PlanError
-from launcher.options import PlanOptions, make_request
+from launcher.options import MemPolicy, PlanOptions, make_request
 
-STYLES = ("torchrun", "srun")
-OMP_BIND_DEFAULT = "rank"
-ENV_POLICY_DEFAULT = "safe"
-MEM_POLICY_DEFAULT = "auto"
+Style = Literal["torchrun", "srun"]
+STYLES: tuple[Style, ...] = get_args(Style)
+OMP_BIND_DEFAULT: OmpBind = "rank"
+ENV_POLICY_DEFAULT: EnvPolicy = "safe"
+MEM_POLICY_DEFAULT: MemPolicy = "auto"
 
 # Documented in templates/README.md; a template may use any of them, and nothing else.
 TEMPLATE_VARIABLES: dict[str, str] = {
@@ -49,7 +52,7 @@ class SbatchSpec:
     """Everything a batch script is rendered from. ``None`` means "do not ask Slurm for it"."""
 
     command: tuple[str, ...]
-    style: str = "torchrun"
+    style: Style = "torchrun"
     nodes: int = 1
     gpus_per_node: str | None = None  # "4" or "a100:4", as sbatch takes it
     ntasks_per_node: int | None = None  # ranks per node; default: one per GPU, else 1
@@ -69,9 +72,9 @@ class SbatchSpec:
     rdzv_port: int | None = None  # default: 20000 + SLURM_JOB_ID % 10000
     affrun: str = "affrun"
     plan: PlanOptions = field(default_factory=PlanOptions)
-    omp_bind: str = OMP_BIND_DEFAULT
-    env_policy: str = ENV_POLICY_DEFAULT
-    mem_policy: str = MEM_POLICY_DEFAULT
+    omp_bind: OmpBind = OMP_BIND_DEFAULT
+    env_policy: EnvPolicy = ENV_POLICY_DEFAULT
+    mem_policy: MemPolicy = MEM_POLICY_DEFAULT
     verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
 
     def gpu_count(self) -> int:

@@ -1,5 +1,4 @@
-"""Text output for people: the plan as a table (``affrun plan``). The picture (``affrun show``) and the SVG
-map are in :mod:`launcher.render_map`."""
+"""The plan as a table for people (``affrun plan``)."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def plan_table(topo: Topology, plan: Plan) -> str:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     reserved = f", reserved {format_cpulist(plan.reserved)}" if plan.reserved else ""
-    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}{reserved}, source {topo.source}")
+    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}{reserved}, source {topo.origin}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

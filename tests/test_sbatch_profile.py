@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import KEYS, find_config, load_config, parse_config
 from launcher.errors import ConfigError
+from launcher.sbatch_profile import KEYS, find_config, load_config, parse_config
 
 SITE = """\
 defaults:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.plan import Plan, Request, make_plan
-from launcher.render_map import picture, svg, write_map
+from launcher.show import picture, svg, write_map
 from launcher.topology import load_topology
 from launcher.topology.model import Core, Topology
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree

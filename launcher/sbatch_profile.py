@@ -27,33 +27,12 @@ from typing import Any
 
 from launcher.errors import ConfigError
 from launcher.option_table import options_in
-from launcher.slurm import STYLES
+from launcher.sbatch_options import SBATCH_OPTIONS
 
 # key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
 # one: mem: 4000), "time" (a string only: YAML reads 1:00:00 as the number 3600), "bool", "lines" (a string or a
-# list of strings), or a tuple of allowed strings.
-KEYS: dict[str, Any] = {
-    "style": STYLES,
-    "template": "str",
-    "nodes": "int",
-    "gpus-per-node": "strint",
-    "ntasks-per-node": "int",
-    "cpus-per-task": "int",
-    "time": "time",
-    "partition": "str",
-    "account": "str",
-    "qos": "str",
-    "constraint": "str",
-    "job-name": "str",
-    "output": "str",
-    "error": "str",
-    "mem": "strint",
-    "exclusive": "bool",
-    "sbatch-line": "lines",
-    "setup": "lines",
-    "rdzv-port": "port",
-    "affrun": "str",
-}
+# list of strings), or a tuple of allowed strings. sbatch's own options, as launcher.sbatch_options lists them:
+KEYS: dict[str, Any] = {option.key: option.kind for option in SBATCH_OPTIONS}
 # affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job: the same
 # flags as on the command line (launcher.option_table), with the kind their values take. --gpus may be written
 # as a YAML number (gpus: 0).

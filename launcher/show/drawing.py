@@ -1,0 +1,313 @@
+"""The machine drawn as one :class:`~launcher.show.layout.Block`: every package, NUMA node and core is a box,
+each core coloured by the rank that owns it, GPUs beside their NUMA node, then the legend and the warnings.
+:func:`draw` picks the widest layout that fits. Pure."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Sequence
+
+from launcher.cpulist import format_cpulist
+from launcher.plan import Plan
+from launcher.show.layout import BOLD, DIM, PLAIN, Block, Style, Text, flow, framed, hjoin, text_line, vstack, wrap
+from launcher.show.model import GpuEntry, Model
+from launcher.topology.model import Core, NumaNode, Topology
+
+
+def _memory(node: NumaNode | None) -> str:
+    if node is None or not node.memory_kb:
+        return ""
+    gib = node.memory_kb / (1024 * 1024)
+    return f" · {gib:.0f} GiB" if gib >= 10 else f" · {gib:.1f} GiB"
+
+
+def _rank_text(ranks: Sequence[int], color: bool, model: Model) -> Text:
+    if not ranks:
+        return Text(0, 0, "no rank", DIM)
+    label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {model.shared_label(tuple(ranks))}"
+    text = f" {label} " if color else f"[{label}]"
+    return Text(0, 0, text, Style("rank" if len(ranks) == 1 else "shared", tuple(ranks)))
+
+
+def _gpu_box(model: Model, entry: GpuEntry, color: bool) -> Block:
+    """The GPU's box (all GPU boxes share one width so they line up), with its CPU-less memory node beside it."""
+    width = max(_gpu_alone(model, e, color).w for e in model.gpus)
+    box = _gpu_alone(model, entry, color, width)
+    g = entry.gpu
+    if g.memory_node is None:
+        return box
+    mem = model.topo.node(g.memory_node)
+    owner = f"GPU {entry.visible}" if entry.visible is not None else f"GPU PCI #{g.index}"
+    return hjoin([box, framed(f"NUMA {g.memory_node} · no CPUs", text_line((f"{owner} memory{_memory(mem)}", DIM)), "cpuless")])
+
+
+def _gpu_alone(model: Model, entry: GpuEntry, color: bool, min_w: int = 0) -> Block:
+    g = entry.gpu
+    if entry.visible is None:
+        title = f"GPU (PCI #{g.index}, not visible)"
+    elif entry.visible != g.index:
+        title = f"GPU {entry.visible} · {g.vendor} · PCI #{g.index}"
+    else:
+        title = f"GPU {entry.visible} · {g.vendor}"
+    rank = _rank_text(entry.ranks, color, model)
+    lines = [text_line(Text(0, 0, g.pci, PLAIN, gpu=g.index), (" ", PLAIN), Text(0, 0, rank.text, rank.style, gpu=g.index))]
+    if entry.note:
+        lines.append(text_line((entry.note, DIM)))
+    return framed(title, vstack(lines), "gpu", min_w)
+
+
+def _cpuless_box(node: NumaNode) -> Block:
+    what = "memory only" if not node.cpus else f"CPUs {format_cpulist(node.cpus)} offline"
+    return framed(f"NUMA {node.os_index} · no CPUs" if not node.cpus else f"NUMA {node.os_index}",
+                text_line((what + _memory(node), DIM)), "cpuless")
+
+
+def _attach_blocks(model: Model, node: int | None, color: bool) -> list[Block]:
+    out = []
+    for item in model.attached.get(node, []):
+        if isinstance(item, GpuEntry):
+            out.append(_gpu_box(model, item, color))
+        elif item.os_index not in model.cpu_nodes:
+            out.append(_cpuless_box(item))
+    return out
+
+
+def _cell_grid(model: Model, cores: Sequence[Core], per_row: int, color: bool) -> Block:
+    per = max(min(per_row, len(cores)), 1)
+    # Prefer full rows: the largest count that divides the cores evenly, if it costs at most a third of the row.
+    even = [p for p in range(per, 0, -1) if len(cores) % p == 0 and 3 * p >= 2 * per]
+    per = even[0] if even else per
+    lines = []
+    for i in range(0, len(cores), per):
+        cells = [model.cell(c, color) for c in cores[i : i + per]]
+        lines.append(hjoin([text_line(c) for c in cells]))
+    return vstack(lines)
+
+
+def _node_title(model: Model, node: int | None, ncores: int, part: bool = False) -> str:
+    if node is None:
+        return f"NUMA ? · {ncores} core{'s' * (ncores != 1)}"
+    suffix = " (part)" if part else ""
+    return f"NUMA {node}{suffix} · {ncores} core{'s' * (ncores != 1)}{'' if part else _memory(model.topo.node(node))}"
+
+
+def _package_title(model: Model, pkg: int, part: bool = False) -> str:
+    os_index = model.topo.packages[pkg].os_index if pkg < len(model.topo.packages) else -1
+    extra = f" (id {os_index})" if os_index >= 0 and os_index != pkg else ""
+    return f"Package {pkg}{extra}{' (part)' if part else ''}"
+
+
+class _Layout:
+    """Lays the machine out for one choice of cores per row and of GPUs beside or below their node."""
+
+    def __init__(self, model: Model, color: bool, per_row: int, beside: bool) -> None:
+        self.m = model
+        self.color = color
+        self.per_row = per_row
+        self.beside = beside
+
+    def node_unit(self, node: int | None, title: str, inner: Block | Callable[[int], Block], avail: int,
+                  attach: bool) -> Block:
+        """The node's box with its GPUs and CPU-less nodes; ``inner`` may need the width it gets (a flow)."""
+        extra = _attach_blocks(self.m, node, self.color) if attach else []
+        if not extra:
+            return framed(title, self._inner(inner, avail - 4), "numa")
+        if self.beside:  # too wide is reported as too wide: the caller then tries GPUs below
+            side = vstack(extra)
+            return hjoin([framed(title, self._inner(inner, avail - side.w - 5), "numa"), side])
+        box = framed(title, self._inner(inner, avail - 4), "numa")
+        return vstack([box, flow(extra, avail)])
+
+    @staticmethod
+    def _inner(inner: Block | Callable[[int], Block], avail: int) -> Block:
+        return inner if isinstance(inner, Block) else inner(avail)
+
+    def machine(self, width: int) -> Block:
+        m = self.m
+        groups: dict[tuple[int, int | None], list[Core]] = {}
+        for c in m.cores:
+            groups.setdefault((c.package, c.numa_node), []).append(c)
+        pkgs_of: dict[int | None, list[int]] = {}
+        nodes_of: dict[int, list[int | None]] = {}
+        for pkg, node in groups:
+            pkgs_of.setdefault(node, []).append(pkg)
+            nodes_of.setdefault(pkg, []).append(node)
+        pkg_order = sorted(nodes_of)
+        node_order = m.cpu_nodes
+        blocks: list[Block] = []
+        if all(len(p) == 1 for p in pkgs_of.values()):  # nodes inside packages (the usual case, and SNC/NPS)
+            for pkg in pkg_order:
+                units = []
+                for node in sorted(nodes_of[pkg], key=node_order.index):
+                    cores = groups[(pkg, node)]
+                    units.append(self.node_unit(node, _node_title(m, node, len(cores)),
+                                                _cell_grid(m, cores, self.per_row, self.color), width - 4, True))
+                blocks.append(framed(_package_title(m, pkg), flow(units, width - 4), "package"))
+        elif all(len(n) == 1 for n in nodes_of.values()):  # packages inside nodes (POWER, some AMD)
+            for node in node_order:
+                pkgs = sorted(pkgs_of[node])
+
+                def inner(avail: int, node: int | None = node, pkgs: list[int] = pkgs) -> Block:
+                    boxes = [framed(_package_title(m, p), _cell_grid(m, groups[(p, node)], self.per_row, self.color),
+                                  "package") for p in pkgs]
+                    return flow(boxes, avail)
+
+                ncores = sum(len(groups[(p, node)]) for p in pkgs)
+                blocks.append(self.node_unit(node, _node_title(m, node, ncores), inner, width, True))
+        else:  # nodes and packages cross: each package shows its part of each node
+            done: set[int | None] = set()
+            for pkg in pkg_order:
+                units = []
+                for node in sorted(nodes_of[pkg], key=node_order.index):
+                    cores = groups[(pkg, node)]
+                    part = len(pkgs_of[node]) > 1
+                    units.append(self.node_unit(node, _node_title(m, node, len(cores), part),
+                                                _cell_grid(m, cores, self.per_row, self.color), width - 4,
+                                                node not in done))
+                    done.add(node)
+                blocks.append(framed(_package_title(m, pkg), flow(units, width - 4), "package"))
+        extra = self.extras(width)
+        return flow(blocks + extra, width)
+
+    def extras(self, width: int) -> list[Block]:
+        m = self.m
+        out: list[Block] = []
+        if m.offline:
+            if len(m.offline) <= 64:
+                cells = [m.offline_cell(p, self.color) for p in m.offline]
+                per = max(1, min(self.per_row, len(cells)))
+                rows = [hjoin([text_line(c) for c in cells[i : i + per]]) for i in range(0, len(cells), per)]
+                inner = vstack(rows)
+            else:
+                inner = text_line((f"CPUs {format_cpulist(m.offline)}", DIM))
+            out.append(framed(f"offline CPUs · {len(m.offline)}", inner, "group"))
+        loose: list[Block] = [_gpu_box(m, e, self.color) for e in m.loose_gpus]
+        loose += [_cpuless_box(n) for n in m.loose_nodes]
+        if loose:
+            out.append(framed("not tied to a NUMA node with CPUs", flow(loose, width - 4), "group"))
+        return out
+
+
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}{'s' * (k != 1)}"
+
+
+def _header(model: Model, width: int) -> list[Block]:
+    topo, plan = model.topo, model.plan
+    n = len(plan.ranks)
+    order = {"rank": "rank i → GPU i", "closest": "each rank → the GPU nearest its cores"}
+    ngpus = len(topo.visible_gpus())
+    head = f"affrun show · {n} local rank{'s' * (n != 1)} · mode {plan.mode}"
+    if ngpus and any(r.gpu is not None for r in plan.ranks):
+        head += f" · --gpu-order {plan.gpu_order}: {order.get(plan.gpu_order, plan.gpu_order)}"
+    ncpu_nodes = sum(1 for node in topo.numa_nodes if node.cpus)
+    npus = sum(len(c.pus) for c in topo.cores)
+    machine = " · ".join([
+        _plural(len(topo.packages), "package"),
+        _plural(len(topo.numa_nodes), "NUMA node")
+        + (f" ({ncpu_nodes} with CPUs)" if ncpu_nodes != len(topo.numa_nodes) else ""),
+        f"{_plural(len(topo.cores), 'core')} / {npus} CPUs online",
+        f"allowed {format_cpulist(topo.allowed) or 'none'}",
+        _plural(ngpus, "GPU") if ngpus else "no GPU",
+    ])
+    return [*wrap(head, width, BOLD), *wrap(machine, width, DIM), *wrap(f"source: {topo.origin}", width, DIM)]
+
+
+def _legend(model: Model, width: int, color: bool) -> list[Block]:
+    plan = model.plan
+    out: list[Block] = [text_line(("Legend", BOLD), ("  each core is [first CPU id, owner]", DIM))]
+    roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
+    key: list[tuple[str, str]] = []
+    if roles & {"compute", "loader"}:
+        key.append(("0", "compute core of rank 0"))
+    if "loader" in roles:
+        key.append(("0L", "DataLoader core of rank 0"))
+    shared = [info.ranks for _, _, info in model.core_marks.values() if info.role == "shared"]
+    if shared:
+        example = min(shared)
+        key.append((model.shared_label(example), f"shared by ranks {', '.join(map(str, example))}"))
+    if "free" in roles:
+        key.append((".", "free"))
+    if "reserved" in roles:
+        key.append(("r", "reserved (--reserve)"))
+    if "disallowed" in roles:
+        key.append(("x", "not allowed (cgroup, affinity, --cpus)"))
+    if "offline" in roles:
+        key.append(("-", "offline"))
+    row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
+    out.append(hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0))
+    headers = ("rank", "gpu", "pci", "omp", "numa", "cpus")
+    rows: list[tuple[Text, str, str, str, str, str]] = []
+    for r in plan.ranks:
+        label = f"{r.local_rank:>2}"
+        swatch = Text(0, 0, f" {label} " if color else f"[{label}]", Style("rank", (r.local_rank,)), swatch=r.local_rank)
+        cpus = format_cpulist(r.cpus)
+        if r.loader_cpus:
+            cpus += f" (DataLoader {format_cpulist(r.loader_cpus)})"
+        sharers = [o.local_rank for o in plan.ranks if o is not r and set(o.cpus) & set(r.cpus)]
+        if sharers:
+            cpus += f" (shared with {'rank' if len(sharers) == 1 else 'ranks'} {format_cpulist(sharers)})"
+        rows.append((swatch, "-" if r.gpu is None else str(r.gpu), r.gpu_pci or "-", str(r.threads),
+                     ",".join(map(str, r.numa_nodes)) or "?", cpus))
+    widths = [max(len(headers[0]), *(len(x[0].text) for x in rows))]
+    widths += [max(len(headers[i]), *(len(str(x[i])) for x in rows)) for i in range(1, 5)]
+    out.append(text_line(("  ".join(h.ljust(w) for h, w in zip(headers, widths)) + "  " + headers[5], DIM)))
+    lead = sum(widths) + 2 * len(widths)
+    for sw, *cols in rows:
+        cpus_lines = textwrap.wrap(str(cols[-1]), max(width - lead, 16), break_on_hyphens=False) or [""]
+        head = "".join(("  " + str(c).ljust(w)) for c, w in zip(cols[:-1], widths[1:]))
+        out.append(text_line(sw, (" " * (widths[0] - len(sw.text)), PLAIN), (head + "  " + cpus_lines[0], PLAIN)))
+        out += [text_line((" " * lead + ln, PLAIN)) for ln in cpus_lines[1:]]
+    if any(e.visible != e.gpu.index for e in model.gpus):
+        out += wrap("GPU n is the visible index (torch.cuda device n, after CUDA_VISIBLE_DEVICES & co); "
+                     "PCI #k is the GPU's place in PCI bus order (nvidia-smi, NVML).", width, DIM)
+    for ranks, alias in model.shared_alias.items():
+        out.append(text_line((f"  {alias} ", BOLD), (f"= cores shared by ranks {format_cpulist(ranks)}", DIM)))
+    return out
+
+
+def _warnings(model: Model, width: int) -> list[Block]:
+    seen: list[str] = []
+    for w in (*model.topo.warnings, *model.plan.warnings):
+        if w not in seen:
+            seen.append(w)
+    out: list[Block] = []
+    for w in seen:
+        out += wrap(w, width, PLAIN, first="warning: ", indent=0)
+    return out
+
+
+def draw(topo: Topology, plan: Plan, width: int, color: bool) -> Block:
+    model = Model(topo, plan)
+    body = _body(model, width, color)
+    parts = [*_header(model, width), body, Block(0, 1), *_legend(model, width, color)]
+    warns = _warnings(model, width)
+    if warns:
+        parts += [Block(0, 1), *warns]
+    return vstack(parts)
+
+
+def _body(model: Model, width: int, color: bool) -> Block:
+    """The widest layout that fits ``width``, GPUs beside their node or below it, whichever is shorter."""
+    groups: dict[tuple[int, int | None], int] = {}
+    for c in model.cores:
+        groups[(c.package, c.numa_node)] = groups.get((c.package, c.numa_node), 0) + 1
+    most = max(groups.values(), default=1)
+    fits: list[Block] = []
+    for beside in (True, False):
+        lo, hi = (min(most, 4) if beside else 1), most
+        fit: Block | None = None
+        while lo <= hi:  # the most cores per row that fits (the width grows with it)
+            mid = (lo + hi) // 2
+            block = _Layout(model, color, mid, beside).machine(width)
+            if block.w <= width:
+                fit, lo = block, mid + 1
+            else:
+                hi = mid - 1
+        if fit is not None:
+            fits.append(fit)
+    if not fits:  # nothing fits (a very narrow width): one core per row, GPUs below
+        return _Layout(model, color, 1, False).machine(width)
+    return min(fits, key=lambda b: b.h)  # stable: beside wins a tie
+
+

@@ -1,0 +1,167 @@
+"""What the picture shows, computed once from ``(Topology, Plan)``: who owns each core, where each GPU and
+CPU-less NUMA node is drawn. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.cpulist import format_cpulist
+from launcher.plan import Plan
+from launcher.show.layout import CoreInfo, Style, Text
+from launcher.topology.model import GPU, Core, NumaNode, Topology
+
+SHARED_LABEL_MAX = 5  # "0+1", "0-3", "0+2+4"; longer sharer sets get an alias (S1, S2, ...)
+
+
+@dataclass(frozen=True)
+class GpuEntry:
+    gpu: GPU
+    visible: int | None  # visible index, None when CUDA_VISIBLE_DEVICES & co hide it
+    ranks: tuple[int, ...]
+    note: str  # how the GPU's place was decided, when it is not its own NUMA node
+
+
+class Model:
+    """Who owns what, computed once from (Topology, Plan)."""
+
+    def __init__(self, topo: Topology, plan: Plan) -> None:
+        self.topo = topo
+        self.plan = plan
+        self.reserved = frozenset(plan.reserved)
+        self.owners: dict[int, set[int]] = {}
+        self.loader: dict[int, set[int]] = {}
+        for r in plan.ranks:
+            for p in r.cpus:
+                self.owners.setdefault(p, set()).add(r.local_rank)
+            for p in r.loader_cpus:
+                self.loader.setdefault(p, set()).add(r.local_rank)
+        self.shared_alias: dict[tuple[int, ...], str] = {}
+        self.cores = list(topo.cores)
+        self.offline = sorted(topo.offline)
+        self.core_marks = {c.pus[0]: self._mark(c) for c in self.cores}
+        markers = [m for m, _, _ in self.core_marks.values()] + (["-"] if self.offline else [])
+        self.marker_w = max((len(m) for m in markers), default=1)
+        ids = [c.pus[0] for c in self.cores] + self.offline
+        self.id_w = max((len(str(i)) for i in ids), default=1)
+        self.cpu_nodes = self._cpu_nodes()
+        self.gpus = self._gpus()
+        self.attached, self.memory_of, self.loose_gpus, self.loose_nodes = self._attachments()
+
+    # --- cores
+    def _mark(self, core: Core) -> tuple[str, Style, CoreInfo]:
+        ranks = tuple(sorted({r for p in core.pus for r in self.owners.get(p, ())}))
+        first = core.pus[0]
+        if not ranks:
+            if not self.reserved.isdisjoint(core.pus):
+                return "r", Style("reserved"), CoreInfo(first, core.pus, (), "reserved")
+            if any(p in self.topo.allowed for p in core.pus):
+                return ".", Style("free"), CoreInfo(first, core.pus, (), "free")
+            return "x", Style("disallowed"), CoreInfo(first, core.pus, (), "disallowed")
+        if len(ranks) == 1:
+            r = ranks[0]
+            mine = [p for p in core.pus if r in self.owners.get(p, ())]
+            loader = all(r in self.loader.get(p, ()) for p in mine)
+            role = "loader" if loader else "compute"
+            return f"{r}L" if loader else str(r), Style("rank", ranks, loader), CoreInfo(first, core.pus, ranks, role)
+        return self.shared_label(ranks), Style("shared", ranks), CoreInfo(first, core.pus, ranks, "shared")
+
+    def shared_label(self, ranks: tuple[int, ...]) -> str:
+        runs: list[str] = []
+        i = 0
+        while i < len(ranks):
+            j = i
+            while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+                j += 1
+            runs.append(str(ranks[i]) if i == j else f"{ranks[i]}{'+' if j == i + 1 else '-'}{ranks[j]}")
+            i = j + 1
+        label = "+".join(runs)
+        if len(label) <= SHARED_LABEL_MAX:
+            return label
+        if ranks not in self.shared_alias:
+            self.shared_alias[ranks] = f"S{len(self.shared_alias) + 1}"
+        return self.shared_alias[ranks]
+
+    def cell(self, core: Core, color: bool) -> Text:
+        marker, style, info = self.core_marks[core.pus[0]]
+        return self._cell(info.cpu, marker, style, info, color)
+
+    def offline_cell(self, cpu: int, color: bool) -> Text:
+        return self._cell(cpu, "-", Style("offline"), CoreInfo(cpu, (cpu,), (), "offline"), color)
+
+    def _cell(self, cpu: int, marker: str, style: Style, info: CoreInfo, color: bool) -> Text:
+        body = f"{cpu:>{self.id_w}} {marker:<{self.marker_w}}"
+        # Coloured cells are the colour block itself; plain ones need brackets to read as boxes.
+        text = f" {body} " if color and style.kind in ("rank", "shared") else f"[{body}]"
+        return Text(0, 0, text, style, core=info)
+
+    # --- nodes and GPUs
+    def _cpu_nodes(self) -> list[int | None]:
+        first: dict[int | None, int] = {}
+        for c in self.cores:
+            first.setdefault(c.numa_node, c.pus[0])
+        return sorted(first, key=lambda n: first[n])
+
+    def _gpus(self) -> list[GpuEntry]:
+        vis = self.topo.visible
+        visible_of = {g.index: i for i, g in enumerate(self.topo.gpus)} if vis is None else {p: i for i, p in enumerate(vis)}
+        out = []
+        for g in self.topo.gpus:
+            v = visible_of.get(g.index)
+            ranks = tuple(r.local_rank for r in self.plan.ranks if v is not None and r.gpu == v)
+            out.append(GpuEntry(g, v, ranks, ""))
+        return out
+
+    def _nearest_cpu_node(self, node_id: int) -> int | None:
+        node = self.topo.node(node_id)
+        dist = node.distances if node else {}
+        known = [n for n in self.cpu_nodes if n is not None and n in dist]
+        if not known:
+            return None
+        return min(known, key=lambda n: (dist[n], self.cpu_nodes.index(n)))
+
+    def _gpu_anchor(self, g: GPU) -> tuple[int | None, str]:
+        if g.numa_node is not None and g.numa_node in self.cpu_nodes:
+            return g.numa_node, ""
+        if g.numa_node is not None:
+            near = self._nearest_cpu_node(g.numa_node)
+            return near, f"on NUMA {g.numa_node}, which has no online CPUs"
+        if g.cpus and not g.cpus >= self.topo.online:
+            overlap = {n: sum(1 for c in self.cores if c.numa_node == n for p in c.pus if p in g.cpus)
+                       for n in self.cpu_nodes}
+            best = max(self.cpu_nodes, key=lambda n: (overlap[n], -self.cpu_nodes.index(n)))
+            if overlap[best] > 0:
+                return best, f"no NUMA id; local CPUs {format_cpulist(g.cpus)}"
+        return None, "unknown NUMA locality"
+
+    def _attachments(
+        self,
+    ) -> tuple[dict[int | None, list[GpuEntry | NumaNode]], dict[int, GpuEntry], list[GpuEntry], list[NumaNode]]:
+        attached: dict[int | None, list[GpuEntry | NumaNode]] = {}
+        loose_gpus: list[GpuEntry] = []
+        memory_of: dict[int, GpuEntry] = {}
+        for i, entry in enumerate(self.gpus):
+            anchor, note = self._gpu_anchor(entry.gpu)
+            entry = GpuEntry(entry.gpu, entry.visible, entry.ranks, note)
+            self.gpus[i] = entry
+            if entry.gpu.memory_node is not None:
+                memory_of[entry.gpu.memory_node] = entry
+            if anchor is None and note:
+                loose_gpus.append(entry)
+            else:
+                attached.setdefault(anchor, []).append(entry)
+        loose_nodes: list[NumaNode] = []
+        for node in self.topo.numa_nodes:
+            if node.os_index in self.cpu_nodes or node.os_index in memory_of:
+                continue  # drawn with its cores, or inside its GPU's row
+            if node.cpus:  # CPUs that are all offline: still a node with CPUs, shown by its own box
+                attached.setdefault(node.os_index, [])
+                loose_nodes.append(node)
+                continue
+            near = self._nearest_cpu_node(node.os_index)
+            if near is None:
+                loose_nodes.append(node)
+            else:
+                attached.setdefault(near, []).append(node)
+        return attached, memory_of, loose_gpus, loose_nodes
+
+

@@ -198,12 +198,16 @@ def _closest(
     whole_cores = req.mode in ("exclusive", "l3")
     if whole_cores and rest > sum(len(by_node[n]) for n in gpu_nodes):
         # The GPU nodes cannot hold a core per rank: every node takes ranks in proportion to its cores, and the
-        # ranks of a node without GPU share the GPUs of the nearest GPU node (distance, then package).
+        # ranks of a node without GPU share the GPUs of the nearest GPU node (distance, then package, then the
+        # one with the fewest ranks per GPU so far).
         count = proportional(rest, {n: len(by_node[n]) for n in node_order}, node_order)
-        domain = {
-            n: n if n in gpus_at else min(gpu_nodes, key=lambda d: (distance(topo, n, d), pkg[d] != pkg[n], pos[d]))
-            for n in node_order
-        }
+        domain = {n: n for n in gpu_nodes}
+        load = {d: count[d] / len(gpus_at[d]) for d in gpu_nodes}  # ranks per GPU so far: ties go to the lightest
+        for n in node_order:
+            if n not in gpus_at:
+                d = min(gpu_nodes, key=lambda d: (distance(topo, n, d), pkg[d] != pkg[n], load[d], pos[d]))
+                domain[n] = d
+                load[d] += count[n] / len(gpus_at[d])
     else:
         count = proportional(rest, {n: len(gpus_at[n]) for n in gpu_nodes}, gpu_nodes)
         domain = {n: n for n in gpu_nodes}

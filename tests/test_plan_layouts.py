@@ -18,7 +18,9 @@ from launcher.errors import ConfigError, PlanError
 from launcher.options import PlanOptions
 from launcher.plan import Plan, Request, make_plan
 from launcher.topology import load_topology
+from launcher.topology.hwloc_xml import load_hwloc_xml
 from launcher.topology.model import Topology
+from tests.conftest import FIXTURES, need
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
 
 Row = tuple[str, int | None, int | None, int]  # (cpus, visible GPU, NUMA node, OMP_NUM_THREADS)
@@ -186,6 +188,51 @@ def test_dgx_a100_l3_mode(tree: Callable[..., Topology]) -> None:
     assert all(r.reasons[-1].endswith("whole L3 group(s) of node " + str(r.numa_nodes[0])) for r in plan.ranks)
 
 
+def test_dgx_a100_eight_ranks_spill(tree: Callable[..., Topology]) -> None:
+    # The default --spill loader. Nodes 0, 2, 4, 6 host no rank. The fake tree's distance table puts every other
+    # node at 20, so an idle node goes to a rank node of its own package, the one whose ranks hold the fewest spill
+    # cores so far: node 0 -> node 1, node 2 -> node 3 (node 1's ranks already have 8 each), 4 -> 5, 6 -> 7. The
+    # 16 cores of an idle node are cut 8 + 8, in L3 order, for the two ranks there, as loader cores: 16 cores per
+    # rank, the count NVIDIA's gpu_affinity gives, while OMP_NUM_THREADS stays at the 8 cores of the GPU's node.
+    topo = tree("dgx_a100")
+    plan = plan_of(topo, 8)
+    assert table(plan) == [
+        ("32-39,48-55,160-167,176-183", 0, 3, 8),
+        ("40-47,56-63,168-175,184-191", 1, 3, 8),
+        ("0-7,16-23,128-135,144-151", 2, 1, 8),
+        ("8-15,24-31,136-143,152-159", 3, 1, 8),
+        ("96-103,112-119,224-231,240-247", 4, 7, 8),
+        ("104-111,120-127,232-239,248-255", 5, 7, 8),
+        ("64-71,80-87,192-199,208-215", 6, 5, 8),
+        ("72-79,88-95,200-207,216-223", 7, 5, 8),
+    ]
+    r0 = plan.ranks[0]
+    assert (format_cpulist(r0.compute_cpus), format_cpulist(r0.loader_cpus)) == ("48-55,176-183", "32-39,160-167")
+    assert (format_cpulist(r0.spill_cpus), r0.spill_nodes, r0.mem_nodes) == ("32-39,160-167", (2,), (3,))
+    assert sorted(p for r in plan.ranks for p in r.cpus) == list(range(256))  # every CPU, once
+    assert plan.warnings == () and plan.spill == "loader"
+    # --spill compute: the same masks, and OMP_NUM_THREADS counts all 16 cores.
+    plan = plan_of(topo, 8, spill="compute")
+    assert [row[0] for row in table(plan)][:2] == ["32-39,48-55,160-167,176-183", "40-47,56-63,168-175,184-191"]
+    assert [row[3] for row in table(plan)] == [16] * 8
+
+
+def test_dgx_a100_two_ranks(tree: Callable[..., Topology]) -> None:
+    topo = tree("dgx_a100")
+    # Rank order: GPUs 0 and 1 are both on node 3, which the two ranks split 8 + 8. The other 7 nodes (112 cores)
+    # all spill to node 3, the nearest nodes first (package 0's nodes 0, 1, 2, then 4-7), cut 56 + 56: rank 0 gets
+    # nodes 0-2 and the first 8 cores of node 4, rank 1 the rest. Before, 224 of the 256 CPUs were idle.
+    plan = plan_of(topo, 2)
+    assert table(plan) == [("0-55,64-71,128-183,192-199", 0, 3, 8), ("56-63,72-127,184-191,200-255", 1, 3, 8)]
+    assert plan.ranks[1].spill_nodes == (4, 5, 6, 7)
+    # closest: 2 ranks for 8 GPUs are spread over the GPU domains, one per package; in package 0 the first GPU
+    # node in CPU order is node 1 (GPUs 2, 3), in package 1 node 5 (GPUs 6, 7). Each rank computes on its GPU's
+    # whole node (16 cores) and holds the rest of its package as loader cores: NVIDIA's socket split.
+    plan = plan_of(topo, 2, gpu_order="closest")
+    assert table(plan) == [("0-63,128-191", 2, 1, 16), ("64-127,192-255", 6, 5, 16)]
+    assert format_cpulist(plan.ranks[0].compute_cpus) == "16-31,144-159"
+
+
 # ============================================================================================= DGX H100
 # 2x Xeon Platinum 8480C: 56 cores per socket, SMT2 (siblings c and c+112), one NUMA node and one L3 per
 # socket. GPUs 0-3 on node 0, 4-7 on node 1 (buses 18, 2a, 3a, 5d | 9a, ab, ba, db).
@@ -210,6 +257,17 @@ def test_dgx_h100_four_ranks_per_socket(tree: Callable[..., Topology]) -> None:
         ("98-111,210-223", 7, 1, 14),
     ]
     assert plan.warnings == ()
+
+
+def test_dgx_h100_two_ranks(tree: Callable[..., Topology]) -> None:
+    # Rank order: GPUs 0 and 1 are both on node 0 (socket 0): 56 cores split 28 + 28. Socket 1's node hosts no
+    # rank, so its 56 cores are cut 28 + 28 as loader cores; before, its 112 CPUs were idle.
+    plan = plan_of(tree("dgx_h100"), 2)
+    assert table(plan) == [("0-27,56-83,112-139,168-195", 0, 0, 28), ("28-55,84-111,140-167,196-223", 1, 0, 28)]
+    assert format_cpulist(plan.ranks[0].loader_cpus) == "56-83,168-195"
+    # closest: one rank per socket, with that socket's first GPU (0 and 4), the whole node each.
+    plan = plan_of(tree("dgx_h100"), 2, gpu_order="closest")
+    assert table(plan) == [("0-55,112-167", 0, 0, 56), ("56-111,168-223", 4, 1, 56)]
 
 
 def test_dgx_h100_smt_counts_hardware_threads(tree: Callable[..., Topology]) -> None:
@@ -428,6 +486,58 @@ def test_grace_hopper_two_ranks_per_gpu(tree: Callable[..., Topology]) -> None:
     assert table(plan) == [
         ("0-35,144-179", 0, 0, 36), ("36-71,180-215", 0, 0, 36), ("72-107,216-251", 1, 1, 36), ("108-143,252-287", 1, 1, 36)
     ]
+
+
+# ============================================================================================= mpibind's machines
+# LLNL's hwloc exports (fixtures/mpibind/topo-xml). coral-lassen: 2 POWER9 sockets = NUMA nodes 0 and 8, 20 SMT4
+# cores each (the first core of each socket is kept for the system: allowed 8-87, 96-175), V100s 0, 1 on node 0
+# and 2, 3 on node 8. epyc-corona: 2 EPYC sockets, 8 NUMA nodes of 6 cores (SMT2, siblings c+48), distance 16
+# inside a socket and 32 across; one Radeon on each of nodes 1, 2, 5 and 7.
+def mpibind_xml(name: str) -> Topology:
+    path = FIXTURES / "mpibind" / "topo-xml" / f"{name}.xml"
+    need(path.is_file(), f"{path} not found")
+    return load_hwloc_xml(str(path))
+
+
+def test_coral_lassen_two_ranks_closest() -> None:
+    # 2 ranks for 4 GPUs: one per socket, with its first GPU, as mpibind does (task 1 on socket 1 with GPUs 2-3).
+    plan = plan_of(mpibind_xml("coral-lassen"), 2, gpu_order="closest")
+    assert table(plan) == [("8-87", 0, 0, 20), ("96-175", 2, 8, 20)]
+
+
+def test_epyc_corona_two_ranks() -> None:
+    topo = mpibind_xml("epyc-corona")
+    # closest: one rank per socket: GPU 0 (node 1) and GPU 2 (node 5). Each computes on its GPU's 6 cores, and
+    # the 3 other nodes of its socket (distance 16, against 32) become its loader cores: 24 cores, as mpibind's.
+    plan = plan_of(topo, 2, gpu_order="closest")
+    assert table(plan) == [("0-23,48-71", 0, 1, 6), ("24-47,72-95", 2, 5, 6)]
+    assert [format_cpulist(r.compute_cpus) for r in plan.ranks] == ["6-11,54-59", "30-35,78-83"]
+    assert [r.spill_nodes for r in plan.ranks] == [(0, 2, 3), (4, 6, 7)]
+    # Rank order: GPUs 0 and 1, nodes 1 and 2, both in socket 0. Nodes 0 and 3 are 16 away from both: node 0 goes
+    # to node 1, node 3 to node 2 (fewer spill cores so far); socket 1's nodes (32 from both) alternate: 4 and 6 to
+    # node 1, 5 and 7 to node 2. 24 cores each.
+    plan = plan_of(topo, 2)
+    assert table(plan) == [
+        ("0-11,24-29,36-41,48-59,72-77,84-89", 0, 1, 6),
+        ("12-23,30-35,42-47,60-71,78-83,90-95", 1, 2, 6),
+    ]
+
+
+def test_one_rank_per_core_closest() -> None:
+    # coral-lassen, 40 ranks on 40 cores: ranks follow CPU order (rank i on the i-th core, its 4 PUs), and the
+    # 20 ranks of each socket share its 2 GPUs in blocks of 10: 0 x 10, 1 x 10, 2 x 10, 3 x 10, as mpibind maps it.
+    plan = plan_of(mpibind_xml("coral-lassen"), 40, gpu_order="closest")
+    firsts = [*range(8, 88, 4), *range(96, 176, 4)]
+    assert [format_cpulist(r.cpus) for r in plan.ranks] == [f"{c}-{c + 3}" for c in firsts]
+    assert [r.gpu for r in plan.ranks] == [0] * 10 + [1] * 10 + [2] * 10 + [3] * 10
+    assert {r.threads for r in plan.ranks} == {1} and plan.warnings == ()
+    # epyc-corona, 48 ranks: the GPU nodes hold only 24 cores, so every node takes 6 ranks in CPU order; a node
+    # without GPU joins the nearest GPU node with the fewest ranks per GPU (node 0 -> 1, 3 -> 2, 4 -> 5, 6 -> 7):
+    # 12 ranks per GPU. (mpibind puts two tasks on each core of the GPU nodes instead; affrun never shares a core.)
+    plan = plan_of(mpibind_xml("epyc-corona"), 48, gpu_order="closest")
+    assert [format_cpulist(r.cpus) for r in plan.ranks] == [f"{c},{c + 48}" for c in range(48)]
+    assert [r.gpu for r in plan.ranks] == [0] * 12 + [1] * 12 + [2] * 12 + [3] * 12
+    assert "node 0 is in its domain" in plan.ranks[0].reasons[0]
 
 
 # ============================================================================================= small machines

@@ -36,6 +36,8 @@ class FakeMachine:
     gpus: list[FakeGPU] = field(default_factory=list)
     offline: set[int] = field(default_factory=set)
     cgroup_cpus: str | None = None  # cgroup v2 cpuset.cpus.effective for /proc/self
+    cpu_max: str | None = None  # cgroup v2 cpu.max of /proc/self's cgroup ("800000 100000")
+    cfs_quota: tuple[str, str] | None = None  # cgroup v1 (cpu.cfs_quota_us, cpu.cfs_period_us) of /proc/self
     extra_pci: list[tuple[str, int, int]] = field(default_factory=list)  # (bdf, vendor, class): NVSwitch, BMC VGA
 
     @property
@@ -110,10 +112,26 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
         _w(d / "vendor", f"0x{vendor:04x}")
         _w(d / "class", f"0x{klass:06x}")
         _w(d / "numa_node", "0")
+    cgroups: list[str] = []
+    mounts: list[str] = []
+    if m.cgroup_cpus is not None or m.cpu_max is not None:
+        cgroups.append("0::/job")
+        mounts.append("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0")
     if m.cgroup_cpus is not None:
-        _w(root / "proc/self/cgroup", "0::/job")
-        _w(root / "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0")
         _w(root / "sys/fs/cgroup/job/cpuset.cpus.effective", m.cgroup_cpus)
+    if m.cpu_max is not None:
+        _w(root / "sys/fs/cgroup/cpu.max", "max 100000")  # the root: no limit; the job's own file holds it
+        _w(root / "sys/fs/cgroup/job/cpu.max", m.cpu_max)
+    if m.cfs_quota is not None:  # cgroup v1, as Docker and Kubernetes on older hosts: a cpu,cpuacct hierarchy
+        cgroups.append("4:cpu,cpuacct:/kubepods/pod1")
+        mounts.append("cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,nodev,noexec,relatime,cpu,cpuacct 0 0")
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us", m.cfs_quota[0])
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us", m.cfs_quota[1])
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1")
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000")
+    if cgroups:
+        _w(root / "proc/self/cgroup", "\n".join(cgroups))
+        _w(root / "proc/mounts", "\n".join(mounts))
     return root
 
 

@@ -39,6 +39,8 @@ class FakeMachine:
     cpu_max: str | None = None  # cgroup v2 cpu.max of /proc/self's cgroup ("800000 100000")
     cfs_quota: tuple[str, str] | None = None  # cgroup v1 (cpu.cfs_quota_us, cpu.cfs_period_us) of /proc/self
     extra_pci: list[tuple[str, int, int]] = field(default_factory=list)  # (bdf, vendor, class): NVSwitch, BMC VGA
+    node_memory_kb: dict[int, int] = field(default_factory=dict)  # MemTotal per node where not 65536000 (0: none)
+    node_cpulist: dict[int, str] = field(default_factory=dict)  # a node's cpulist as written, if not derived
 
     @property
     def cpus(self) -> list[int]:
@@ -84,8 +86,8 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
     _w(node_dir / "online", format_cpulist(ids))
     _w(node_dir / "possible", format_cpulist(ids))
     for n in ids:
-        _w(node_dir / f"node{n}/cpulist", format_cpulist(nodes[n]))
-        _w(node_dir / f"node{n}/meminfo", f"Node {n} MemTotal:       65536000 kB")
+        _w(node_dir / f"node{n}/cpulist", m.node_cpulist.get(n, format_cpulist(nodes[n])))
+        _w(node_dir / f"node{n}/meminfo", f"Node {n} MemTotal:       {m.node_memory_kb.get(n, 65536000)} kB")
         if m.distances is not None:
             row = " ".join(str(m.distances[n][o]) for o in ids)
         else:

@@ -46,7 +46,7 @@ def fakememinitiators() -> FakeMachine:
 
 
 # 8em64t-2s2ca2c-buggynuma: 2 Xeon E5472 packages of 4 cores (PUs 0, 2, 4, 6 and 1, 3, 5, 7), no SMT. All 8
-# nodes claim CPUs 0-7, all distances are 10, node 0 has all the memory (2 GiB).
+# nodes claim CPUs 0-7, all distances are 10, node 0 has all the memory (2 GiB), as hwloc's expected output says.
 def buggynuma() -> FakeMachine:
     return FakeMachine(
         cores=[(p,) for p in range(8)],
@@ -86,16 +86,28 @@ def test_one_rank_on_a_memoryless_machine(tmp_path: Path) -> None:
 
 def test_overlapping_numa_cpusets_are_planned_as_one_node(tmp_path: Path) -> None:
     topo = read(tmp_path, buggynuma())
-    assert [(n.os_index, format_cpulist(n.cpus)) for n in topo.numa_nodes] == [(0, "0-7")]
+    assert [(n.os_index, format_cpulist(n.cpus), n.memory_kb) for n in topo.numa_nodes] == [(0, "0-7", 2097152)]
     assert {c.numa_node for c in topo.cores} == {0}
-    warning = ("the NUMA table is broken: CPUs 0-7 are in more than one node (nodes 0-7); planning as if there "
-               "were one NUMA node, as hwloc does")
+    # hwloc keeps node 0 and ignores nodes 1-7, whose CPUs node 0 already holds: one node, node 0's memory.
+    warning = ("the NUMA table is broken: node(s) 1-7 claim CPUs 0-7 of node(s) 0; ignoring them, as hwloc does; "
+               "planning as one NUMA node")
     assert warning in topo.warnings
     plan = make_plan(topo, PlanOptions().request(2))
     assert [(format_cpulist(r.cpus), r.numa_nodes, r.mem_nodes) for r in plan.ranks] == [
         ("0-3", (0,), (0,)), ("4-7", (0,), (0,)),
     ]
     assert warning in plan.warnings
+
+
+def test_a_partly_overlapping_table_keeps_the_sound_nodes(tmp_path: Path) -> None:
+    # 4 nodes of 2 cores; node 2 also claims CPU 1 of node 0: node 2 is ignored (as hwloc does) and its own
+    # CPUs 4-5 are left in no node; nodes 0, 1 and 3 stay, so the machine still has NUMA.
+    m = FakeMachine(cores=[(p,) for p in range(8)], node_of_core=[0, 0, 1, 1, 2, 2, 3, 3], package_of_core=[0] * 8,
+                    node_cpulist={2: "1,4-5"})
+    topo = read(tmp_path, m)
+    assert [n.os_index for n in topo.numa_nodes] == [0, 1, 3]
+    assert "the NUMA table is broken: node(s) 2 claim CPUs 1 of node(s) 0; ignoring them, as hwloc does" in topo.warnings
+    assert [c.numa_node for c in topo.cores] == [0, 0, 1, 1, None, None, 3, 3]
 
 
 def test_a_sound_table_is_left_alone(tmp_path: Path) -> None:

@@ -191,3 +191,24 @@ def test_a_real_cgroup_quota_caps_the_live_plan(tmp_path: Path) -> None:
             assert not any("CPU quota" in w for w in plan["warnings"])
     finally:
         group.rmdir()
+
+
+@pytest.mark.parametrize("value", ['"lots"', "-1", "1e400", "true", "[8]"])
+def test_a_bad_quota_in_a_snapshot_is_one_line_and_exit_2(tmp_path: Path, value: str) -> None:
+    root = write_tree(tmp_path / "root", small())
+    snap = tmp_path / "snap.json"
+    assert affrun("topology", "--fsroot", str(root), "--save", str(snap)).returncode == 0
+    data = snap.read_text()
+    assert '"cpu_quota": null' in data
+    snap.write_text(data.replace('"cpu_quota": null', f'"cpu_quota": {value}'))
+    proc = affrun("plan", "--topology", str(snap))
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("affrun: error: ") and "cpu_quota" in line
+
+
+def test_a_bad_spill_choice_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "root", small())
+    proc = affrun("exec", "--fsroot", str(root), "--spill", "everywhere", "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].startswith("affrun exec: error: argument --spill: invalid choice")

@@ -158,7 +158,11 @@ def _real_cpu_cgroup() -> tuple[Path, str] | None:
         fields = line.split()
         if len(fields) >= 4 and fields[2] == "cgroup2":
             base = Path(fields[1])
-            if "cpu" in (base / "cgroup.controllers").read_text().split():
+            try:  # a child has cpu.max only where the parent hands the cpu controller down
+                enabled = (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                continue
+            if "cpu" in enabled:
                 return base, "v2"
     return None
 

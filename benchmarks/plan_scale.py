@@ -3,8 +3,10 @@
 Each machine is a fake sysfs tree (2 sockets, SMT2, several NUMA nodes, 8 GPUs from 256 PUs up) written with
 ``tests/fakesys.py`` into a temporary directory. Measured, as medians of ``--repeats`` runs:
 
-* in-process, per step: topology read (``load_topology(fsroot=T)``), planning (``make_plan``, 8 ranks),
-  environment generation (``rank_environment`` for the 8 ranks);
+* in-process, per step: topology read (``load_topology(fsroot=T)``), planning (``make_plan``, 8 ranks, with the
+  cores of GPU-less nodes spilled to them), planning one rank per core in ``--gpu-order closest`` (GPUs shared by
+  the ranks of their domain: the most per-rank work the planner does), environment generation
+  (``rank_environment`` for the 8 ranks);
 * end to end, each in a fresh interpreter, interleaved with ``python -c pass`` measured in the same run:
   ``affrun plan --fsroot T --json`` (the CLI, click included) and ``python -c`` running read + plan + env
   through the library (the cost ``affrun exec`` pays before a rank starts).
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             plan = make_plan(topo, request)
             read = median_ms(lambda root=root: load_topology(fsroot=root, environ={}), args.repeats)
             planning = median_ms(lambda topo=topo, request=request: make_plan(topo, request), args.repeats)
+            per_core = PlanOptions(gpu_order="closest").request(len(topo.allowed_cores()))
+            planning_all = median_ms(lambda topo=topo, request=per_core: make_plan(topo, request), args.repeats)
             envs = median_ms(
                 lambda plan=plan: [rank_environment(r, local_world_size=NPROC, user_env={}) for r in plan.ranks],
                 args.repeats,
@@ -113,19 +117,21 @@ def main(argv: list[str] | None = None) -> int:
                 env,
             )
             walls = {name: s * 1000 for name, s in seconds.items()}
-            rows.append((pus, len(topo.gpus), read, planning, envs, walls))
+            rows.append((pus, len(topo.gpus), read, planning, planning_all, envs, walls))
             if args.profile == pus:
                 profiler = cProfile.Profile()
                 profiler.runcall(load_topology, fsroot=root, environ={})
                 pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
     print(f"median of {args.repeats} runs, {NPROC} ranks; ms (ratio to `python -c pass` of the same run)")
-    print(f"{'PUs':>5} {'GPUs':>4} {'read':>7} {'plan':>7} {'env':>7} {'pass':>7} {'lib e2e':>15} {'affrun plan e2e':>17}")
-    for pus, gpus, read, planning, envs, walls in rows:
+    print(f"{'PUs':>5} {'GPUs':>4} {'read':>7} {'plan':>7} {'plan/core':>9} {'env':>7} {'pass':>7} {'lib e2e':>15} "
+          f"{'affrun plan e2e':>17}")
+    for pus, gpus, read, planning, planning_all, envs, walls in rows:
         base = walls["pass"]
         lib = f"{walls['library']:.1f} ({walls['library'] / base:.1f}x)"
         cli = f"{walls['cli']:.1f} ({walls['cli'] / base:.1f}x)"
-        print(f"{pus:>5} {gpus:>4} {read:>7.2f} {planning:>7.2f} {envs:>7.2f} {base:>7.1f} {lib:>15} {cli:>17}")
+        print(f"{pus:>5} {gpus:>4} {read:>7.2f} {planning:>7.2f} {planning_all:>9.2f} {envs:>7.2f} {base:>7.1f} {lib:>15} "
+              f"{cli:>17}")
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 from launcher.env import BIND_MODES, ENV_POLICIES
 from launcher.options import MEM_POLICIES
 from launcher.plan import GPU_ORDERS, MODES
+from launcher.plan_spill import SPILLS
 
 MemBackend = Literal["auto", "numactl", "syscall"]
 MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
@@ -51,6 +52,9 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
                "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS"),
     OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST"),
+    OptionSpec("--spill", "spill", "plan", "Cores of NUMA nodes that host no rank go to the nearest ranks: loader: "
+               "as DataLoader cores (OMP_NUM_THREADS unchanged); compute: as compute cores; none: left idle.",
+               choices=SPILLS, default="loader"),
     OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", is_flag=True,
                default=False),
     OptionSpec("--omp-bind", "omp_bind", "env", "rank: one OpenMP place per rank (safe for DataLoader workers); "

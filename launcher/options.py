@@ -11,6 +11,7 @@ from typing import Literal, get_args
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.plan import GPU_ORDERS, MODES, GpuOrder, Mode, Request
+from launcher.plan_spill import SPILLS
 
 MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
 MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
@@ -28,6 +29,7 @@ class PlanOptions:
     cpu_map: str | None = None
     gpus: str | None = None
     no_gpu: bool = False
+    spill: str = "loader"
 
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)
@@ -61,6 +63,8 @@ class PlanOptions:
             argv += ["--gpus", self.gpus]
         if self.no_gpu:
             argv.append("--no-gpu")
+        if self.spill != "loader":
+            argv += ["--spill", self.spill]
         return argv
 
 
@@ -69,6 +73,8 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
         raise ConfigError(f"--mode {opts.mode!r}: choose one of {', '.join(MODES)}")
     if opts.gpu_order not in GPU_ORDERS:
         raise ConfigError(f"--gpu-order {opts.gpu_order!r}: choose one of {', '.join(GPU_ORDERS)}")
+    if opts.spill not in SPILLS:
+        raise ConfigError(f"--spill {opts.spill!r}: choose one of {', '.join(SPILLS)}")
     reserve: frozenset[int] = frozenset()
     if opts.reserve:
         try:
@@ -108,4 +114,5 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
         cpu_map=cpu_map,
         gpus=gpus,
         use_gpus=not opts.no_gpu,
+        spill=opts.spill,
     )

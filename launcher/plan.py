@@ -1,31 +1,41 @@
 """The planner: ``Topology`` + ``Request`` -> ``Plan``. Pure: no I/O, no ``os.environ``.
 
-How it decides (also in the README):
+How it decides (also in the README and, with sources, in docs/planner.md):
 
 1. Candidate cores are the allowed cores (any allowed PU) minus the cores of ``reserve`` (a reserved CPU takes
    its whole core out, siblings included). Only allowed PUs count.
-2. Each rank gets a *home* NUMA node: its GPU's node (convention ``rank``: rank *i* -> visible GPU *i*;
-   ``closest``: ranks in CPU order, each taking the next GPU homed on its node); a GPU on a CPU-less node (HBM,
-   Grace Hopper) or on a node with no usable CPUs takes the nearest node with CPUs by the distance table, with a
-   warning; a GPU with no node takes the node holding most of its ``local_cpus``; otherwise, and for ranks
-   without GPU, ranks are spread over the nodes with CPUs in proportion to their free cores, in blocks. A node
-   with more ranks than cores gives the excess to the nearest node with spare cores: spread ranks move first,
-   then ranks placed by distance or ``local_cpus``, and ranks whose GPU is on the node last.
+2. Each rank gets a GPU and a *home* NUMA node (:mod:`launcher.plan_homes`). ``rank`` order: rank *i* -> visible
+   GPU *i* -> its node. ``closest`` (mpibind): ranks in CPU order; fewer ranks than GPUs are spread over the GPU
+   domains (packages, then nodes); more ranks than GPUs go to the GPU nodes in proportion to their GPUs, and the
+   ranks of a domain share its GPUs. A GPU on a CPU-less node (HBM, Grace Hopper) or on a node with no usable
+   CPUs takes the nearest node with CPUs by the distance table, with a warning; a GPU with no node takes the
+   node holding most of its ``local_cpus``; otherwise, and for ranks without GPU, ranks are spread over the
+   nodes with CPUs in proportion to their free cores, in blocks. A node with more ranks than cores gives the
+   excess to the nearest node with spare cores: spread ranks move first, then ranks placed by distance or
+   ``local_cpus``, and ranks whose GPU is on the node last.
 3. ``exclusive``: a node's cores are cut into balanced, contiguous chunks (sizes differ by at most one), in
    L3-group order, one per rank homed there. ``l3`` hands out whole L3 groups. ``numa``/``socket`` give every
    rank of the node (package) the whole node (package). ``map`` takes the user's CPU lists.
-4. The last ``loader_cores`` cores of each chunk are kept for DataLoader workers. ``threads`` counts the
-   remaining cores (their PUs with ``smt``).
+4. Spill (:mod:`launcher.plan_spill`): the cores of nodes that host no rank go to the ranks of the nearest node
+   that hosts ranks (distance table, then package), in balanced contiguous blocks. ``spill="loader"`` (default)
+   makes them loader cores, ``"compute"`` compute cores; ``"none"`` leaves them idle.
+5. The last ``loader_cores`` cores of each home chunk are kept for DataLoader workers too. ``threads`` counts
+   the compute cores (their PUs with ``smt``), divided among the ranks sharing them in ``numa``/``socket``.
+   Under a CPU quota (cgroup ``cpu.max``) below the allowed CPUs, ``threads`` is capped so that ranks x threads
+   fits the quota, with a warning.
+6. The memory policy names the home nodes; a memory-less node is replaced by the nearest node with memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar, get_args
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
+from launcher.plan_homes import assign_homes, balanced_chunks, nname, package_of
+from launcher.plan_spill import SPILLS, Spill, spill_cores
 from launcher.topology.model import GPU, Core, Topology
 
 Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
@@ -48,6 +58,7 @@ class Request:
     cpu_map: tuple[frozenset[int], ...] | None = None  # mode "map": one CPU set per local rank
     gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
     use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
+    spill: str = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,8 @@ class RankPlan:
     shared: bool = False  # numa/socket modes: other ranks use the same CPUs
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
+    spill_nodes: tuple[int, ...] = ()  # the nodes they come from
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
@@ -83,6 +96,8 @@ class RankPlan:
             "shared": self.shared,
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
+            "spill_cpus": list(self.spill_cpus),
+            "spill_nodes": list(self.spill_nodes),
         }
 
     @classmethod
@@ -100,6 +115,8 @@ class RankPlan:
             shared=bool(d.get("shared", False)),
             reasons=tuple(d.get("reasons", ())),
             warnings=tuple(d.get("warnings", ())),
+            spill_cpus=tuple(int(c) for c in d.get("spill_cpus", ())),
+            spill_nodes=tuple(int(n) for n in d.get("spill_nodes", ())),
         )
 
 
@@ -111,12 +128,14 @@ class Plan:
     gpu_order: GpuOrder
     warnings: tuple[str, ...] = field(default=())
     reserved: tuple[int, ...] = field(default=())  # PUs of the cores taken out by --reserve (whole cores)
+    spill: str = "none"  # what the cores of nodes without ranks became: loader | compute | none
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "smt": self.smt,
             "gpu_order": self.gpu_order,
+            "spill": self.spill,
             "ranks": [r.to_dict() for r in self.ranks],
             "warnings": list(self.warnings),
             "reserved": list(self.reserved),
@@ -131,6 +150,7 @@ class Plan:
             gpu_order=_member(d["gpu_order"], GPU_ORDERS, "gpu_order"),
             warnings=tuple(d.get("warnings", ())),
             reserved=tuple(int(p) for p in d.get("reserved", ())),
+            spill=str(d.get("spill", "none")),
         )
 
 
@@ -181,58 +201,89 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         node_cores.sort(key=lambda c: (c.l3 if c.l3 is not None else -1, c.pus[0]))
     node_order = sorted(by_node, key=lambda n: by_node[n][0].pus[0] if n == -1 else min(p for c in by_node[n] for p in c.pus))
 
-    gpu_of, home_of, claim, reasons = _assign_gpus_and_homes(topo, req, by_node, node_order, warnings)
-    _spread_homeless(req.nproc, home_of, by_node, node_order)
-    if req.mode in ("exclusive", "l3"):
-        _fix_overflow(topo, home_of, claim, by_node, warnings)
-
-    visible = topo.visible_gpus()
-    ranks: list[RankPlan] = []
+    homes = assign_homes(topo, req, by_node, node_order, warnings)
     members: dict[int, list[int]] = {}
     for rank in range(req.nproc):
-        members.setdefault(home_of[rank], []).append(rank)
+        members.setdefault(homes.home_of[rank], []).append(rank)
+    chunks = _cut_chunks(req, cores, by_node, members, homes.home_of, warnings)
+    spills = {} if req.spill == "none" else spill_cores(topo, by_node, node_order, members, chunks)
+
+    shared_counts: dict[tuple[int, ...], int] = {}
+    for rank in range(req.nproc):
+        key = tuple(c.pus[0] for c in chunks[rank][0])
+        shared_counts[key] = shared_counts.get(key, 0) + 1
+    visible = topo.visible_gpus()
+    ranks: list[RankPlan] = []
+    for rank in range(req.nproc):
+        chunk, shared, why = chunks[rank]
+        sharers = shared_counts[tuple(c.pus[0] for c in chunk)]
+        gpu = homes.gpu_of.get(rank)
+        gpu_obj = visible[gpu] if gpu is not None else None
+        reasons = [*homes.reasons.get(rank, []), why]
+        ranks.append(
+            _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
+        )
+    return Plan(
+        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        tuple(sorted(reserved_pus)), req.spill,
+    )
+
+
+def _cut_chunks(
+    req: Request,
+    cores: list[Core],
+    by_node: dict[int, list[Core]],
+    members: dict[int, list[int]],
+    home_of: dict[int, int],
+    warnings: list[str],
+) -> dict[int, tuple[list[Core], bool, str]]:
+    """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (module docstring, step 3)."""
     chunks: dict[int, tuple[list[Core], bool, str]] = {}
     for node, ranks_here in members.items():
         node_cores = by_node[node]
         if req.mode == "exclusive":
-            for rank, chunk in zip(ranks_here, _balanced_chunks(node_cores, len(ranks_here))):
-                chunks[rank] = (chunk, False, f"{len(chunk)} of node {_nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
+            for rank, chunk in zip(ranks_here, balanced_chunks(node_cores, len(ranks_here))):
+                chunks[rank] = (chunk, False, f"{len(chunk)} of node {nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
         elif req.mode == "l3":
             groups = _l3_groups(node_cores)
             if len(groups) >= len(ranks_here):
-                for rank, glist in zip(ranks_here, _balanced_chunks(groups, len(ranks_here))):
+                for rank, glist in zip(ranks_here, balanced_chunks(groups, len(ranks_here))):
                     chunk = [c for g in glist for c in g]
-                    chunks[rank] = (chunk, False, f"{len(glist)} whole L3 group(s) of node {_nname(node)}")
+                    chunks[rank] = (chunk, False, f"{len(glist)} whole L3 group(s) of node {nname(node)}")
             else:
                 warnings.append(
-                    f"node {_nname(node)}: {len(ranks_here)} ranks but {len(groups)} L3 group(s); splitting cores instead"
+                    f"node {nname(node)}: {len(ranks_here)} ranks but {len(groups)} L3 group(s); splitting cores instead"
                 )
-                for rank, chunk in zip(ranks_here, _balanced_chunks(node_cores, len(ranks_here))):
-                    chunks[rank] = (chunk, False, f"{len(chunk)} cores of node {_nname(node)} (fewer L3 groups than ranks)")
+                for rank, chunk in zip(ranks_here, balanced_chunks(node_cores, len(ranks_here))):
+                    chunks[rank] = (chunk, False, f"{len(chunk)} cores of node {nname(node)} (fewer L3 groups than ranks)")
         elif req.mode == "numa":
             for rank in ranks_here:
-                chunks[rank] = (node_cores, len(ranks_here) > 1, f"whole node {_nname(node)}, shared by {len(ranks_here)} rank(s)")
+                chunks[rank] = (node_cores, len(ranks_here) > 1, f"whole node {nname(node)}, shared by {len(ranks_here)} rank(s)")
         else:  # socket
-            pkg = _package_of(node_cores)
+            pkg = package_of(node_cores)
             pkg_cores = [c for c in cores if c.package == pkg]
-            sharing = [r for r in range(req.nproc) if _package_of(by_node[home_of[r]]) == pkg]
+            sharing = [r for r in range(req.nproc) if package_of(by_node[home_of[r]]) == pkg]
             for rank in ranks_here:
                 chunks[rank] = (pkg_cores, len(sharing) > 1, f"whole package L#{pkg}, shared by {len(sharing)} rank(s)")
+    return chunks
 
-    shared_counts: dict[tuple[int, ...], int] = {}
-    for rank in range(req.nproc):
-        chunk, shared, _ = chunks[rank]
-        key = tuple(c.pus[0] for c in chunk)
-        shared_counts[key] = shared_counts.get(key, 0) + 1
-    for rank in range(req.nproc):
-        chunk, shared, why = chunks[rank]
-        sharers = shared_counts[tuple(c.pus[0] for c in chunk)]
-        gpu = gpu_of.get(rank)
-        gpu_obj = visible[gpu] if gpu is not None else None
-        ranks.append(
-            _rank_plan(topo, req, rank, chunk, gpu, gpu_obj, shared, sharers, [*reasons.get(rank, []), why], warnings)
-        )
-    return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings), tuple(sorted(reserved_pus)))
+
+def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
+    """Under a CPU quota below the allowed CPUs, cap each rank's threads so that ranks x threads fits the quota."""
+    quota = topo.cpu_quota
+    if quota is None or quota >= len(topo.allowed):
+        return tuple(ranks)
+    cap = max(1, int(quota // len(ranks)))
+    wanted = sum(r.threads for r in ranks)
+    if wanted <= quota:
+        return tuple(ranks)
+    where = f" ({topo.cpu_quota_source})" if topo.cpu_quota_source else ""
+    fits = "" if cap * len(ranks) <= quota else "; even 1 thread per rank exceeds it, expect throttling"
+    warnings.append(
+        f"CPU quota of {quota:g} CPUs{where} is below the {len(topo.allowed)} allowed CPUs: threads capped at {cap} "
+        f"per rank ({len(ranks)} ranks x {cap} = {len(ranks) * cap}, was {wanted}){fits}"
+    )
+    return tuple(r if r.threads <= cap else replace(r, threads=cap) for r in ranks)
 
 
 def _validate(req: Request) -> None:
@@ -242,6 +293,8 @@ def _validate(req: Request) -> None:
         raise PlanError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
     if req.gpu_order not in GPU_ORDERS:
         raise PlanError(f"unknown GPU order {req.gpu_order!r}; choose one of {', '.join(GPU_ORDERS)}")
+    if req.spill not in SPILLS:
+        raise PlanError(f"unknown spill {req.spill!r}; choose one of {', '.join(SPILLS)}")
     if req.loader_cores < 0:
         raise PlanError(f"--loader-cores must be >= 0 (got {req.loader_cores})")
     if req.mode == "map":
@@ -256,17 +309,6 @@ def _validate(req: Request) -> None:
         raise PlanError(f"--gpus gives {len(req.gpus)} GPU(s) for {req.nproc} ranks")
 
 
-def _nname(node: int) -> str:
-    return "?" if node == -1 else str(node)
-
-
-def _package_of(cores: Sequence[Core]) -> int:
-    counts: dict[int, int] = {}
-    for c in cores:
-        counts[c.package] = counts.get(c.package, 0) + 1
-    return max(counts, key=lambda p: (counts[p], -p))
-
-
 def _l3_groups(cores: Sequence[Core]) -> list[list[Core]]:
     groups: dict[int, list[Core]] = {}
     for i, c in enumerate(cores):
@@ -274,180 +316,12 @@ def _l3_groups(cores: Sequence[Core]) -> list[list[Core]]:
     return list(groups.values())
 
 
-def _balanced_chunks(items: Sequence[Any], k: int) -> list[list[Any]]:
-    """Cut ``items`` into ``k`` contiguous chunks whose sizes differ by at most one (larger ones first)."""
-    n = len(items)
-    base, extra = divmod(n, k)
-    out: list[list[Any]] = []
-    start = 0
-    for i in range(k):
-        size = base + (1 if i < extra else 0)
-        out.append(list(items[start : start + size]))
-        start += size
-    return out
-
-
-def _nearest(topo: Topology, origin: int, candidates: Sequence[int]) -> int:
-    node = topo.node(origin)
-    dist = node.distances if node else {}
-    return min(candidates, key=lambda n: (dist.get(n, 1 << 20), candidates.index(n)))
-
-
-# How firmly a rank is tied to its home node; when a node has more ranks than cores, the weakest move first.
-CLAIM_SPREAD, CLAIM_NEAR, CLAIM_GPU_NODE = 0, 1, 2
-
-
-def _gpu_home(
-    topo: Topology, gpu: GPU, label: str, by_node: dict[int, list[Core]], node_order: list[int]
-) -> tuple[int | None, int, str, str | None]:
-    """The GPU's home node, how firm that is (``CLAIM_*``), why, and a warning when the locality is indirect."""
-    if gpu.numa_node is not None and gpu.numa_node in by_node:
-        return gpu.numa_node, CLAIM_GPU_NODE, f"{label} is on NUMA node {gpu.numa_node}", None
-    if gpu.numa_node is not None:
-        near = _nearest(topo, gpu.numa_node, [n for n in node_order if n != -1] or node_order)
-        node = topo.node(gpu.numa_node)
-        if node is None:
-            why = "is not in the topology"
-        elif not node.cpus:
-            why = "has no CPUs"
-        else:
-            why = "has no usable CPUs (not allowed or reserved)"
-        warning = f"{label} is on NUMA node {gpu.numa_node}, which {why}; using the nearest node with CPUs, {_nname(near)}"
-        return near, CLAIM_NEAR, f"{label}: node {gpu.numa_node} {why}, nearest node with CPUs is {_nname(near)}", warning
-    if gpu.cpus and not gpu.cpus >= topo.online:
-        overlap = {n: sum(1 for c in by_node[n] for p in c.pus if p in gpu.cpus) for n in node_order}
-        best = max(node_order, key=lambda n: (overlap[n], -node_order.index(n)))
-        if overlap[best] > 0:
-            return best, CLAIM_NEAR, f"{label} has local CPUs {format_cpulist(gpu.cpus)} (node {_nname(best)})", None
-    warning = f"{label} has unknown NUMA locality; its rank is spread like a CPU-only rank"
-    return None, CLAIM_SPREAD, f"{label} has unknown locality", warning
-
-
-def _assign_gpus_and_homes(
-    topo: Topology, req: Request, by_node: dict[int, list[Core]], node_order: list[int], warnings: list[str]
-) -> tuple[dict[int, int], dict[int, int], dict[int, int], dict[int, list[str]]]:
-    """Each rank's visible GPU, home node (ranks without one are spread later), claim on it, and reasons."""
-    visible = topo.visible_gpus() if req.use_gpus else ()
-    gpu_of: dict[int, int] = {}
-    home_of: dict[int, int] = {}
-    claim: dict[int, int] = {}
-    reasons: dict[int, list[str]] = {}
-    if req.gpus is not None:
-        for g in req.gpus:
-            if g < 0 or g >= len(visible):
-                raise PlanError(f"GPU {g} does not exist: {len(visible)} GPU(s) are visible")
-    homes: list[int | None] = []
-    claims: list[int] = []
-    labels: list[str] = []
-    gpu_warnings: list[str | None] = []
-    for i, gpu in enumerate(visible):
-        home, firmness, why, warning = _gpu_home(topo, gpu, f"GPU {i} ({gpu.pci})", by_node, node_order)
-        homes.append(home)
-        claims.append(firmness)
-        labels.append(why)
-        gpu_warnings.append(warning)
-    _choose_gpus(req, len(visible), homes, claims, labels, node_order, gpu_of, home_of, claim, reasons)
-    # Warn only about the GPUs the ranks use, once each.
-    warnings.extend(w for g, w in enumerate(gpu_warnings) if w and g in set(gpu_of.values()))
-    return gpu_of, home_of, claim, reasons
-
-
-def _choose_gpus(
-    req: Request,
-    nvisible: int,
-    homes: list[int | None],
-    claims: list[int],
-    labels: list[str],
-    node_order: list[int],
-    gpu_of: dict[int, int],
-    home_of: dict[int, int],
-    claim: dict[int, int],
-    reasons: dict[int, list[str]],
-) -> None:
-    """Fill ``gpu_of``/``home_of``/``claim``/``reasons`` by the GPU order (``rank`` or ``closest``) or ``--gpus``."""
-    if req.gpu_order == "closest" and req.gpus is None and nvisible:
-        # mpibind / --gpu-bind=closest: ranks follow CPU order; each takes the next GPU local to its node.
-        rank = 0
-        for node in node_order:
-            for g, home in enumerate(homes):
-                if home == node and rank < req.nproc:
-                    gpu_of[rank], home_of[rank], claim[rank] = g, node, claims[g]
-                    reasons[rank] = [f"closest order: {labels[g]}"]
-                    rank += 1
-        for g, home in enumerate(homes):
-            if home is None and rank < req.nproc:
-                gpu_of[rank] = g
-                reasons[rank] = [labels[g]]
-                rank += 1
-        for extra in range(rank, req.nproc):
-            reasons[extra] = ["no GPU for this rank"]
-        return
-    for rank in range(req.nproc):
-        chosen = req.gpus[rank] if req.gpus is not None else (rank if rank < nvisible else None)
-        if chosen is None:
-            reasons[rank] = ["no GPU for this rank" if nvisible else "no GPU: CPU-only rank"]
-            continue
-        gpu_of[rank] = chosen
-        reasons[rank] = [labels[chosen]]
-        home = homes[chosen]
-        if home is not None:
-            home_of[rank], claim[rank] = home, claims[chosen]
-
-
-def _spread_homeless(nproc: int, home_of: dict[int, int], by_node: dict[int, list[Core]], node_order: list[int]) -> None:
-    """Give ranks without a home node one, in blocks, in proportion to each node's free cores."""
-    homeless = [r for r in range(nproc) if r not in home_of]
-    if not homeless:
-        return
-    used = {n: 0 for n in node_order}
-    for n in home_of.values():
-        used[n] += 1
-    free = {n: max(len(by_node[n]) - used[n], 0) for n in node_order}
-    total = sum(free.values())
-    if total == 0:
-        free = {n: len(by_node[n]) for n in node_order}
-        total = sum(free.values())
-    k = len(homeless)
-    quota = {n: k * free[n] // total for n in node_order}
-    remainders = sorted(node_order, key=lambda n: (-(k * free[n] % total), node_order.index(n)))
-    for n in remainders[: k - sum(quota.values())]:
-        quota[n] += 1
-    it = iter(homeless)
-    for n in node_order:
-        for _ in range(quota[n]):
-            home_of[next(it)] = n
-
-
-def _fix_overflow(
-    topo: Topology, home_of: dict[int, int], claim: dict[int, int], by_node: dict[int, list[Core]], warnings: list[str]
-) -> None:
-    """Move ranks off nodes that have more ranks than cores, to the nearest node with spare cores.
-
-    The ranks with the weakest claim on the node move first (spread ranks, then ranks placed by distance or
-    ``local_cpus``, then ranks whose GPU is on the node), the highest rank first among equals.
-    """
-    count: dict[int, int] = {n: 0 for n in by_node}
-    for n in home_of.values():
-        count[n] += 1
-    for rank in sorted(home_of, key=lambda r: (claim.get(r, CLAIM_SPREAD), -r)):
-        node = home_of[rank]
-        if count[node] <= len(by_node[node]):
-            continue
-        spare = [n for n in by_node if count[n] < len(by_node[n])]
-        target = _nearest(topo, node, spare)
-        count[node] -= 1
-        count[target] += 1
-        home_of[rank] = target
-        warnings.append(
-            f"rank {rank}: node {_nname(node)} has {len(by_node[node])} core(s) for more ranks; placed on node {_nname(target)}"
-        )
-
-
 def _rank_plan(
     topo: Topology,
     req: Request,
     rank: int,
     chunk: Sequence[Core],
+    spill: Spill | None,
     gpu: int | None,
     gpu_obj: GPU | None,
     shared: bool,
@@ -468,15 +342,17 @@ def _rank_plan(
         else:
             loader = compute[-req.loader_cores :]
             compute = compute[: -req.loader_cores]
+    spilled = list(spill.cores) if spill else []
+    if spill:
+        role = "compute" if req.spill == "compute" else "loader"
+        (compute if role == "compute" else loader).extend(spilled)
+        reasons = [*reasons, f"{len(spilled)} {role} core(s) of node(s) {','.join(map(nname, spill.nodes)) or '?'}, "
+                   "which host no rank"]
     units = sum(len(c.pus) for c in compute) if req.smt else len(compute)
     threads = max(1, units // sharers) if shared else units
-    cpus = tuple(sorted(p for c in chunk for p in c.pus))
+    cpus = tuple(sorted(p for c in (*chunk, *spilled) for p in c.pus))
     nodes = tuple(sorted({c.numa_node for c in chunk if c.numa_node is not None}))
-    mem_nodes = nodes
-    if topo.allowed_mems is not None:
-        mem_nodes = tuple(n for n in nodes if n in topo.allowed_mems)
-        if nodes and not mem_nodes:
-            rank_warnings.append(f"memory of node(s) {','.join(map(str, nodes))} is not allowed by the cpuset; no memory policy")
+    mem_nodes = _memory_nodes(topo, nodes, rank_warnings)
     plan_warnings.extend(f"rank {rank}: {w}" for w in rank_warnings)
     return RankPlan(
         local_rank=rank,
@@ -491,7 +367,41 @@ def _rank_plan(
         shared=shared,
         reasons=tuple(reasons),
         warnings=tuple(rank_warnings),
+        spill_cpus=tuple(sorted(p for c in spilled for p in c.pus)),
+        spill_nodes=spill.nodes if spill else (),
     )
+
+
+def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
+    """The nodes the rank's memory policy names: its home nodes, a memory-less one replaced by the nearest node
+    with memory (distance table), and none the cpuset forbids. Warnings say which case it was."""
+    allowed = topo.allowed_mems
+    out: list[int] = []
+    forbidden: list[int] = []
+    for n in nodes:
+        node = topo.node(n)
+        if node is None or node.memory_kb != 0:
+            if allowed is None or n in allowed:
+                out.append(n)
+            else:
+                forbidden.append(n)
+            continue
+        with_memory = [
+            m.os_index for m in topo.numa_nodes
+            if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
+        ]
+        if not with_memory:
+            rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
+                                 "no memory policy for it")
+            continue
+        target = min(with_memory, key=lambda m: (node.distances[m], m))
+        rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
+                             f"memory (distance {node.distances[target]})")
+        if target not in out:
+            out.append(target)
+    if forbidden and not out:
+        rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
+    return tuple(sorted(out))
 
 
 def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[str]) -> Plan:
@@ -525,5 +435,8 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         ]
         gpu = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
         gpu_obj = visible[gpu] if gpu is not None else None
-        ranks.append(_rank_plan(topo, req, rank, chunk, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
-    return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings), tuple(sorted(_reserved_pus(topo, req))))
+        ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
+    return Plan(
+        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        tuple(sorted(_reserved_pus(topo, req))), "none",
+    )

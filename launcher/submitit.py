@@ -269,7 +269,7 @@ class AffinityExecutor:
 
     ``AffinityExecutor(folder, cluster=None, **kwargs)``: ``kwargs`` are ``AutoExecutor``'s own
     (``slurm_python``, ``local_python``, ``slurm_max_num_timeout``...) plus affrun's options (:data:`AFFRUN_OPTIONS`:
-    ``mode``, ``smt``, ``reserve``, ``loader_cores``, ``gpu_order``, ``cpu_map``, ``gpus``, ``no_gpu``, ``fsroot``,
+    ``mode``, ``smt``, ``reserve``, ``loader_cores``, ``gpu_order``, ``cpu_map``, ``gpus``, ``no_gpu``, ``spill``, ``fsroot``,
     ``topology``, ``cpus``, ``omp_bind``, ``env_policy``, ``mem_policy``, ``mem_backend``, ``verbose``). affrun's
     options may also be changed later through :meth:`update_parameters`.
 

@@ -36,7 +36,11 @@ class FakeMachine:
     gpus: list[FakeGPU] = field(default_factory=list)
     offline: set[int] = field(default_factory=set)
     cgroup_cpus: str | None = None  # cgroup v2 cpuset.cpus.effective for /proc/self
+    cpu_max: str | None = None  # cgroup v2 cpu.max of /proc/self's cgroup ("800000 100000")
+    cfs_quota: tuple[str, str] | None = None  # cgroup v1 (cpu.cfs_quota_us, cpu.cfs_period_us) of /proc/self
     extra_pci: list[tuple[str, int, int]] = field(default_factory=list)  # (bdf, vendor, class): NVSwitch, BMC VGA
+    node_memory_kb: dict[int, int] = field(default_factory=dict)  # MemTotal per node where not 65536000 (0: none)
+    node_cpulist: dict[int, str] = field(default_factory=dict)  # a node's cpulist as written, if not derived
 
     @property
     def cpus(self) -> list[int]:
@@ -82,8 +86,8 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
     _w(node_dir / "online", format_cpulist(ids))
     _w(node_dir / "possible", format_cpulist(ids))
     for n in ids:
-        _w(node_dir / f"node{n}/cpulist", format_cpulist(nodes[n]))
-        _w(node_dir / f"node{n}/meminfo", f"Node {n} MemTotal:       65536000 kB")
+        _w(node_dir / f"node{n}/cpulist", m.node_cpulist.get(n, format_cpulist(nodes[n])))
+        _w(node_dir / f"node{n}/meminfo", f"Node {n} MemTotal:       {m.node_memory_kb.get(n, 65536000)} kB")
         if m.distances is not None:
             row = " ".join(str(m.distances[n][o]) for o in ids)
         else:
@@ -110,10 +114,26 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
         _w(d / "vendor", f"0x{vendor:04x}")
         _w(d / "class", f"0x{klass:06x}")
         _w(d / "numa_node", "0")
+    cgroups: list[str] = []
+    mounts: list[str] = []
+    if m.cgroup_cpus is not None or m.cpu_max is not None:
+        cgroups.append("0::/job")
+        mounts.append("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0")
     if m.cgroup_cpus is not None:
-        _w(root / "proc/self/cgroup", "0::/job")
-        _w(root / "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0")
         _w(root / "sys/fs/cgroup/job/cpuset.cpus.effective", m.cgroup_cpus)
+    if m.cpu_max is not None:
+        _w(root / "sys/fs/cgroup/cpu.max", "max 100000")  # the root: no limit; the job's own file holds it
+        _w(root / "sys/fs/cgroup/job/cpu.max", m.cpu_max)
+    if m.cfs_quota is not None:  # cgroup v1, as Docker and Kubernetes on older hosts: a cpu,cpuacct hierarchy
+        cgroups.append("4:cpu,cpuacct:/kubepods/pod1")
+        mounts.append("cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,nosuid,nodev,noexec,relatime,cpu,cpuacct 0 0")
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us", m.cfs_quota[0])
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us", m.cfs_quota[1])
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1")
+        _w(root / "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000")
+    if cgroups:
+        _w(root / "proc/self/cgroup", "\n".join(cgroups))
+        _w(root / "proc/mounts", "\n".join(mounts))
     return root
 
 

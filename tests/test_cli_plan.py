@@ -131,6 +131,27 @@ def test_plan_json_contract(root: str) -> None:
     assert data["mode"] == "exclusive" and data["gpu_order"] == "rank" and data["smt"] is False
 
 
+def test_plan_json_and_table_say_where_spilled_cores_come_from(root: str) -> None:
+    # 2 ranks: GPUs 0 and 1 are on node 0 (4 + 4 cores); node 1 hosts no rank, so its cores are cut 4 + 4 as
+    # loader cores: rank 0 also gets 8-11 (+24-27) from node 1.
+    result = invoke(["plan", "--fsroot", root, "--json", "--nproc-per-node", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    check_plan_contract(data)
+    r0 = data["ranks"][0]
+    assert data["spill"] == "loader"
+    assert (r0["spill_cpus"], r0["spill_nodes"], r0["loader_cpus"]) == ([8, 9, 10, 11, 24, 25, 26, 27], [1],
+                                                                          [8, 9, 10, 11, 24, 25, 26, 27])
+    assert r0["env"]["OMP_NUM_THREADS"] == "4" and r0["env"]["AFFRUN_LOADER_CPUS"] == "8-11,24-27"
+    table = invoke(["plan", "--fsroot", root, "--nproc-per-node", "2"]).stdout.splitlines()
+    assert table[0].split()[:4] == ["rank", "cpus", "loader", "spill"]
+    assert table[1].split()[:5] == ["0", "0-3,8-11,16-19,24-27", "8-11,24-27", "8-11,24-27", "(node"]
+    assert "spill loader" in table[3]
+    none = json.loads(invoke(["plan", "--fsroot", root, "--json", "--nproc-per-node", "2", "--spill", "none"]).stdout)
+    assert none["spill"] == "none" and none["ranks"][0]["spill_cpus"] == [] and none["ranks"][0]["cpus"] == [
+        0, 1, 2, 3, 16, 17, 18, 19]
+
+
 def test_plan_json_smt_counts_hardware_threads(root: str) -> None:
     result = invoke(["plan", "--fsroot", root, "--json", "--smt", "--nproc-per-node", "2", "--no-gpu"])
     assert result.exit_code == 0, result.output

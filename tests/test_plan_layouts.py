@@ -18,7 +18,9 @@ from launcher.errors import ConfigError, PlanError
 from launcher.options import PlanOptions
 from launcher.plan import Plan, Request, make_plan
 from launcher.topology import load_topology
+from launcher.topology.hwloc_xml import load_hwloc_xml
 from launcher.topology.model import Topology
+from tests.conftest import FIXTURES, need
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
 
 Row = tuple[str, int | None, int | None, int]  # (cpus, visible GPU, NUMA node, OMP_NUM_THREADS)
@@ -89,8 +91,9 @@ def test_dgx_a100_topology_is_read_as_built(tree: Callable[..., Topology]) -> No
 
 def test_dgx_a100_rank_order(tree: Callable[..., Topology]) -> None:
     # Rank i -> GPU i -> its node. Two ranks share each GPU node; its 16 cores split 8 + 8 in L3 order, both
-    # SMT siblings in the mask, OMP_NUM_THREADS = 8 physical cores. Nodes 0, 2, 4, 6 have no GPU and stay idle.
-    plan = plan_of(tree("dgx_a100"), 8)
+    # SMT siblings in the mask, OMP_NUM_THREADS = 8 physical cores. With --spill none, nodes 0, 2, 4, 6 (no GPU)
+    # stay idle; the default spill is in test_dgx_a100_eight_ranks_spill.
+    plan = plan_of(tree("dgx_a100"), 8, spill="none")
     assert table(plan) == [
         ("48-55,176-183", 0, 3, 8),
         ("56-63,184-191", 1, 3, 8),
@@ -107,7 +110,7 @@ def test_dgx_a100_rank_order(tree: Callable[..., Topology]) -> None:
 
 def test_dgx_a100_closest_order_follows_cpu_order(tree: Callable[..., Topology]) -> None:
     # Ranks in CPU order: node 1 (GPUs 2, 3), node 3 (GPUs 0, 1), node 5 (6, 7), node 7 (4, 5).
-    plan = plan_of(tree("dgx_a100"), 8, gpu_order="closest")
+    plan = plan_of(tree("dgx_a100"), 8, gpu_order="closest", spill="none")
     assert table(plan) == [
         ("16-23,144-151", 2, 1, 8),
         ("24-31,152-159", 3, 1, 8),
@@ -123,7 +126,7 @@ def test_dgx_a100_closest_order_follows_cpu_order(tree: Callable[..., Topology])
 def test_dgx_a100_smt_and_loader_cores(tree: Callable[..., Topology]) -> None:
     # --loader-cores 2 keeps the last 2 of each rank's 8 cores for DataLoader workers: rank 0 computes on
     # 48-53 (+176-181) and loads on 54-55 (+182-183). --smt counts both siblings: 6 cores -> 12 threads.
-    plan = plan_of(tree("dgx_a100"), 8, loader_cores=2, smt=True)
+    plan = plan_of(tree("dgx_a100"), 8, loader_cores=2, smt=True, spill="none")
     r0, r7 = plan.ranks[0], plan.ranks[7]
     assert format_cpulist(r0.cpus) == "48-55,176-183"
     assert format_cpulist(r0.compute_cpus) == "48-53,176-181"
@@ -132,14 +135,21 @@ def test_dgx_a100_smt_and_loader_cores(tree: Callable[..., Topology]) -> None:
     assert table(plan)[0] == ("48-55,176-183", 0, 3, 12)
     plan = plan_of(tree("dgx_a100"), 8, loader_cores=2)
     assert [row[3] for row in table(plan)] == [6] * 8
+    # With the default spill, rank 0 also holds node 2's first 8 cores as loader cores: 54-55 and 32-39.
+    assert format_cpulist(plan.ranks[0].loader_cpus) == "32-39,54-55,160-167,182-183"
 
 
 def test_dgx_a100_numa_and_socket_modes(tree: Callable[..., Topology]) -> None:
     topo = tree("dgx_a100")
     # numa: each rank gets its GPU's whole node, shared with the other rank there: 16 cores / 2 = 8 threads.
-    plan = plan_of(topo, 8, mode="numa")
+    plan = plan_of(topo, 8, mode="numa", spill="none")
     assert table(plan)[:2] == [("48-63,176-191", 0, 3, 8), ("48-63,176-191", 1, 3, 8)]
     assert all(r.shared for r in plan.ranks)
+    # The default spill: node 2 (no GPU; same package, equally far, node 1 already took node 0) joins node 3's
+    # two ranks, shared like their node, as loader cores: OMP_NUM_THREADS stays 8.
+    plan = plan_of(topo, 8, mode="numa")
+    assert table(plan)[:2] == [("32-63,160-191", 0, 3, 8), ("32-63,160-191", 1, 3, 8)]
+    assert format_cpulist(plan.ranks[0].loader_cpus) == "32-47,160-175"
     # socket: GPUs 0-3 are on socket 0 (nodes 1 and 3), 4-7 on socket 1: 64 cores shared by 4 ranks = 16 threads.
     plan = plan_of(topo, 8, mode="socket")
     assert [(format_cpulist(r.cpus), r.threads) for r in plan.ranks] == [("0-63,128-191", 16)] * 4 + [
@@ -150,7 +160,7 @@ def test_dgx_a100_numa_and_socket_modes(tree: Callable[..., Topology]) -> None:
 def test_dgx_a100_l3_mode(tree: Callable[..., Topology]) -> None:
     # l3: the 4 CCXs of 4 cores in node 3 go 2 + 2 to ranks 0 and 1: the same CPUs as exclusive here, because
     # 8 cores per rank is a whole number of CCXs.
-    plan = plan_of(tree("dgx_a100"), 8, mode="l3")
+    plan = plan_of(tree("dgx_a100"), 8, mode="l3", spill="none")
     assert table(plan)[:2] == [("48-55,176-183", 0, 3, 8), ("56-63,184-191", 1, 3, 8)]
     # 16 ranks: ranks 0-7 by their GPUs, 2 per GPU node; ranks 8-15 have no GPU and are spread by free cores:
     # 14 on each GPU node, 16 on the others, 120 in all, so 8 x 14/120 = 0.93 and 8 x 16/120 = 1.07: one per node
@@ -176,6 +186,51 @@ def test_dgx_a100_l3_mode(tree: Callable[..., Topology]) -> None:
         ("124-127,252-255", None, 7, 4),
     ]
     assert all(r.reasons[-1].endswith("whole L3 group(s) of node " + str(r.numa_nodes[0])) for r in plan.ranks)
+
+
+def test_dgx_a100_eight_ranks_spill(tree: Callable[..., Topology]) -> None:
+    # The default --spill loader. Nodes 0, 2, 4, 6 host no rank. The fake tree's distance table puts every other
+    # node at 20, so an idle node goes to a rank node of its own package, the one whose ranks hold the fewest spill
+    # cores so far: node 0 -> node 1, node 2 -> node 3 (node 1's ranks already have 8 each), 4 -> 5, 6 -> 7. The
+    # 16 cores of an idle node are cut 8 + 8, in L3 order, for the two ranks there, as loader cores: 16 cores per
+    # rank, the count NVIDIA's gpu_affinity gives, while OMP_NUM_THREADS stays at the 8 cores of the GPU's node.
+    topo = tree("dgx_a100")
+    plan = plan_of(topo, 8)
+    assert table(plan) == [
+        ("32-39,48-55,160-167,176-183", 0, 3, 8),
+        ("40-47,56-63,168-175,184-191", 1, 3, 8),
+        ("0-7,16-23,128-135,144-151", 2, 1, 8),
+        ("8-15,24-31,136-143,152-159", 3, 1, 8),
+        ("96-103,112-119,224-231,240-247", 4, 7, 8),
+        ("104-111,120-127,232-239,248-255", 5, 7, 8),
+        ("64-71,80-87,192-199,208-215", 6, 5, 8),
+        ("72-79,88-95,200-207,216-223", 7, 5, 8),
+    ]
+    r0 = plan.ranks[0]
+    assert (format_cpulist(r0.compute_cpus), format_cpulist(r0.loader_cpus)) == ("48-55,176-183", "32-39,160-167")
+    assert (format_cpulist(r0.spill_cpus), r0.spill_nodes, r0.mem_nodes) == ("32-39,160-167", (2,), (3,))
+    assert sorted(p for r in plan.ranks for p in r.cpus) == list(range(256))  # every CPU, once
+    assert plan.warnings == () and plan.spill == "loader"
+    # --spill compute: the same masks, and OMP_NUM_THREADS counts all 16 cores.
+    plan = plan_of(topo, 8, spill="compute")
+    assert [row[0] for row in table(plan)][:2] == ["32-39,48-55,160-167,176-183", "40-47,56-63,168-175,184-191"]
+    assert [row[3] for row in table(plan)] == [16] * 8
+
+
+def test_dgx_a100_two_ranks(tree: Callable[..., Topology]) -> None:
+    topo = tree("dgx_a100")
+    # Rank order: GPUs 0 and 1 are both on node 3, which the two ranks split 8 + 8. The other 7 nodes (112 cores)
+    # all spill to node 3, the nearest nodes first (package 0's nodes 0, 1, 2, then 4-7), cut 56 + 56: rank 0 gets
+    # nodes 0-2 and the first 8 cores of node 4, rank 1 the rest. Before, 224 of the 256 CPUs were idle.
+    plan = plan_of(topo, 2)
+    assert table(plan) == [("0-55,64-71,128-183,192-199", 0, 3, 8), ("56-63,72-127,184-191,200-255", 1, 3, 8)]
+    assert plan.ranks[1].spill_nodes == (4, 5, 6, 7)
+    # closest: 2 ranks for 8 GPUs are spread over the GPU domains, one per package; in package 0 the first GPU
+    # node in CPU order is node 1 (GPUs 2, 3), in package 1 node 5 (GPUs 6, 7). Each rank computes on its GPU's
+    # whole node (16 cores) and holds the rest of its package as loader cores: NVIDIA's socket split.
+    plan = plan_of(topo, 2, gpu_order="closest")
+    assert table(plan) == [("0-63,128-191", 2, 1, 16), ("64-127,192-255", 6, 5, 16)]
+    assert format_cpulist(plan.ranks[0].compute_cpus) == "16-31,144-159"
 
 
 # ============================================================================================= DGX H100
@@ -204,6 +259,17 @@ def test_dgx_h100_four_ranks_per_socket(tree: Callable[..., Topology]) -> None:
     assert plan.warnings == ()
 
 
+def test_dgx_h100_two_ranks(tree: Callable[..., Topology]) -> None:
+    # Rank order: GPUs 0 and 1 are both on node 0 (socket 0): 56 cores split 28 + 28. Socket 1's node hosts no
+    # rank, so its 56 cores are cut 28 + 28 as loader cores; before, its 112 CPUs were idle.
+    plan = plan_of(tree("dgx_h100"), 2)
+    assert table(plan) == [("0-27,56-83,112-139,168-195", 0, 0, 28), ("28-55,84-111,140-167,196-223", 1, 0, 28)]
+    assert format_cpulist(plan.ranks[0].loader_cpus) == "56-83,168-195"
+    # closest: one rank per socket, with that socket's first GPU (0 and 4), the whole node each.
+    plan = plan_of(tree("dgx_h100"), 2, gpu_order="closest")
+    assert table(plan) == [("0-55,112-167", 0, 0, 56), ("56-111,168-223", 4, 1, 56)]
+
+
 def test_dgx_h100_smt_counts_hardware_threads(tree: Callable[..., Topology]) -> None:
     plan = plan_of(tree("dgx_h100"), 8, smt=True)
     assert [row[3] for row in table(plan)] == [28] * 8
@@ -229,8 +295,11 @@ def test_dgx_h100_slurm_half_socket_job(tmp_path: Path) -> None:
 
 def test_dgx_h100_explicit_gpus(tree: Callable[..., Topology]) -> None:
     # --gpus 7,6: both ranks' GPUs are on node 1; its 56 cores split 28 + 28.
-    plan = plan_of(tree("dgx_h100"), 2, gpus="7,6")
+    plan = plan_of(tree("dgx_h100"), 2, gpus="7,6", spill="none")
     assert table(plan) == [("56-83,168-195", 7, 1, 28), ("84-111,196-223", 6, 1, 28)]
+    # By default node 0 (no rank) is cut 28 + 28 as loader cores for them: rank 0 also gets 0-27.
+    plan = plan_of(tree("dgx_h100"), 2, gpus="7,6")
+    assert table(plan) == [("0-27,56-83,112-139,168-195", 7, 1, 28), ("28-55,84-111,140-167,196-223", 6, 1, 28)]
 
 
 def test_dgx_h100_more_ranks_than_gpus(tree: Callable[..., Topology]) -> None:
@@ -317,8 +386,16 @@ def test_frontier_l3_without_reserve_gives_whole_ccds(tree: Callable[..., Topolo
 
 def test_frontier_rocr_visible_devices(tree: Callable[..., Topology]) -> None:
     # ROCR_VISIBLE_DEVICES=4,5: visible GCD 0 is physical GCD 4 on node 0.
-    plan = plan_of(tree("frontier", {"ROCR_VISIBLE_DEVICES": "4,5"}), 2, reserve=FRONTIER_RESERVE)
+    topo = tree("frontier", {"ROCR_VISIBLE_DEVICES": "4,5"})
+    plan = plan_of(topo, 2, reserve=FRONTIER_RESERVE, spill="none")
     assert table(plan) == [("1-7,65-71", 0, 0, 7), ("9-15,73-79", 1, 0, 7)]
+    # By default nodes 1-3 (42 free cores, all equally far) are cut 21 + 21 as loader cores: rank 0 gets the three
+    # CCDs 2, 3, 4 (17-23, 25-31, 33-39), rank 1 the CCDs 5, 6, 7.
+    plan = plan_of(topo, 2, reserve=FRONTIER_RESERVE)
+    assert [format_cpulist(r.loader_cpus) for r in plan.ranks] == [
+        "17-23,25-31,33-39,81-87,89-95,97-103", "41-47,49-55,57-63,105-111,113-119,121-127",
+    ]
+    assert [r.threads for r in plan.ranks] == [7, 7]
 
 
 # ============================================================================================= Grace Hopper
@@ -390,8 +467,10 @@ def test_grace_hopper_distances_decide_not_numbering(tree: Callable[..., Topolog
 
 def test_grace_hopper_warns_only_about_gpus_in_use(tree: Callable[..., Topology]) -> None:
     # One rank uses GPU 0 only: one warning, about GPU 0's memory node 4, none about the other three.
-    plan = plan_of(tree("gh200_memory_node"), 1)
+    plan = plan_of(tree("gh200_memory_node"), 1, spill="none")
     assert table(plan) == [("0-71", 0, 0, 72)]
+    # By default the one rank also gets the other three Grace CPUs, as loader cores.
+    assert table(plan_of(tree("gh200_memory_node"), 1)) == [("0-287", 0, 0, 72)]
     assert [w for w in plan.warnings if "NUMA node" in w] == [
         "GPU 0 (0009:01:00.0) is on NUMA node 4, which has no CPUs; using the nearest node with CPUs, 0"
     ]
@@ -399,8 +478,66 @@ def test_grace_hopper_warns_only_about_gpus_in_use(tree: Callable[..., Topology]
 
 def test_grace_hopper_two_ranks_per_gpu(tree: Callable[..., Topology]) -> None:
     # --gpus 0,0,1,1: two ranks per GPU share its Grace: 36 + 36 cores.
-    plan = plan_of(tree("gh200_memory_node"), 4, gpus="0,0,1,1")
+    plan = plan_of(tree("gh200_memory_node"), 4, gpus="0,0,1,1", spill="none")
     assert table(plan) == [("0-35", 0, 0, 36), ("36-71", 0, 0, 36), ("72-107", 1, 1, 36), ("108-143", 1, 1, 36)]
+    # By default the idle Graces 2 and 3 (all Graces 40 apart) go one to each busy node: node 2 to node 0 (first),
+    # node 3 to node 1 (node 0's ranks already have 36 spill cores each), cut 36 + 36 as loader cores.
+    plan = plan_of(tree("gh200_memory_node"), 4, gpus="0,0,1,1")
+    assert table(plan) == [
+        ("0-35,144-179", 0, 0, 36), ("36-71,180-215", 0, 0, 36), ("72-107,216-251", 1, 1, 36), ("108-143,252-287", 1, 1, 36)
+    ]
+
+
+# ============================================================================================= mpibind's machines
+# LLNL's hwloc exports (fixtures/mpibind/topo-xml). coral-lassen: 2 POWER9 sockets = NUMA nodes 0 and 8, 20 SMT4
+# cores each (the first core of each socket is kept for the system: allowed 8-87, 96-175), V100s 0, 1 on node 0
+# and 2, 3 on node 8. epyc-corona: 2 EPYC sockets, 8 NUMA nodes of 6 cores (SMT2, siblings c+48), distance 16
+# inside a socket and 32 across; one Radeon on each of nodes 1, 2, 5 and 7.
+def mpibind_xml(name: str) -> Topology:
+    path = FIXTURES / "mpibind" / "topo-xml" / f"{name}.xml"
+    need(path.is_file(), f"{path} not found")
+    return load_hwloc_xml(str(path))
+
+
+def test_coral_lassen_two_ranks_closest() -> None:
+    # 2 ranks for 4 GPUs: one per socket, with its first GPU, as mpibind does (task 1 on socket 1 with GPUs 2-3).
+    plan = plan_of(mpibind_xml("coral-lassen"), 2, gpu_order="closest")
+    assert table(plan) == [("8-87", 0, 0, 20), ("96-175", 2, 8, 20)]
+
+
+def test_epyc_corona_two_ranks() -> None:
+    topo = mpibind_xml("epyc-corona")
+    # closest: one rank per socket: GPU 0 (node 1) and GPU 2 (node 5). Each computes on its GPU's 6 cores, and
+    # the 3 other nodes of its socket (distance 16, against 32) become its loader cores: 24 cores, as mpibind's.
+    plan = plan_of(topo, 2, gpu_order="closest")
+    assert table(plan) == [("0-23,48-71", 0, 1, 6), ("24-47,72-95", 2, 5, 6)]
+    assert [format_cpulist(r.compute_cpus) for r in plan.ranks] == ["6-11,54-59", "30-35,78-83"]
+    assert [r.spill_nodes for r in plan.ranks] == [(0, 2, 3), (4, 6, 7)]
+    # Rank order: GPUs 0 and 1, nodes 1 and 2, both in socket 0. Nodes 0 and 3 are 16 away from both: node 0 goes
+    # to node 1, node 3 to node 2 (fewer spill cores so far); socket 1's nodes (32 from both) alternate: 4 and 6 to
+    # node 1, 5 and 7 to node 2. 24 cores each.
+    plan = plan_of(topo, 2)
+    assert table(plan) == [
+        ("0-11,24-29,36-41,48-59,72-77,84-89", 0, 1, 6),
+        ("12-23,30-35,42-47,60-71,78-83,90-95", 1, 2, 6),
+    ]
+
+
+def test_one_rank_per_core_closest() -> None:
+    # coral-lassen, 40 ranks on 40 cores: ranks follow CPU order (rank i on the i-th core, its 4 PUs), and the
+    # 20 ranks of each socket share its 2 GPUs in blocks of 10: 0 x 10, 1 x 10, 2 x 10, 3 x 10, as mpibind maps it.
+    plan = plan_of(mpibind_xml("coral-lassen"), 40, gpu_order="closest")
+    firsts = [*range(8, 88, 4), *range(96, 176, 4)]
+    assert [format_cpulist(r.cpus) for r in plan.ranks] == [f"{c}-{c + 3}" for c in firsts]
+    assert [r.gpu for r in plan.ranks] == [0] * 10 + [1] * 10 + [2] * 10 + [3] * 10
+    assert {r.threads for r in plan.ranks} == {1} and plan.warnings == ()
+    # epyc-corona, 48 ranks: the GPU nodes hold only 24 cores, so every node takes 6 ranks in CPU order; a node
+    # without GPU joins the nearest GPU node with the fewest ranks per GPU (node 0 -> 1, 3 -> 2, 4 -> 5, 6 -> 7):
+    # 12 ranks per GPU. (mpibind puts two tasks on each core of the GPU nodes instead; affrun never shares a core.)
+    plan = plan_of(mpibind_xml("epyc-corona"), 48, gpu_order="closest")
+    assert [format_cpulist(r.cpus) for r in plan.ranks] == [f"{c},{c + 48}" for c in range(48)]
+    assert [r.gpu for r in plan.ranks] == [0] * 12 + [1] * 12 + [2] * 12 + [3] * 12
+    assert "node 0 is in its domain" in plan.ranks[0].reasons[0]
 
 
 # ============================================================================================= small machines
@@ -420,12 +557,27 @@ def two_nodes(gpus: Sequence[FakeGPU] = ()) -> FakeMachine:
         (3, [("0-3", None, 0, 4), ("4-7", None, 0, 4), ("8-15", None, 1, 8)]),
         # 2 ranks: one whole node each.
         (2, [("0-7", None, 0, 8), ("8-15", None, 1, 8)]),
-        # 1 rank lives on one NUMA node (node 0); --mode socket or --cpus choose otherwise.
+        # 1 rank lives on one NUMA node (node 0); --mode socket or --cpus choose otherwise. With --spill none
+        # node 1 stays idle.
         (1, [("0-7", None, 0, 8)]),
     ],
 )
 def test_cpu_only_job_spreads_over_nodes(tmp_path: Path, nproc: int, expected: list[Row]) -> None:
-    assert table(plan_of(read(tmp_path, two_nodes()), nproc)) == expected
+    assert table(plan_of(read(tmp_path, two_nodes()), nproc, spill="none")) == expected
+
+
+def test_one_cpu_only_rank_gets_the_other_node_as_loader_or_compute_cores(tmp_path: Path) -> None:
+    # 1 rank: its home is node 0 (8 compute cores); node 1 hosts no rank, so its 8 cores spill to the rank:
+    # loader cores by default (OMP_NUM_THREADS 8), compute cores with --spill compute (16).
+    topo = read(tmp_path, two_nodes())
+    plan = plan_of(topo, 1)
+    assert table(plan) == [("0-15", None, 0, 8)]
+    assert (format_cpulist(plan.ranks[0].compute_cpus), format_cpulist(plan.ranks[0].loader_cpus)) == ("0-7", "8-15")
+    assert (plan.ranks[0].spill_cpus, plan.ranks[0].spill_nodes) == (tuple(range(8, 16)), (1,))
+    assert plan.ranks[0].reasons[-1] == "8 loader core(s) of node(s) 1, which host no rank"
+    plan = plan_of(topo, 1, spill="compute")
+    assert table(plan) == [("0-15", None, 0, 16)]
+    assert plan.ranks[0].loader_cpus == () and plan.ranks[0].mem_nodes == (0,)
 
 
 def test_no_gpu_flag_ignores_gpus(tmp_path: Path) -> None:
@@ -433,7 +585,9 @@ def test_no_gpu_flag_ignores_gpus(tmp_path: Path) -> None:
     gpus = [FakeGPU("0000:81:00.0", 1), FakeGPU("0000:82:00.0", 1)]
     topo = read(tmp_path, two_nodes(gpus))
     assert table(plan_of(topo, 2, no_gpu=True)) == [("0-7", None, 0, 8), ("8-15", None, 1, 8)]
-    assert table(plan_of(topo, 2)) == [("8-11", 0, 1, 4), ("12-15", 1, 1, 4)]
+    assert table(plan_of(topo, 2, spill="none")) == [("8-11", 0, 1, 4), ("12-15", 1, 1, 4)]
+    # Both ranks live on node 1 by their GPUs; node 0's cores spill to them, 4 + 4, as loader cores.
+    assert table(plan_of(topo, 2)) == [("0-3,8-11", 0, 1, 4), ("4-7,12-15", 1, 1, 4)]
 
 
 def test_gpu_without_numa_node_uses_local_cpulist(tmp_path: Path) -> None:
@@ -447,8 +601,9 @@ def test_gpu_local_cpulist_across_nodes_takes_the_node_holding_most(tmp_path: Pa
     # numa_node -1 and local_cpulist 6-15 spans both nodes: 2 CPUs of node 0, 8 of node 1. The reader cannot name
     # one node and warns; the planner takes node 1, which holds most of them, and says why.
     gpus = [FakeGPU("0000:81:00.0", None, local_cpus=range(6, 16))]
-    plan = plan_of(read(tmp_path, two_nodes(gpus)), 1)
+    plan = plan_of(read(tmp_path, two_nodes(gpus)), 1, spill="none")
     assert table(plan) == [("8-15", 0, 1, 8)]
+    assert table(plan_of(read(tmp_path / "2", two_nodes(gpus)), 1)) == [("0-15", 0, 1, 8)]  # node 0 as loader cores
     assert any(
         "GPU 0000:81:00.0: the kernel gives no NUMA node" in w and "locality taken from local_cpus" in w
         for w in plan.warnings
@@ -478,8 +633,11 @@ def test_gpu_node_without_allowed_cpus_takes_the_nearest(tmp_path: Path) -> None
     }
     m.gpus = [FakeGPU("0000:c1:00.0", 3)]
     m.cgroup_cpus = "0-3,8-11"
-    plan = plan_of(read(tmp_path, m), 1)
+    plan = plan_of(read(tmp_path, m), 1, spill="none")
     assert table(plan) == [("8-11", 0, 2, 4)]
+    # By default the allowed cores of node 0, which hosts no rank, become the rank's loader cores.
+    plan = plan_of(read(tmp_path / "2", m), 1)
+    assert table(plan) == [("0-3,8-11", 0, 2, 4)] and format_cpulist(plan.ranks[0].loader_cpus) == "0-3"
     assert any("NUMA node 3, which has no usable CPUs" in w for w in plan.warnings)
 
 
@@ -521,14 +679,18 @@ def test_reserve_of_a_cpu_that_does_not_exist_is_said(tmp_path: Path) -> None:
 
 
 def test_closest_order_with_more_ranks_than_gpus(tree: Callable[..., Topology]) -> None:
-    # Frontier, 10 ranks, closest: ranks 0-7 as OLCF documents; ranks 8 and 9 have no GPU and are spread over
-    # the free cores (node by node in proportion: 14 - 2 = 12 free on each node; the first two nodes get one).
+    # Frontier, 10 ranks, closest, as mpibind and --gpu-bind=closest do it: ranks follow CPU order over the GPU
+    # nodes in proportion to their GPUs (2 each: 10 x 2/8 = 2.5, the remainders go to the first nodes, 0 and 1:
+    # 3, 3, 2, 2 ranks), and the ranks of a node share its GCDs in contiguous blocks (3 ranks on 2 GCDs: 2 + 1).
+    # (Before, ranks 8 and 9 got no GPU.)
     plan = plan_of(tree("frontier"), 10, reserve=FRONTIER_RESERVE, gpu_order="closest")
-    assert [r.gpu for r in plan.ranks] == [4, 5, 2, 3, 6, 7, 0, 1, None, None]
-    assert [r.numa_nodes for r in plan.ranks[8:]] == [(0,), (1,)]
-    assert plan.ranks[8].reasons[0] == "no GPU for this rank"
-    # Node 0 now holds 3 ranks: 14 cores = 5 + 5 + 4.
-    assert [format_cpulist(plan.ranks[i].cpus) for i in (0, 1, 8)] == ["1-5,65-69", "6-7,9-11,70-71,73-75", "12-15,76-79"]
+    assert [r.gpu for r in plan.ranks] == [4, 4, 5, 2, 2, 3, 6, 7, 0, 1]
+    assert [r.numa_nodes for r in plan.ranks] == [(0,)] * 3 + [(1,)] * 3 + [(2,)] * 2 + [(3,)] * 2
+    assert plan.ranks[0].reasons[0] == "closest order: GPU 4 (0000:d1:00.0) is on NUMA node 0, shared by 2 rank(s)"
+    # Node 0's 14 free cores: 5 + 5 + 4.
+    assert [format_cpulist(plan.ranks[i].cpus) for i in (0, 1, 2)] == ["1-5,65-69", "6-7,9-11,70-71,73-75", "12-15,76-79"]
+    assert table(plan)[2] == ("12-15,76-79", 5, 0, 4)
+    assert plan.warnings == ()
 
 
 def test_reserve_takes_whole_cores(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 Topologies are built directly from the model dataclasses (no files), so one example costs microseconds:
 random packages, NUMA nodes with sparse ids, SMT with interleaved or sequential or sparse PU ids, CPU-less
 nodes, L3 groups, allowed subsets, GPUs with a NUMA node (with or without CPUs), only ``local_cpus`` or no
-locality at all, ``CUDA_VISIBLE_DEVICES``-like reordering, reserved CPUs and loader cores.
+locality at all, ``CUDA_VISIBLE_DEVICES``-like reordering, reserved CPUs, loader cores and every spill choice.
 
 Every request either gives a plan that satisfies the invariants below or raises :class:`PlanError`; no
 other exception is acceptable.
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import PlanError
-from launcher.plan import MODES, Plan, Request, make_plan
+from launcher.plan import MODES, Plan, RankPlan, Request, make_plan
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 
 # 200 examples per property run in a few seconds; AFFRUN_HYPOTHESIS_EXAMPLES=5000 searches deeper.
@@ -187,6 +187,7 @@ def requests(draw: st.DrawFn, m: Machine) -> Request:
         cpu_map=cpu_map,
         gpus=gpus,
         use_gpus=draw(st.sampled_from([True, True, False])),
+        spill=draw(st.sampled_from(["loader", "loader", "compute", "none"])),
     )
 
 
@@ -223,6 +224,17 @@ def wants_node(topo: Topology, gpu: GPU, node: int) -> bool:
         return gpu.numa_node == node
     node_cpus = next(n.cpus for n in topo.numa_nodes if n.os_index == node)
     return bool(gpu.cpus) and gpu.cpus != topo.online and not gpu.cpus.isdisjoint(node_cpus)
+
+
+def home_cpus(r: RankPlan) -> set[int]:
+    """The CPUs of the rank's home chunk: its mask without the cores spilled to it from nodes hosting no rank."""
+    return set(r.cpus) - set(r.spill_cpus)
+
+
+def in_gpu_domain(r: RankPlan) -> bool:
+    """closest order, more ranks than the GPU nodes have cores: the rank lives on a node without GPU and shares
+    the GPU of the nearest GPU node (its domain)."""
+    return "is in its domain" in r.reasons[0]
 
 
 def moved(plan: Plan, rank: int) -> bool:
@@ -282,16 +294,18 @@ def test_loader_threads_and_compute_sets(case: tuple[Machine, Request]) -> None:
         assert compute | loader == set(r.cpus)
         assert r.compute_cores, "no compute core"
         units = sum(len(c) for c in r.compute_cores) if req.smt else len(r.compute_cores)
+        spill = set(r.spill_cpus)
+        assert spill <= (compute if req.spill == "compute" else loader)
         if r.shared:
             assert req.mode in ("numa", "socket")
-            sharers = sum(1 for o in plan.ranks if o.cpus == r.cpus)
+            sharers = sum(1 for o in plan.ranks if home_cpus(o) == home_cpus(r))
             assert sharers > 1
             assert r.threads == max(1, units // sharers)
-            assert not loader
+            assert loader == (spill if req.spill == "loader" else set())
         else:
             assert r.threads == units
             pu_core = {p: c.pus[0] for c in m.topo.cores for p in c.pus}
-            assert len({pu_core[p] for p in loader}) == req.loader_cores
+            assert len({pu_core[p] for p in loader - spill}) == req.loader_cores
 
 
 @SETTINGS
@@ -309,7 +323,7 @@ def test_exclusive_chunks_are_balanced_within_a_node(case: tuple[Machine, Reques
     core_count: dict[tuple[int, ...], list[int]] = {}
     pu_core = {p: c.pus[0] for c in m.topo.cores for p in c.pus}
     for r in plan.ranks:
-        core_count.setdefault(r.numa_nodes, []).append(len({pu_core[p] for p in r.cpus}))
+        core_count.setdefault(r.numa_nodes, []).append(len({pu_core[p] for p in home_cpus(r)}))
     for node, counts in core_count.items():
         assert max(counts) - min(counts) <= 1, f"node {node}: chunk sizes {counts}"
 
@@ -331,23 +345,23 @@ def test_each_mode_hands_out_its_unit(case: tuple[Machine, Request]) -> None:
     elif req.mode == "numa":
         for r in plan.ranks:
             (node,) = r.numa_nodes
-            assert set(r.cpus) == {p for c in usable if c.numa_node == node for p in c.pus}
+            assert home_cpus(r) == {p for c in usable if c.numa_node == node for p in c.pus}
     elif req.mode == "socket":
         for r in plan.ranks:
-            packages = {c.package for c in usable if not set(c.pus).isdisjoint(r.cpus)}
+            packages = {c.package for c in usable if not set(c.pus).isdisjoint(home_cpus(r))}
             assert len(packages) == 1
-            assert set(r.cpus) == {p for c in usable if c.package in packages for p in c.pus}
+            assert home_cpus(r) == {p for c in usable if c.package in packages for p in c.pus}
     elif req.mode == "l3":
         for r in plan.ranks:
             (node,) = r.numa_nodes
             if any(w.startswith(f"node {node}: ") and "L3 group" in w for w in plan.warnings):
                 continue  # fewer L3 groups than ranks on this node: split by cores instead, with a warning
-            groups = {c.l3 for c in usable if not set(c.pus).isdisjoint(r.cpus)}
+            groups = {c.l3 for c in usable if not set(c.pus).isdisjoint(home_cpus(r))}
             whole = {
                 p for c in usable if c.numa_node == node and c.l3 in groups and c.l3 is not None for p in c.pus
             }
             if None not in groups:
-                assert set(r.cpus) == whole, f"rank {r.local_rank} holds part of an L3 group"
+                assert home_cpus(r) == whole, f"rank {r.local_rank} holds part of an L3 group"
 
 
 @SETTINGS
@@ -378,11 +392,15 @@ def test_ranks_sit_next_to_their_gpu(case: tuple[Machine, Request]) -> None:
     for w in plan.warnings:
         if w.startswith("GPU ") and not w.startswith("GPU 0000"):  # the planner's GPU warnings, by visible index
             assert int(w.split()[1]) in used, f"warning about a GPU no rank uses: {w}"
-    if req.gpus is None and req.gpu_order == "closest":
+    if req.gpus is None and req.gpu_order == "closest" and visible:
         given_gpus = [r.gpu for r in plan.ranks if r.gpu is not None]
-        assert len(given_gpus) == len(set(given_gpus)) == min(req.nproc, len(visible))
+        if req.nproc <= len(visible):  # one GPU each, never shared
+            assert len(given_gpus) == len(set(given_gpus)) == req.nproc
+        elif any(r.reasons[0].startswith("closest order") for r in plan.ranks):
+            # More ranks than GPUs, and some GPU has a locality: GPUs are shared, so every rank has one.
+            assert len(given_gpus) == req.nproc, "a rank without GPU although the GPUs are shared"
     for r in plan.ranks:
-        if r.gpu is None:
+        if r.gpu is None or in_gpu_domain(r):
             continue
         node = visible[r.gpu].numa_node
         if node is None or cores_on.get(node, 0) == 0:
@@ -399,6 +417,61 @@ def test_ranks_sit_next_to_their_gpu(case: tuple[Machine, Request]) -> None:
 
 @SETTINGS
 @given(cases())
+def test_no_allowed_core_is_idle_unless_spill_none(case: tuple[Machine, Request]) -> None:
+    """Every usable core (allowed, not reserved) belongs to a rank; with --spill none nothing spills."""
+    m, req = case
+    if req.mode == "map":
+        return
+    plan = plan_or_error(m.topo, req)
+    if plan is None:
+        return
+    if req.spill == "none":
+        assert all(not r.spill_cpus for r in plan.ranks)
+        return
+    usable = {p for c in usable_cores(m.topo, req.reserve) for p in c.pus}
+    assert {p for r in plan.ranks for p in r.cpus} == usable
+    for r in plan.ranks:
+        assert set(r.spill_cpus) <= set(r.cpus)
+        assert set(r.spill_nodes) == {
+            c.numa_node for c in m.topo.cores if c.numa_node is not None and not set(c.pus).isdisjoint(r.spill_cpus)
+        }
+
+
+@SETTINGS
+@given(cases())
+def test_compute_cpus_are_on_the_home_node(case: tuple[Machine, Request]) -> None:
+    """Unless --spill compute, a rank computes only on its home node (package in socket mode), and a rank whose
+    GPU's node has usable cores has that node as home (unless moved off a full node, with a warning, or, in
+    closest order with more ranks than the GPU nodes have cores, placed on a node of the GPU's domain)."""
+    m, req = case
+    topo = m.topo
+    if req.mode == "map" or req.spill == "compute":
+        return
+    plan = plan_or_error(topo, req)
+    if plan is None:
+        return
+    usable = usable_cores(topo, req.reserve)
+    visible = topo.visible_gpus() if req.use_gpus else ()
+    for r in plan.ranks:
+        home = set(r.numa_nodes)
+        if req.mode == "socket":
+            packages = {c.package for c in usable if c.numa_node in home}
+            allowed_here = {p for c in usable if c.package in packages for p in c.pus}
+        else:
+            allowed_here = {p for c in usable if c.numa_node in home or (not home and c.numa_node is None) for p in c.pus}
+        assert set(r.compute_cpus) <= allowed_here, f"rank {r.local_rank} computes off its home node {home}"
+        if r.gpu is None or req.mode == "socket" or moved(plan, r.local_rank):
+            continue
+        if in_gpu_domain(r):
+            assert req.gpu_order == "closest" and req.mode in ("exclusive", "l3")
+            continue
+        gnode = visible[r.gpu].numa_node
+        if gnode is not None and any(c.numa_node == gnode for c in usable):
+            assert r.numa_nodes == (gnode,)
+
+
+@SETTINGS
+@given(cases())
 def test_gpu_on_a_node_without_cpus_takes_the_nearest_node(case: tuple[Machine, Request]) -> None:
     m, req = case
     topo = m.topo
@@ -411,7 +484,7 @@ def test_gpu_on_a_node_without_cpus_takes_the_nearest_node(case: tuple[Machine, 
     usable = usable_cores(topo, req.reserve)
     nodes_with_cores = sorted({c.numa_node for c in usable if c.numa_node is not None})
     for r in plan.ranks:
-        if r.gpu is None or moved(plan, r.local_rank):
+        if r.gpu is None or moved(plan, r.local_rank) or in_gpu_domain(r):
             continue
         gnode = visible[r.gpu].numa_node
         if gnode is None or gnode in nodes_with_cores:
@@ -458,7 +531,7 @@ def test_cpu_only_ranks_spread_over_nodes_in_proportion(m: Machine, nproc: int) 
         count = len(ranks_on.get(node, []))
         assert abs(count - nproc * ncores / total) < 1, f"node {node}: {count} ranks for {ncores}/{total} cores"
         if count:
-            used = {p for r in plan.ranks if r.local_rank in ranks_on[node] for p in r.cpus}
+            used = {p for r in plan.ranks if r.local_rank in ranks_on[node] for p in home_cpus(r)}
             assert used == {p for c in cores if c.numa_node == node for p in c.pus}
     # Ranks fill nodes in blocks, in node order: consecutive ranks share a node.
     homes = [r.numa_nodes for r in plan.ranks]

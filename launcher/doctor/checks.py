@@ -511,3 +511,27 @@ def check_cuda_device_order(environ: Mapping[str, str], topology: Topology, fact
         "CUDA then numbers the fastest GPU first, unlike nvidia-smi, NVML and affrun (PCI bus order): rank i is "
         "bound to the CPUs of a different GPU than cuda:i",
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID", env_fix={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})]
+
+
+@host_check
+def check_cpu_quota(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
+    """A CFS quota (cgroup cpu.max or cpu.cfs_quota_us) below the allowed CPUs: the mask does not show it."""
+    quota = topology.cpu_quota
+    if quota is None or quota >= len(topology.allowed):
+        return []
+    ranks = max(facts.local_size, 1)
+    per_rank = max(1, int(quota // ranks))
+    value = environ.get("OMP_NUM_THREADS")
+    threads = thread_count(value) if value is not None else None
+    over = threads is not None and threads * ranks > quota
+    now = (f"; OMP_NUM_THREADS={threads} × {ranks} rank(s) = {threads * ranks} threads" if threads is not None
+           else "; OMP_NUM_THREADS is " + ("unset" if value is None else "not a number")
+           + ", so each runtime starts one thread per allowed CPU")
+    return [_finding(
+        "cpu-quota", "error" if over or threads is None else "warning",
+        f"a CPU quota of {quota:g} CPUs ({topology.cpu_quota_source}) is below the {len(topology.allowed)} allowed "
+        f"CPUs{now}",
+        "the quota does not show in the affinity mask or os.cpu_count(); threads beyond it are throttled, each "
+        "period the cgroup stops once its quota of CPU time is spent, which stalls every thread of the job",
+        f"export OMP_NUM_THREADS={per_rank} ({ranks} rank(s) in {quota:g} CPUs), or launch with affrun, which caps "
+        "OMP_NUM_THREADS to the quota", env_fix={"OMP_NUM_THREADS": str(per_rank)})]

@@ -107,6 +107,8 @@ CATALOGUE: dict[str, str] = {
     "numactl-missing": "numactl is not installed",
     "membind-blocked": "the memory policy (set_mempolicy/numactl --membind) is refused here (EPERM in containers)",
     "gpu-numa-unknown": "a GPU's PCI numa_node is -1: its local CPUs are unknown to the kernel",
+    "cpu-quota": "a CFS CPU quota (cgroup cpu.max, cpu.cfs_quota_us) below the allowed CPUs: the affinity mask "
+                 "does not show it, and threads above it are throttled",
     "cuda-device-order": "CUDA_DEVICE_ORDER is not PCI_BUS_ID on a machine with GPUs of different models",
     "collapse": "live: a rank's DataLoader workers are all confined to one CPU while the rank owns several",
     "rank-overlap": "live: the CPU masks of two ranks overlap",

@@ -244,6 +244,8 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         cpus = format_cpulist(r.cpus)
         if r.loader_cpus:
             cpus += f" (DataLoader {format_cpulist(r.loader_cpus)})"
+        if r.spill_cpus:
+            cpus += f" ({format_cpulist(r.spill_cpus)} from node(s) {','.join(map(str, r.spill_nodes)) or '?'})"
         sharers = [o.local_rank for o in plan.ranks if o is not r and set(o.cpus) & set(r.cpus)]
         if sharers:
             cpus += f" (shared with {'rank' if len(sharers) == 1 else 'ranks'} {format_cpulist(sharers)})"

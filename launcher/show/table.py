@@ -8,7 +8,7 @@ from launcher.topology.model import Topology
 
 
 def plan_table(topo: Topology, plan: Plan) -> str:
-    headers = ["rank", "cpus", "loader", "numa", "gpu", "pci", "omp", "why"]
+    headers = ["rank", "cpus", "loader", "spill", "numa", "gpu", "pci", "omp", "why"]
     rows = []
     for r in plan.ranks:
         rows.append(
@@ -16,6 +16,7 @@ def plan_table(topo: Topology, plan: Plan) -> str:
                 str(r.local_rank),
                 format_cpulist(r.cpus),
                 format_cpulist(r.loader_cpus) or "-",
+                f"{format_cpulist(r.spill_cpus)} (node {','.join(map(str, r.spill_nodes)) or '?'})" if r.spill_cpus else "-",
                 ",".join(map(str, r.numa_nodes)) or "?",
                 "-" if r.gpu is None else str(r.gpu),
                 r.gpu_pci or "-",
@@ -28,7 +29,7 @@ def plan_table(topo: Topology, plan: Plan) -> str:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     reserved = f", reserved {format_cpulist(plan.reserved)}" if plan.reserved else ""
-    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}{reserved}, source {topo.origin}")
+    lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}, spill {plan.spill}{reserved}, source {topo.origin}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+from launcher.topology.numa_overlap import merge_overlapping_nodes
 
 __all__ = ["GPU", "Core", "L3Group", "NumaNode", "Package", "Topology", "load_topology"]
 
@@ -45,6 +46,8 @@ def load_topology(
             topo = read_sysfs(fsroot, gpus=gpus)
         else:
             topo = _read_live(env, gpus)
+        topo = _with_cpu_quota(topo, fsroot or "/")
+    topo = merge_overlapping_nodes(topo)
     if not gpus and topo.gpus:
         topo = replace(topo, gpus=(), visible=None)
     if nvml:
@@ -88,6 +91,14 @@ def _read_live(env: Mapping[str, str], gpus: bool) -> Topology:
         allowed, note = step_cpus_for_planning(env, allowed, cpuset.cpus if cpuset else None)
     topo = read_sysfs("/", allowed=allowed, gpus=gpus)
     return topo.with_warnings(note) if note else topo
+
+
+def _with_cpu_quota(topo: Topology, root: str) -> Topology:
+    """The CFS quota of "self" (cgroup ``cpu.max`` or ``cpu.cfs_quota_us``) under ``root``, into the model."""
+    from launcher.topology.cgroup import find_cpu_quota
+
+    quota = find_cpu_quota(root)
+    return topo if quota is None else replace(topo, cpu_quota=quota.cpus, cpu_quota_source=quota.source)
 
 
 def _load_file(path: str) -> Topology:

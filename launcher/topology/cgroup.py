@@ -1,4 +1,6 @@
-"""Find the cpuset (allowed CPUs and memory nodes) of "self" under an fsroot: cgroup v1, v2 and legacy cpuset fs."""
+"""Find the cpuset (allowed CPUs and memory nodes) and the CPU quota of "self" under an fsroot: cgroup v1, v2 and
+the legacy cpuset fs for the cpuset; cgroup v2 ``cpu.max`` and v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``
+for the quota."""
 
 from __future__ import annotations
 
@@ -16,8 +18,14 @@ class CgroupCpuset(NamedTuple):
     description: str  # "cgroup2 /sys/fs/cgroup/job/step_0"
 
 
-def _self_paths(root: str) -> tuple[str | None, str | None]:
-    """(cgroup v2 path, cgroup v1 cpuset path) of the process, from ``proc/self/cgroup`` or ``proc/self/cpuset``."""
+class CpuQuota(NamedTuple):
+    cpus: float  # quota / period: how many CPUs' worth of time the cgroup may use
+    source: str  # "cgroup2 /sys/fs/cgroup/pod/cpu.max: 800000 100000"
+
+
+def _self_paths(root: str, controller: str = "cpuset") -> tuple[str | None, str | None]:
+    """(cgroup v2 path, cgroup v1 path of ``controller``) of the process, from ``proc/self/cgroup`` or (cpuset
+    only) ``proc/self/cpuset``."""
     v2: str | None = None
     v1: str | None = None
     text = read_text(os.path.join(root, "proc/self/cgroup"))
@@ -29,8 +37,10 @@ def _self_paths(root: str) -> tuple[str | None, str | None]:
             hid, controllers, path = parts
             if hid == "0" and controllers == "":
                 v2 = path
-            elif "cpuset" in controllers.split(","):
+            elif controller in controllers.split(","):
                 v1 = path
+    if controller != "cpuset":
+        return v2, v1
     fallback = read_text(os.path.join(root, "proc/self/cpuset"))
     if fallback:
         v1 = v1 or fallback
@@ -113,3 +123,70 @@ def _first(directory: str, names: tuple[str, ...]) -> frozenset[int] | None:
         if value is not None:
             return value
     return None
+
+
+def find_cpu_quota(root: str) -> CpuQuota | None:
+    """The CFS bandwidth limit of "self" under ``root``, in CPUs, or ``None`` where none is set or readable.
+
+    cgroup v2: ``cpu.max`` (``"800000 100000"``; ``"max 100000"`` is no limit). cgroup v1, in the hierarchy
+    mounted with the ``cpu`` controller: ``cpu.cfs_quota_us`` (``-1`` is no limit) over ``cpu.cfs_period_us``.
+    A parent's limit binds its children, so the tightest from the process's cgroup up to the mount is taken.
+    The cgroup is found as :func:`find_cpuset` finds it (a path that is not there starts at the mount).
+    """
+    mounts = read_text(os.path.join(root, "proc/mounts"))
+    if not mounts:
+        return None
+    v2_path, v1_path = _self_paths(root, "cpu")
+    best: CpuQuota | None = None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        mountpoint, fstype, options = _unescape(fields[1]), fields[2], fields[3].split(",")
+        if fstype == "cgroup2":
+            rel = v2_path
+        elif fstype == "cgroup" and "cpu" in options:
+            rel = v1_path
+        else:
+            continue
+        if rel is None:
+            continue
+        base = os.path.normpath(os.path.join(root, mountpoint.lstrip("/")))
+        directory = os.path.normpath(os.path.join(base, rel.lstrip("/")))
+        if not (directory == base or directory.startswith(base + os.sep)) or not os.path.isdir(directory):
+            directory = base
+        while True:
+            found = _quota_in(directory, fstype == "cgroup2")
+            if found is not None and (best is None or found[0] < best.cpus):
+                where = os.path.join("/", os.path.relpath(directory, root))
+                best = CpuQuota(found[0], f"{fstype} {where.rstrip('/') or '/'}/{found[1]}")
+            if directory == base:
+                break
+            directory = os.path.dirname(directory)
+    return best
+
+
+def _quota_in(directory: str, v2: bool) -> tuple[float, str] | None:
+    """(CPUs, "file: value") of one cgroup directory's limit, or ``None`` for no limit or unreadable files."""
+    if v2:
+        text = read_text(os.path.join(directory, "cpu.max"))
+        parts = text.split() if text else []
+        if len(parts) != 2 or parts[0] == "max":
+            return None
+        quota, period = _ascii_int(parts[0]), _ascii_int(parts[1])
+        shown = f"cpu.max: {parts[0]} {parts[1]}"
+    else:
+        q_text = read_text(os.path.join(directory, "cpu.cfs_quota_us"))
+        p_text = read_text(os.path.join(directory, "cpu.cfs_period_us"))
+        if not q_text or not p_text:
+            return None
+        quota, period = _ascii_int(q_text.strip()), _ascii_int(p_text.strip())
+        shown = f"cpu.cfs_quota_us: {q_text.strip()}, cpu.cfs_period_us: {p_text.strip()}"
+    if quota is None or period is None or quota <= 0 or period <= 0:
+        return None
+    return quota / period, shown
+
+
+def _ascii_int(text: str) -> int | None:
+    """A decimal number of at most 19 ASCII digits (cgroup files hold 64-bit values), else ``None``."""
+    return int(text) if 0 < len(text) <= 19 and text.isascii() and text.isdigit() else None

@@ -75,6 +75,10 @@ class Topology:
     source: str = "live"
     allowed_mems: frozenset[int] | None = None  # cgroup cpuset.mems; None when unrestricted
     warnings: tuple[str, ...] = ()
+    # CFS bandwidth limit in CPUs (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us; the tightest
+    # along the cgroup's ancestors). None when unlimited or unknown. It does not show in the affinity mask.
+    cpu_quota: float | None = None
+    cpu_quota_source: str | None = None  # "cgroup2 /sys/fs/cgroup/pod/cpu.max: 800000 100000"
     # The snapshot file this topology was loaded from (``source`` stays what the snapshot recorded, so that
     # ``--json`` is lossless); not part of the machine, so not compared.
     loaded_from: str | None = field(default=None, compare=False)
@@ -154,4 +158,6 @@ class Topology:
             "offline": format_cpulist(self.offline),
             "source": self.source,
             "warnings": list(self.warnings),
+            "cpu_quota": self.cpu_quota,
+            "cpu_quota_source": self.cpu_quota_source,
         }

@@ -44,6 +44,8 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
             for g in topo.gpus
         ],
         "warnings": list(topo.warnings),
+        "cpu_quota": topo.cpu_quota,
+        "cpu_quota_source": topo.cpu_quota_source,
     }
 
 
@@ -184,7 +186,18 @@ def _build(data: dict[str, Any]) -> Topology:
         gpus=tuple(gpus),
         source=_str(data.get("source", "snapshot"), "source"),
         warnings=tuple(_str(w, "warnings[]") for w in warnings),
+        cpu_quota=_quota(data.get("cpu_quota")),
+        cpu_quota_source=None if data.get("cpu_quota_source") is None else _str(data["cpu_quota_source"], "cpu_quota_source"),
     )
+
+
+def _quota(value: object) -> float | None:
+    """``cpu_quota``: a positive, finite number of CPUs, or null."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise _Bad(f"cpu_quota: expected a positive number of CPUs or null (got {str(value)[:40]})")
+    return float(value)
 
 
 def load_snapshot(path: str) -> Topology:

@@ -1,0 +1,143 @@
+"""One launch of the GPU-feed benchmark: start the job, sample it as ``affrun doctor --pid`` does, read its ranks.
+
+The job's ranks print ``{"phase": "measure"}`` when their warm-up ends; from the first of those, the job's
+process tree is sampled from ``/proc`` for the measured time (``launcher.doctor.live.sample_job``: each thread's
+CPU every ``INTERVAL`` seconds, so the migration count is a lower bound; NVML utilisation when available).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from launcher.cpulist import format_cpulist
+from launcher.doctor.live import JobAudit, sample_job
+from launcher.errors import AffrunError
+
+INTERVAL = 0.1  # seconds between /proc samples: every run pays the same sampling cost
+START_TIMEOUT = 180.0  # seconds for a job to reach its measured phase (imports, workers, warm-up)
+# Lines of a failed job's output that say what went wrong, most telling first.
+ERROR_PATTERNS = (
+    re.compile(r"OMP: Error #\d+: .*"),
+    re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: \w+"),
+    re.compile(r"affrun: error: .*"),
+    re.compile(r"^\w*Error: .*", re.MULTILINE),
+)
+
+
+@dataclass(frozen=True)
+class RankReport:
+    rank: int
+    samples_per_s: float
+    device_wait_fraction: float
+    device: str
+
+
+@dataclass
+class Outcome:
+    ranks: list[RankReport] = field(default_factory=list)
+    migrations_per_s: float | None = None
+    gpu_util: float | None = None
+    start_s: float = 0.0  # from the launch to the first rank's measured phase
+    wall_s: float = 0.0  # the whole launch
+    worker_cpus: str | None = None  # the CPUs the ranks' DataLoader workers may use (their masks' union)
+    error: str | None = None
+
+    @property
+    def samples_per_s(self) -> float:
+        return sum(r.samples_per_s for r in self.ranks)
+
+    @property
+    def device_wait_fraction(self) -> float:
+        return sum(r.device_wait_fraction for r in self.ranks) / len(self.ranks) if self.ranks else 1.0
+
+
+def job_migrations_per_s(audit: JobAudit) -> float:
+    """Migrations per second of all threads of the ranks and their children (DataLoader workers)."""
+    moves = sum(t.migrations for p in audit.processes if p.role in ("rank", "child") for t in p.threads.values())
+    return moves / audit.duration if audit.duration > 0 else 0.0
+
+
+def job_worker_cpus(audit: JobAudit) -> str:
+    cpus: set[int] = set()
+    for p in audit.processes:
+        if p.role == "child":
+            cpus |= p.mask
+    return format_cpulist(frozenset(cpus))
+
+
+def job_gpu_util(audit: JobAudit) -> float | None:
+    """Mean NVML utilisation of the GPUs the job used (all GPUs when NVML names none of the job's processes)."""
+    gpus = audit.gpus.gpus if audit.gpus.available else []
+    used = [g for g in gpus if g.pids] or gpus
+    means = [m for m in (g.mean_utilisation for g in used) if m is not None]
+    return sum(means) / len(means) if means else None
+
+
+def failure_text(output: str, returncode: int) -> str:
+    for pattern in ERROR_PATTERNS:
+        found = pattern.search(output)
+        if found:
+            return found.group(0).strip()
+    tail = [line for line in output.splitlines() if line.strip()]
+    return f"exit status {returncode}" + (f": {tail[-1].strip()[:200]}" if tail else "")
+
+
+def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int) -> Outcome:
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    errors: list[str] = []
+    measuring = threading.Event()
+
+    def read_stdout() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if '"phase": "measure"' in line:
+                measuring.set()
+        measuring.set()  # the job ended (perhaps before measuring): stop waiting
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        errors.extend(proc.stderr)
+
+    readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
+    for t in readers:
+        t.start()
+    outcome = Outcome()
+    measuring.wait(START_TIMEOUT)
+    outcome.start_s = time.monotonic() - t0
+    if proc.poll() is None:
+        try:
+            audit = sample_job(proc.pid, duration=seconds * 0.9, interval=INTERVAL)
+            outcome.migrations_per_s = job_migrations_per_s(audit)
+            outcome.gpu_util = job_gpu_util(audit)
+            outcome.worker_cpus = job_worker_cpus(audit)
+        except AffrunError:
+            pass  # the job ended while it was read: its own output says why
+    try:
+        returncode = proc.wait(timeout=START_TIMEOUT + seconds * 4)
+    except subprocess.TimeoutExpired:
+        import os
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+        errors.append(f"timed out after {START_TIMEOUT + seconds * 4:.0f} s\n")
+    for t in readers:
+        t.join(timeout=10)
+    outcome.wall_s = time.monotonic() - t0
+    for line in lines:
+        if line.startswith("{") and '"samples_per_s"' in line:
+            r = json.loads(line)
+            outcome.ranks.append(RankReport(r["rank"], r["samples_per_s"], r["device_wait_fraction"], r["device"]))
+    if returncode != 0 or len(outcome.ranks) != ranks:
+        outcome.error = failure_text("".join(errors) + "".join(lines), returncode)
+        outcome.ranks = []
+    return outcome

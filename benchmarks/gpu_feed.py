@@ -33,6 +33,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,17 +235,20 @@ def main() -> None:
           f"batch {args.batch_size}: {info['batch_s'] * 1000:.0f} ms of CPU per batch"
           + ("" if info["cuda"] else f", device step {step_ms:.0f} ms (calibrated wait)"), flush=True)
     results = {c.name: Result(c) for c in configs}
+    go_file = os.path.join(tempfile.mkdtemp(prefix="gpu_feed-"), "go")
     for repeat in range(args.repeats):
         for c in configs:
             result = results[c.name]
             if result.outcomes and all(o.error for o in result.outcomes):
                 continue  # it failed on its first run: the same launch fails the same way
-            argv = [*c.argv, "--nproc-per-node", str(args.ranks), RANK_SCRIPT, *rank_args, *c.rank_args]
-            outcome = launch(argv, clean_env(**c.env), args.seconds, args.ranks)
+            argv = [*c.argv, "--nproc-per-node", str(args.ranks), RANK_SCRIPT, *rank_args, *c.rank_args,
+                    "--go-file", go_file]
+            outcome = launch(argv, clean_env(**c.env), args.seconds, args.ranks, go_file)
             result.outcomes.append(outcome)
             print(f"  [{repeat + 1}/{args.repeats}] {c.name}: " + (
                 f"{outcome.samples_per_s:.0f} samples/s" if outcome.error is None else f"failed: {outcome.error}")
                 + f" (launch {outcome.wall_s:.1f} s, {outcome.start_s:.1f} s to the measured phase)", flush=True)
+    os.rmdir(os.path.dirname(go_file))
     devices = sorted({r.device for res in results.values() for o in res.outcomes for r in o.ranks})
     report: dict[str, Any] = {
         "device": ", ".join(devices) or str(info["device"]),

@@ -1,14 +1,17 @@
 """One launch of the GPU-feed benchmark: start the job, sample it as ``affrun doctor --pid`` does, read its ranks.
 
-The job's ranks print ``{"phase": "measure"}`` when their warm-up ends; from the first of those, the job's
-process tree is sampled from ``/proc`` for the measured time (``launcher.doctor.live.sample_job``: each thread's
-CPU every ``INTERVAL`` seconds, so the migration count is a lower bound; NVML utilisation when available).
+The job's ranks print ``{"phase": "ready"}`` when their warm-up ends and train on until the go file exists. Once
+every rank is ready it is created: the ranks measure the same window, and the job's process tree is sampled from
+``/proc`` meanwhile (``launcher.doctor.live.sample_job``: each thread's CPU every ``INTERVAL`` seconds, so the
+migration count is a lower bound; NVML utilisation when available).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -42,7 +45,7 @@ class Outcome:
     ranks: list[RankReport] = field(default_factory=list)
     migrations_per_s: float | None = None
     gpu_util: float | None = None
-    start_s: float = 0.0  # from the launch to the first rank's measured phase
+    start_s: float = 0.0  # from the launch to the measured phase (every rank warm)
     wall_s: float = 0.0  # the whole launch
     worker_cpus: str | None = None  # the CPUs the ranks' DataLoader workers may use (their masks' union)
     error: str | None = None
@@ -79,15 +82,16 @@ def job_gpu_util(audit: JobAudit) -> float | None:
 
 
 def failure_text(output: str, returncode: int) -> str:
-    for pattern in ERROR_PATTERNS:
-        found = pattern.search(output)
-        if found:
-            return found.group(0).strip()
+    """The telling lines of a failed job's output (an OpenMP error and the DataLoader's report of it), joined."""
+    found = [m.group(0).strip() for m in (p.search(output) for p in ERROR_PATTERNS) if m]
+    if found:
+        return "; ".join(dict.fromkeys(found[:2]))
     tail = [line for line in output.splitlines() if line.strip()]
     return f"exit status {returncode}" + (f": {tail[-1].strip()[:200]}" if tail else "")
 
 
-def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int) -> Outcome:
+def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_file: str) -> Outcome:
+    """Run ``argv`` (its ranks get ``--go-file go_file``); sample it while its ranks measure."""
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -97,10 +101,14 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int) -> 
 
     def read_stdout() -> None:
         assert proc.stdout is not None
+        ready = 0
         for line in proc.stdout:
             lines.append(line)
-            if '"phase": "measure"' in line:
-                measuring.set()
+            if '"phase": "ready"' in line:
+                ready += 1
+                if ready == ranks:
+                    open(go_file, "w").close()
+                    measuring.set()
         measuring.set()  # the job ended (perhaps before measuring): stop waiting
 
     def read_stderr() -> None:
@@ -124,14 +132,13 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int) -> 
     try:
         returncode = proc.wait(timeout=START_TIMEOUT + seconds * 4)
     except subprocess.TimeoutExpired:
-        import os
-        import signal
-
         os.killpg(proc.pid, signal.SIGKILL)
         returncode = proc.wait()
         errors.append(f"timed out after {START_TIMEOUT + seconds * 4:.0f} s\n")
     for t in readers:
         t.join(timeout=10)
+    if os.path.exists(go_file):
+        os.unlink(go_file)
     outcome.wall_s = time.monotonic() - t0
     for line in lines:
         if line.startswith("{") and '"samples_per_s"' in line:

@@ -11,8 +11,10 @@ The device step:
   * without a GPU: a calibrated wait (``--step-ms``) that sleeps, so it releases the CPU as a GPU would. The
     device is idle for the rest of the time, which is where a starved feed shows.
 
-After a warm-up the rank prints ``{"phase": "measure"}``, measures for ``--seconds``, then prints one JSON line:
-samples per second, the fraction of the time the device waited, and what it ran with.
+After a warm-up the rank prints ``{"phase": "ready"}``; with ``--go-file`` it goes on training until that file
+exists (the launcher creates it once every rank is ready, so that the ranks measure the same window), then it
+measures for ``--seconds`` and prints one JSON line: samples per second, the fraction of the time the device
+waited, and what it ran with.
 ``--calibrate`` instead times the pipeline alone on this process's CPU and prints the seconds one batch costs.
 """
 
@@ -37,6 +39,7 @@ SOURCE = (240, 320)  # stored image (H, W), as a mid-size photo
 RESIZE = 160  # Resize(160): the shorter side, antialiased
 CROP = 128  # RandomCrop(128)
 FILES = 32  # distinct stored images; the dataset is virtually endless
+GO_TIMEOUT = 300.0  # seconds to wait for the other ranks' warm-up
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
 
@@ -203,6 +206,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader num_workers")
     parser.add_argument("--step-ms", type=float, default=50.0, help="the device step without a GPU")
+    parser.add_argument("--go-file", help="after the warm-up, train on until this file exists, then measure")
     parser.add_argument("--worker-init", action="store_true",
                         help="worker_init_fn=launcher.torch.worker_init_fn (each worker on CPUs of its own)")
     parser.add_argument("--calibrate", type=int, metavar="BATCHES", help="time the pipeline alone, print, exit")
@@ -228,7 +232,10 @@ def main() -> None:
     while warm < 2 or time.perf_counter() - t0 < args.warmup:
         device.step(*mixup(*next(batches)))
         warm += 1
-    emit({"phase": "measure", "rank": local_rank})
+    emit({"phase": "ready", "rank": local_rank})
+    deadline = time.perf_counter() + GO_TIMEOUT
+    while args.go_file and not os.path.exists(args.go_file) and time.perf_counter() < deadline:
+        device.step(*mixup(*next(batches)))
     device.start()
     samples = 0
     t0 = time.perf_counter()

@@ -45,28 +45,37 @@ def draw_png(report: dict[str, Any], path: str) -> None:
     failed = [c["status"] == "failed" for c in configs]
     colours = ["#2b7bba" if n.startswith("affrun") else "#9a9a9a" for n in names]
     colours = ["#d62728" if f else col for f, col in zip(failed, colours)]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.45 * len(names) + 1.8), sharey=True)
+    extra = len([c for c in configs if c["error"]]) + len(report["skipped"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.45 * len(names) + 1.8 + 0.18 * extra), sharey=True)
     rows = list(range(len(names)))[::-1]  # the first configuration on top
     speeds = [c["samples_per_s"] for c in configs]
-    left.barh(rows, speeds, color=colours)
-    top = max(speeds) if any(speeds) else 1.0
-    for y, c, f in zip(rows, configs, failed):
+    # Whiskers: the slowest and fastest run of each configuration (the bar is the median).
+    runs = [[r for r in c["runs"] if r is not None] or [c["samples_per_s"]] for c in configs]
+    spread = [[s - min(r) for s, r in zip(speeds, runs)], [max(r) - s for s, r in zip(speeds, runs)]]
+    left.barh(rows, speeds, color=colours, xerr=spread, error_kw={"ecolor": "#444444", "capsize": 3, "lw": 1})
+    top = max(max(r) for r in runs) if any(speeds) else 1.0
+    for y, c, r, f in zip(rows, configs, runs, failed):
         label = "failed" if f else f"{c['samples_per_s']:.0f}"
-        left.text(c["samples_per_s"] + top * 0.01, y, label, va="center", fontsize=9)
-    left.set_xlim(0, top * 1.18)
+        left.text(max(r) + top * 0.02, y, label, va="center", fontsize=9)
+    left.set_xlim(0, top * 1.2)
     left.set_yticks(rows, names)
-    left.set_xlabel("samples per second (all ranks; higher is better)")
+    left.set_xlabel("samples per second, all ranks (median; whiskers: min-max)")
     waits = [100.0 * c["device_wait_fraction"] for c in configs]
     right.barh(rows, waits, color=colours)
-    for y, w in zip(rows, waits):
-        right.text(w + 1, y, f"{w:.0f}%", va="center", fontsize=9)
+    for y, w, f in zip(rows, waits, failed):
+        right.text(w + 1, y, "failed" if f else f"{w:.0f}%", va="center", fontsize=9)
     right.set_xlim(0, 118)
     right.set_xlabel("device waiting for data, % of the time (lower is better)")
     for ax in (left, right):
         ax.grid(axis="x", alpha=0.3)
         ax.set_axisbelow(True)
-    fig.suptitle(f"DataLoader-fed training: {report['ranks']} rank(s) on {report['cores']} cores, "
-                 f"{report['device']} ({report['date']})", fontsize=11)
-    fig.tight_layout()
+    device = report["device"] if report.get("device_step_ms") is None else "no GPU: calibrated device wait"
+    fig.suptitle(f"DataLoader-fed training: {report['ranks']} rank(s) on {report['cores']} cores, {device} "
+                 f"({report['date']})", fontsize=11)
+    notes = [f"{c['name']}: {c['error']}" for c in configs if c["error"]]
+    notes += [f"{s['name']}: skipped, {s['reason']}" for s in report["skipped"]]
+    if notes:
+        fig.text(0.01, 0.01, "\n".join(notes), fontsize=8, va="bottom", color="#555555")
+    fig.tight_layout(rect=(0, 0.035 * len(notes) * 6 / max(len(names), 6), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -201,6 +201,24 @@ def intel_runtime_check() -> str:
             if threads else "libiomp5 did NOT report torch's threads: kmp-disabled may not measure Intel's runtime")
 
 
+def run_all(configs: list[Config], args: argparse.Namespace, rank_args: list[str], go_file: str) -> list[Result]:
+    """Every configuration once per repeat, interleaved (drift hits all alike); a first failure is not repeated."""
+    results = [Result(c) for c in configs]
+    for repeat in range(args.repeats):
+        for result in results:
+            c = result.config
+            if result.outcomes and all(o.error for o in result.outcomes):
+                continue  # it failed on its first run: the same launch fails the same way
+            argv = [*c.argv, "--nproc-per-node", str(args.ranks), RANK_SCRIPT, *rank_args, *c.rank_args,
+                    "--go-file", go_file]
+            outcome = launch(argv, clean_env(**c.env), args.seconds, args.ranks, go_file)
+            result.outcomes.append(outcome)
+            print(f"  [{repeat + 1}/{args.repeats}] {c.name}: " + (
+                f"{outcome.samples_per_s:.0f} samples/s" if outcome.error is None else f"failed: {outcome.error}")
+                + f" (launch {outcome.wall_s:.1f} s, {outcome.start_s:.1f} s to the measured phase)", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cores = len(os.sched_getaffinity(0))
@@ -218,6 +236,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.ranks < 1 or args.repeats < 1 or args.seconds <= 0 or args.batch_size < 1 or args.balance <= 0:
         parser.error("--ranks, --repeats, --batch-size must be >= 1; --seconds and --balance > 0")
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401  (checked before the run, drawn after it)
+        except ImportError:
+            parser.error("--png needs matplotlib: pip install '.[benchmarks]'")
     started = time.monotonic()
     byte_compile_affrun()
     cores_per_rank = max(1, cores // args.ranks)
@@ -234,27 +257,14 @@ def main() -> None:
     print(f"gpu_feed: {args.ranks} rank(s) on {cores} cores, device {info['device']}, {workers} worker(s) per rank, "
           f"batch {args.batch_size}: {info['batch_s'] * 1000:.0f} ms of CPU per batch"
           + ("" if info["cuda"] else f", device step {step_ms:.0f} ms (calibrated wait)"), flush=True)
-    results = {c.name: Result(c) for c in configs}
-    go_file = os.path.join(tempfile.mkdtemp(prefix="gpu_feed-"), "go")
-    for repeat in range(args.repeats):
-        for c in configs:
-            result = results[c.name]
-            if result.outcomes and all(o.error for o in result.outcomes):
-                continue  # it failed on its first run: the same launch fails the same way
-            argv = [*c.argv, "--nproc-per-node", str(args.ranks), RANK_SCRIPT, *rank_args, *c.rank_args,
-                    "--go-file", go_file]
-            outcome = launch(argv, clean_env(**c.env), args.seconds, args.ranks, go_file)
-            result.outcomes.append(outcome)
-            print(f"  [{repeat + 1}/{args.repeats}] {c.name}: " + (
-                f"{outcome.samples_per_s:.0f} samples/s" if outcome.error is None else f"failed: {outcome.error}")
-                + f" (launch {outcome.wall_s:.1f} s, {outcome.start_s:.1f} s to the measured phase)", flush=True)
-    os.rmdir(os.path.dirname(go_file))
-    devices = sorted({r.device for res in results.values() for o in res.outcomes for r in o.ranks})
+    with tempfile.TemporaryDirectory(prefix="gpu_feed-") as tmp:
+        results = run_all(configs, args, rank_args, os.path.join(tmp, "go"))
+    devices = sorted({r.device for res in results for o in res.outcomes for r in o.ranks})
     report: dict[str, Any] = {
         "device": ", ".join(devices) or str(info["device"]),
         "cores": cores,
         "ranks": args.ranks,
-        "configs": [r.to_json() for r in results.values()],
+        "configs": [r.to_json() for r in results],
         "skipped": skipped,
         "workers_per_rank": workers,
         "batch_size": args.batch_size,

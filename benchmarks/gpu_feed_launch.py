@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -90,8 +89,26 @@ def failure_text(output: str, returncode: int) -> str:
     return f"exit status {returncode}" + (f": {tail[-1].strip()[:200]}" if tail else "")
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (torchrun's ranks lead sessions of their own: no killpg)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_file: str) -> Outcome:
     """Run ``argv`` (its ranks get ``--go-file go_file``); sample it while its ranks measure."""
+    if os.path.exists(go_file):
+        os.unlink(go_file)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -118,6 +135,31 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_
     readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
     for t in readers:
         t.start()
+    try:
+        outcome = _measure(proc, measuring, seconds)
+    finally:
+        if proc.poll() is None:  # interrupted, or it overran: end the job, its ranks and their workers
+            kill_tree(proc.pid)
+            proc.wait()
+            errors.append(f"killed: still running {START_TIMEOUT + seconds * 4:.0f} s after its start\n")
+        for t in readers:
+            t.join(timeout=10)
+        if os.path.exists(go_file):
+            os.unlink(go_file)
+    outcome.wall_s = time.monotonic() - t0
+    for line in lines:
+        if line.startswith("{") and '"samples_per_s"' in line:
+            r = json.loads(line)
+            outcome.ranks.append(RankReport(r["rank"], r["samples_per_s"], r["device_wait_fraction"], r["device"]))
+    if proc.returncode != 0 or len(outcome.ranks) != ranks:
+        outcome.error = failure_text("".join(errors) + "".join(lines), proc.returncode)
+        outcome.ranks = []
+    return outcome
+
+
+def _measure(proc: subprocess.Popen[str], measuring: threading.Event, seconds: float) -> Outcome:
+    """Sample the job while its ranks measure, then wait for it to end (at most the time a slow job needs)."""
+    t0 = time.monotonic()
     outcome = Outcome()
     measuring.wait(START_TIMEOUT)
     outcome.start_s = time.monotonic() - t0
@@ -130,21 +172,7 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_
         except AffrunError:
             pass  # the job ended while it was read: its own output says why
     try:
-        returncode = proc.wait(timeout=START_TIMEOUT + seconds * 4)
+        proc.wait(timeout=START_TIMEOUT + seconds * 4)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        returncode = proc.wait()
-        errors.append(f"timed out after {START_TIMEOUT + seconds * 4:.0f} s\n")
-    for t in readers:
-        t.join(timeout=10)
-    if os.path.exists(go_file):
-        os.unlink(go_file)
-    outcome.wall_s = time.monotonic() - t0
-    for line in lines:
-        if line.startswith("{") and '"samples_per_s"' in line:
-            r = json.loads(line)
-            outcome.ranks.append(RankReport(r["rank"], r["samples_per_s"], r["device_wait_fraction"], r["device"]))
-    if returncode != 0 or len(outcome.ranks) != ranks:
-        outcome.error = failure_text("".join(errors) + "".join(lines), returncode)
-        outcome.ranks = []
+        pass  # launch() kills it
     return outcome

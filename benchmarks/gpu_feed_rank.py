@@ -8,8 +8,9 @@ worker processes with ``pin_memory`` (when there is a device to pin for).
 The device step:
   * on CUDA: a real training step of the conv net (copy, forward, backward, SGD); CUDA events around each step
     give the time the GPU sat idle between steps, waiting for the next batch;
-  * without a GPU: a calibrated wait (``--step-ms``) that sleeps, so it releases the CPU as a GPU would. The
-    device is idle for the rest of the time, which is where a starved feed shows.
+  * without a GPU: a simulated asynchronous device whose every step takes ``--step-ms`` (calibrated by the
+    launcher); the host sleeps while it waits for the device, so it releases the CPU as it would waiting on a GPU.
+    The device is idle whenever the next batch is late, which is where a starved feed shows.
 
 After a warm-up the rank prints ``{"phase": "ready"}``; with ``--go-file`` it goes on training until that file
 exists (the launcher creates it once every rank is ready, so that the ranks measure the same window), then it
@@ -38,7 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 SOURCE = (240, 320)  # stored image (H, W), as a mid-size photo
 RESIZE = 160  # Resize(160): the shorter side, antialiased
 CROP = 128  # RandomCrop(128)
-FILES = 32  # distinct stored images; the dataset is virtually endless
+FILES = 16  # distinct stored images; the dataset is virtually endless
 GO_TIMEOUT = 300.0  # seconds to wait for the other ranks' warm-up
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
@@ -53,7 +54,7 @@ def make_files(count: int = FILES) -> list[bytes]:
     for i in range(count):
         planes = [(128 + 60 * np.sin(xx / (17 + i + c) + yy / (23 + c)) + rng.normal(0, 12, (h, w))) for c in range(3)]
         data = np.clip(np.stack(planes), 0, 255).astype(np.uint8)
-        files.append(zlib.compress(data.tobytes(), 6))
+        files.append(zlib.compress(data.tobytes(), 1))  # level 1: quick to make; inflating costs the same
     return files
 
 
@@ -129,24 +130,38 @@ def calibrate(batch_size: int, batches: int) -> float:
 
 
 class CpuDevice:
-    """The device step as a wait that sleeps (releases the CPU). Busy time is what the sleeps really took."""
+    """A simulated asynchronous device: each step occupies it for ``step_s``, and the host runs ahead by one step.
+
+    Like a GPU's stream, the device starts a step as soon as it is free and the host has handed the batch over;
+    the host then sleeps (releasing the CPU, as it would blocking on a CUDA stream) until that step starts, so it
+    prepares the next batch while the device computes. The device is idle from the end of a step until the host
+    hands over the next one: the gaps summed are the time it waited for data, as the CUDA events measure them.
+    """
 
     name = "cpu"
 
     def __init__(self, step_s: float) -> None:
         self.step_s = step_s
-        self.busy = 0.0
-
-    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
-        t0 = time.perf_counter()
-        time.sleep(self.step_s)
-        self.busy += time.perf_counter() - t0
+        self.start()
 
     def start(self) -> None:
-        self.busy = 0.0
+        """Start the measured window (a step still running from the warm-up counts as busy)."""
+        self.t0 = time.perf_counter()
+        self.free_at = max(getattr(self, "free_at", 0.0), self.t0)
+        self.idle = 0.0
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        now = time.perf_counter()
+        self.idle += max(0.0, now - self.free_at)
+        begins = max(now, self.free_at)
+        self.free_at = begins + self.step_s
+        time.sleep(max(0.0, begins - time.perf_counter()))
 
     def wait_fraction(self, elapsed: float) -> float:
-        return max(0.0, 1.0 - self.busy / elapsed) if elapsed > 0 else 0.0
+        """Wait for the last step to end (as torch.cuda.synchronize does); the idle share of the whole time."""
+        time.sleep(max(0.0, self.free_at - time.perf_counter()))
+        total = self.free_at - self.t0
+        return max(0.0, min(1.0, self.idle / total)) if total > 0 else 0.0
 
 
 class CudaDevice:

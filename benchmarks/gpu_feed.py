@@ -31,6 +31,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -241,6 +242,8 @@ def main() -> None:
             import matplotlib  # noqa: F401  (checked before the run, drawn after it)
         except ImportError:
             parser.error("--png needs matplotlib: pip install '.[benchmarks]'")
+    # SIGTERM unwinds like Ctrl-C, so that a running job is killed with its ranks and workers (launch's finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     byte_compile_affrun()
     cores_per_rank = max(1, cores // args.ranks)

@@ -115,7 +115,10 @@ def mixup(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def calibrate(batch_size: int, batches: int) -> float:
-    """Seconds of one CPU for the pipeline to produce one batch (collate included), the median of ``batches``."""
+    """Seconds of one CPU for the pipeline to produce one batch (collate included), the median of ``batches``.
+
+    CPU time, not wall time: on a shared machine the wall time also counts other processes' turns on the CPU.
+    """
     torch.set_num_threads(1)  # as in a DataLoader worker
     ds = SyntheticImages()
     from torch.utils.data import default_collate
@@ -123,9 +126,9 @@ def calibrate(batch_size: int, batches: int) -> float:
     default_collate([ds[i] for i in range(batch_size)])  # warm-up
     times = []
     for b in range(batches):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         default_collate([ds[b * batch_size + i] for i in range(batch_size)])
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return sorted(times)[len(times) // 2]
 
 

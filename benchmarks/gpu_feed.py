@@ -125,6 +125,20 @@ def installed_affrun_options() -> dict[str, tuple[tuple[str, ...] | None, object
     return {o.flag: (o.choices, o.default) for o in BINDING_OPTIONS}
 
 
+def unsupported(args: tuple[str, ...], options: dict[str, tuple[tuple[str, ...] | None, object]]) -> str:
+    """The first flag, or flag's choice, in ``args`` that the installed affrun does not have ('' if none)."""
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        if arg not in options:
+            return arg
+        choices = options[arg][0]
+        value = args[i + 1] if i + 1 < len(args) else None
+        if choices and value not in choices:
+            return f"{arg} {value}"
+    return ""
+
+
 def affrun_variants(cores_per_rank: int) -> tuple[list[Variant], list[dict[str, str]]]:
     """The affrun variants to measure, and the ones skipped with the reason."""
     options = installed_affrun_options()
@@ -139,9 +153,9 @@ def affrun_variants(cores_per_rank: int) -> tuple[list[Variant], list[dict[str, 
             if choice != default:
                 chosen.append(Variant(f"affrun-{flag.lstrip('-')}-{choice}", (flag, choice)))
     for v in AFFRUN_VARIANTS:
-        missing = [a for a in v.affrun_args if a.startswith("--") and a not in options]
+        missing = unsupported(v.affrun_args, options)
         if missing:
-            skipped.append({"name": v.name, "reason": f"this affrun has no {', '.join(missing)}"})
+            skipped.append({"name": v.name, "reason": f"this affrun has no {missing}"})
         elif cores_per_rank < v.min_cores_per_rank:
             skipped.append({"name": v.name, "reason": f"needs {v.min_cores_per_rank} cores per rank, "
                                                       f"there are {cores_per_rank}"})

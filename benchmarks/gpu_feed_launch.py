@@ -82,7 +82,7 @@ def job_gpu_util(audit: JobAudit) -> float | None:
 
 def failure_text(output: str, returncode: int) -> str:
     """The telling lines of a failed job's output (an OpenMP error and the DataLoader's report of it), joined."""
-    found = [m.group(0).strip() for m in (p.search(output) for p in ERROR_PATTERNS) if m]
+    found = [m.group(0).strip().rstrip(".") for m in (p.search(output) for p in ERROR_PATTERNS) if m]
     if found:
         return "; ".join(dict.fromkeys(found[:2]))
     tail = [line for line in output.splitlines() if line.strip()]

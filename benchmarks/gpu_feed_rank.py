@@ -46,7 +46,7 @@ STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
 
 
 def make_files(count: int = FILES) -> list[bytes]:
-    """Compressed YCbCr planes: smooth gradients plus noise, so that inflating them costs what real data costs."""
+    """Compressed YCbCr planes: smooth gradients plus noise (which keeps them from compressing to almost nothing)."""
     rng = np.random.default_rng(0)
     h, w = SOURCE
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
@@ -54,7 +54,7 @@ def make_files(count: int = FILES) -> list[bytes]:
     for i in range(count):
         planes = [(128 + 60 * np.sin(xx / (17 + i + c) + yy / (23 + c)) + rng.normal(0, 12, (h, w))) for c in range(3)]
         data = np.clip(np.stack(planes), 0, 255).astype(np.uint8)
-        files.append(zlib.compress(data.tobytes(), 1))  # level 1: quick to make; inflating costs the same
+        files.append(zlib.compress(data.tobytes(), 1))  # level 1: quick to make (inflating is about as fast at any level)
     return files
 
 

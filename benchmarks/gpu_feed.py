@@ -139,9 +139,10 @@ def unsupported(args: tuple[str, ...], options: dict[str, tuple[tuple[str, ...] 
     return ""
 
 
-def affrun_variants(cores_per_rank: int) -> tuple[list[Variant], list[dict[str, str]]]:
-    """The affrun variants to measure, and the ones skipped with the reason."""
-    options = installed_affrun_options()
+def affrun_variants(cores_per_rank: int, options: dict[str, tuple[tuple[str, ...] | None, object]] | None = None,
+                    ) -> tuple[list[Variant], list[dict[str, str]]]:
+    """The affrun variants to measure, and the ones skipped with the reason (``options``: the installed affrun's)."""
+    options = installed_affrun_options() if options is None else options
     chosen: list[Variant] = []
     skipped: list[dict[str, str]] = []
     for flag in AFFRUN_VARIANT_FLAGS:

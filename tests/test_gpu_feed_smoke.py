@@ -1,6 +1,7 @@
 """The GPU-feed benchmark (benchmarks/gpu_feed.py) runs end to end: every configuration is launched for real
 (torchrun, affrun torchrun) for a fraction of a second, and the JSON holds every figure, with the right types.
-No timing is asserted; the CPUs the DataLoader workers were confined to are (a user checks them in /proc)."""
+No timing is asserted; the CPUs the DataLoader workers were confined to are (a user checks them in /proc).
+The affrun variants it measures follow the installed affrun's option table."""
 
 from __future__ import annotations
 
@@ -18,10 +19,32 @@ from tests.conftest import ROOT, need
 from tests.launch import clean_env, require_torch
 
 BENCH = ROOT / "benchmarks" / "gpu_feed.py"
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+sys.path.insert(0, str(BENCH.parent))  # the benchmarks import their siblings by name, as when run as scripts
 BASELINES = ("torchrun", "torchrun-collapse", "kmp-disabled", "oversubscribed", "affrun")
 
 
+def test_variants_follow_the_installed_option_table() -> None:
+    """A flag or choice this affrun lacks is skipped with the reason; a new choice becomes a variant by itself."""
+    import gpu_feed
+
+    now = gpu_feed.installed_affrun_options()
+    variants, skipped = gpu_feed.affrun_variants(2, now)
+    names = {v.name for v in variants}
+    assert {f"affrun-omp-bind-{c}" for c in now["--omp-bind"][0] or () if c != now["--omp-bind"][1]} <= names
+    # An affrun with --spill loader|compute|none (default loader) and no "core" layout for --omp-bind:
+    later = {**now, "--spill": (("loader", "compute", "none"), "loader"), "--omp-bind": (("rank",), "rank")}
+    variants, skipped = gpu_feed.affrun_variants(2, later)
+    names = {v.name for v in variants}
+    assert {"affrun-spill-compute", "affrun-spill-none"} <= names
+    assert not any(n.startswith("affrun-omp-bind-core") for n in names)
+    assert {"name": "affrun-omp-bind-core-init", "reason": "this affrun has no --omp-bind core"} in skipped
+    # Too few cores per rank for --loader-cores 1 to leave a compute core.
+    _, skipped = gpu_feed.affrun_variants(1, now)
+    assert any(s["name"] == "affrun-loader-cores-1" and "2 cores per rank" in s["reason"] for s in skipped)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
 def test_gpu_feed_reports_every_figure(tmp_path: Path) -> None:
     require_torch()
     try:

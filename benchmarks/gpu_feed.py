@@ -246,12 +246,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="DataLoader workers per rank (default: the cores of a rank)")
     parser.add_argument("--balance", type=float, default=1.0,
                         help="device step = balance x the CPU time of a batch / the cores of a rank")
+    parser.add_argument("--model-steps", type=int, default=1,
+                        help="on CUDA: training steps of the net per batch, for a busier GPU")
     parser.add_argument("--only", help="comma-separated configuration names to run (default: all)")
     parser.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--png", metavar="FILE", help="draw a bar chart (needs matplotlib: pip install .[benchmarks])")
     args = parser.parse_args()
-    if args.ranks < 1 or args.repeats < 1 or args.seconds <= 0 or args.batch_size < 1 or args.balance <= 0:
-        parser.error("--ranks, --repeats, --batch-size must be >= 1; --seconds and --balance > 0")
+    if min(args.ranks, args.repeats, args.batch_size, args.model_steps) < 1 or args.seconds <= 0 or args.balance <= 0:
+        parser.error("--ranks, --repeats, --batch-size, --model-steps must be >= 1; --seconds and --balance > 0")
     if args.png:
         try:
             import matplotlib  # noqa: F401  (checked before the run, drawn after it)
@@ -271,7 +273,7 @@ def main() -> None:
         configs = [c for c in configs if c.name in wanted]
     intel = intel_runtime_check() if any(c.name == "kmp-disabled" for c in configs) else ""
     rank_args = ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
-                 "--workers", str(workers), "--step-ms", f"{step_ms:.3f}"]
+                 "--workers", str(workers), "--step-ms", f"{step_ms:.3f}", "--model-steps", str(args.model_steps)]
     print(f"gpu_feed: {args.ranks} rank(s) on {cores} cores, device {info['device']}, {workers} worker(s) per rank, "
           f"batch {args.batch_size}: {info['batch_s'] * 1000:.0f} ms of CPU per batch"
           + ("" if info["cuda"] else f", device step {step_ms:.0f} ms (calibrated wait)"), flush=True)

@@ -174,7 +174,7 @@ class CudaDevice:
     start is already queued and the gap is near zero; when the host waits for data, the gap is that wait.
     """
 
-    def __init__(self, local_rank: int) -> None:
+    def __init__(self, local_rank: int, model_steps: int = 1) -> None:
         index = local_rank % torch.cuda.device_count()
         self.device = torch.device("cuda", index)
         torch.cuda.set_device(self.device)
@@ -183,18 +183,22 @@ class CudaDevice:
         self.model = make_model().to(self.device)
         self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # documented, not in the stubs
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.model_steps = model_steps  # training steps per batch: a heavier model without a bigger net
         self.events: list[tuple[Any, Any]] = []
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        if len(self.events) >= 2:
+            self.events[-2][1].synchronize()  # the host runs at most one step ahead, as the simulated device does
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         x = images.to(self.device, non_blocking=True).to(memory_format=torch.channels_last)
         y = labels.to(self.device, non_blocking=True)
-        loss = F.cross_entropy(self.model(x), y)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        self.optimizer.step()
+        for _ in range(self.model_steps):
+            loss = F.cross_entropy(self.model(x), y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            self.optimizer.step()
         end.record()
         self.events.append((start, end))
 
@@ -224,6 +228,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader num_workers")
     parser.add_argument("--step-ms", type=float, default=50.0, help="the device step without a GPU")
+    parser.add_argument("--model-steps", type=int, default=1, help="on CUDA: training steps of the net per batch")
     parser.add_argument("--go-file", help="after the warm-up, train on until this file exists, then measure")
     parser.add_argument("--worker-init", action="store_true",
                         help="worker_init_fn=launcher.torch.worker_init_fn (each worker on CPUs of its own)")
@@ -236,7 +241,7 @@ def main() -> None:
         return
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
-    device: CpuDevice | CudaDevice = CudaDevice(local_rank) if cuda else CpuDevice(args.step_ms / 1000.0)
+    device: CpuDevice | CudaDevice = CudaDevice(local_rank, args.model_steps) if cuda else CpuDevice(args.step_ms / 1000.0)
     init: Callable[[int], None] | None = None
     if args.worker_init:
         from launcher.torch import worker_init_fn

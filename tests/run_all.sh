@@ -34,8 +34,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   python3 -m venv "$VENV"
 fi
-log "installing affrun and its test extras into $VENV"
-"$VENV/bin/python" -m pip install -q -e '.[test]'
+log "installing affrun and its test and benchmarks extras into $VENV"
+# benchmarks: matplotlib, for the GPU-feed benchmark's chart, which its smoke test draws.
+"$VENV/bin/python" -m pip install -q -e '.[test,benchmarks]'
 # An editable install has no .pyc files, and with PYTHONDONTWRITEBYTECODE=1 none would be written: write them
 # now, as pip does for a regular install, or every affrun process the tests start compiles its modules again.
 "$VENV/bin/python" -m compileall -q launcher >/dev/null

@@ -2,7 +2,7 @@
 
 The job's ranks print ``{"phase": "ready"}`` when their warm-up ends and train on until the go file exists. Once
 every rank is ready it is created: the ranks measure the same window, and the job's process tree is sampled from
-``/proc`` meanwhile (``launcher.doctor.live.sample_job``: each thread's CPU every ``INTERVAL`` seconds, so the
+``/proc`` meanwhile (``launcher.doctor.sampling.sample_job``: each thread's CPU every ``INTERVAL`` seconds, so the
 migration count is a lower bound; NVML utilisation when available).
 """
 
@@ -15,10 +15,10 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from launcher.cpulist import format_cpulist
 from launcher.doctor.live import JobAudit
+from launcher.doctor.sampling import sample_job
 from launcher.errors import AffrunError
 
 INTERVAL = 0.1  # seconds between /proc samples: every run pays the same sampling cost
@@ -57,16 +57,6 @@ class Outcome:
     @property
     def device_wait_fraction(self) -> float:
         return sum(r.device_wait_fraction for r in self.ranks) / len(self.ranks) if self.ranks else 1.0
-
-
-def sampler() -> Any:
-    """``affrun doctor --pid``'s ``sample_job``: in ``launcher.doctor.sampling`` in newer trees, before in ``live``."""
-    import importlib
-
-    try:
-        return importlib.import_module("launcher.doctor.sampling").sample_job
-    except ImportError:
-        return importlib.import_module("launcher.doctor.live").sample_job
 
 
 def job_migrations_per_s(audit: JobAudit) -> float:
@@ -176,7 +166,7 @@ def _measure(proc: subprocess.Popen[str], measuring: threading.Event, seconds: f
     outcome.start_s = time.monotonic() - t0
     if proc.poll() is None:
         try:
-            audit: JobAudit = sampler()(proc.pid, duration=seconds * 0.9, interval=INTERVAL)
+            audit: JobAudit = sample_job(proc.pid, duration=seconds * 0.9, interval=INTERVAL)
             outcome.migrations_per_s = job_migrations_per_s(audit)
             outcome.gpu_util = job_gpu_util(audit)
             outcome.worker_cpus = job_worker_cpus(audit)

@@ -98,7 +98,7 @@ def assign_homes(
         for g in req.gpus:
             if g < 0 or g >= len(visible):
                 raise PlanError(f"GPU {g} does not exist: {len(visible)} GPU(s) are visible")
-    located = [_gpu_home(topo, gpu, f"GPU {i} ({gpu.pci})", by_node, node_order) for i, gpu in enumerate(visible)]
+    located = [gpu_home(topo, gpu, f"GPU {i} ({gpu.pci})", by_node, node_order) for i, gpu in enumerate(visible)]
     homes = [h for h, _, _, _ in located]
     claims = [c for _, c, _, _ in located]
     labels = [why for _, _, why, _ in located]
@@ -116,10 +116,13 @@ def assign_homes(
     return out
 
 
-def _gpu_home(
+def gpu_home(
     topo: Topology, gpu: GPU, label: str, by_node: dict[int, list[Core]], node_order: list[int]
 ) -> tuple[int | None, int, str, str | None]:
-    """The GPU's home node, how firm that is (``CLAIM_*``), why, and a warning when the locality is indirect."""
+    """The GPU's home node, how firm that is (``CLAIM_*``), why, and a warning when the locality is indirect.
+
+    ``by_node`` holds the usable cores of each node (-1: cores of no known node), ``node_order`` its keys in CPU
+    order. Public: ``affrun show`` draws each GPU where this puts it."""
     if gpu.numa_node is not None and gpu.numa_node in by_node:
         return gpu.numa_node, CLAIM_GPU_NODE, f"{label} is on NUMA node {gpu.numa_node}", None
     if gpu.numa_node is not None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.cpulist import format_cpulist
 from launcher.plan import Plan
+from launcher.plan_homes import CLAIM_GPU_NODE, gpu_home
 from launcher.show.layout import CoreInfo, Style, Text
 from launcher.topology.model import GPU, Core, NumaNode, Topology
 
@@ -120,18 +120,15 @@ class Model:
         return min(known, key=lambda n: (dist[n], self.cpu_nodes.index(n)))
 
     def _gpu_anchor(self, g: GPU) -> tuple[int | None, str]:
-        if g.numa_node is not None and g.numa_node in self.cpu_nodes:
-            return g.numa_node, ""
-        if g.numa_node is not None:
-            near = self._nearest_cpu_node(g.numa_node)
-            return near, f"on NUMA {g.numa_node}, which has no online CPUs"
-        if g.cpus and not g.cpus >= self.topo.online:
-            overlap = {n: sum(1 for c in self.cores if c.numa_node == n for p in c.pus if p in g.cpus)
-                       for n in self.cpu_nodes}
-            best = max(self.cpu_nodes, key=lambda n: (overlap[n], -self.cpu_nodes.index(n)))
-            if overlap[best] > 0:
-                return best, f"no NUMA id; local CPUs {format_cpulist(g.cpus)}"
-        return None, "unknown NUMA locality"
+        """Where the planner homes ``g`` (:func:`launcher.plan_homes.gpu_home`), and why when it is not its node."""
+        by_node: dict[int, list[Core]] = {}
+        for c in self.cores:
+            by_node.setdefault(c.numa_node if c.numa_node is not None else -1, []).append(c)
+        node_order = [-1 if n is None else n for n in self.cpu_nodes]
+        home, claim, why, _ = gpu_home(self.topo, g, "GPU", by_node, node_order)
+        if home is None:
+            return None, why
+        return (None if home == -1 else home), ("" if claim == CLAIM_GPU_NODE else why)
 
     def _attachments(
         self,

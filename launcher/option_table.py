@@ -8,6 +8,7 @@ Standard library only: ``affrun exec`` imports it before every rank.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -70,3 +71,20 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 
 def options_in(*groups: str) -> tuple[OptionSpec, ...]:
     return tuple(o for o in BINDING_OPTIONS if o.group in groups)
+
+
+def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_OPTIONS) -> list[str]:
+    """The flags that give ``values`` (keyed by ``dest``) back, for generated scripts and child commands.
+
+    Defaults and unset values are left out; a key that ``values`` lacks is not an option of the caller."""
+    argv: list[str] = []
+    for spec in specs:
+        if spec.dest not in values:
+            continue
+        value = values[spec.dest]
+        if spec.is_flag:
+            if value:
+                argv.append(spec.flag)
+        elif value is not None and value != "" and value != spec.default:
+            argv += [spec.flag, str(value)]
+    return argv

@@ -5,7 +5,7 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
@@ -46,26 +46,9 @@ class PlanOptions:
 
     def to_argv(self) -> list[str]:
         """The same options as command-line flags (for generated scripts and child commands)."""
-        argv: list[str] = []
-        if self.mode != "exclusive":
-            argv += ["--mode", self.mode]
-        if self.smt:
-            argv.append("--smt")
-        if self.reserve:
-            argv += ["--reserve", self.reserve]
-        if self.loader_cores:
-            argv += ["--loader-cores", str(self.loader_cores)]
-        if self.gpu_order != "rank":
-            argv += ["--gpu-order", self.gpu_order]
-        if self.cpu_map:
-            argv += ["--map", self.cpu_map]
-        if self.gpus:
-            argv += ["--gpus", self.gpus]
-        if self.no_gpu:
-            argv.append("--no-gpu")
-        if self.spill != "loader":
-            argv += ["--spill", self.spill]
-        return argv
+        from launcher.option_table import options_in, to_argv
+
+        return to_argv({f.name: getattr(self, f.name) for f in fields(self)}, options_in("plan"))
 
 
 def make_request(nproc: int, opts: PlanOptions) -> Request:

@@ -121,17 +121,12 @@ class AffinityOptions(PlanOptions):
         return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})
 
     def to_argv(self) -> list[str]:
-        """``affrun exec`` flags for these options (defaults left out)."""
-        argv: list[str] = super().to_argv()
-        default = AffinityOptions()
-        for name in ("fsroot", "topology", "cpus"):
-            value = getattr(self, name)
-            if value:
-                argv += [f"--{name}", value]
-        for name in ("omp_bind", "env_policy", "mem_policy", "mem_backend"):
-            value = getattr(self, name)
-            if value != getattr(default, name):
-                argv += [f"--{name.replace('_', '-')}", value]
+        """``affrun exec`` flags for these options (defaults left out), from the one option table."""
+        from launcher.option_table import options_in, to_argv
+
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["topology_file"] = values.pop("topology")  # the executor's keyword is ``topology``
+        argv = [*super().to_argv(), *to_argv(values, options_in("topology", "env", "apply"))]
         if self.verbose:
             argv.append("--verbose")
         return argv

@@ -165,6 +165,33 @@ def affrun_variants(cores_per_rank: int, options: dict[str, tuple[tuple[str, ...
     return chosen, skipped
 
 
+def plan_for(affrun_args: tuple[str, ...], ranks: int) -> Any:
+    """What each rank gets (CPUs, compute cores, loader CPUs, threads, GPU) from ``affrun torchrun`` here with
+    ``affrun_args``, or None when they are not all planning options
+    (an environment option such as --omp-bind changes what a rank runs with, not the plan)."""
+    from launcher.option_table import options_in
+    from launcher.options import PlanOptions
+    from launcher.plan import make_plan
+    from launcher.topology import load_topology
+
+    specs = {s.flag: s for s in options_in("plan")}
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(affrun_args):
+        spec = specs.get(affrun_args[i])
+        if spec is None:
+            return None
+        if spec.is_flag:
+            values[spec.dest] = True
+            i += 1
+        else:
+            values[spec.dest] = int(affrun_args[i + 1]) if spec.count else affrun_args[i + 1]
+            i += 2
+    opts = PlanOptions(**values)
+    plan = make_plan(load_topology(gpus=not opts.no_gpu), opts.request(ranks))
+    return tuple((r.cpus, r.compute_cores, r.loader_cpus, r.threads, r.gpu) for r in plan.ranks)
+
+
 def configurations(cores: int, ranks: int, cuda: bool) -> tuple[list[Config], list[dict[str, str]]]:
     configs = [
         Config("torchrun", tuple(TORCHRUN), note="torchrun's defaults"),
@@ -189,6 +216,13 @@ def configurations(cores: int, ranks: int, cuda: bool) -> tuple[list[Config], li
     configs.append(Config("affrun", (*AFFRUN, "torchrun"), note="affrun's defaults"))
     variants, more = affrun_variants(cores // max(ranks, 1))
     skipped += more
+    default_plan = plan_for((), ranks)
+    for v in list(variants):
+        plan = plan_for(v.affrun_args, ranks)
+        if plan is not None and plan == default_plan:
+            variants.remove(v)
+            skipped.append({"name": v.name, "reason": f"{' '.join(v.affrun_args)} plans this machine as affrun's "
+                                                      "default does: nothing different to measure"})
     configs += [Config(v.name, (*AFFRUN, "torchrun", *v.affrun_args), rank_args=v.rank_args, note=v.why)
                 for v in variants]
     return configs, skipped

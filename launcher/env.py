@@ -41,6 +41,9 @@ from launcher.plan import RankPlan
 BIND_MODES = ("rank", "core")
 POLICIES = ("safe", "override", "keep")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
+# `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
+BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
 PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
 KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.env import THREAD_VARIABLES, effective_mem_policy
+from launcher.env import BINDING_VARIABLES, THREAD_VARIABLES, effective_mem_policy
 from launcher.errors import AffrunError, ConfigError
 from launcher.exec_cmd import (
     PLAN_VARIABLE,
@@ -32,7 +32,7 @@ from launcher.exec_cmd import (
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 # The variables whose user-set values the env policy must judge (torchrun overwrites OMP_NUM_THREADS).
-USER_VARIABLES = (*THREAD_VARIABLES, "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY", "GOMP_CPU_AFFINITY")
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)
 
 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:

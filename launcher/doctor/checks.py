@@ -38,7 +38,6 @@ HOST_CHECKS: list[Check] = []
 INTEL_RUNTIMES = ("libiomp5", "libomp")
 # every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
 KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))
-BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 AFFRUN_FIX = "launch with `affrun torchrun` or `affrun exec`, which set it per rank"
 
 

@@ -143,3 +143,23 @@ def compile_omp(tmp: Path, runtime: str, src: Path | None = None) -> Path:
 
 GOMP_LINE = re.compile(r"level 1 thread 0x[0-9a-f]+ affinity (?P<cpus>[0-9,\-]+)")
 IOMP_LINE = re.compile(r"OMP: pid (?P<pid>\d+) tid (?P<tid>\d+) thread (?P<thread>\d+) bound to OS proc set \{(?P<cpus>[0-9,\-]+)\}")
+
+
+# One format for OMP_DISPLAY_AFFINITY in every runtime (OpenMP 5.0's OMP_AFFINITY_FORMAT: %P pid, %n thread number,
+# %A affinity): libgomp, libiomp5 and libomp then print the same line, with the thread number the team gave.
+AFFINITY_FORMAT = "affrun-probe pid %P thread %n affinity %A"
+AFFINITY_LINE = re.compile(r"affrun-probe pid (?P<pid>\d+) thread (?P<thread>\d+) affinity (?P<cpus>[0-9,\-]+)")
+
+
+def display_affinity_env() -> dict[str, str]:
+    return {"OMP_DISPLAY_AFFINITY": "true", "OMP_AFFINITY_FORMAT": AFFINITY_FORMAT}
+
+
+def thread_bindings(text: str) -> dict[int, dict[int, frozenset[int]]]:
+    """pid -> OpenMP thread number -> the CPUs the runtime bound it to, from :data:`AFFINITY_FORMAT` lines."""
+    from launcher.cpulist import parse_cpulist
+
+    out: dict[int, dict[int, frozenset[int]]] = {}
+    for m in AFFINITY_LINE.finditer(text):
+        out.setdefault(int(m["pid"]), {})[int(m["thread"])] = parse_cpulist(m["cpus"])
+    return out

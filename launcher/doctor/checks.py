@@ -414,6 +414,19 @@ def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: 
 
 # --------------------------------------------------------------------------- host checks
 @host_check
+def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
+    """This process starts on a parent's collapsed one-CPU mask (launcher.inherited_mask)."""
+    collapse = facts.inherited_collapse
+    if collapse is None:
+        return []
+    return [_finding(
+        "inherited-mask-collapsed", "error", collapse.message(),
+        f"all {collapse.local_ranks} local ranks start on that CPU: a launcher that plans over this mask sees one "
+        "CPU (affrun refuses to put two ranks on it), and one that does not plan runs every rank, thread and "
+        "DataLoader worker there", collapse.fix())]
+
+
+@host_check
 def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not facts.numa_binding:
         return []

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from launcher.binding import exported_cpus
 from launcher.doctor.procfs import ancestors, parent_pid, threads_union
+from launcher.inherited_mask import Collapse, read_collapse
 from launcher.runtimes import OPENMP, identify
 from launcher.slurm_env import parse_version
 from launcher.topology.model import Topology
@@ -42,6 +43,7 @@ class Facts:
     slurm_version: tuple[int, int, int] | None = None  # srun's, as launcher.slurm_env.parse_version reads it
     gpu_device_ids: Mapping[str, str] = field(default_factory=dict)  # PCI address -> PCI device id (model)
     numa_binding: str | None = None  # where a torchrun --numa-binding was found
+    inherited_collapse: Collapse | None = None  # this process's mask is a parent's collapsed one
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -239,6 +241,7 @@ def gather_facts(
     ``process_cpus``: the CPUs the audited process was given (default: this process's mask on a live machine).
     """
     size, size_source, in_rank = local_size(environ, nproc, topology)
+    process_cpus_given = process_cpus
     if process_cpus is None:
         process_cpus = frozenset(os.sched_getaffinity(0)) if live else topology.allowed
     process_cpus = (process_cpus & topology.allowed) or topology.allowed
@@ -280,4 +283,5 @@ def gather_facts(
         slurm_version=slurm,
         gpu_device_ids=gpu_device_ids(fsroot, topology) if (live or fsroot != "/") else {},
         numa_binding=numa_binding_source(environ, ancestors(os.getpid()) if live else []),
+        inherited_collapse=read_collapse(environ, lambda: size) if live and process_cpus_given is None else None,
     )

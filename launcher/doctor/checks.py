@@ -396,7 +396,10 @@ def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Fac
         "kmp-ignored-by-libgomp", "warning" if uncovered else "info",
         f"{', '.join(ignored)} set, but {_runtime_text(facts)} ignores KMP_* variables",
         "the setting does nothing (no error, no warning): the threads are not bound or tuned as intended"
-        + ("" if uncovered else "; the OMP_* variables that are set do the job"),
+        + ("" if uncovered else "; the OMP_* variables that are set do the job")
+        + ". It still counts for anything here that loads another runtime: numpy or MKL builds linked to libiomp5 "
+          "(conda's), the intel-openmp wheel's libiomp5 (MKL's intel threading layer), and LLVM libomp (clang "
+          "-fopenmp, conda's llvm-openmp) all read KMP_*",
         "; ".join(dict.fromkeys(fixes)))]
 
 

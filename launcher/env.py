@@ -16,7 +16,9 @@ affrun's values; ``keep`` keeps every user value (still noting the dangerous one
 - ``KMP_AFFINITY`` ``disabled``, empty, malformed, with two types, or a ``proclist`` outside the rank. A kept
   value with a type (``compact``, ``none``...) makes libiomp5 ignore ``OMP_PLACES`` (warning #182): the note
   says so;
-- ``GOMP_CPU_AFFINITY`` outside the rank (removed rather than replaced).
+- ``GOMP_CPU_AFFINITY`` outside the rank, or, for a rank of several compute CPUs, at all: libgomp ignores it
+  once ``OMP_PLACES`` is set, but libiomp5 and LLVM libomp read it as an explicit proclist that overrides
+  ``OMP_PLACES`` and pin the main thread to its first CPU (removed rather than replaced).
 
 Binding (``bind``). In both modes the first place, which the main thread takes, holds the rank's whole set
 (compute and loader CPUs): a process forked after ``import torch`` (a DataLoader worker under fork, the
@@ -162,7 +164,7 @@ def rank_environment(
             out[name] = value
     gomp = user_env.get("GOMP_CPU_AFFINITY")
     if gomp is not None:
-        problem = _problem("GOMP_CPU_AFFINITY", gomp, cpus)
+        problem = _problem("GOMP_CPU_AFFINITY", gomp, cpus, compute=compute)
         if problem and policy != "keep":
             unset.append("GOMP_CPU_AFFINITY")
             notes.append(f"GOMP_CPU_AFFINITY={gomp} removed: {problem}")
@@ -232,7 +234,13 @@ def _problem(
             return "not a valid CPU list"
         ids = set(listed)
         outside = ids - cpus
-        return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs" if outside else None
+        if outside:
+            return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+        if compute is not None and len(compute) > 1:
+            # libiomp5/libomp read it as an explicit proclist (a type: OMP_PLACES is then ignored), one CPU a thread
+            return (f"libiomp5 and libomp pin the main thread to CPU {listed[0]} (a proclist that overrides "
+                    "OMP_PLACES), and forked DataLoader workers inherit it")
+        return None
     if name == "KMP_AFFINITY":
         return kmp_affinity_problem(value, cpus)
     return None

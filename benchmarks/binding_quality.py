@@ -7,7 +7,16 @@ Configurations (all measured in the same run, on this machine):
   d) torchrun, libiomp5 with KMP_AFFINITY=disabled (LD_PRELOAD of the intel-openmp wheel's libiomp5)
 
 Reports the summed iterations per second of the ranks (median over --repeats runs) and the ratio to (a).
-Usage: python benchmarks/binding_quality.py [--seconds S] [--repeats N]
+
+A second table: 1 rank on every CPU, a training-like loop whose batches come from 2 busy DataLoader workers
+(bench_loader_rank.py: each item costs a worker --item-ms of CPU, each step runs --matmuls matmuls on the rank's
+OpenMP threads), under the three ways of binding the threads:
+  rank        --omp-bind rank: one place, every thread on the whole rank
+  core (new)  --omp-bind core: the first place the whole rank (the main thread's), the others one core each
+  core (old)  one place per core, OMP_PLACES={0},{1},... (affrun's former --omp-bind core, kept here with
+              --env-policy keep): the main thread pinned to the first core, and the forked workers with it
+Reports steps per second (median) and the CPUs the workers could use.
+Usage: python benchmarks/binding_quality.py [--seconds S] [--repeats N] [--item-ms MS] [--matmuls K]
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--item-ms", type=float, default=2.0, help="CPU work per DataLoader item (ms)")
+    parser.add_argument("--matmuls", type=int, default=10, help="matmuls per training step")
     args = parser.parse_args()
     byte_compile_affrun()
     ncpu = len(os.sched_getaffinity(0))
@@ -66,6 +77,46 @@ def main() -> None:
         med = statistics.median(values)
         runs = ", ".join(f"{v:.0f}" for v in values)
         print(f"{name:<48} {med:12.0f} {med / base:9.2f}x   {runs}")
+    loader_table(args)
+
+
+def old_core_places() -> str:
+    """affrun's former ``--omp-bind core`` value: one place per core of this process's CPUs."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    from launcher.topology import load_topology
+
+    topo = load_topology(gpus=False)
+    return ",".join("{" + ",".join(map(str, core.pus)) + "}" for core in topo.allowed_cores())
+
+
+def loader_table(args: argparse.Namespace) -> None:
+    script = [os.path.join(HERE, "bench_loader_rank.py"), str(args.seconds), "2", str(args.item_ms),
+              str(args.matmuls)]
+    one = [*AFFRUN, "torchrun", "--nproc-per-node", "1"]
+    configs: dict[str, tuple[list[str], dict[str, str]]] = {
+        "rank": ([*one, "--omp-bind", "rank", *script], clean_env()),
+        "core (new: first place the whole rank)": ([*one, "--omp-bind", "core", *script], clean_env()),
+        "core (old: one place per core)": ([*one, "--omp-bind", "core", "--env-policy", "keep", *script],
+                                           clean_env(OMP_PLACES=old_core_places())),
+    }
+    results: dict[str, list[float]] = {name: [] for name in configs}
+    workers: dict[str, str] = {}
+    for _ in range(args.repeats):
+        for name, (argv, env) in configs.items():
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                raise SystemExit(f"{argv} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+            (report,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+            results[name].append(report["it_per_s"])
+            workers[name] = " ".join(",".join(map(str, w)) for w in report["workers"])
+    base = statistics.median(results["rank"])
+    print(f"\n1 rank, 2 DataLoader workers ({args.item_ms:g} ms of CPU per item) beside {args.matmuls} matmuls "
+          f"per step, {args.seconds:g} s, median of {args.repeats}")
+    print(f"{'binding':<40} {'steps/s':>8} {'vs rank':>8}   {'workers on':<12} runs")
+    for name, values in results.items():
+        med = statistics.median(values)
+        runs = ", ".join(f"{v:.1f}" for v in values)
+        print(f"{name:<40} {med:8.1f} {med / base:7.2f}x   {workers[name]:<12} {runs}")
 
 
 if __name__ == "__main__":

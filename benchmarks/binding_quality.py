@@ -27,18 +27,35 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from _common import AFFRUN, PY, byte_compile_affrun, clean_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_config(argv: list[str], env: dict[str, str]) -> float:
+Configs = dict[str, tuple[list[str], dict[str, str]]]
+
+
+def run_reports(argv: list[str], env: dict[str, str]) -> list[dict[str, Any]]:
+    """The JSON lines the ranks of one run printed."""
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise SystemExit(f"{argv} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return sum(r["it_per_s"] for r in reports)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def measure(configs: Configs, repeats: int,
+            seen: Callable[[str, list[dict[str, Any]]], None] = lambda name, reports: None) -> dict[str, list[float]]:
+    """Summed it/s of every configuration, ``repeats`` times, interleaved; ``seen`` gets each run's reports."""
+    results: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(repeats):
+        for name, (argv, env) in configs.items():
+            reports = run_reports(argv, env)
+            results[name].append(sum(r["it_per_s"] for r in reports))
+            seen(name, reports)
+    return results
 
 
 def main() -> None:
@@ -54,7 +71,7 @@ def main() -> None:
     script = [os.path.join(HERE, "bench_rank.py"), str(args.seconds)]
     nproc = ["--nproc-per-node", str(args.nproc)]
     iomp = os.path.join(sys.prefix, "lib", "libiomp5.so")
-    configs: dict[str, tuple[list[str], dict[str, str]]] = {
+    configs: Configs = {
         "a) affrun torchrun": ([*AFFRUN, "torchrun", *nproc, *script], clean_env()),
         "b) torchrun (OMP_NUM_THREADS=1 default)": ([PY, "-m", "torch.distributed.run", *nproc, *script], clean_env()),
         f"c) torchrun, OMP_NUM_THREADS={ncpu} unbound": (
@@ -65,10 +82,7 @@ def main() -> None:
             [PY, "-m", "torch.distributed.run", *nproc, *script],
             clean_env(LD_PRELOAD=iomp, KMP_AFFINITY="disabled", OMP_NUM_THREADS=str(ncpu)),
         )
-    results: dict[str, list[float]] = {name: [] for name in configs}
-    for _ in range(args.repeats):
-        for name, (argv, env) in configs.items():
-            results[name].append(run_config(argv, env))
+    results = measure(configs, args.repeats)
     base = statistics.median(results["a) affrun torchrun"])
     print(f"{args.nproc} ranks x torch 256x256 matmul loop, {args.seconds:g} s each, {ncpu} CPUs, "
           f"median of {args.repeats}")
@@ -93,22 +107,18 @@ def loader_table(args: argparse.Namespace) -> None:
     script = [os.path.join(HERE, "bench_loader_rank.py"), str(args.seconds), "2", str(args.item_ms),
               str(args.matmuls)]
     one = [*AFFRUN, "torchrun", "--nproc-per-node", "1"]
-    configs: dict[str, tuple[list[str], dict[str, str]]] = {
+    configs: Configs = {
         "rank": ([*one, "--omp-bind", "rank", *script], clean_env()),
         "core (new: first place the whole rank)": ([*one, "--omp-bind", "core", *script], clean_env()),
         "core (old: one place per core)": ([*one, "--omp-bind", "core", "--env-policy", "keep", *script],
                                            clean_env(OMP_PLACES=old_core_places())),
     }
-    results: dict[str, list[float]] = {name: [] for name in configs}
     workers: dict[str, str] = {}
-    for _ in range(args.repeats):
-        for name, (argv, env) in configs.items():
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-            if proc.returncode != 0:
-                raise SystemExit(f"{argv} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-            (report,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-            results[name].append(report["it_per_s"])
-            workers[name] = " ".join(",".join(map(str, w)) for w in report["workers"])
+
+    def seen(name: str, reports: list[dict[str, Any]]) -> None:
+        workers[name] = " ".join(",".join(map(str, w)) for r in reports for w in r["workers"])
+
+    results = measure(configs, args.repeats, seen)
     base = statistics.median(results["rank"])
     print(f"\n1 rank, 2 DataLoader workers ({args.item_ms:g} ms of CPU per item) beside {args.matmuls} matmuls "
           f"per step, {args.seconds:g} s, median of {args.repeats}")

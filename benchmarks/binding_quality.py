@@ -15,8 +15,9 @@ OpenMP threads), under the three ways of binding the threads:
   core (new)  --omp-bind core: the first place the whole rank (the main thread's), the others one core each
   core (old)  one place per core, OMP_PLACES={0},{1},... (affrun's former --omp-bind core, kept here with
               --env-policy keep): the main thread pinned to the first core, and the forked workers with it
-Reports steps per second (median) and the CPUs the workers could use.
-Usage: python benchmarks/binding_quality.py [--seconds S] [--repeats N] [--item-ms MS] [--matmuls K]
+and, with --loader-cores 1, the new places (the main thread's the whole rank) against the former ones (the
+compute CPUs only, so forked workers never reached the loader core). Reports steps per second (median) and the CPUs the workers could use.
+Usage: python benchmarks/binding_quality.py [--seconds S] [--repeats N] [--item-ms MS] [--matmuls K] [--loader-only]
 """
 
 from __future__ import annotations
@@ -65,8 +66,12 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--item-ms", type=float, default=2.0, help="CPU work per DataLoader item (ms)")
     parser.add_argument("--matmuls", type=int, default=10, help="matmuls per training step")
+    parser.add_argument("--loader-only", action="store_true", help="measure only the DataLoader table")
     args = parser.parse_args()
     byte_compile_affrun()
+    if args.loader_only:
+        loader_table(args)
+        return
     ncpu = len(os.sched_getaffinity(0))
     script = [os.path.join(HERE, "bench_rank.py"), str(args.seconds)]
     nproc = ["--nproc-per-node", str(args.nproc)]
@@ -94,13 +99,16 @@ def main() -> None:
     loader_table(args)
 
 
-def old_core_places() -> str:
-    """affrun's former ``--omp-bind core`` value: one place per core of this process's CPUs."""
+def old_core_places(compute_only: bool = False) -> str:
+    """affrun's former values: ``--omp-bind core``'s one place per core of this process's CPUs, or
+    (``compute_only``) ``--loader-cores 1``'s one place of the compute CPUs (every core but the last)."""
     sys.path.insert(0, os.path.dirname(HERE))
     from launcher.topology import load_topology
 
-    topo = load_topology(gpus=False)
-    return ",".join("{" + ",".join(map(str, core.pus)) + "}" for core in topo.allowed_cores())
+    cores = load_topology(gpus=False).allowed_cores()
+    if compute_only:
+        return "{" + ",".join(str(p) for core in cores[:-1] for p in core.pus) + "}"
+    return ",".join("{" + ",".join(map(str, core.pus)) + "}" for core in cores)
 
 
 def loader_table(args: argparse.Namespace) -> None:
@@ -112,6 +120,10 @@ def loader_table(args: argparse.Namespace) -> None:
         "core (new: first place the whole rank)": ([*one, "--omp-bind", "core", *script], clean_env()),
         "core (old: one place per core)": ([*one, "--omp-bind", "core", "--env-policy", "keep", *script],
                                            clean_env(OMP_PLACES=old_core_places())),
+        "rank --loader-cores 1 (new)": ([*one, "--loader-cores", "1", *script], clean_env()),
+        "rank --loader-cores 1 (old: compute CPUs only)": (
+            [*one, "--loader-cores", "1", "--env-policy", "keep", *script],
+            clean_env(OMP_PLACES=old_core_places(compute_only=True))),
     }
     workers: dict[str, str] = {}
 

@@ -80,15 +80,17 @@ def test_worker_init_fn_repairs_a_collapse_outside_affrun() -> None:
     assert flat == sorted(os.sched_getaffinity(0))
 
 
-@pytest.mark.parametrize("start", ["fork", "forkserver", "spawn"])
-@pytest.mark.parametrize("runtime", TORCH_RUNTIMES)
+# libomp 14 aborts fork() children under explicit places: tests/test_user_binding_env.py records that bug.
+RUNTIME_STARTS = [(r, s) for r in TORCH_RUNTIMES for s in ("fork", "forkserver", "spawn")
+                  if (r, s) != ("libomp14", "fork")]
+
+
+@pytest.mark.parametrize(("runtime", "start"), RUNTIME_STARTS)
 def test_core_binding_pins_the_other_threads_and_keeps_workers_wide(runtime: str, start: str) -> None:
     """``--omp-bind core`` without worker_init_fn: every OpenMP thread but the main one on a CPU of its own, as
     the runtime itself reports it, and the DataLoader workers on the whole rank, whatever starts them."""
     if NCPU < 2:
         pytest.skip("needs 2 CPUs: one core each for the main thread's team")
-    if runtime == "libomp14" and start == "fork":
-        pytest.skip("libomp 14 aborts fork() children under explicit places (test_user_binding_env records it)")
     proc = run(affrun_argv("exec", "--omp-bind", "core", "--", sys.executable, PROBE, "plain", "2", start),
                env=clean_env(**display_affinity_env(), **runtime_env(runtime)), check=True, timeout=240)
     (report,) = json_lines(proc.stdout)

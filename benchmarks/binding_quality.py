@@ -87,16 +87,23 @@ def main() -> None:
             [PY, "-m", "torch.distributed.run", *nproc, *script],
             clean_env(LD_PRELOAD=iomp, KMP_AFFINITY="disabled", OMP_NUM_THREADS=str(ncpu)),
         )
-    results = measure(configs, args.repeats)
-    base = statistics.median(results["a) affrun torchrun"])
     print(f"{args.nproc} ranks x torch 256x256 matmul loop, {args.seconds:g} s each, {ncpu} CPUs, "
           f"median of {args.repeats}")
-    print(f"{'configuration':<48} {'it/s (sum)':>12} {'vs affrun':>10}   runs")
+    print_table(measure(configs, args.repeats), "a) affrun torchrun", ("configuration", "it/s (sum)", "vs affrun"))
+    loader_table(args)
+
+
+def print_table(results: dict[str, list[float]], base_name: str, header: tuple[str, str, str],
+                extra: dict[str, str] | None = None) -> None:
+    """Median, ratio to ``base_name``'s median, an optional extra column, and every run."""
+    base = statistics.median(results[base_name])
+    width = max(len(name) for name in results) + 2
+    print(f"{header[0]:<{width}} {header[1]:>10} {header[2]:>10}   " + ("workers on   " if extra else "") + "runs")
     for name, values in results.items():
         med = statistics.median(values)
-        runs = ", ".join(f"{v:.0f}" for v in values)
-        print(f"{name:<48} {med:12.0f} {med / base:9.2f}x   {runs}")
-    loader_table(args)
+        runs = ", ".join(f"{v:.1f}" for v in values)
+        column = f"{extra[name]:<12} " if extra else ""
+        print(f"{name:<{width}} {med:10.1f} {med / base:9.2f}x   {column}{runs}")
 
 
 def old_core_places(compute_only: bool = False) -> str:
@@ -131,14 +138,9 @@ def loader_table(args: argparse.Namespace) -> None:
         workers[name] = " ".join(",".join(map(str, w)) for r in reports for w in r["workers"])
 
     results = measure(configs, args.repeats, seen)
-    base = statistics.median(results["rank"])
     print(f"\n1 rank, 2 DataLoader workers ({args.item_ms:g} ms of CPU per item) beside {args.matmuls} matmuls "
           f"per step, {args.seconds:g} s, median of {args.repeats}")
-    print(f"{'binding':<40} {'steps/s':>8} {'vs rank':>8}   {'workers on':<12} runs")
-    for name, values in results.items():
-        med = statistics.median(values)
-        runs = ", ".join(f"{v:.1f}" for v in values)
-        print(f"{name:<40} {med:8.1f} {med / base:7.2f}x   {workers[name]:<12} {runs}")
+    print_table(results, "rank", ("binding", "steps/s", "vs rank"), workers)
 
 
 if __name__ == "__main__":

@@ -9,21 +9,25 @@ affrun's values; ``keep`` keeps every user value (still noting the dangerous one
   threads than that oversubscribe the cores: two ranks of 2 spinning libgomp threads on 2 cores ran 50 times
   slower than one thread each (docs/design.md §4);
 - ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
-  value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or, with
-  ``bind="rank"``, an abstract name (``cores``...) or several places: the collapse risk below;
+  value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or several
+  places whose first is narrower than the rank's compute CPUs (an abstract name such as ``cores`` included):
+  the main thread is bound to that place, the collapse below;
 - ``OMP_PROC_BIND`` not a valid value;
 - ``KMP_AFFINITY`` ``disabled``, empty, malformed, with two types, or a ``proclist`` outside the rank. A kept
   value with a type (``compact``, ``none``...) makes libiomp5 ignore ``OMP_PLACES`` (warning #182): the note
   says so;
-- ``GOMP_CPU_AFFINITY`` outside the rank (removed rather than replaced).
+- ``GOMP_CPU_AFFINITY`` outside the rank, or, for a rank of several compute CPUs, at all: libgomp ignores it
+  once ``OMP_PLACES`` is set, but libiomp5 and LLVM libomp read it as an explicit proclist that overrides
+  ``OMP_PLACES`` and pin the main thread to its first CPU (removed rather than replaced).
 
-Binding (``bind``):
-- ``rank`` (default): one OpenMP place holding all the rank's compute CPUs. Threads stay on the rank's cores and
-  never on another rank's, and a process forked after ``import torch`` (DataLoader workers) inherits the whole
-  compute set, never a single CPU, so the DataLoader collapse of docs/design.md §2 cannot happen.
-- ``core``: one place per core (per PU with ``--smt``), ``OMP_PROC_BIND=close``. Threads are pinned one per
-  core, but the main thread is pinned to the first core at ``import torch``: use
-  ``launcher.torch.worker_init_fn`` (or ``--loader-cores``) so workers do not inherit that one CPU.
+Binding (``bind``). In both modes the first place, which the main thread takes, holds the rank's whole set
+(compute and loader CPUs): a process forked after ``import torch`` (a DataLoader worker under fork, the
+forkserver, a spawn child's parent) inherits all of it, never a single CPU, so the DataLoader collapse (a pinned
+main thread whose workers inherit its one CPU) cannot happen, and loader CPUs reach the workers without a
+``worker_init_fn`` (which narrows each worker to the loader CPUs).
+- ``rank`` (default): the other threads may use all the rank's compute CPUs.
+- ``core``: every other thread is pinned to a core of its own (a PU with ``--smt``), ``OMP_PROC_BIND=close``:
+  ``{0,1,2,3},{1},{2},{3}`` for 4 threads. Measured with libgomp, libiomp5 and LLVM libomp 14 and 16.
 
 ``KMP_AFFINITY`` is set to ``granularity=fine`` with no type: libiomp5/LLVM libomp then bind by ``OMP_PLACES``
 and ``OMP_PROC_BIND`` (a type would make them ignore both and print warning #182), and a dangerous inherited
@@ -44,9 +48,12 @@ EnvPolicy = Literal["safe", "override", "keep"]
 BIND_MODES: tuple[OmpBind, ...] = get_args(OmpBind)
 ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
+# `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
+BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 # The variables affrun sets or judges whose user-set values a launcher snapshots before starting ranks
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
-USER_VARIABLES = (*THREAD_VARIABLES, "OMP_PLACES", "OMP_PROC_BIND", "KMP_AFFINITY", "GOMP_CPU_AFFINITY")
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)
 ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
 PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
 KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")
@@ -71,12 +78,38 @@ class RankEnvironment:
 
 
 def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
-    """``OMP_PLACES`` in explicit OS CPU ids: ``{0,1,2,3}`` (rank) or ``{0,64},{1,65}`` (core)."""
+    """``OMP_PLACES`` in explicit OS CPU ids. The first place, the main thread's, always holds the rank's whole
+    set (compute and loader CPUs), so that a process forked after ``import torch`` (a DataLoader worker) inherits
+    all of it; the other places hold the other threads:
+
+    - ``rank``: every thread may use all compute CPUs: ``{0,1,2,3}``; with loader CPUs, ``{0,1,2,3,4},{0:4},...``
+      (the main thread's place, then one copy of the compute set per other thread, written as intervals);
+    - ``core``: one place per core (per PU with ``--smt``) after the first: ``{0,1,2,3},{1},{2},{3}``. Thread
+      ``i`` of a ``close`` team takes place ``i``: the main thread keeps the whole rank, and every other thread
+      is pinned to a core of its own.
+    """
+    whole = _explicit_place(rank.cpus)
     if bind == "core":
-        if smt:
-            return ",".join(f"{{{p}}}" for core in rank.compute_cores for p in core)
-        return ",".join("{" + ",".join(map(str, core)) + "}" for core in rank.compute_cores)
-    return "{" + ",".join(map(str, rank.compute_cpus)) + "}"
+        units = [(p,) for core in rank.compute_cores for p in core] if smt else list(rank.compute_cores)
+        return ",".join([whole, *(_explicit_place(unit) for unit in units[1:])])
+    if set(rank.compute_cpus) == set(rank.cpus):
+        return whole
+    return ",".join([whole, *[_interval_place(rank.compute_cpus)] * (rank.threads - 1)])
+
+
+def _explicit_place(cpus: Sequence[int]) -> str:
+    return "{" + ",".join(map(str, cpus)) + "}"
+
+
+def _interval_place(cpus: Sequence[int]) -> str:
+    """A place as OpenMP resource intervals (``{0:4,64:4}``): short enough to repeat once per thread."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][0] + runs[-1][1]:
+            runs[-1][1] += 1
+        else:
+            runs.append([cpu, 1])
+    return "{" + ",".join(f"{lo}:{n}" if n > 1 else str(lo) for lo, n in runs) + "}"
 
 
 def affrun_variables(rank: RankPlan, local_world_size: int, bind: OmpBind) -> dict[str, str]:
@@ -125,7 +158,7 @@ def rank_environment(
                 notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
             out[name] = value
             continue
-        problem = _problem(name, user, cpus, compute=compute, bind=bind, threads=rank.threads)
+        problem = _problem(name, user, cpus, compute=compute, threads=rank.threads)
         if policy == "keep" or problem is None:
             why = f"; {problem}" if problem else ""
             if name == "KMP_AFFINITY" and kmp_type(user):
@@ -137,15 +170,10 @@ def rank_environment(
             out[name] = value
     gomp = user_env.get("GOMP_CPU_AFFINITY")
     if gomp is not None:
-        problem = _problem("GOMP_CPU_AFFINITY", gomp, cpus)
+        problem = _problem("GOMP_CPU_AFFINITY", gomp, cpus, compute=compute)
         if problem and policy != "keep":
             unset.append("GOMP_CPU_AFFINITY")
             notes.append(f"GOMP_CPU_AFFINITY={gomp} removed: {problem}")
-    if bind == "core" and not rank.loader_cpus:
-        notes.append(
-            "--omp-bind core pins the main thread to one core: start DataLoader workers with "
-            "launcher.torch.worker_init_fn"
-        )
     out.update(affrun_variables(rank, local_world_size, bind))
     return RankEnvironment(out, tuple(unset), tuple(notes))
 
@@ -161,16 +189,15 @@ def _problem(
     cpus: set[int],
     *,
     compute: set[int] | None = None,
-    bind: OmpBind = "rank",
     threads: int | None = None,
 ) -> str | None:
     """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
 
     ``threads`` is the thread count the rank's cores take (``RankPlan.threads``: whole cores, or PUs with
     ``--smt``, shared out in shared modes); a larger count oversubscribes them. Without it (``affrun doctor``,
-    which has no plan) the limit is the number of ``compute`` CPUs (default: ``cpus``). Several places (or an
-    abstract name such as ``cores``) are a collapse risk only with ``bind="rank"``: with ``bind="core"`` affrun
-    itself pins one thread per core.
+    which has no plan) the limit is the number of ``compute`` CPUs (default: ``cpus``). Several places whose
+    first is narrower than the ``compute`` CPUs (or an abstract name such as ``cores``) are a collapse risk in
+    both bind modes: the main thread is bound to that place, and workers forked later inherit it.
     """
     value = value.strip()
     if name in THREAD_VARIABLES:
@@ -192,10 +219,7 @@ def _problem(
         if not value:
             return "empty OMP_PLACES"
         base = value.split("(")[0].strip().lower()
-        collapse = (
-            None if bind == "core"
-            else "pins the main thread to one place at import, and forked DataLoader workers inherit it"
-        )
+        collapse = "pins the main thread to one place at import, and forked DataLoader workers inherit it"
         if base in ABSTRACT_PLACES:
             return collapse
         try:
@@ -207,14 +231,22 @@ def _problem(
         outside = {p for place in places for p in place} - cpus
         if outside:
             return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
-        return collapse if len(places) > 1 else None
+        # The main thread takes the first place. One place is all threads' (a confinement the user chose); of
+        # several, a first place narrower than the compute CPUs pins the main thread apart: the collapse.
+        return None if len(places) == 1 or places[0] >= (cpus if compute is None else compute) else collapse
     if name == "GOMP_CPU_AFFINITY":
         listed = parse_gomp_cpu_affinity(value)
         if listed is None:
             return "not a valid CPU list"
         ids = set(listed)
         outside = ids - cpus
-        return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs" if outside else None
+        if outside:
+            return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+        if compute is not None and len(compute) > 1:
+            # libiomp5/libomp read it as an explicit proclist (a type: OMP_PLACES is then ignored), one CPU a thread
+            return (f"libiomp5 and libomp pin the main thread to CPU {listed[0]} (a proclist that overrides "
+                    "OMP_PLACES), and forked DataLoader workers inherit it")
+        return None
     if name == "KMP_AFFINITY":
         return kmp_affinity_problem(value, cpus)
     return None

@@ -208,6 +208,19 @@ def _parent_or_standalone(
     return parent, the_plan.ranks[rank], detected
 
 
+def _local_ranks(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """How many local ranks this rank has, as far as the flags and the launcher's variables say (1: unknown)."""
+    if args.nproc is not None:
+        return int(args.nproc)
+    from launcher.localrank import LocalRankError, detect_local_rank
+
+    try:
+        detected = detect_local_rank(environ)
+    except LocalRankError:
+        return 1
+    return detected.size if detected else 1
+
+
 def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan, RankEnvironment]:
     parent, rank, detected = _parent_or_standalone(args, environ)
     # The policy judges what the *user* set: in a torchrun child, OMP_NUM_THREADS=1 came from torchrun, not the user.
@@ -247,6 +260,11 @@ def main(argv: Sequence[str]) -> int:
     if not command and not args.dry_run:
         parser.error("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
     environ = os.environ
+    from launcher.inherited_mask import read_collapse
+
+    collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
+    if collapse is not None:
+        print(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}", file=sys.stderr)
     try:
         parent, rank, renv = prepare(args, environ)
         verbose = args.verbose or parent.verbose

@@ -58,8 +58,9 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
                choices=SPILLS, default="loader"),
     OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", is_flag=True,
                default=False),
-    OptionSpec("--omp-bind", "omp_bind", "env", "rank: one OpenMP place per rank (safe for DataLoader workers); "
-               "core: one per core.", choices=BIND_MODES, default="rank"),
+    OptionSpec("--omp-bind", "omp_bind", "env", "rank: every OpenMP thread on the rank's compute CPUs; core: "
+               "every thread but the main one pinned to a core of its own. Either way the main thread (and DataLoader "
+               "workers it forks) keeps the whole rank.", choices=BIND_MODES, default="rank"),
     OptionSpec("--env-policy", "env_policy", "env", "What to do with OMP/KMP/MKL variables the user already set.",
                choices=ENV_POLICIES, default="safe"),
     OptionSpec("--mem-policy", "mem_policy", "env", "Memory policy of each rank (auto: preferred on multi-NUMA "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -82,19 +81,44 @@ def rank_lines(stderr: str) -> list[dict[str, str]]:
     return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
 
 
-# Where Debian's libomp5-14 (LLVM's OpenMP runtime, as in conda-forge's llvm-openmp) puts its library.
-LLVM_OMP_GLOBS = ("/usr/lib/*-linux-gnu/libomp.so.5", "/usr/lib/llvm-*/lib/libomp.so.5")
+# LLVM's OpenMP runtime (as in conda-forge's llvm-openmp). Debian 12 has libomp5-14 and libomp5-16, which conflict:
+# run_all.sh installs 14 with apt and unpacks 16's package into the virtual environment (its opt/ folder).
+LLVM_OMP_VERSIONS = (14, 16)
 
 
-def llvm_libomp() -> Path:
-    found = sorted(p for pattern in LLVM_OMP_GLOBS for p in glob.glob(pattern))
-    need(found, "LLVM's libomp is not installed (apt install libomp5-14)")
-    return Path(found[0])
+def llvm_libomp(version: int = 14) -> Path:
+    """LLVM libomp ``version``'s library: installed by apt, or unpacked by run_all.sh into ``$VENV/opt``."""
+    found = [p for p in (Path(f"/usr/lib/llvm-{version}/lib/libomp.so.5"),
+                         Path(sys.prefix) / f"opt/libomp5-{version}/usr/lib/llvm-{version}/lib/libomp.so.5")
+             if p.exists()]
+    need(found, f"LLVM's libomp {version} is not installed (bash tests/run_all.sh installs it)")
+    return found[0]
+
+
+def intel_libiomp5() -> Path:
+    path = Path(sys.prefix) / "lib" / "libiomp5.so"
+    need(path.exists(), f"libiomp5.so not in {path.parent} (pip install intel-openmp)")
+    return path
+
+
+# The OpenMP runtimes a torch process can run its parallel regions on: torch's own libgomp, or another one
+# preloaded (LD_PRELOAD), whose GOMP_* entry points then serve torch's parallel regions. torch's libgomp still
+# loads, and still binds the main thread at `import torch` when a binding variable is set.
+TORCH_RUNTIMES = ("libgomp", "libiomp5", "libomp14", "libomp16")
+
+
+def runtime_env(runtime: str) -> dict[str, str]:
+    """The variables that make a torch process use ``runtime`` (one of :data:`TORCH_RUNTIMES`)."""
+    if runtime == "libgomp":
+        return {}
+    if runtime == "libiomp5":
+        return {"LD_PRELOAD": str(intel_libiomp5())}
+    return {"LD_PRELOAD": str(llvm_libomp(int(runtime.removeprefix("libomp"))))}
 
 
 def compile_omp(tmp: Path, runtime: str, src: Path | None = None) -> Path:
     """Build an OpenMP C program (default tests/programs/omp_probe.c) against libgomp (``gomp``), Intel's
-    libiomp5 (``iomp5``) or LLVM's libomp (``omp``). A gcc -fopenmp binary run with LD_PRELOAD=libiomp5 would
+    libiomp5 (``iomp5``) or LLVM's libomp (``omp`` or ``omp14``: version 14, ``omp16``: version 16). A gcc -fopenmp binary run with LD_PRELOAD=libiomp5 would
     still load libgomp, whose constructor binds first; so the libiomp5 and libomp builds compile with -fopenmp
     (GOMP_* entry points, which both implement) and link against that runtime alone."""
     need(shutil.which("gcc"), "gcc is not installed")
@@ -106,16 +130,36 @@ def compile_omp(tmp: Path, runtime: str, src: Path | None = None) -> Path:
     obj = tmp / f"{src.stem}_{runtime}.o"
     # libomp's unversioned omp_display_affinity is its Fortran entry (format, length): under GCC's omp.h a C call
     # binds to it and crashes in strncpy. Its C entry point is ompc_display_affinity.
-    rename = ["-Domp_display_affinity=ompc_display_affinity"] if runtime == "omp" else []
+    rename = ["-Domp_display_affinity=ompc_display_affinity"] if runtime.startswith("omp") else []
     subprocess.run(["gcc", "-O1", "-fopenmp", *rename, "-c", str(src), "-o", str(obj)], check=True)
-    if runtime == "omp":
-        subprocess.run(["gcc", str(obj), "-o", str(out), str(llvm_libomp())], check=True)
+    if runtime.startswith("omp"):
+        lib = llvm_libomp(int(runtime[3:] or 14))
+        subprocess.run(["gcc", str(obj), "-o", str(out), str(lib), f"-Wl,-rpath,{lib.parent}"], check=True)
         return out
-    libdir = Path(sys.prefix) / "lib"
-    need((libdir / "libiomp5.so").exists(), f"libiomp5.so not in {libdir} (pip install intel-openmp)")
+    libdir = intel_libiomp5().parent
     subprocess.run(["gcc", str(obj), "-o", str(out), f"-L{libdir}", "-liomp5", f"-Wl,-rpath,{libdir}"], check=True)
     return out
 
 
 GOMP_LINE = re.compile(r"level 1 thread 0x[0-9a-f]+ affinity (?P<cpus>[0-9,\-]+)")
 IOMP_LINE = re.compile(r"OMP: pid (?P<pid>\d+) tid (?P<tid>\d+) thread (?P<thread>\d+) bound to OS proc set \{(?P<cpus>[0-9,\-]+)\}")
+
+
+# One format for OMP_DISPLAY_AFFINITY in every runtime (OpenMP 5.0's OMP_AFFINITY_FORMAT: %P pid, %n thread number,
+# %A affinity): libgomp, libiomp5 and libomp then print the same line, with the thread number the team gave.
+AFFINITY_FORMAT = "affrun-probe pid %P thread %n affinity %A"
+AFFINITY_LINE = re.compile(r"affrun-probe pid (?P<pid>\d+) thread (?P<thread>\d+) affinity (?P<cpus>[0-9,\-]+)")
+
+
+def display_affinity_env() -> dict[str, str]:
+    return {"OMP_DISPLAY_AFFINITY": "true", "OMP_AFFINITY_FORMAT": AFFINITY_FORMAT}
+
+
+def thread_bindings(text: str) -> dict[int, dict[int, frozenset[int]]]:
+    """pid -> OpenMP thread number -> the CPUs the runtime bound it to, from :data:`AFFINITY_FORMAT` lines."""
+    from launcher.cpulist import parse_cpulist
+
+    out: dict[int, dict[int, frozenset[int]]] = {}
+    for m in AFFINITY_LINE.finditer(text):
+        out.setdefault(int(m["pid"]), {})[int(m["thread"])] = parse_cpulist(m["cpus"])
+    return out

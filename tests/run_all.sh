@@ -41,6 +41,20 @@ log "installing affrun and its test and benchmarks extras into $VENV"
 # now, as pip does for a regular install, or every affrun process the tests start compiles its modules again.
 "$VENV/bin/python" -m compileall -q launcher >/dev/null
 export PATH="$PWD/$VENV/bin:$PATH"
+# LLVM libomp 16 changed how a fork()ed child binds (llvm-project #91098): test it next to 14. Debian's
+# libomp5-16 conflicts with libomp5-14, so its package is unpacked into the environment (tests/launch.py finds it).
+LIBOMP16="$VENV/opt/libomp5-16"
+if [ ! -e "$LIBOMP16/usr/lib/llvm-16/lib/libomp.so.5" ] && [ ! -e /usr/lib/llvm-16/lib/libomp.so.5 ]; then
+  log "unpacking libomp5-16 into $LIBOMP16"
+  debdir=$(mktemp -d)
+  if (cd "$debdir" && apt-get download -q libomp5-16 >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get download -q libomp5-16 >/dev/null 2>&1; }); then
+    mkdir -p "$LIBOMP16" && dpkg-deb -x "$debdir"/libomp5-16_*.deb "$LIBOMP16"
+  else
+    log "could not download libomp5-16: its tests will fail under CI=true and skip elsewhere"
+  fi
+  rm -rf "$debdir"
+fi
 
 # ---------------------------------------------------------------- lint and types
 log "ruff"

@@ -125,7 +125,8 @@ def test_plan_json_contract(root: str) -> None:
     assert r0["cpus"] == [0, 1, 2, 3, 16, 17, 18, 19]
     assert r0["loader_cpus"] == [3, 19]
     assert r0["env"]["OMP_NUM_THREADS"] == "3"
-    assert r0["env"]["OMP_PLACES"] == "{0,1,2,16,17,18}"
+    # the main thread's place holds the whole rank (workers inherit the loader core), the other threads the compute CPUs
+    assert r0["env"]["OMP_PLACES"] == "{0,1,2,3,16,17,18,19},{0:3,16:3},{0:3,16:3}"
     assert r0["env"]["AFFRUN_GPU_PCI"] == r0["gpu_pci"] == "0000:18:00.0"
     assert r0["mem_policy"] == "preferred"  # two nodes with CPUs: auto means preferred
     assert data["mode"] == "exclusive" and data["gpu_order"] == "rank" and data["smt"] is False

@@ -7,8 +7,20 @@ import sys
 
 import pytest
 
+from launcher.cpulist import parse_cpulist
 from launcher.torch import worker_cpus
-from tests.launch import PROGRAMS, affrun_argv, clean_env, json_lines, require_torch, run
+from tests.launch import (
+    PROGRAMS,
+    TORCH_RUNTIMES,
+    affrun_argv,
+    clean_env,
+    display_affinity_env,
+    json_lines,
+    require_torch,
+    run,
+    runtime_env,
+    thread_bindings,
+)
 
 NCPU = len(os.sched_getaffinity(0))
 PROBE = str(PROGRAMS / "loader_probe.py")
@@ -66,6 +78,43 @@ def test_worker_init_fn_repairs_a_collapse_outside_affrun() -> None:
     report = _report([sys.executable, PROBE, "init", "2"], **COLLAPSE_ENV)
     flat = sorted(c for w in report["workers"] for c in w)  # type: ignore[union-attr]
     assert flat == sorted(os.sched_getaffinity(0))
+
+
+# libomp 14 aborts fork() children under explicit places: tests/test_user_binding_env.py records that bug.
+RUNTIME_STARTS = [(r, s) for r in TORCH_RUNTIMES for s in ("fork", "forkserver", "spawn")
+                  if (r, s) != ("libomp14", "fork")]
+
+
+@pytest.mark.parametrize(("runtime", "start"), RUNTIME_STARTS)
+def test_core_binding_pins_the_other_threads_and_keeps_workers_wide(runtime: str, start: str) -> None:
+    """``--omp-bind core`` without worker_init_fn: every OpenMP thread but the main one on a CPU of its own, as
+    the runtime itself reports it, and the DataLoader workers on the whole rank, whatever starts them."""
+    if NCPU < 2:
+        pytest.skip("needs 2 CPUs: one core each for the main thread's team")
+    proc = run(affrun_argv("exec", "--omp-bind", "core", "--", sys.executable, PROBE, "plain", "2", start),
+               env=clean_env(**display_affinity_env(), **runtime_env(runtime)), check=True, timeout=240)
+    (report,) = json_lines(proc.stdout)
+    rank = parse_cpulist(str(report["rank_cpus"]))
+    team = thread_bindings(proc.stdout + proc.stderr)[int(report["pid"])]  # type: ignore[call-overload]
+    assert sorted(team) == list(range(len(rank))), proc.stderr
+    assert team[0] == rank  # the main thread keeps the whole rank
+    others = [team[t] for t in sorted(team) if t]
+    assert all(len(c) == 1 for c in others) and len(frozenset().union(*others)) == len(others), team
+    assert report["workers"] and all(set(w) == rank and len(w) > 1 for w in report["workers"])  # type: ignore[union-attr]
+
+
+def test_loader_cores_reach_the_workers_without_worker_init_fn() -> None:
+    """``affrun torchrun --loader-cores 1``: the main thread's place holds the loader CPU, so forked workers
+    inherit it (worker_init_fn then narrows each worker to the loader CPUs alone)."""
+    if NCPU < 2:
+        pytest.skip("needs 2 CPUs for one compute and one loader core")
+    proc = run(affrun_argv("torchrun", "--loader-cores", "1", "--nproc-per-node", "1", PROBE, "plain", "2"),
+               env=clean_env(), check=True, timeout=240)
+    (report,) = json_lines(proc.stdout)
+    loader = parse_cpulist(str(report["loader_cpus"]))
+    assert loader and report["workers"]
+    for mask in report["workers"]:  # type: ignore[union-attr]
+        assert loader <= set(mask)
 
 
 @pytest.mark.parametrize(

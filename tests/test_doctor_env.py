@@ -118,6 +118,13 @@ def test_kmp_is_ignored_by_libgomp(big: Topology) -> None:
     assert by_id(check_environment(covered, big, facts(), host=False), "kmp-ignored-by-libgomp").severity == "info"
 
 
+def test_kmp_disabled_under_libgomp_alone_says_what_still_reads_it(big: Topology) -> None:
+    f = by_id(check_environment({"KMP_AFFINITY": "disabled"}, big, facts(openmp=("libgomp",)), host=False),
+              "kmp-ignored-by-libgomp")
+    for reader in ("numpy or MKL builds linked to libiomp5", "conda", "intel-openmp", "LLVM libomp"):
+        assert reader in f.why, f.why
+
+
 def test_kmp_is_judged_when_libiomp5_is_only_installed(big: Topology) -> None:
     """torch uses libgomp, but intel-openmp is installed: MKL programs read KMP_AFFINITY, torch ignores it."""
     found = check_environment({"KMP_AFFINITY": "disabled"}, big,

@@ -53,7 +53,10 @@ def env_for(user: dict[str, str], **kwargs: object) -> tuple[dict[str, str], tup
 def test_defaults_without_user_values() -> None:
     env, unset, notes = env_for({})
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "3"
-    assert env["OMP_PLACES"] == "{0,1,2,64,65,66}"  # compute CPUs only: the loader core stays free
+    # The main thread's place is the whole rank (forked DataLoader workers inherit the loader core); the other
+    # two threads keep to the compute CPUs, so the loader core stays free of compute.
+    assert env["OMP_PLACES"] == "{0,1,2,3,64,65,66,67},{0:3,64:3},{0:3,64:3}"
+    assert parse_places(env["OMP_PLACES"]) == [frozenset(RANK.cpus), *[frozenset(RANK.compute_cpus)] * 2]
     assert env["OMP_PROC_BIND"] == "close"
     assert env["KMP_AFFINITY"] == KMP_DEFAULT == "granularity=fine"
     assert unset == ()
@@ -83,23 +86,26 @@ def test_affrun_variables() -> None:
 @pytest.mark.parametrize(
     ("bind", "smt", "places"),
     [
-        ("rank", False, "{0,1,2,64,65,66}"),
-        ("rank", True, "{0,1,2,64,65,66}"),
-        ("core", False, "{0,64},{1,65},{2,66}"),
-        ("core", True, "{0},{64},{1},{65},{2},{66}"),
+        ("rank", False, "{0,1,2,3,64,65,66,67},{0:3,64:3},{0:3,64:3}"),
+        ("core", False, "{0,1,2,3,64,65,66,67},{1,65},{2,66}"),
+        ("core", True, "{0,1,2,3,64,65,66,67},{64},{1},{65},{2},{66}"),
     ],
 )
 def test_omp_places_format(bind: str, smt: bool, places: str) -> None:
+    # smt=True with bind="rank" would give the rank's PUs as threads: RANK.threads is the plan's own count
     assert omp_places(RANK, bind, smt) == places
     env, _, _ = env_for({}, bind=bind, smt=smt)
     assert env["OMP_PLACES"] == places
     assert env["AFFRUN_OMP_BIND"] == bind
 
 
-def test_core_binding_without_loader_cores_recommends_worker_init_fn() -> None:
-    rank = RankPlan(0, (0, 1), ((0,), (1,)), (), None, None, (0,), (0,), 2)
-    notes = rank_environment(rank, local_world_size=1, user_env={}, bind="core").notes
-    assert any("launcher.torch.worker_init_fn" in n for n in notes)
+def test_core_binding_keeps_the_main_thread_on_the_whole_rank() -> None:
+    # The layout: the first place is the rank's whole set, the others one core each (4 threads).
+    rank = RankPlan(0, (0, 1, 2, 3), ((0,), (1,), (2,), (3,)), (), None, None, (0,), (0,), 4)
+    e = rank_environment(rank, local_world_size=1, user_env={}, bind="core")
+    assert e.set["OMP_PLACES"] == "{0,1,2,3},{1},{2},{3}" and e.set["OMP_PROC_BIND"] == "close"
+    assert e.notes == ()  # nothing to work around: workers inherit the whole rank
+    assert omp_places(rank, "rank") == "{0,1,2,3}"  # no loader CPUs: one place
 
 
 @pytest.mark.parametrize("policy", ["safe", "override", "keep"])
@@ -244,13 +250,20 @@ def test_kept_kmp_type_warns_about_182() -> None:
     assert not any("warning #182" in n for n in notes)
 
 
-@pytest.mark.parametrize("value", ["cores", "{0},{1},{2}", "{0,64},{1,65}"])
-def test_per_core_places_are_fine_when_binding_per_core(value: str) -> None:
-    env, _, notes = env_for({"OMP_PLACES": value}, bind="core")
+@pytest.mark.parametrize("bind", ["rank", "core"])
+@pytest.mark.parametrize("value", ["{0,1,2,64,65,66},{1,65},{2,66}", "{0:4,64:4},{1},{2}", "{0,1,2,64,65,66}"])
+def test_places_whose_first_place_covers_the_compute_cpus_are_kept(value: str, bind: str) -> None:
+    env, _, notes = env_for({"OMP_PLACES": value}, bind=bind)
     assert env["OMP_PLACES"] == value
     assert not any("replaced" in n for n in notes)
-    env, _, _ = env_for({"OMP_PLACES": "{0},{99}"}, bind="core")
-    assert env["OMP_PLACES"] == "{0,64},{1,65},{2,66}"  # outside the rank is still replaced
+
+
+@pytest.mark.parametrize("bind", ["rank", "core"])
+@pytest.mark.parametrize("value", ["cores", "{0},{1},{2}", "{0,64},{1,65}", "{0},{99}"])
+def test_places_that_pin_the_main_thread_narrower_are_replaced_in_both_modes(value: str, bind: str) -> None:
+    env, _, notes = env_for({"OMP_PLACES": value}, bind=bind)
+    assert env["OMP_PLACES"] == omp_places(RANK, bind)
+    assert any(f"OMP_PLACES={value} replaced" in n for n in notes)
 
 
 @pytest.mark.parametrize(
@@ -308,8 +321,13 @@ def test_parse_proclist(value: str, places: list[set[int]] | None) -> None:
 
 
 def test_gomp_cpu_affinity() -> None:
+    # inside the rank, but libiomp5/libomp would pin the main thread to CPU 0 (the matrix of
+    # tests/test_user_binding_env.py saw it): removed, and the note says why
     _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-2 64"})
-    assert unset == ()
+    assert unset == ("GOMP_CPU_AFFINITY",)
+    assert any("pin the main thread to CPU 0" in n for n in notes)
+    one_cpu = RankPlan(0, (5,), ((5,),), (), None, None, (), (), 1)
+    assert rank_environment(one_cpu, local_world_size=1, user_env={"GOMP_CPU_AFFINITY": "5"}).unset == ()
     _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-127"})
     assert unset == ("GOMP_CPU_AFFINITY",)
     assert any("GOMP_CPU_AFFINITY=0-127 removed: CPUs 4-63,68-127 are outside the rank's CPUs" in n for n in notes)
@@ -371,7 +389,7 @@ def test_plan_json_adds_env_per_rank() -> None:
     out = plan_json(plan.to_dict(), envs, "preferred")
     ranks: list[dict[str, Any]] = out["ranks"]  # type: ignore[assignment]
     (rank,) = ranks
-    assert rank["env"]["OMP_PLACES"] == "{0,1,2,64,65,66}"
+    assert rank["env"]["OMP_PLACES"] == omp_places(RANK)
     assert rank["unset"] == []
     assert any("OMP_PLACES=cores replaced" in n for n in rank["notes"])
     assert rank["mem_policy"] == "preferred"
@@ -414,7 +432,7 @@ def omp_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     src = out / "probe.c"
     src.write_text(OMP_SOURCE)
     return {"libgomp": compile_omp(out, "gomp", src), "libiomp5": compile_omp(out, "iomp5", src),
-            "libomp": compile_omp(out, "omp", src)}
+            "libomp": compile_omp(out, "omp14", src), "libomp16": compile_omp(out, "omp16", src)}
 
 
 def live_rank(cpus: str) -> RankPlan:
@@ -478,7 +496,7 @@ def test_a_range_in_omp_places_pins_the_main_thread_in_libgomp(omp_binaries: dic
     assert problem == "not a valid OMP_PLACES value"
 
 
-@pytest.mark.parametrize("runtime", ["libgomp", "libiomp5", "libomp"])
+@pytest.mark.parametrize("runtime", ["libgomp", "libiomp5", "libomp", "libomp16"])
 @pytest.mark.parametrize("user_env", [{}, HOSTILE], ids=["clean", "hostile"])
 @pytest.mark.parametrize(("cpus", "bind"), [("1", "rank"), ("all", "rank"), ("all", "core")])
 def test_real_runtime_binds_every_thread_inside_the_rank(
@@ -502,8 +520,11 @@ def test_real_runtime_binds_every_thread_inside_the_rank(
     assert len(bound) == rank.threads, output
     for cpuset in bound:
         assert cpuset and cpuset <= set(rank.cpus), f"a thread is bound to {sorted(cpuset)}, outside {rank.cpus}"
-    if bind == "core":  # one thread per core, each on its own
-        assert sorted(min(s) for s in bound) == sorted(min(core) for core in rank.compute_cores)
+    if bind == "core":  # the main thread on the rank's whole set, every other thread on a core of its own
+        whole = [s for s in bound if s == set(rank.cpus)]
+        pinned = sorted(min(s) for s in bound if len(s) == 1)
+        assert len(whole) == 1 and len(whole) + len(pinned) == len(bound), output
+        assert pinned == sorted(min(core) for core in rank.compute_cores[1:]), output
     else:  # one place: every thread may use all compute CPUs
         assert all(s == set(rank.compute_cpus) for s in bound), output
 

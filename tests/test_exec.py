@@ -54,7 +54,7 @@ def test_flags_override_variables_and_verbose_line_is_parseable() -> None:
     assert allowed_of(proc.stdout) == set(parse_cpulist(line["cpus"]))
 
 
-@pytest.mark.parametrize("runtime", ["gomp", "iomp5", "omp"])
+@pytest.mark.parametrize("runtime", ["gomp", "iomp5", "omp14", "omp16"])
 def test_openmp_runtime_binds_every_thread_inside_the_rank(tmp_path: Path, runtime: str) -> None:
     binary = compile_omp(tmp_path, runtime)
     n = NCPU

@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 import click
+
+from launcher.env import BINDING_VARIABLES
+
+
+def import_torch_unbound() -> None:
+    """``import torch`` without letting its OpenMP runtime pin this process (the agent) to one CPU.
+
+    libgomp reads the binding variables once, when it loads, and with any of them set it binds the loading
+    thread to its first place: the agent, every rank it starts and the plan would all be confined to one CPU.
+    So the variables are out of the environment during the import and back right after it: the ranks get the
+    user's values, and the env policy judges them there. The mask is read before the import and put back if the
+    import narrowed it anyway (a runtime preloaded with a variable affrun does not know).
+    """
+    hidden = {name: os.environ.pop(name) for name in BINDING_VARIABLES if name in os.environ}
+    before = os.sched_getaffinity(0)
+    try:
+        import torch  # noqa: F401
+    finally:
+        os.environ.update(hidden)
+    if os.sched_getaffinity(0) != before:
+        os.sched_setaffinity(0, before)
 
 
 @click.command(
@@ -20,7 +42,7 @@ def torchrun(args: tuple[str, ...]) -> None:
     # agent starts; launcher.torchrun.main then freezes those objects and turns it back on. Ranks are untouched.
     gc.disable()
     try:
-        import torch  # noqa: F401
+        import_torch_unbound()
     except ImportError:
         click.echo("affrun: error: affrun torchrun needs torch (pip install torch)", err=True)
         sys.exit(2)

@@ -38,7 +38,6 @@ HOST_CHECKS: list[Check] = []
 INTEL_RUNTIMES = ("libiomp5", "libomp")
 # every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
 KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))
-BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 AFFRUN_FIX = "launch with `affrun torchrun` or `affrun exec`, which set it per rank"
 
 
@@ -397,7 +396,10 @@ def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Fac
         "kmp-ignored-by-libgomp", "warning" if uncovered else "info",
         f"{', '.join(ignored)} set, but {_runtime_text(facts)} ignores KMP_* variables",
         "the setting does nothing (no error, no warning): the threads are not bound or tuned as intended"
-        + ("" if uncovered else "; the OMP_* variables that are set do the job"),
+        + ("" if uncovered else "; the OMP_* variables that are set do the job")
+        + ". It still counts for anything here that loads another runtime: numpy or MKL builds linked to libiomp5 "
+          "(conda's), the intel-openmp wheel's libiomp5 (MKL's intel threading layer), and LLVM libomp (clang "
+          "-fopenmp, conda's llvm-openmp) all read KMP_*",
         "; ".join(dict.fromkeys(fixes)))]
 
 
@@ -414,6 +416,19 @@ def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: 
 
 
 # --------------------------------------------------------------------------- host checks
+@host_check
+def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
+    """This process starts on a parent's collapsed one-CPU mask (launcher.inherited_mask)."""
+    collapse = facts.inherited_collapse
+    if collapse is None:
+        return []
+    return [_finding(
+        "inherited-mask-collapsed", "error", collapse.message(),
+        f"all {collapse.local_ranks} local ranks start on that CPU: a launcher that plans over this mask sees one "
+        "CPU (affrun refuses to put two ranks on it), and one that does not plan runs every rank, thread and "
+        "DataLoader worker there", collapse.fix())]
+
+
 @host_check
 def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     under_affrun = bool(environ.get("AFFRUN_CPUS") or environ.get("AFFRUN_RUN"))

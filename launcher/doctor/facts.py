@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from launcher.binders import OtherBinder, other_binders
 from launcher.binding import exported_cpus
 from launcher.doctor.procfs import ancestors, parent_pid, threads_union
+from launcher.inherited_mask import Collapse, read_collapse
 from launcher.runtimes import OPENMP, identify
 from launcher.slurm_env import parse_version
 from launcher.topology.model import Topology
@@ -44,6 +45,7 @@ class Facts:
     gpu_device_ids: Mapping[str, str] = field(default_factory=dict)  # PCI address -> PCI device id (model)
     numa_binding: str | None = None  # where a torchrun --numa-binding was found
     other_binders: tuple[OtherBinder, ...] = ()  # accelerate's and DeepSpeed's own binders (launcher.binders)
+    inherited_collapse: Collapse | None = None  # this process's mask is a parent's collapsed one
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -241,6 +243,7 @@ def gather_facts(
     ``process_cpus``: the CPUs the audited process was given (default: this process's mask on a live machine).
     """
     size, size_source, in_rank = local_size(environ, nproc, topology)
+    process_cpus_given = process_cpus
     if process_cpus is None:
         process_cpus = frozenset(os.sched_getaffinity(0)) if live else topology.allowed
     process_cpus = (process_cpus & topology.allowed) or topology.allowed
@@ -284,4 +287,5 @@ def gather_facts(
         gpu_device_ids=gpu_device_ids(fsroot, topology) if (live or fsroot != "/") else {},
         numa_binding=numa_binding_source(environ, chain),
         other_binders=other_binders(environ, chain),
+        inherited_collapse=read_collapse(environ, lambda: size) if live and process_cpus_given is None else None,
     )

@@ -97,6 +97,9 @@ CATALOGUE: dict[str, str] = {
     "omp-threads-one": "OMP_NUM_THREADS=1 (torchrun's or a container's default) on a rank that owns several cores",
     "collapse-risk": "an OpenMP binding variable pins the main thread to one place of a wider mask: DataLoader "
                      "workers (and, without a per-rank mask, every rank) inherit that one place",
+    "inherited-mask-collapsed": "this process starts on one CPU of a wider cgroup cpuset with several local ranks: "
+                                "a parent (a launcher that imported torch with a binding variable set) was "
+                                "pinned, and every rank inherits its CPU",
     "kmp-ignored-by-libgomp": "KMP_* variables are set but the OpenMP runtime is GNU libgomp, which ignores them",
     "openmp-runtimes-mixed": "two OpenMP runtimes in one process (libgomp with libiomp5 or libomp)",
     "double-binding": "torchrun --numa-binding (or PET_NUMA_BINDING), accelerate's --enable_cpu_affinity "

@@ -22,10 +22,9 @@ from launcher.doctor.checks import check_double_binding, check_environment
 from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source, slurm_bound
 from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport
+from launcher.env import BINDING_VARIABLES
 from launcher.runtimes import LoadedRuntime, openmp_names
 from launcher.topology.model import Topology
-
-BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 
 
 @dataclass

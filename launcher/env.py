@@ -77,6 +77,21 @@ class RankEnvironment:
         return env
 
 
+ProblemCode = Literal["malformed", "empty", "oversubscribed", "outside", "collapse", "disabled"]
+
+
+class Problem(str):
+    """Why a user's value is dangerous: the text people read, with a ``code`` that callers branch on (``affrun
+    doctor`` maps it to a finding id), so that rewording a message cannot change a finding."""
+
+    code: ProblemCode
+
+    def __new__(cls, code: ProblemCode, text: str) -> Problem:
+        self = super().__new__(cls, text)
+        self.code = code
+        return self
+
+
 def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
     """``OMP_PLACES`` in explicit OS CPU ids. The first place, the main thread's, always holds the rank's whole
     set (compute and loader CPUs), so that a process forked after ``import torch`` (a DataLoader worker) inherits
@@ -178,7 +193,7 @@ def rank_environment(
     return RankEnvironment(out, tuple(unset), tuple(notes))
 
 
-def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> str | None:
+def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> Problem | None:
     """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe); used by ``affrun doctor``."""
     return _problem(name, value, set(cpus))
 
@@ -190,7 +205,7 @@ def _problem(
     *,
     compute: set[int] | None = None,
     threads: int | None = None,
-) -> str | None:
+) -> Problem | None:
     """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
 
     ``threads`` is the thread count the rank's cores take (``RankPlan.threads``: whole cores, or PUs with
@@ -203,60 +218,60 @@ def _problem(
     if name in THREAD_VARIABLES:
         count = thread_count(value)
         if count is None:
-            return "not a positive thread count"
+            return Problem("malformed", "not a positive thread count")
         if threads is not None:
             if count > threads:
-                return f"{count} threads oversubscribe the rank: its compute CPUs take {threads}"
+                return Problem("oversubscribed", f"{count} threads oversubscribe the rank: its compute CPUs take {threads}")
             return None
         limit = len(cpus if compute is None else compute)
         if count > limit:
-            return f"{count} threads oversubscribe the rank's {limit} compute CPU(s)"
+            return Problem("oversubscribed", f"{count} threads oversubscribe the rank's {limit} compute CPU(s)")
         return None
     if name == "OMP_PROC_BIND":
         items = [v.strip().lower() for v in value.split(",")]
-        return None if items and all(v in PROC_BIND_VALUES for v in items) else "not a valid OMP_PROC_BIND value"
+        return None if items and all(v in PROC_BIND_VALUES for v in items) else Problem("malformed", "not a valid OMP_PROC_BIND value")
     if name == "OMP_PLACES":
         if not value:
-            return "empty OMP_PLACES"
+            return Problem("empty", "empty OMP_PLACES")
         base = value.split("(")[0].strip().lower()
-        collapse = "pins the main thread to one place at import, and forked DataLoader workers inherit it"
+        collapse = Problem("collapse", "pins the main thread to one place at import, and forked DataLoader workers inherit it")
         if base in ABSTRACT_PLACES:
             return collapse
         try:
             places = _place_list(_Tokens(value))
         except CpuIdTooLarge as exc:
-            return f"not a valid OMP_PLACES value ({exc})"
+            return Problem("malformed", f"not a valid OMP_PLACES value ({exc})")
         except ValueError:
-            return "not a valid OMP_PLACES value"
+            return Problem("malformed", "not a valid OMP_PLACES value")
         outside = {p for place in places for p in place} - cpus
         if outside:
-            return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+            return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs")
         # The main thread takes the first place. One place is all threads' (a confinement the user chose); of
         # several, a first place narrower than the compute CPUs pins the main thread apart: the collapse.
         return None if len(places) == 1 or places[0] >= (cpus if compute is None else compute) else collapse
     if name == "GOMP_CPU_AFFINITY":
         listed = parse_gomp_cpu_affinity(value)
         if listed is None:
-            return "not a valid CPU list"
+            return Problem("malformed", "not a valid CPU list")
         ids = set(listed)
         outside = ids - cpus
         if outside:
-            return f"CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+            return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs")
         if compute is not None and len(compute) > 1:
             # libiomp5/libomp read it as an explicit proclist (a type: OMP_PLACES is then ignored), one CPU a thread
-            return (f"libiomp5 and libomp pin the main thread to CPU {listed[0]} (a proclist that overrides "
-                    "OMP_PLACES), and forked DataLoader workers inherit it")
+            return Problem("collapse", f"libiomp5 and libomp pin the main thread to CPU {listed[0]} (a proclist that "
+                           "overrides OMP_PLACES), and forked DataLoader workers inherit it")
         return None
     if name == "KMP_AFFINITY":
         return kmp_affinity_problem(value, cpus)
     return None
 
 
-def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
+def kmp_affinity_problem(value: str, cpus: set[int] | None) -> Problem | None:
     """Check a ``KMP_AFFINITY`` value: ``disabled``, empty, malformed, or a proclist outside ``cpus``."""
     text = value.strip()
     if not text:
-        return "empty KMP_AFFINITY"
+        return Problem("empty", "empty KMP_AFFINITY")
     proclist: set[int] | None = None
     lowered = text.lower()
     if "proclist=" in lowered:
@@ -264,13 +279,13 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
         open_bracket = text.find("[", start)
         close_bracket = text.find("]", open_bracket)
         if open_bracket < 0 or close_bracket < 0:
-            return "malformed proclist"
+            return Problem("malformed", "malformed proclist")
         try:
             places = _proclist(_Tokens(text[open_bracket + 1 : close_bracket]))
         except CpuIdTooLarge as exc:
-            return f"malformed proclist ({exc})"
+            return Problem("malformed", f"malformed proclist ({exc})")
         except ValueError:
-            return "malformed proclist"
+            return Problem("malformed", "malformed proclist")
         proclist = {p for place in places for p in place}
         text = text[:start] + text[close_bracket + 1 :]
     tokens = [t.strip().lower() for t in text.split(",") if t.strip()]
@@ -281,15 +296,15 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> str | None:
         if tok.startswith("granularity=") and tok.split("=", 1)[1] in ("fine", "thread", "core", "tile", "die",
                                                                        "socket", "package", "numa", "cache"):
             continue
-        return f"malformed KMP_AFFINITY token {tok!r}"
+        return Problem("malformed", f"malformed KMP_AFFINITY token {tok!r}")
     if "disabled" in types:
-        return "disabled: threads are not bound and migrate"
+        return Problem("disabled", "disabled: threads are not bound and migrate")
     if len(types) > 1:
-        return "more than one affinity type"
+        return Problem("malformed", "more than one affinity type")
     if proclist is not None and cpus is not None:
         outside = proclist - cpus
         if outside:
-            return f"proclist CPUs {format_cpulist(outside)} are outside the rank's CPUs"
+            return Problem("outside", f"proclist CPUs {format_cpulist(outside)} are outside the rank's CPUs")
     return None
 
 

@@ -212,7 +212,7 @@ def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Fa
             "kmp-affinity-empty", "warning", f"KMP_AFFINITY is set but empty ({runtime})",
             "libiomp5 warns and ignores it, so the binding the job script meant to set is silently missing",
             "unset KMP_AFFINITY, or give it a value (affrun uses KMP_AFFINITY=granularity=fine)", env_fix=fix_env)]
-    if problem.startswith("disabled"):
+    if problem.code == "disabled":
         why = ("libiomp5/libomp threads are not bound: they migrate between cores and onto other ranks' cores; "
                "nothing fails, the job is only slow")
         version = facts.intel_openmp_version
@@ -223,7 +223,7 @@ def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Fa
             "kmp-affinity-disabled", "error", f"KMP_AFFINITY={value} ({runtime})", why,
             "unset KMP_AFFINITY or export KMP_AFFINITY=granularity=fine (affrun's value); to turn binding off "
             "use KMP_AFFINITY=none, never 'disabled'", env_fix=fix_env)]
-    if "outside" in problem:
+    if problem.code == "outside":
         return [_finding(
             "kmp-proclist-outside", "error", f"KMP_AFFINITY={value}: {problem} ({format_cpulist(facts.rank_cpus)})",
             "libiomp5 drops the CPUs it may not use, and the remaining threads pile onto the CPUs left in the list",
@@ -301,9 +301,9 @@ def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: 
         if value is None or (name == "GOMP_CPU_AFFINITY" and not gnu_possible(facts)):
             continue
         problem = variable_problem(name, value, facts.rank_cpus)
-        if problem is None or "pins the main thread" in problem:
+        if problem is None or problem.code == "collapse":
             continue  # the collapse is judged by check_collapse_risk
-        if "outside" in problem:
+        if problem.code == "outside":
             out.append(_finding(
                 "places-outside-mask", "error", f"{name}={value}: {problem} ({format_cpulist(facts.rank_cpus)})",
                 "the runtime drops places it may not use (libgomp: 'None of the places contain usable logical "

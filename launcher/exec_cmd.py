@@ -17,9 +17,10 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
-from launcher.env import EnvPolicy, OmpBind, RankEnvironment, effective_mem_policy, rank_environment
+from launcher.env import EnvPolicy, RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import AffrunError, LaunchError
 from launcher.localrank import LocalRank
+from launcher.omp_syntax import OmpBind
 from launcher.option_table import BINDING_OPTIONS, MemBackend
 from launcher.options import PlanOptions
 from launcher.plan import Plan, RankPlan

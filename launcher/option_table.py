@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from launcher.env import BIND_MODES, ENV_POLICIES
+from launcher.env import ENV_POLICIES
+from launcher.omp_syntax import BIND_MODES
 from launcher.options import MEM_POLICIES
 from launcher.plan import GPU_ORDERS, MODES
 from launcher.plan_spill import SPILLS

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from launcher.env import thread_count
+from launcher.omp_syntax import thread_count
 
 OPENMP = "openmp"
 BLAS = "blas"

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from launcher import __version__
-from launcher.env import EnvPolicy, OmpBind
+from launcher.env import EnvPolicy
 from launcher.errors import ConfigError, PlanError
+from launcher.omp_syntax import OmpBind
 from launcher.options import MemPolicy, PlanOptions, make_request
 
 Style = Literal["torchrun", "srun"]

@@ -40,7 +40,8 @@ from launcher.options import PlanOptions
 if TYPE_CHECKING:
     import submitit
 
-    from launcher.env import EnvPolicy, OmpBind
+    from launcher.env import EnvPolicy
+    from launcher.omp_syntax import OmpBind
     from launcher.option_table import MemBackend
     from launcher.options import MemPolicy
 

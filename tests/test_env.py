@@ -17,13 +17,11 @@ from launcher.env import (
     KMP_DEFAULT,
     effective_mem_policy,
     numactl_args,
-    omp_places,
-    parse_places,
-    parse_proclist,
     plan_json,
     rank_environment,
     variable_problem,
 )
+from launcher.omp_syntax import omp_places, parse_places, parse_proclist
 from launcher.plan import Plan, RankPlan, Request, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
@@ -535,6 +533,6 @@ def test_real_runtime_binds_every_thread_inside_the_rank(
 )
 def test_gomp_cpu_affinity_syntax(value: str, expected: list[int] | None) -> None:
     """libgomp's own list syntax (strided ranges with ':'), in binding order."""
-    from launcher.env import parse_gomp_cpu_affinity
+    from launcher.omp_syntax import parse_gomp_cpu_affinity
 
     assert parse_gomp_cpu_affinity(value) == expected

@@ -15,18 +15,15 @@ from typing import Any
 from launcher.cpulist import format_cpulist
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding, Severity
-from launcher.env import (
+from launcher.env import KMP_DEFAULT, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
+from launcher.omp_syntax import (
     ABSTRACT_PLACES,
-    KMP_DEFAULT,
     KMP_TYPES,
-    THREAD_VARIABLES,
-    kmp_affinity_problem,
     kmp_type,
     parse_gomp_cpu_affinity,
     parse_places,
     parse_proclist,
     thread_count,
-    variable_problem,
 )
 from launcher.slurm_env import srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli import cli
-from launcher.doctor.checks import check_environment, main_thread_place
+from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import (
     Facts,
     gather_facts,
@@ -29,6 +29,7 @@ from launcher.doctor.facts import (
     torch_openmp,
 )
 from launcher.doctor.findings import CATALOGUE, Finding
+from launcher.doctor.omp_checks import main_thread_place
 from launcher.runtimes import libraries_in_maps
 from launcher.slurm_env import parse_version, srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology

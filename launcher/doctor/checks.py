@@ -1,5 +1,8 @@
 """The environment and machine checks: pure functions of (environ, topology, facts) -> list of findings.
 
+This module is their registry and the helpers they share; the checks are in
+:mod:`launcher.doctor.omp_checks` (process) and :mod:`launcher.doctor.host_checks` (host).
+
 Two groups. *Process* checks judge the environment one rank runs with (thread counts, OpenMP binding
 variables, ``KMP_*`` against the runtime in use); ``affrun doctor --pid`` runs them on each rank's real
 environment and ``launcher.ensure_affinity`` on its own. *Host* checks judge the machine and the launch
@@ -8,24 +11,11 @@ environment and ``launcher.ensure_affinity`` on its own. *Host* checks judge the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from launcher.cpulist import format_cpulist
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding, Severity
-from launcher.env import KMP_DEFAULT, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
-from launcher.omp_syntax import (
-    ABSTRACT_PLACES,
-    KMP_TYPES,
-    kmp_type,
-    parse_gomp_cpu_affinity,
-    parse_places,
-    parse_proclist,
-    thread_count,
-)
-from launcher.slurm_env import srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology
 
 Check = Callable[[Mapping[str, str], Topology, Facts], list[Finding]]
@@ -33,8 +23,6 @@ PROCESS_CHECKS: list[Check] = []
 HOST_CHECKS: list[Check] = []
 
 INTEL_RUNTIMES = ("libiomp5", "libomp")
-# every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
-KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))
 AFFRUN_FIX = "launch with `affrun torchrun` or `affrun exec`, which set it per rank"
 
 
@@ -52,6 +40,8 @@ def check_environment(
     environ: Mapping[str, str], topology: Topology, facts: Facts, *, host: bool = True
 ) -> list[Finding]:
     """Every finding for ``environ`` on ``topology``; ``host=False`` runs only the per-process checks."""
+    from launcher.doctor import host_checks, omp_checks  # noqa: F401  (importing them registers their checks)
+
     out: list[Finding] = []
     for check in (*PROCESS_CHECKS, *(HOST_CHECKS if host else ())):
         out.extend(check(environ, topology, facts))
@@ -85,465 +75,21 @@ def gnu_only(facts: Facts) -> bool:
     return bool(facts.openmp) and not intel_in_process(facts)
 
 
-def _runtime_text(facts: Facts) -> str:
+def runtime_text(facts: Facts) -> str:
     if not facts.openmp:
         return "the OpenMP runtime in use is unknown"
     names = ", ".join(facts.openmp)
     return f"OpenMP runtime {names}" + (f" ({facts.openmp_source})" if facts.openmp_source else "")
 
 
-def _kmp_readers(facts: Facts) -> str:
+def kmp_readers(facts: Facts) -> str:
     """Who reads KMP_*: the process's libiomp5/libomp, or the installed intel-openmp's other users."""
     if intel_in_process(facts):
-        return _runtime_text(facts)
+        return runtime_text(facts)
     version = f" {facts.intel_openmp_version}" if facts.intel_openmp_version else ""
     return (f"intel-openmp{version} is installed: programs that load libiomp5 (MKL, Intel builds) read it; "
             f"{', '.join(facts.openmp)} ignores it")
 
 
-def kmp_tokens(value: str) -> list[str]:
-    text = re.sub(r"proclist=\[[^\]]*\]", "", value, flags=re.IGNORECASE)
-    return [t.strip().lower() for t in text.split(",") if t.strip()]
-
-
-def abstract_places(name: str, cpus: frozenset[int], topology: Topology) -> list[frozenset[int]]:
-    """The places an abstract ``OMP_PLACES`` name makes inside ``cpus``, in CPU order."""
-    groups: list[frozenset[int]]
-    if name == "cores":
-        groups = [frozenset(core.pus) for core in topology.cores]
-    elif name == "sockets":
-        groups = [p.cpus for p in topology.packages]
-    elif name == "numa_domains":
-        groups = [n.cpus for n in topology.numa_nodes]
-    elif name == "ll_caches":
-        groups = [g.cpus for g in topology.l3_groups] or [p.cpus for p in topology.packages]
-    else:
-        groups = []
-    places = [g & cpus for g in groups if g & cpus]
-    covered = {c for g in places for c in g}
-    places.extend(frozenset([c]) for c in cpus - covered)  # threads, or CPUs the topology does not place
-    return sorted(places, key=min)
-
-
-def main_thread_place(
-    environ: Mapping[str, str], cpus: frozenset[int], topology: Topology, facts: Facts
-) -> tuple[str, frozenset[int]] | None:
-    """The variables that bind the initial thread, and the CPUs of the first place it is bound to (``None``: unbound).
-
-    libgomp binds it when it loads (``import torch``); libiomp5/libomp at their first parallel region. A type in
-    ``KMP_AFFINITY`` wins over ``OMP_PLACES`` in libiomp5/libomp; ``OMP_PROC_BIND`` wins over ``GOMP_CPU_AFFINITY``.
-    """
-    if not cpus:
-        return None
-    gnu, intel = gnu_possible(facts), intel_in_process(facts)
-    kmp = environ.get("KMP_AFFINITY")
-    ktype = kmp_type(kmp) if kmp else None
-    if intel and kmp and ktype in KMP_BINDING_TYPES:
-        place = _kmp_first_place(kmp, cpus, topology)
-        if place:
-            return f"KMP_AFFINITY={kmp}", place
-    if intel and not gnu and ktype in ("none", "disabled"):
-        return None  # the KMP type wins over OMP_PLACES/OMP_PROC_BIND in these runtimes
-    bind = environ.get("OMP_PROC_BIND", "").strip().lower()
-    first_bind = bind.split(",")[0] if bind else ""
-    if first_bind == "false":
-        return None
-    places = environ.get("OMP_PLACES", "").strip()
-    cause = " ".join(f"{n}={environ[n]}" for n in ("OMP_PLACES", "OMP_PROC_BIND") if environ.get(n))
-    if places:
-        base = places.split("(")[0].strip().lower()
-        if base in ABSTRACT_PLACES:
-            found = abstract_places(base, cpus, topology)
-        else:
-            parsed = parse_places(places)
-            if parsed is None:
-                # libgomp rejects the value and, with OMP_PROC_BIND set, binds one thread per CPU from the first.
-                return (cause, frozenset([min(cpus)])) if first_bind else None
-            found = [p & cpus for p in parsed if p & cpus]
-        return (cause, found[0]) if found else None
-    gomp = environ.get("GOMP_CPU_AFFINITY", "").strip()
-    if gnu and gomp and not first_bind:
-        listed = [c for c in parse_gomp_cpu_affinity(gomp) or [] if c in cpus]
-        return (f"GOMP_CPU_AFFINITY={gomp}", frozenset(listed[:1])) if listed else None
-    if first_bind in ("true", "close", "spread", "primary", "master"):
-        first = min(cpus)
-        if gnu:
-            return cause, frozenset([first])
-        core = next((frozenset(c.pus) & cpus for c in topology.cores if first in c.pus), frozenset([first]))
-        return cause, core
-    return None
-
-
-def _kmp_first_place(value: str, cpus: frozenset[int], topology: Topology) -> frozenset[int]:
-    match = re.search(r"proclist=\[([^\]]*)\]", value, flags=re.IGNORECASE)
-    if match and kmp_type(value) == "explicit":
-        parsed = parse_proclist(match.group(1))
-        first = [p & cpus for p in parsed or [] if p & cpus]
-        return first[0] if first else frozenset()
-    tokens = kmp_tokens(value)
-    granularity = next((t.split("=", 1)[1] for t in tokens if t.startswith("granularity=")), "core")
-    lowest = min(cpus)
-    if granularity in ("fine", "thread"):
-        return frozenset([lowest])
-    return next((frozenset(c.pus) & cpus for c in topology.cores if lowest in c.pus), frozenset([lowest]))
-
-
-def _finding(fid: str, severity: Severity, message: str, why: str, fix: str, **extra: Any) -> Finding:
+def make_finding(fid: str, severity: Severity, message: str, why: str, fix: str, **extra: Any) -> Finding:
     return Finding(fid, severity, message, why, fix, **extra)
-
-
-# --------------------------------------------------------------------------- process checks
-@process_check
-def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """KMP_AFFINITY disabled, empty, malformed or naming CPUs outside the rank (when libiomp5/libomp may read it)."""
-    value = environ.get("KMP_AFFINITY")
-    if value is None or not intel_possible(facts):
-        return []  # under libgomp alone the value is ignored: kmp-ignored-by-libgomp says so
-    problem = kmp_affinity_problem(value, set(facts.rank_cpus))
-    if problem is None:
-        return []
-    fix_env = {"KMP_AFFINITY": KMP_DEFAULT}
-    runtime = _kmp_readers(facts)
-    if not value.strip():
-        return [_finding(
-            "kmp-affinity-empty", "warning", f"KMP_AFFINITY is set but empty ({runtime})",
-            "libiomp5 warns and ignores it, so the binding the job script meant to set is silently missing",
-            "unset KMP_AFFINITY, or give it a value (affrun uses KMP_AFFINITY=granularity=fine)", env_fix=fix_env)]
-    if problem.code == "disabled":
-        why = ("libiomp5/libomp threads are not bound: they migrate between cores and onto other ranks' cores; "
-               "nothing fails, the job is only slow")
-        version = facts.intel_openmp_version
-        if version and _major(version) >= 2025:
-            why += (f". intel-openmp {version} also aborts forked children with this value (OMP: Error #13: "
-                    "Assertion failure), so DataLoader workers die with 'worker killed by signal: Aborted'")
-        return [_finding(
-            "kmp-affinity-disabled", "error", f"KMP_AFFINITY={value} ({runtime})", why,
-            "unset KMP_AFFINITY or export KMP_AFFINITY=granularity=fine (affrun's value); to turn binding off "
-            "use KMP_AFFINITY=none, never 'disabled'", env_fix=fix_env)]
-    if problem.code == "outside":
-        return [_finding(
-            "kmp-proclist-outside", "error", f"KMP_AFFINITY={value}: {problem} ({format_cpulist(facts.rank_cpus)})",
-            "libiomp5 drops the CPUs it may not use, and the remaining threads pile onto the CPUs left in the list",
-            "list only the rank's CPUs in proclist, or drop proclist and " + AFFRUN_FIX, env_fix=fix_env)]
-    return [_finding(
-        "kmp-affinity-malformed", "warning", f"KMP_AFFINITY={value}: {problem} ({runtime})",
-        "libiomp5 prints a warning and ignores the value: the intended binding does not happen",
-        "fix the value (e.g. KMP_AFFINITY=granularity=fine,compact) or unset it and " + AFFRUN_FIX, env_fix=fix_env)]
-
-
-def _major(version: str) -> int:
-    head = version.split(".")[0]
-    return int(head) if head.isdigit() else 0
-
-
-@process_check
-def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """OMP/MKL/OPENBLAS thread counts: invalid, oversubscribing, unset with shared CPUs, or 1 on a big rank."""
-    out: list[Finding] = []
-    cpus = facts.rank_cpus
-    n_cpus = len(cpus)
-    n_cores = cores_in(cpus, topology)
-    sharing = max(facts.ranks_sharing, 1)
-    per_rank = max(1, n_cores // sharing)
-    where = (f"{sharing} local ranks ({facts.local_size_source}) share CPUs {format_cpulist(cpus)}"
-             if sharing > 1 else f"the rank owns CPUs {format_cpulist(cpus)}")
-    for name in THREAD_VARIABLES:
-        value = environ.get(name)
-        if value is None:
-            continue
-        threads = thread_count(value)
-        if threads is None:
-            out.append(_finding(
-                "omp-threads-invalid", "warning", f"{name}={value!r} is not a positive integer",
-                "the runtimes ignore it (some with a warning) and start one thread per CPU",
-                f"export {name}={per_rank}", env_fix={name: str(per_rank)}))
-            continue
-        total = threads * sharing
-        if total > n_cpus or total > n_cores:
-            severity: Severity = "error" if total > n_cpus else "warning"
-            what = f"{name}={threads}" + (f" × {sharing} ranks = {total} threads" if sharing > 1 else " threads")
-            limit = f"{n_cpus} CPUs" if total > n_cpus else f"{n_cores} cores ({n_cpus} hardware threads)"
-            out.append(_finding(
-                "omp-oversubscribed", severity, f"{what} on {limit}: {where}",
-                "waiting OpenMP threads spin, so oversubscription costs far more than the ratio (2 ranks × 2 threads "
-                "on 2 cores ran about 50× slower than 1 thread each in affrun's measurements)"
-                if severity == "error" else "two threads per core compete for one core's execution units",
-                f"export {name}={per_rank}, or {AFFRUN_FIX}", env_fix={name: str(per_rank)}))
-        elif name == "OMP_NUM_THREADS" and threads == 1 and per_rank >= 2:
-            by = ("torchrun sets OMP_NUM_THREADS=1 when it is unset" if "TORCHELASTIC_RUN_ID" in environ
-                  else "a launcher, job script or container hook set it")
-            out.append(_finding(
-                "omp-threads-one", "warning" if per_rank >= 4 else "info",
-                f"OMP_NUM_THREADS=1 on a rank that owns {per_rank} cores ({where}); {by}",
-                f"intra-op CPU work (preprocessing, CPU ops, optimizer steps on CPU) uses 1 of the {per_rank} cores",
-                f"export OMP_NUM_THREADS={per_rank} before launching (torchrun keeps a value that is set), or "
-                + AFFRUN_FIX, env_fix={name: str(per_rank)}))
-    if "OMP_NUM_THREADS" not in environ and sharing > 1:
-        out.append(_finding(
-            "omp-threads-unset", "warning",
-            f"OMP_NUM_THREADS is unset and {where}: each rank's OpenMP/BLAS runtimes start {n_cpus} threads, "
-            f"{n_cpus * sharing} in all",
-            "the ranks' threads oversubscribe the cores and spin against each other (torchrun sets 1 when it is "
-            "unset; srun, mpirun and hand-written launchers do not)",
-            f"export OMP_NUM_THREADS={per_rank}, or {AFFRUN_FIX}", env_fix={"OMP_NUM_THREADS": str(per_rank)}))
-    return out
-
-
-@process_check
-def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """OMP_PLACES / OMP_PROC_BIND / GOMP_CPU_AFFINITY that are malformed or name CPUs outside the rank."""
-    out: list[Finding] = []
-    for name in ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY"):
-        value = environ.get(name)
-        if value is None or (name == "GOMP_CPU_AFFINITY" and not gnu_possible(facts)):
-            continue
-        problem = variable_problem(name, value, facts.rank_cpus)
-        if problem is None or problem.code == "collapse":
-            continue  # the collapse is judged by check_collapse_risk
-        if problem.code == "outside":
-            out.append(_finding(
-                "places-outside-mask", "error", f"{name}={value}: {problem} ({format_cpulist(facts.rank_cpus)})",
-                "the runtime drops places it may not use (libgomp: 'None of the places contain usable logical "
-                "CPUs' when none remain); the threads of dropped places share the remaining CPUs",
-                f"unset {name} and {AFFRUN_FIX}", env_fix={name: None}))
-        else:
-            out.append(_finding(
-                "omp-binding-malformed", "warning", f"{name}={value}: {problem}",
-                "the runtime warns and ignores it, so the intended binding does not happen",
-                f"fix or unset {name}; {AFFRUN_FIX}", env_fix={name: None}))
-    return out
-
-
-@process_check
-def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """An OpenMP binding variable pins the main thread to a place narrower than the rank's CPUs (docs/design.md §2)."""
-    found = main_thread_place(environ, facts.rank_cpus, topology, facts)
-    if found is None:
-        return []
-    cause, place = found
-    if place >= facts.rank_cpus:
-        return []  # one place holding all the rank's CPUs (affrun's --omp-bind rank): nothing narrows
-    when = "at `import torch`" if gnu_possible(facts) else "at the first parallel region"
-    place_text = format_cpulist(place)
-    fix_env: dict[str, str | None] = {n: None for n in ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
-                                      if n in environ}
-    kmp = environ.get("KMP_AFFINITY")
-    if kmp and kmp_type(kmp) in KMP_BINDING_TYPES:
-        fix_env["KMP_AFFINITY"] = KMP_DEFAULT
-    why = ("DataLoader workers, multiprocessing children and subprocesses started afterwards inherit that single "
-           "place: data loading runs on one core and starves the GPU, without any error")
-    if not gnu_possible(facts):
-        why += " (libiomp5 gives fork()ed children the full mask back; spawn/forkserver workers keep the one place)"
-    if facts.ranks_sharing > 1:
-        return [_finding(
-            "collapse-risk", "error",
-            f"{cause} without a per-rank CPU mask: all {facts.ranks_sharing} local ranks pin their main thread to "
-            f"CPU {place_text} {when}",
-            "the ranks' main threads and all their workers share that place; " + why,
-            "launch with `affrun torchrun` / `affrun exec` (a per-rank mask and one place holding all the rank's "
-            f"CPUs), or unset {', '.join(fix_env)}", env_fix=fix_env)]
-    planned_loaders = environ.get("AFFRUN_LOADER_CPUS", "")
-    core_mode = environ.get("AFFRUN_OMP_BIND") == "core"
-    severity: Severity = "info" if planned_loaders or core_mode else "warning"
-    return [_finding(
-        "collapse-risk", severity,
-        f"{cause} pins the main thread to CPU {place_text} of the rank's CPUs {format_cpulist(facts.rank_cpus)} "
-        f"{when}",
-        why,
-        "start DataLoader workers with worker_init_fn=launcher.torch.worker_init_fn (or affrun --loader-cores)"
-        if core_mode or planned_loaders else
-        f"unset {', '.join(fix_env)} and launch with `affrun torchrun` / `affrun exec` (one place per rank), or "
-        "pass worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
-        env_fix={} if core_mode or planned_loaders else fix_env)]
-
-
-# KMP_* variables that change nothing about binding or threads (diagnostics, fork behaviour, duplicate-library guard)
-KMP_HARMLESS = ("KMP_DUPLICATE_LIB_OK", "KMP_WARNINGS", "KMP_SETTINGS", "KMP_VERSION", "KMP_INIT_AT_FORK")
-KMP_COUNTERPARTS = {
-    "KMP_AFFINITY": (("OMP_PLACES", "OMP_PROC_BIND"), "bind with a process mask and OMP_PLACES/OMP_PROC_BIND, "
-                     "which libgomp reads: " + AFFRUN_FIX.replace("set it", "do both")),
-    "KMP_BLOCKTIME": (("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"), "use OMP_WAIT_POLICY=PASSIVE (for KMP_BLOCKTIME=0) "
-                      "or GOMP_SPINCOUNT"),
-    "KMP_HW_SUBSET": ((), "restrict the CPUs with the process mask instead (affrun --cpus, taskset)"),
-}
-
-
-@process_check
-def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """KMP_* variables that do something in libiomp5, while the only OpenMP runtime is libgomp."""
-    if not gnu_only(facts):
-        return []
-    ignored: list[str] = []
-    uncovered: list[str] = []
-    fixes: list[str] = []
-    for name in sorted(environ):
-        if not name.startswith("KMP_") or name in KMP_HARMLESS:
-            continue
-        value = environ[name]
-        if name == "KMP_AFFINITY" and value.strip() and kmp_type(value) is None and "proclist" not in value.lower():
-            continue  # only a granularity (affrun's own value): nothing to ignore
-        ignored.append(f"{name}={value}")
-        counterparts, fix = KMP_COUNTERPARTS.get(name, ((), f"find {name}'s OMP_*/GOMP_* counterpart"))
-        if not any(environ.get(c) for c in counterparts):
-            uncovered.append(name)
-        fixes.append(fix)
-    if not ignored:
-        return []
-    return [_finding(
-        "kmp-ignored-by-libgomp", "warning" if uncovered else "info",
-        f"{', '.join(ignored)} set, but {_runtime_text(facts)} ignores KMP_* variables",
-        "the setting does nothing (no error, no warning): the threads are not bound or tuned as intended"
-        + ("" if uncovered else "; the OMP_* variables that are set do the job")
-        + ". It still counts for anything here that loads another runtime: numpy or MKL builds linked to libiomp5 "
-          "(conda's), the intel-openmp wheel's libiomp5 (MKL's intel threading layer), and LLVM libomp (clang "
-          "-fopenmp, conda's llvm-openmp) all read KMP_*",
-        "; ".join(dict.fromkeys(fixes)))]
-
-
-@process_check
-def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    if not ("libgomp" in facts.openmp and any(r in INTEL_RUNTIMES for r in facts.openmp)):
-        return []
-    return [_finding(
-        "openmp-runtimes-mixed", "warning", f"two OpenMP runtimes in one process: {_runtime_text(facts)}",
-        "each runtime keeps its own thread pool, so the process runs twice the threads it was given; with binding "
-        "variables libgomp pins the main thread first and libiomp5 then sees one CPU for all its threads",
-        "use one runtime: drop the LD_PRELOAD of libiomp5 for torch (its wheels use libgomp), or set "
-        "MKL_THREADING_LAYER=GNU for MKL")]
-
-
-# --------------------------------------------------------------------------- host checks
-@host_check
-def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """This process starts on a parent's collapsed one-CPU mask (launcher.inherited_mask)."""
-    collapse = facts.inherited_collapse
-    if collapse is None:
-        return []
-    return [_finding(
-        "inherited-mask-collapsed", "error", collapse.message(),
-        f"all {collapse.local_ranks} local ranks start on that CPU: a launcher that plans over this mask sees one "
-        "CPU (affrun refuses to put two ranks on it), and one that does not plan runs every rank, thread and "
-        "DataLoader worker there", collapse.fix())]
-
-
-@host_check
-def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    under_affrun = bool(environ.get("AFFRUN_CPUS") or environ.get("AFFRUN_RUN"))
-    out = [_finding(
-        "double-binding", "error", f"{binder.source} while affrun binds the ranks",
-        f"{binder.tool} and affrun both set the rank's CPUs: the last one wins and the other's OpenMP settings no "
-        "longer match the mask", binder.fix,
-        env_fix={"ACCELERATE_CPU_AFFINITY": None} if binder.source.startswith("ACCELERATE_CPU_AFFINITY") else {})
-        for binder in (facts.other_binders if under_affrun else ())]
-    if not facts.numa_binding:
-        return out
-    return [*out, _finding(
-        "double-binding", "error",
-        f"{facts.numa_binding}" + (" while affrun bound this rank" if under_affrun else ""),
-        "torchrun's --numa-binding and affrun both set the rank's CPUs: the last one wins and the other's "
-        "OpenMP settings no longer match the mask (affrun torchrun refuses --numa-binding, exit 2)",
-        "use one binder: drop --numa-binding (unset PET_NUMA_BINDING) and launch with `affrun torchrun`, or use "
-        "plain torchrun --numa-binding without affrun", env_fix={"PET_NUMA_BINDING": None}
-        if environ.get("PET_NUMA_BINDING") else {})]
-
-
-@host_check
-def check_srun_cpus_per_task(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    per_task = environ.get("SLURM_CPUS_PER_TASK")
-    if not per_task or environ.get("SRUN_CPUS_PER_TASK") or not facts.slurm_version:
-        return []
-    if srun_inherits_cpus_per_task(facts.slurm_version):
-        return []
-    return [_finding(
-        "srun-cpus-per-task", "warning",
-        f"SLURM_CPUS_PER_TASK={per_task} is set but SRUN_CPUS_PER_TASK is not, on Slurm {version_text(facts.slurm_version)}",
-        "from 22.05.0 until 23.02.5, srun does not inherit the job's --cpus-per-task: each task of an srun step "
-        "gets 1 CPU and all its threads share it",
-        f"export SRUN_CPUS_PER_TASK={per_task} before srun (or pass srun -c {per_task})",
-        env_fix={"SRUN_CPUS_PER_TASK": per_task})]
-
-
-@host_check
-def check_numactl(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    if not facts.host_probed or facts.numactl:
-        return []
-    multi = len(topology.cpu_nodes()) > 1
-    return [_finding(
-        "numactl-missing", "warning" if multi else "info", "numactl is not installed (not on PATH)",
-        "affrun binds CPUs with sched_setaffinity and sets the memory policy with set_mempolicy without it, but "
-        "torchrun --numa-binding dies without numactl, and generated job scripts that call numactl fail"
-        + ("" if multi else "; this machine has one NUMA node, so memory placement is not at stake"),
-        "install it: apt-get install numactl (dnf/yum install numactl)")]
-
-
-@host_check
-def check_membind(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    if not facts.host_probed or not facts.membind_error:
-        return []
-    multi = len(topology.cpu_nodes()) > 1
-    return [_finding(
-        "membind-blocked", "warning" if multi else "info",
-        f"the memory policy is blocked here: {facts.membind_error}",
-        "numactl --membind exits before the program starts, and affrun falls back from membind to preferred to "
-        "none, so a rank's memory may land on a remote NUMA node"
-        + ("" if multi else "; this machine has one NUMA node, so nothing is lost"),
-        "allow it in the container (docker run --cap-add SYS_NICE, or a seccomp profile that permits "
-        "set_mempolicy/mbind), or accept --mem-policy none")]
-
-
-@host_check
-def check_gpu_numa(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    unknown = [g for g in topology.gpus if g.numa_node is None]
-    if not unknown:
-        return []
-    multi = len(topology.cpu_nodes()) > 1
-    everywhere = [g for g in unknown if not g.cpus or g.cpus >= topology.online]
-    names = ", ".join(g.pci for g in unknown)
-    return [_finding(
-        "gpu-numa-unknown", "warning" if multi and everywhere else "info",
-        f"GPU(s) {names} report numa_node=-1" + (" and local_cpulist spans every CPU" if everywhere else ""),
-        "nothing can tell which CPUs are close to these GPUs (affrun, torchrun --numa-binding, NVIDIA's "
-        "gpu_affinity); affrun falls back to local_cpulist, then spreads ranks over the NUMA nodes"
-        + ("" if multi else "; with one NUMA node every CPU is equally close"),
-        "nothing to fix on a VM that hides locality; on a multi-NUMA machine give the mapping yourself with "
-        "affrun --map 'CPUS;CPUS;...' or --gpus")]
-
-
-@host_check
-def check_cuda_device_order(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    nvidia = [g.pci for g in topology.gpus if g.vendor == "nvidia"]
-    models = {facts.gpu_device_ids[p] for p in nvidia if p in facts.gpu_device_ids}
-    order = environ.get("CUDA_DEVICE_ORDER", "")
-    if len(models) < 2 or order == "PCI_BUS_ID":
-        return []
-    return [_finding(
-        "cuda-device-order", "warning",
-        f"CUDA_DEVICE_ORDER is {order or 'unset (FASTEST_FIRST)'} on a machine with {len(models)} GPU models "
-        f"(PCI device ids {', '.join(sorted(models))})",
-        "CUDA then numbers the fastest GPU first, unlike nvidia-smi, NVML and affrun (PCI bus order): rank i is "
-        "bound to the CPUs of a different GPU than cuda:i",
-        "export CUDA_DEVICE_ORDER=PCI_BUS_ID", env_fix={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})]
-
-
-@host_check
-def check_cpu_quota(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """A CFS quota (cgroup cpu.max or cpu.cfs_quota_us) below the allowed CPUs: the mask does not show it."""
-    quota = topology.cpu_quota
-    if quota is None or quota >= len(topology.allowed):
-        return []
-    ranks = max(facts.local_size, 1)
-    per_rank = max(1, int(quota // ranks))
-    value = environ.get("OMP_NUM_THREADS")
-    threads = thread_count(value) if value is not None else None
-    over = threads is not None and threads * ranks > quota
-    now = (f"; OMP_NUM_THREADS={threads} × {ranks} rank(s) = {threads * ranks} threads" if threads is not None
-           else "; OMP_NUM_THREADS is " + ("unset" if value is None else "not a number")
-           + ", so each runtime starts one thread per allowed CPU")
-    return [_finding(
-        "cpu-quota", "error" if over or threads is None else "warning",
-        f"a CPU quota of {quota:g} CPUs ({topology.cpu_quota_source}) is below the {len(topology.allowed)} allowed "
-        f"CPUs{now}",
-        "the quota does not show in the affinity mask or os.cpu_count(); threads beyond it are throttled, each "
-        "period the cgroup stops once its quota of CPU time is spent, which stalls every thread of the job",
-        f"export OMP_NUM_THREADS={per_rank} ({ranks} rank(s) in {quota:g} CPUs), or launch with affrun, which caps "
-        "OMP_NUM_THREADS to the quota", env_fix={"OMP_NUM_THREADS": str(per_rank)})]

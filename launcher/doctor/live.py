@@ -18,10 +18,11 @@ from launcher.binders import other_binders
 from launcher.binding import exported_cpus
 from launcher.cpulist import format_cpulist
 from launcher.doctor import procfs
-from launcher.doctor.checks import check_double_binding, check_environment
+from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source, slurm_bound
 from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport
+from launcher.doctor.host_checks import check_double_binding
 from launcher.env import BINDING_VARIABLES
 from launcher.runtimes import LoadedRuntime, openmp_names
 from launcher.topology.model import Topology

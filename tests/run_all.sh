@@ -30,6 +30,7 @@ fi
 
 # ---------------------------------------------------------------- Python environment
 VENV=${AFFRUN_VENV:-.venv}
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac  # absolute from here on (PATH, the libomp 16 folder)
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   python3 -m venv "$VENV"
@@ -40,7 +41,7 @@ log "installing affrun and its test and benchmarks extras into $VENV"
 # An editable install has no .pyc files, and with PYTHONDONTWRITEBYTECODE=1 none would be written: write them
 # now, as pip does for a regular install, or every affrun process the tests start compiles its modules again.
 "$VENV/bin/python" -m compileall -q launcher >/dev/null
-export PATH="$PWD/$VENV/bin:$PATH"
+export PATH="$VENV/bin:$PATH"
 # LLVM libomp 16 changed how a fork()ed child binds (llvm-project #91098): test it next to 14. Debian's
 # libomp5-16 conflicts with libomp5-14, so its package is unpacked into the environment (tests/launch.py finds it).
 LIBOMP16="$VENV/opt/libomp5-16"
@@ -58,7 +59,7 @@ fi
 
 # ---------------------------------------------------------------- lint and types
 log "ruff"
-ruff check launcher tests benchmarks examples
+ruff check launcher tests benchmarks examples build_backend
 log "mypy"
 mypy
 

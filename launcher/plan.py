@@ -139,7 +139,7 @@ def _reserved_pus(topo: Topology, req: Request) -> set[int]:
 
 def make_plan(topo: Topology, req: Request) -> Plan:
     """Plan ``req.nproc`` local ranks on ``topo``. Raises :class:`PlanError` for impossible requests."""
-    _validate(req)
+    _validate(req, topo)
     warnings: list[str] = list(topo.warnings)
     reserved_cores = 0
     cores: list[Core] = []
@@ -225,9 +225,16 @@ def make_plan(topo: Topology, req: Request) -> Plan:
     return Plan(tuple(ranks), req.mode, req.smt, req.gpu_order, tuple(warnings), tuple(sorted(reserved_pus)))
 
 
-def _validate(req: Request) -> None:
+def _validate(req: Request, topo: Topology) -> None:
     if req.nproc < 1:
         raise PlanError(f"--nproc-per-node must be at least 1 (got {req.nproc})")
+    if req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
+        # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
+        # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
+        # per rank: make_plan says so, as fast, before any per-rank work.
+        count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
+        raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
+                        f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
     if req.mode not in MODES:
         raise PlanError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
     if req.gpu_order not in GPU_ORDERS:

@@ -70,7 +70,7 @@ def read_bytes(path: str, limit: int = SYSFS_LIMIT) -> bytes | None:
     return data
 
 
-def read_document(path: str, what: str, error: type[AffrunError] = TopologyError) -> bytes:
+def read_document(path: str, what: str, error: type[AffrunError] = TopologyError, limit: int = DOCUMENT_LIMIT) -> bytes:
     """A whole document (XML, JSON, YAML) the user named: ``error`` with one line when it cannot be read."""
     try:
         fd = os.open(path, _O_FLAGS)
@@ -78,7 +78,7 @@ def read_document(path: str, what: str, error: type[AffrunError] = TopologyError
         raise error(f"{path}: {exc.strerror or exc}") from None
     os.close(fd)
     try:
-        data = read_bytes(path, DOCUMENT_LIMIT)
+        data = read_bytes(path, limit)
     except TopologyError as exc:
         raise error(f"{exc} (expected {what})") from None
     if data is None:

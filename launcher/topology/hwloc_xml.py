@@ -387,7 +387,7 @@ def _distances(top: ET.Element, machine: ET.Element, nodes: list[_Node]) -> dict
         base = _latency(matrix.get("latency_base", "1"))
         products = [_latency(v) * base for v in latencies]
         if any(not 0 <= p <= _MAX_DISTANCE for p in products):  # NaN, inf and 1e400 included
-            raise _Bad(f"distances: latency values are not finite numbers from 0 to 2^32")
+            raise _Bad("distances: latency values are not finite numbers from 0 to 2^32")
         rounded = [round(p) for p in products]
         return {a: {b: rounded[i * n + j] for j, b in enumerate(order)} for i, a in enumerate(order)}
     return {}

@@ -49,8 +49,14 @@ def cli() -> None:
 
 
 def main(args: list[str] | None = None) -> None:
+    words = sys.argv[1:] if args is None else list(args)
+    if words[:1] == ["torchrun"]:
+        # click's parser drops the first "--" of a command line, even into an UNPROCESSED argument. Every word
+        # after "torchrun" belongs to torchrun's own parser and the script, so put them all behind a "--" of
+        # affrun's own: click drops that one, and passes the rest through untouched.
+        words = ["torchrun", "--", *words[1:]]
     try:
-        cli.main(args=args, prog_name="affrun", standalone_mode=True)
+        cli.main(args=words, prog_name="affrun", standalone_mode=True)
     except AffrunError as exc:  # pragma: no cover - commands convert their own errors
         click.echo(f"affrun: error: {exc}", err=True)
         sys.exit(exc.exit_code)

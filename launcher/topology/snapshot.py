@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
+from launcher.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
@@ -57,6 +57,13 @@ def _int(value: Any, what: str, *, optional: bool = False) -> Any:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Bad(f"{what} must be an integer{' or null' if optional else ''}, not {short(value, 40)}")
     return value
+
+
+def _cpu(value: Any, what: str) -> int:
+    problem = id_problem(_int(value, what), "cpu")
+    if problem:
+        raise _Bad(f"{what}: {problem}")
+    return int(value)
 
 
 def _str(value: Any, what: str, *, optional: bool = False) -> Any:
@@ -145,7 +152,7 @@ def _build(data: dict[str, Any]) -> Topology:
         cores.append(
             Core(
                 _int(c["os_index"], f"cores[{i}].os_index"),
-                tuple(_int(p, f"cores[{i}].pus") for p in pus),
+                tuple(_cpu(p, f"cores[{i}].pus") for p in pus),
                 package,
                 _int(c.get("numa_node"), f"cores[{i}].numa_node", optional=True),
                 l3,

@@ -243,6 +243,9 @@ def template_variables(spec: SbatchSpec) -> dict[str, str]:
 # ---------------------------------------------------------------------------- templates
 
 
+TEMPLATE_LIMIT = 1 << 20  # a batch script template is a few KB
+
+
 def builtin_template(style: str) -> Path:
     """The shipped template of a style: ``templates/<style>.sbatch`` (package ``launcher.templates``)."""
     if style not in STYLES:
@@ -259,10 +262,14 @@ def builtin_template(style: str) -> Path:
 
 
 def read_template(path: str | Path) -> str:
+    from launcher.topology._files import read_document  # bounded, regular files only (a FIFO would hang)
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--template {path}: {exc.strerror or exc}") from None
+        data = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT)
+    except ConfigError as exc:
+        raise ConfigError(f"--template {exc}") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"--template {path}: not UTF-8 text") from None
 

@@ -417,6 +417,7 @@ def test_fifo_and_devices_as_named_files(tmp_path: Path) -> None:
     refused(plan_json(["--topology", "/dev/zero"]), "not a regular file")
     refused(affrun("sbatch", "--config", str(pipe), "--", "train.py"), "not a regular file")
     refused(affrun("sbatch", "--config", "/dev/zero", "--", "train.py"), "not a regular file")
+    refused(affrun("sbatch", "--template", str(pipe), "--", "train.py"), "--template", "not a regular file")
     refused(dry_exec("--local-rank", "0", "--nproc-per-node", "1", env={"AFFRUN_PLAN": f"@{pipe}"}), "not a regular")
     refused(dry_exec("--local-rank", "0", "--nproc-per-node", "1", env={"AFFRUN_PLAN": "@/dev/zero"}), "not a regular")
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)

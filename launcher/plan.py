@@ -27,6 +27,7 @@ from typing import Any
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
 from launcher.topology.model import GPU, Core, Topology
+from launcher.untrusted import short
 
 MODES = ("exclusive", "numa", "socket", "l3", "map")
 GPU_ORDERS = ("rank", "closest")
@@ -236,9 +237,9 @@ def _validate(req: Request, topo: Topology) -> None:
         raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
                         f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
     if req.mode not in MODES:
-        raise PlanError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
+        raise PlanError(f"unknown mode {short(req.mode)}; choose one of {', '.join(MODES)}")
     if req.gpu_order not in GPU_ORDERS:
-        raise PlanError(f"unknown GPU order {req.gpu_order!r}; choose one of {', '.join(GPU_ORDERS)}")
+        raise PlanError(f"unknown GPU order {short(req.gpu_order)}; choose one of {', '.join(GPU_ORDERS)}")
     if req.loader_cores < 0:
         raise PlanError(f"--loader-cores must be >= 0 (got {req.loader_cores})")
     if req.mode == "map":

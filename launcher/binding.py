@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.untrusted import short
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,13 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         try:
             return parse_cpulist(env.get(name, ""))
         except ValueError:
-            raise ValueError(f"{name}={env.get(name)!r} is not a cpu list") from None
+            raise ValueError(f"{name}={short(env.get(name))} is not a cpu list") from None
 
     def ints(name: str) -> tuple[int, ...]:
         try:
             return tuple(int(v) for v in env.get(name, "").split(",") if v.strip())
         except ValueError:
-            raise ValueError(f"{name}={env.get(name)!r} is not a list of integers") from None
+            raise ValueError(f"{name}={short(env.get(name))} is not a list of integers") from None
 
     def one(name: str, default: int | None = None) -> int:
         value = env.get(name, "")
@@ -84,7 +85,7 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         try:
             return int(value)
         except ValueError:
-            raise ValueError(f"{name}={value!r} is not an integer") from None
+            raise ValueError(f"{name}={short(value)} is not an integer") from None
 
     all_cpus = cpus("AFFRUN_CPUS")
     compute = cpus("AFFRUN_COMPUTE_CPUS") if "AFFRUN_COMPUTE_CPUS" in env else all_cpus

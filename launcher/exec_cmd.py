@@ -17,13 +17,14 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
-from launcher.env import EnvPolicy, RankEnvironment, effective_mem_policy, rank_environment
+from launcher.env import ENV_POLICIES, EnvPolicy, RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import AffrunError, LaunchError
 from launcher.localrank import LocalRank
-from launcher.omp_syntax import OmpBind
-from launcher.option_table import BINDING_OPTIONS, MemBackend
-from launcher.options import PlanOptions
+from launcher.omp_syntax import BIND_MODES, OmpBind
+from launcher.option_table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
+from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import Plan, RankPlan
+from launcher.untrusted import BadJSON, load_json, short
 
 if TYPE_CHECKING:
     from launcher.mempolicy import MemResult
@@ -32,6 +33,8 @@ PLAN_VARIABLE = "AFFRUN_PLAN"
 # Above this size the plan travels in a file (AFFRUN_PLAN=@path): one environment string may not exceed
 # 128 KiB (MAX_ARG_STRLEN), and every worker's execve would fail.
 INLINE_PLAN_LIMIT = 32 * 1024
+# The memory policies a plan carries: resolved, never "auto".
+APPLIED_MEM_POLICIES = tuple(p for p in MEM_POLICIES if p != "auto")
 # How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
 # from the user's working directory first. `-c` puts '' (the cwd) at sys.path[0]; drop it before importing.
 BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
@@ -86,21 +89,38 @@ class ParentPlan:
     @classmethod
     def from_env(cls, value: str) -> ParentPlan:
         if value.startswith("@"):
+            from launcher.topology._files import read_document
+
+            data = read_document(value[1:], "the plan file affrun torchrun wrote", LaunchError)
             try:
-                with open(value[1:], encoding="utf-8") as fh:
-                    value = fh.read()
-            except OSError as exc:
-                raise LaunchError(f"{PLAN_VARIABLE}: cannot read the plan file {value[1:]}: {exc.strerror}") from None
+                value = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise LaunchError(f"{PLAN_VARIABLE}: the plan file {value[1:]} is not UTF-8 text") from None
         return cls.from_json(value)
 
     @classmethod
     def from_json(cls, text: str) -> ParentPlan:
+        """Parse and check ``AFFRUN_PLAN`` like any input: one :class:`LaunchError` line for anything wrong."""
+        from launcher.plan_json import BadPlan, choice, plan_from_json, string_map
+
         try:
-            d = json.loads(text)
-            return cls(Plan.from_dict(d["plan"]), d["bind"], d["env_policy"], d["mem_policy"], d["mem_backend"],
-                       dict(d["user_env"]), bool(d["verbose"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun ({type(exc).__name__}: {exc})") from None
+            d = load_json(text)
+            if not isinstance(d, dict):
+                raise BadPlan(f"expected an object, not {short(d, 40)}")
+            verbose = d.get("verbose", False)
+            if not isinstance(verbose, bool):
+                raise BadPlan(f"verbose must be true or false, not {short(verbose, 40)}")
+            return cls(
+                plan_from_json(d.get("plan")),
+                choice(d.get("bind"), "bind", BIND_MODES),
+                choice(d.get("env_policy"), "env_policy", ENV_POLICIES),
+                choice(d.get("mem_policy"), "mem_policy", APPLIED_MEM_POLICIES),
+                choice(d.get("mem_backend"), "mem_backend", MEM_BACKENDS),
+                string_map(d.get("user_env", {}), "user_env"),
+                verbose,
+            )
+        except (BadJSON, BadPlan) as exc:
+            raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: {exc}") from None
 
 
 def _non_negative(text: str) -> int:

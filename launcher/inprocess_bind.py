@@ -35,6 +35,7 @@ from typing import Any
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import ConfigError, LaunchError
+from launcher.omp_syntax import thread_count
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     applied.append("OMP/KMP/MKL/OPENBLAS and AFFRUN_* variables in os.environ (for runtimes not started yet "
                    "and for child processes)")
     threads = renv.set.get("OMP_NUM_THREADS", str(rank.threads))
-    count = int(threads) if threads.isdigit() else rank.threads
+    count = thread_count(threads) or rank.threads
     runtimes = loaded_runtimes()
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "set_num_threads"):

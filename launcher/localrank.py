@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.untrusted import ascii_int, clip
+
 # (rank variable, size variable) in the order they are looked up.
 SOURCES: tuple[tuple[str, str], ...] = (
     ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
@@ -28,10 +30,10 @@ class LocalRankError(ValueError):
 
 def _int(environ: Mapping[str, str], name: str) -> int:
     value = environ[name]
-    try:
-        return int(value)
-    except ValueError:
-        raise LocalRankError(f"{name}={value!r} is not an integer") from None
+    number = ascii_int(value.strip())
+    if number is None:
+        raise LocalRankError(f"{name}={clip(value)!r} is not an integer")
+    return number
 
 
 def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:

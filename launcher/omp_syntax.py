@@ -11,6 +11,7 @@ from typing import Literal, get_args
 
 from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id
 from launcher.plan import RankPlan
+from launcher.untrusted import ascii_uint
 
 # How a rank's OpenMP threads are placed (--omp-bind): see omp_places.
 OmpBind = Literal["rank", "core"]
@@ -69,12 +70,10 @@ def parse_gomp_cpu_affinity(value: str) -> list[int] | None:
     for item in value.replace(",", " ").split():
         span, _, stride_text = item.partition(":")
         lo_text, dash, hi_text = span.partition("-")
-        if not lo_text.isdigit() or (dash and not hi_text.isdigit()) or (stride_text and not stride_text.isdigit()):
-            return None
-        lo = int(lo_text)
-        hi = int(hi_text) if dash else lo
-        stride = int(stride_text) if stride_text else 1
-        if hi < lo or stride < 1 or hi > MAX_CPU_ID:
+        lo = ascii_uint(lo_text)
+        hi = ascii_uint(hi_text) if dash else lo
+        stride = ascii_uint(stride_text) if stride_text else 1
+        if lo is None or hi is None or stride is None or hi < lo or stride < 1 or hi > MAX_CPU_ID:
             return None
         out.extend(range(lo, hi + 1, stride))
     return out or None
@@ -84,10 +83,8 @@ def thread_count(value: str | None) -> int | None:
     """A thread-count variable's value (``"8"``, or ``"8,4"`` for nested levels): the first level, if valid."""
     if value is None:
         return None
-    first = value.split(",")[0].strip()
-    if not first.isdigit() or int(first) < 1:
-        return None
-    return int(first)
+    first = ascii_uint(value.split(",")[0].strip())
+    return first if first is not None and first >= 1 else None
 
 
 def kmp_type(value: str) -> str | None:

@@ -11,7 +11,8 @@ from typing import Literal, get_args
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.plan import GPU_ORDERS, MODES, GpuOrder, Mode, Request
-from launcher.plan_spill import SPILLS
+from launcher.plan_spill import SPILLS, SpillChoice
+from launcher.untrusted import ascii_uint, short
 
 MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
 MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
@@ -29,7 +30,7 @@ class PlanOptions:
     cpu_map: str | None = None
     gpus: str | None = None
     no_gpu: bool = False
-    spill: str = "loader"
+    spill: SpillChoice = "loader"
 
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)
@@ -53,38 +54,38 @@ class PlanOptions:
 
 def make_request(nproc: int, opts: PlanOptions) -> Request:
     if opts.mode not in MODES:
-        raise ConfigError(f"--mode {opts.mode!r}: choose one of {', '.join(MODES)}")
+        raise ConfigError(f"--mode {short(opts.mode)}: choose one of {', '.join(MODES)}")
     if opts.gpu_order not in GPU_ORDERS:
-        raise ConfigError(f"--gpu-order {opts.gpu_order!r}: choose one of {', '.join(GPU_ORDERS)}")
+        raise ConfigError(f"--gpu-order {short(opts.gpu_order)}: choose one of {', '.join(GPU_ORDERS)}")
     if opts.spill not in SPILLS:
-        raise ConfigError(f"--spill {opts.spill!r}: choose one of {', '.join(SPILLS)}")
+        raise ConfigError(f"--spill {short(opts.spill)}: choose one of {', '.join(SPILLS)}")
     reserve: frozenset[int] = frozenset()
     if opts.reserve:
         try:
             reserve = parse_cpulist(opts.reserve)
         except CpuIdTooLarge as exc:
-            raise ConfigError(f"--reserve {opts.reserve!r}: {exc}") from None
+            raise ConfigError(f"--reserve {short(opts.reserve)}: {exc}") from None
         except ValueError:
-            raise ConfigError(f"--reserve {opts.reserve!r}: not a cpu list (e.g. 0 or 0,8,16)") from None
+            raise ConfigError(f"--reserve {short(opts.reserve)}: not a cpu list (e.g. 0 or 0,8,16)") from None
     cpu_map = None
     if opts.cpu_map:
         try:
             cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.split(";"))  # ':' is cpu list syntax
         except CpuIdTooLarge as exc:
-            raise ConfigError(f"--map {opts.cpu_map!r}: {exc}") from None
+            raise ConfigError(f"--map {short(opts.cpu_map)}: {exc}") from None
         except ValueError:
-            raise ConfigError(f"--map {opts.cpu_map!r}: expected one cpu list per rank, separated by ';'") from None
+            raise ConfigError(f"--map {short(opts.cpu_map)}: expected one cpu list per rank, separated by ';'") from None
         if any(not m for m in cpu_map):
-            raise ConfigError(f"--map {opts.cpu_map!r}: a rank has an empty cpu list")
+            raise ConfigError(f"--map {short(opts.cpu_map)}: a rank has an empty cpu list")
     if cpu_map is not None and opts.mode not in ("exclusive", "map"):
         raise ConfigError(f"--map gives explicit CPUs, which --mode {opts.mode} would ignore: drop one of them")
     mode = "map" if cpu_map is not None else opts.mode
     gpus = None
     if opts.gpus:
-        try:
-            gpus = tuple(int(g) for g in opts.gpus.split(","))
-        except ValueError:
-            raise ConfigError(f"--gpus {opts.gpus!r}: expected visible GPU indices like 0,1,2,3") from None
+        ids = [ascii_uint(g.strip()) for g in opts.gpus.split(",")]
+        if None in ids:
+            raise ConfigError(f"--gpus {short(opts.gpus)}: expected visible GPU indices like 0,1,2,3")
+        gpus = tuple(g for g in ids if g is not None)
     if gpus is not None and opts.no_gpu:
         raise ConfigError("--gpus names GPUs for the ranks, --no-gpu plans without GPUs: give only one")
     return Request(

@@ -30,19 +30,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, get_args
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
 from launcher.plan_homes import assign_homes, balanced_chunks, nname, package_of
-from launcher.plan_spill import SPILLS, Spill, spill_cores
+from launcher.plan_spill import SPILLS, Spill, SpillChoice, spill_cores
 from launcher.topology.model import GPU, Core, Topology
+from launcher.untrusted import short
 
 Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
 GpuOrder = Literal["rank", "closest"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 GPU_ORDERS: tuple[GpuOrder, ...] = get_args(GpuOrder)
-_Choice = TypeVar("_Choice", bound=str)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Request:
     cpu_map: tuple[frozenset[int], ...] | None = None  # mode "map": one CPU set per local rank
     gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
     use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
-    spill: str = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
+    spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
 
 
 @dataclass(frozen=True)
@@ -100,25 +100,6 @@ class RankPlan:
             "spill_nodes": list(self.spill_nodes),
         }
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankPlan:
-        return cls(
-            local_rank=int(d["local_rank"]),
-            cpus=tuple(int(c) for c in d["cpus"]),
-            compute_cores=tuple(tuple(int(p) for p in core) for core in d["compute_cores"]),
-            loader_cpus=tuple(int(c) for c in d["loader_cpus"]),
-            gpu=None if d["gpu"] is None else int(d["gpu"]),
-            gpu_pci=d.get("gpu_pci"),
-            numa_nodes=tuple(int(n) for n in d["numa_nodes"]),
-            mem_nodes=tuple(int(n) for n in d["mem_nodes"]),
-            threads=int(d["threads"]),
-            shared=bool(d.get("shared", False)),
-            reasons=tuple(d.get("reasons", ())),
-            warnings=tuple(d.get("warnings", ())),
-            spill_cpus=tuple(int(c) for c in d.get("spill_cpus", ())),
-            spill_nodes=tuple(int(n) for n in d.get("spill_nodes", ())),
-        )
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -128,7 +109,7 @@ class Plan:
     gpu_order: GpuOrder
     warnings: tuple[str, ...] = field(default=())
     reserved: tuple[int, ...] = field(default=())  # PUs of the cores taken out by --reserve (whole cores)
-    spill: str = "none"  # what the cores of nodes without ranks became: loader | compute | none
+    spill: SpillChoice = "none"  # what the cores of nodes without ranks became: loader | compute | none
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,27 +122,7 @@ class Plan:
             "reserved": list(self.reserved),
         }
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Plan:
-        return cls(
-            ranks=tuple(RankPlan.from_dict(r) for r in d["ranks"]),
-            mode=_member(d["mode"], MODES, "mode"),
-            smt=bool(d["smt"]),
-            gpu_order=_member(d["gpu_order"], GPU_ORDERS, "gpu_order"),
-            warnings=tuple(d.get("warnings", ())),
-            reserved=tuple(int(p) for p in d.get("reserved", ())),
-            spill=str(d.get("spill", "none")),
-        )
 
-
-def _member(value: object, choices: tuple[_Choice, ...], what: str) -> _Choice:
-    for choice in choices:
-        if choice == value:
-            return choice
-    raise PlanError(f"plan {what} {value!r}: not one of {', '.join(choices)}")
-
-
-# ---------------------------------------------------------------------------------------------- planning
 def _reserved_pus(topo: Topology, req: Request) -> set[int]:
     """A reserved CPU takes its whole core out, even when only a sibling of it is allowed."""
     return {p for c in topo.cores if not req.reserve.isdisjoint(c.pus) for p in c.pus}
@@ -169,7 +130,7 @@ def _reserved_pus(topo: Topology, req: Request) -> set[int]:
 
 def make_plan(topo: Topology, req: Request) -> Plan:
     """Plan ``req.nproc`` local ranks on ``topo``. Raises :class:`PlanError` for impossible requests."""
-    _validate(req)
+    _validate(req, topo)
     warnings: list[str] = list(topo.warnings)
     reserved_cores = 0
     cores: list[Core] = []
@@ -286,15 +247,22 @@ def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> 
     return tuple(r if r.threads <= cap else replace(r, threads=cap) for r in ranks)
 
 
-def _validate(req: Request) -> None:
+def _validate(req: Request, topo: Topology) -> None:
     if req.nproc < 1:
         raise PlanError(f"--nproc-per-node must be at least 1 (got {req.nproc})")
+    if req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
+        # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
+        # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
+        # per rank: make_plan says so, as fast, before any per-rank work.
+        count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
+        raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
+                        f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
     if req.mode not in MODES:
-        raise PlanError(f"unknown mode {req.mode!r}; choose one of {', '.join(MODES)}")
+        raise PlanError(f"unknown mode {short(req.mode)}; choose one of {', '.join(MODES)}")
     if req.gpu_order not in GPU_ORDERS:
-        raise PlanError(f"unknown GPU order {req.gpu_order!r}; choose one of {', '.join(GPU_ORDERS)}")
+        raise PlanError(f"unknown GPU order {short(req.gpu_order)}; choose one of {', '.join(GPU_ORDERS)}")
     if req.spill not in SPILLS:
-        raise PlanError(f"unknown spill {req.spill!r}; choose one of {', '.join(SPILLS)}")
+        raise PlanError(f"unknown spill {short(req.spill)}; choose one of {', '.join(SPILLS)}")
     if req.loader_cores < 0:
         raise PlanError(f"--loader-cores must be >= 0 (got {req.loader_cores})")
     if req.mode == "map":

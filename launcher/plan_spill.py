@@ -16,11 +16,13 @@ none`` leaves those cores idle, as the planner did before it spilled.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from launcher.plan_homes import balanced_chunks, distance, package_of
 from launcher.topology.model import Core, Topology
 
-SPILLS = ("loader", "compute", "none")
+SpillChoice = Literal["loader", "compute", "none"]
+SPILLS: tuple[SpillChoice, ...] = get_args(SpillChoice)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 from launcher.errors import ConfigError
 from launcher.option_table import options_in
 from launcher.sbatch_options import SBATCH_OPTIONS
+from launcher.untrusted import clip, short
 
 # key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
 # one: mem: 4000), "time" (a string only: YAML reads 1:00:00 as the number 3600), "bool", "lines" (a string or a
@@ -40,6 +41,8 @@ KEYS.update({spec.flag[2:]: spec.choices or ("bool" if spec.is_flag else "count"
              for spec in options_in("plan", "env")})
 KEYS["gpus"] = "strint"
 TOP_LEVEL = ("defaults", "profiles")
+# A site configuration is a few KB; PyYAML (pure Python) needs seconds per MB.
+CONFIG_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class SiteConfig:
             if profile not in self.profiles:
                 where = self.path or "no configuration file"
                 known = ", ".join(sorted(self.profiles)) or "none"
-                raise ConfigError(f"--profile {profile}: no such profile in {where} (profiles: {known})")
+                raise ConfigError(f"--profile {clip(profile, 40)}: no such profile in {where} (profiles: {known})")
             for key, value in self.profiles[profile].items():
                 if KEYS[key] == "lines":
                     merged[key] = [*merged.get(key, []), *value]
@@ -84,14 +87,15 @@ def load_config(explicit: str | None = None, environ: Mapping[str, str] | None =
     path, required = find_config(explicit, environ)
     if path is None:
         return SiteConfig(None, {}, {})
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if required:
-            raise ConfigError(f"{path}: configuration file not found") from None
+    if not required and not os.path.lexists(path):
         return SiteConfig(None, {}, {})
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    if required and not os.path.lexists(path):
+        raise ConfigError(f"{path}: configuration file not found")
+    from launcher.topology._files import read_document
+
+    data = read_document(path, "a YAML configuration file", ConfigError, limit=CONFIG_LIMIT)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     return parse_config(text, path)
@@ -106,14 +110,16 @@ def parse_config(text: str, path: str) -> SiteConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: not valid YAML{where}: {clip(problem)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     if data is None:
         return SiteConfig(path, {}, {})
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with 'defaults' and/or 'profiles' at the top")
     for key in data:
         if key not in TOP_LEVEL:
-            raise ConfigError(f"{path}: {key}: unknown key (valid at the top: {', '.join(TOP_LEVEL)})")
+            raise ConfigError(f"{path}: {clip(key, 40) if isinstance(key, str) else short(key, 40)}: unknown key (valid at the top: {', '.join(TOP_LEVEL)})")
     defaults = _section(data.get("defaults"), path, "defaults")
     profiles_raw = data.get("profiles")
     profiles: dict[str, dict[str, Any]] = {}
@@ -122,8 +128,8 @@ def parse_config(text: str, path: str) -> SiteConfig:
             raise ConfigError(f"{path}: profiles: expected a mapping of profile names to settings")
         for name, body in profiles_raw.items():
             if not isinstance(name, str):
-                raise ConfigError(f"{path}: profiles: profile name {name!r} is not a string")
-            profiles[name] = _section(body, path, f"profiles.{name}")
+                raise ConfigError(f"{path}: profiles: profile name {short(name, 40)} is not a string")
+            profiles[name] = _section(body, path, f"profiles.{clip(name, 40)}")
     return SiteConfig(path, defaults, profiles)
 
 
@@ -134,9 +140,9 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: {where}: expected a mapping of option names to values")
     out: dict[str, Any] = {}
     for raw_key, value in body.items():
-        key = str(raw_key).replace("_", "-")
+        key = str(raw_key).replace("_", "-") if isinstance(raw_key, (str, int)) else "?"
         if key not in KEYS:
-            raise ConfigError(f"{path}: {where}.{raw_key}: unknown key (valid: {', '.join(sorted(KEYS))})")
+            raise ConfigError(f"{path}: {where}.{clip(str(raw_key), 40)}: unknown key (valid: {', '.join(sorted(KEYS))})")
         out[key] = _check(value, KEYS[key], path, f"{where}.{raw_key}")
         if key == "template" and not os.path.isabs(out[key]):
             out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file
@@ -145,7 +151,7 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
 
 def _check(value: object, kind: Any, path: str, where: str) -> object:
     def wrong(expected: str) -> ConfigError:
-        return ConfigError(f"{path}: {where}: expected {expected}, got {value!r}")
+        return ConfigError(f"{path}: {where}: expected {expected}, got {short(value)}")
 
     if isinstance(kind, tuple):
         if not isinstance(value, str) or value not in kind:

@@ -20,6 +20,7 @@ from launcher.env import EnvPolicy
 from launcher.errors import ConfigError, PlanError
 from launcher.omp_syntax import OmpBind
 from launcher.options import MemPolicy, PlanOptions, make_request
+from launcher.untrusted import short
 
 Style = Literal["torchrun", "srun"]
 STYLES: tuple[Style, ...] = get_args(Style)
@@ -83,7 +84,7 @@ class SbatchSpec:
             return 0
         m = _GPUS.match(self.gpus_per_node.strip())
         if not m:
-            raise ConfigError(f"--gpus-per-node {self.gpus_per_node!r}: expected a count, or TYPE:COUNT (a100:4)")
+            raise ConfigError(f"--gpus-per-node {short(self.gpus_per_node)}: expected a count, or TYPE:COUNT (a100:4)")
         return int(m.group(1))
 
     def ranks_per_node(self) -> int:
@@ -102,7 +103,7 @@ def directive_value(option: str, value: str) -> str:
     if "\n" in value or "\r" in value:
         raise ConfigError(f"--{option}: a #SBATCH value cannot contain a newline")
     if '"' in value:
-        raise ConfigError(f"--{option} {value!r}: a #SBATCH value cannot contain a double quote")
+        raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain a double quote")
     if value == "" or re.search(r"\s", value):
         return f'"{value}"'
     return value
@@ -112,11 +113,11 @@ def extra_directive(line: str) -> str:
     """An extra ``#SBATCH`` line as the user gave it, with or without the ``#SBATCH`` prefix."""
     text = line.strip()
     if "\n" in text or "\r" in text:
-        raise ConfigError(f"--sbatch-line {line!r}: one #SBATCH line cannot contain a newline")
+        raise ConfigError(f"--sbatch-line {short(line)}: one #SBATCH line cannot contain a newline")
     if text.startswith("#SBATCH"):
         text = text[len("#SBATCH"):].strip()
     if not text.startswith("-"):
-        raise ConfigError(f"--sbatch-line {line!r}: expected an sbatch option such as --mail-type=END")
+        raise ConfigError(f"--sbatch-line {short(line)}: expected an sbatch option such as --mail-type=END")
     return f"#SBATCH {text}"
 
 
@@ -172,7 +173,7 @@ def affrun_words(spec: SbatchSpec) -> list[str]:
     try:
         words = shlex.split(spec.affrun)
     except ValueError as exc:  # "No closing quotation", "No escaped character"
-        raise ConfigError(f"--affrun {spec.affrun!r}: not a valid shell command: {exc}") from None
+        raise ConfigError(f"--affrun {short(spec.affrun)}: not a valid shell command: {exc}") from None
     if not words:
         raise ConfigError("--affrun: empty command")
     return words
@@ -180,7 +181,7 @@ def affrun_words(spec: SbatchSpec) -> list[str]:
 
 def check_spec(spec: SbatchSpec) -> None:
     if spec.style not in STYLES:
-        raise ConfigError(f"--style {spec.style!r}: choose one of {', '.join(STYLES)}")
+        raise ConfigError(f"--style {short(spec.style)}: choose one of {', '.join(STYLES)}")
     if not spec.command:
         raise ConfigError("no training command: put it after --, e.g. affrun sbatch -- train.py --epochs 3")
     for name, value in (("nodes", spec.nodes), ("ntasks-per-node", spec.ntasks_per_node),
@@ -247,10 +248,13 @@ def template_variables(spec: SbatchSpec) -> dict[str, str]:
 # ---------------------------------------------------------------------------- templates
 
 
+TEMPLATE_LIMIT = 1 << 20  # a batch script template is a few KB
+
+
 def builtin_template(style: str) -> Path:
     """The shipped template of a style: ``templates/<style>.sbatch`` (package ``launcher.templates``)."""
     if style not in STYLES:
-        raise ConfigError(f"--style {style!r}: choose one of {', '.join(STYLES)}")
+        raise ConfigError(f"--style {short(style)}: choose one of {', '.join(STYLES)}")
     try:
         from importlib.resources import files
 
@@ -263,10 +267,14 @@ def builtin_template(style: str) -> Path:
 
 
 def read_template(path: str | Path) -> str:
+    from launcher.topology._files import read_document  # bounded, regular files only (a FIFO would hang)
+
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--template {path}: {exc.strerror or exc}") from None
+        data = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT)
+    except ConfigError as exc:
+        raise ConfigError(f"--template {exc}") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"--template {path}: not UTF-8 text") from None
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 
 from launcher.cpulist import MAX_CPU_ID
+from launcher.untrusted import ascii_hex, ascii_uint, clip
 
 __all__ = [
     "cpu_bind_masks",
@@ -33,21 +34,27 @@ __all__ = [
     "version_text",
 ]
 
-_COUNT = re.compile(r"^\s*(\d+)(?:\(x(\d+)\))?\s*$")
+_COUNT = re.compile(r"^\s*([0-9]{1,20})(?:\(x([0-9]{1,20})\))?\s*$")  # ASCII digits only, not \d
+# The most nodes a per-node count list may describe once expanded. The largest machines have about 10,000
+# nodes; without a bound, "1(x99999999999)" would build a list of 10^11 entries (MemoryError).
+MAX_NODES = 1 << 20
 
 
 def expand_counts(value: str) -> list[int]:
     """Expand Slurm's compressed per-node counts: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
 
     Used by ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_TASKS_PER_NODE`` and ``SLURM_JOB_CPUS_PER_NODE``.
-    Raises :class:`ValueError` on anything else.
+    Raises :class:`ValueError` on anything else, and for lists of more than :data:`MAX_NODES` nodes.
     """
     out: list[int] = []
     for part in value.split(","):
         m = _COUNT.match(part)
         if not m:
-            raise ValueError(f"not a Slurm per-node count list: {value!r}")
-        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+            raise ValueError(f"not a Slurm per-node count list: {clip(value)!r}")
+        repeat = int(m.group(2) or 1)
+        if len(out) + repeat > MAX_NODES:
+            raise ValueError(f"{clip(value)!r} describes more than {MAX_NODES} nodes")
+        out.extend([int(m.group(1))] * repeat)
     return out
 
 
@@ -62,10 +69,7 @@ def tasks_on_node(environ: Mapping[str, str]) -> int | None:
     Falls back to ``SLURM_TASKS_PER_NODE`` (same syntax), then to ``SLURM_NTASKS_PER_NODE`` (one number, only
     set when ``--ntasks-per-node`` was given). ``None`` when none of them is usable.
     """
-    try:
-        node = int(environ.get("SLURM_NODEID", "0"))
-    except ValueError:
-        node = 0
+    node = ascii_uint(environ.get("SLURM_NODEID", "0").strip()) or 0
     for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
         value = environ.get(name)
         if not value:
@@ -76,8 +80,7 @@ def tasks_on_node(environ: Mapping[str, str]) -> int | None:
             continue
         if 0 <= node < len(counts):
             return counts[node]
-    value = environ.get("SLURM_NTASKS_PER_NODE", "")
-    return int(value) if value.isdigit() else None
+    return ascii_uint(environ.get("SLURM_NTASKS_PER_NODE", "").strip())
 
 
 def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | None:
@@ -93,10 +96,10 @@ def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | N
         value = environ.get(name)
         if value is None:
             continue
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        if not items or not all(v.isdigit() for v in items):
+        ids = [ascii_uint(v.strip()) for v in value.split(",") if v.strip()]
+        if not ids or None in ids:
             return None
-        return tuple(int(v) for v in items), name
+        return tuple(i for i in ids if i is not None), name
     return None
 
 
@@ -114,10 +117,10 @@ def slurm_global_visible(value: str, environ: Mapping[str, str], pool_size: int)
     if slurm is None:
         return None
     slurm_ids = slurm[0]
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() for v in items) or any(i >= pool_size for i in slurm_ids):
+    numbers = [ascii_uint(v.strip()) for v in value.split(",") if v.strip()]
+    if not numbers or None in numbers or any(i >= pool_size for i in slurm_ids):
         return None
-    positions = [int(v) for v in items]
+    positions = [p for p in numbers if p is not None]
     if positions == list(slurm_ids) or any(p >= len(slurm_ids) for p in positions):
         return None
     return ",".join(str(slurm_ids[p]) for p in positions)
@@ -136,16 +139,14 @@ def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
     masks: list[frozenset[int]] = []
     for item in value.split(","):
         item = item.strip()
-        try:
-            number = int(item, 16) if kind.startswith("mask_cpu") else None
-        except ValueError:
-            return None
-        if number is None:  # map_cpu: one CPU id per task
-            if not item.isdigit() or int(item) > MAX_CPU_ID:
+        if not kind.startswith("mask_cpu"):  # map_cpu: one CPU id per task
+            cpu = ascii_uint(item)
+            if cpu is None or cpu > MAX_CPU_ID:
                 return None
-            masks.append(frozenset({int(item)}))
+            masks.append(frozenset({cpu}))
             continue
-        if number.bit_length() > MAX_CPU_ID + 1:
+        number = ascii_hex(item, max_digits=(MAX_CPU_ID + 1) // 4)
+        if number is None or number.bit_length() > MAX_CPU_ID + 1:
             return None
         masks.append(frozenset(bit for bit in range(number.bit_length()) if number >> bit & 1))
     return masks or None

@@ -43,6 +43,12 @@ def add_affrun_options(parser: argparse.ArgumentParser) -> None:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
+
+    Only the words before the script are parsed: argparse would otherwise read the script's own arguments too,
+    matching prefixes (``--a`` against ``--affrun-verbose``, ``--n`` against ``--nnodes``) and failing or
+    taking them. Plain torchrun fails on ``train.py --n 1``; affrun passes it on.
+    """
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
@@ -50,7 +56,38 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     add_affrun_options(parser)
     # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).
     parser.set_defaults(signals_to_handle=None)
-    return parser.parse_args(list(argv))
+    head, script_args = split_at_script(parser, list(argv))
+    args = parser.parse_args(head)
+    if script_args:
+        args.training_script_args = script_args
+    return args
+
+
+def split_at_script(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the options and the script, the script's arguments): walk the options as argparse would, using its
+    table to know which take a value, and stop at the first word that is neither an option nor a value."""
+    actions = parser._option_string_actions
+    long_names = [name for name in actions if name.startswith("--")]
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[: i + 2], argv[i + 2 :]  # the script follows; torchrun's argparse drops the "--"
+        if not word.startswith("-") or word == "-":
+            return argv[: i + 1], argv[i + 1 :]
+        takes_value = False
+        if word.startswith("--"):
+            name, has_value, _ = word.partition("=")
+            action = actions.get(name)
+            if action is None and parser.allow_abbrev:  # argparse takes any unique prefix of a long option
+                matches = [n for n in long_names if n.startswith(name)]
+                action = actions[matches[0]] if len(matches) == 1 else None
+            takes_value = action is not None and action.nargs != 0 and not has_value
+        else:
+            action = actions.get(word[:2])
+            takes_value = action is not None and action.nargs != 0 and len(word) == 2  # "-r3" carries its value
+        i += 2 if takes_value else 1
+    return argv, []
 
 
 def worker_command(args: argparse.Namespace) -> list[str]:

@@ -40,7 +40,9 @@ JOB_TIMEOUT = 150
 WALL: dict[str, float] = {}
 
 # Arguments a shell could misread; "CANARY" becomes a path that must never be created.
-HOSTILE = ["two words", "", "it's", 'say "hi"', "$(touch CANARY)", "`touch CANARY`", "; touch CANARY",
+# The first words would be eaten or parsed by a careless launcher: click drops a first "--", argparse matches "--a"
+# and "--aff" against --affrun-*, "--n" against --nnodes/--nproc-per-node, and reads "-m" as torchrun's own flag.
+HOSTILE = ["--", "--a", "1", "--aff", "--n", "2", "-m", "--nproc-per-node", "3", "--affrun-dry-run", "two words", "", "it's", 'say "hi"', "$(touch CANARY)", "`touch CANARY`", "; touch CANARY",
            "line one\nline two", "*", "?[ab]", "ünïcødé ✓", "$HOME ${IFS}", "\\", "--nnodes=9", "-c", "#SBATCH -N 9"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, NoReturn
 
 import click
@@ -57,7 +58,13 @@ def cli() -> None:
 
 
 def main(args: list[str] | None = None) -> None:
-    cli.main(args=args, prog_name="affrun", standalone_mode=True)
+    words = sys.argv[1:] if args is None else list(args)
+    if words[:1] == ["torchrun"]:
+        # click's parser drops the first "--" of a command line, even into an UNPROCESSED argument. Every word
+        # after "torchrun" belongs to torchrun's own parser and the script, so put them all behind a "--" of
+        # affrun's own: click drops that one, and passes the rest through untouched.
+        words = ["torchrun", "--", *words[1:]]
+    cli.main(args=words, prog_name="affrun", standalone_mode=True)
 
 
 def fail(exc: AffrunError) -> NoReturn:

@@ -22,6 +22,7 @@ from launcher.doctor.procfs import ancestors, parent_pid, threads_union
 from launcher.inherited_mask import Collapse, read_collapse
 from launcher.runtimes import OPENMP, identify
 from launcher.slurm_env import parse_version
+from launcher.topology._files import read_text
 from launcher.topology.model import Topology
 
 
@@ -166,11 +167,9 @@ def slurm_version() -> tuple[int, int, int] | None:
 def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
     out: dict[str, str] = {}
     for gpu in topology.gpus:
-        try:
-            with open(os.path.join(root, "sys/bus/pci/devices", gpu.pci, "device"), encoding="ascii") as fh:
-                out[gpu.pci] = fh.read().strip()
-        except OSError:
-            continue
+        text = read_text(os.path.join(root, "sys/bus/pci/devices", gpu.pci, "device"))  # bounded, no FIFO
+        if text is not None:
+            out[gpu.pci] = text
     return out
 
 

@@ -10,6 +10,7 @@ from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 from launcher.topology.numa_overlap import merge_overlapping_nodes
+from launcher.untrusted import clip
 
 __all__ = ["GPU", "Core", "L3Group", "NumaNode", "Package", "Topology", "load_topology"]
 
@@ -42,7 +43,7 @@ def load_topology(
 
         if fsroot:
             if not os.path.isdir(fsroot):
-                raise TopologyError(f"{fsroot}: fsroot is not a directory")
+                raise TopologyError(f"{clip(fsroot, 200)}: fsroot is not a directory")
             topo = read_sysfs(fsroot, gpus=gpus)
         else:
             topo = _read_live(env, gpus)
@@ -65,9 +66,9 @@ def load_topology(
         try:
             wanted = parse_cpulist(cpus)
         except CpuIdTooLarge as exc:
-            raise TopologyError(f"--cpus {cpus!r}: {exc}") from None
+            raise TopologyError(f"--cpus {clip(cpus)!r}: {exc}") from None
         except ValueError:
-            raise TopologyError(f"--cpus {cpus!r}: not a cpu list (expected e.g. 0-7,64-71)") from None
+            raise TopologyError(f"--cpus {clip(cpus)!r}: not a cpu list (expected e.g. 0-7,64-71)") from None
         narrowed = topo.allowed & wanted
         if not narrowed:
             raise TopologyError(
@@ -103,19 +104,13 @@ def _with_cpu_quota(topo: Topology, root: str) -> Topology:
 
 def _load_file(path: str) -> Topology:
     """A ``--topology`` file: hwloc XML (``.xml``, or any file starting with ``<``) or an affrun JSON snapshot."""
-    if path.lower().endswith(".xml") or _starts_with_angle(path):
-        from launcher.topology.hwloc_xml import load_hwloc_xml
+    from launcher.topology._files import read_document
 
-        return load_hwloc_xml(path)
-    from launcher.topology.snapshot import load_snapshot
+    data = read_document(path, "an affrun JSON snapshot or an hwloc XML export")
+    if path.lower().endswith(".xml") or data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+        from launcher.topology.hwloc_xml import hwloc_xml_topology
 
-    return load_snapshot(path)
+        return hwloc_xml_topology(data, path)
+    from launcher.topology.snapshot import snapshot_topology
 
-
-def _starts_with_angle(path: str) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(64)
-    except OSError:
-        return False  # the loader reports the error with the file's name
-    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<")
+    return snapshot_topology(data, path)

@@ -1,39 +1,88 @@
-"""Small, safe readers for sysfs/procfs files under an fsroot.
+"""Small, safe readers for sysfs/procfs files under an fsroot, and for every other file affrun reads.
 
 Never follows links recursively (hwloc's tarballs contain ``cpuN/cpufreq -> .`` loops); each read opens one
 path and returns ``None`` when it is absent, a dangling or looping link, or unreadable. Reads use
 ``os.open``/``os.read`` directly: a topology read opens about one file per core, and the buffered ``open()``
 costs twice as much per file.
+
+Every read is bounded: a FIFO in place of a file would block ``read`` forever and ``/dev/zero`` would fill
+memory, so files are opened non-blocking, anything but a regular file is refused (:class:`TopologyError`), and
+no more than ``limit`` bytes are read.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
-from launcher.cpulist import CpuIdTooLarge, parse_cpulist, parse_hexmask
-from launcher.errors import TopologyError
+from launcher.cpulist import CpuIdTooLarge, id_problem, parse_cpulist, parse_hexmask
+from launcher.errors import AffrunError, TopologyError
+from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, short
 
 _CHUNK = 65536
-_O_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+# O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for regular files.
+_O_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+# sysfs and procfs attributes fit in one page; /proc/cpuinfo of a 1,024-CPU machine is about 1.5 MB. A topology
+# file larger than this is not one.
+SYSFS_LIMIT = 16 << 20
+# hwloc XML exports, JSON snapshots and YAML configurations: the largest real ones are a few MB.
+DOCUMENT_LIMIT = 64 << 20
 
 
-def read_bytes(path: str) -> bytes | None:
-    """The whole file, or ``None`` if it cannot be opened or read (missing, ELOOP, EISDIR, EACCES...)."""
+class FileTooLarge(TopologyError):
+    """A file is larger than the reader's limit (message names it)."""
+
+
+class NotRegularFile(TopologyError):
+    """A path names a FIFO, a device or a socket where a regular file was expected."""
+
+
+def read_bytes(path: str, limit: int = SYSFS_LIMIT) -> bytes | None:
+    """The whole file, or ``None`` if it cannot be opened or read (missing, ELOOP, EISDIR, EACCES...).
+
+    Raises :class:`NotRegularFile` for a FIFO, device or socket and :class:`FileTooLarge` past ``limit`` bytes.
+    """
     try:
         fd = os.open(path, _O_FLAGS)
     except OSError:
         return None
     try:
-        data = os.read(fd, _CHUNK)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{path}: not a regular file (a FIFO, device or socket); refusing to read it")
+        data = os.read(fd, min(_CHUNK, limit + 1))
         if len(data) == _CHUNK:  # sysfs attributes fit in one page; regular files in an fsroot may not
             parts = [data]
-            while chunk := os.read(fd, _CHUNK):
+            size = len(data)
+            while size <= limit and (chunk := os.read(fd, min(_CHUNK, limit + 1 - size))):
                 parts.append(chunk)
+                size += len(chunk)
             data = b"".join(parts)
+        if len(data) > limit:
+            raise FileTooLarge(f"{path}: larger than {limit >> 20 or limit} {'MiB' if limit >> 20 else 'bytes'}; "
+                               "refusing to read it")
     except OSError:
         return None
     finally:
         os.close(fd)
+    return data
+
+
+def read_document(path: str, what: str, error: type[AffrunError] = TopologyError, limit: int = DOCUMENT_LIMIT) -> bytes:
+    """A whole document (XML, JSON, YAML) the user named: ``error`` with one line when it cannot be read."""
+    try:
+        fd = os.open(path, _O_FLAGS)
+    except OSError as exc:
+        raise error(f"{path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    try:
+        data = read_bytes(path, limit)
+    except TopologyError as exc:
+        raise error(f"{exc} (expected {what})") from None
+    if data is None:
+        raise error(f"{path}: cannot read it (expected {what})")
     return data
 
 
@@ -51,10 +100,10 @@ def read_int(path: str) -> int | None:
     text = read_text(path)
     if text is None or text == "":
         return None
-    try:
-        return int(text, 16) if text[:2].lower() == "0x" else int(text)
-    except ValueError:
-        raise TopologyError(f"{path}: expected an integer, found {text[:40]!r}") from None
+    value = ascii_hex(text) if text[:2].lower() == "0x" else ascii_int(text)
+    if value is None:
+        raise TopologyError(f"{path}: expected an integer, found {short(text, 40)}")
+    return value
 
 
 def parse_cpus_file(path: str, text: str, *, is_list: bool) -> frozenset[int]:
@@ -65,7 +114,7 @@ def parse_cpus_file(path: str, text: str, *, is_list: bool) -> frozenset[int]:
         raise TopologyError(f"{path}: {exc}") from None
     except ValueError:
         kind = "cpu list" if is_list else "cpu mask"
-        raise TopologyError(f"{path}: not a {kind}: {text[:60]!r}") from None
+        raise TopologyError(f"{path}: not a {kind}: {short(text)}") from None
 
 
 def read_cpulist(path: str) -> frozenset[int] | None:
@@ -111,13 +160,28 @@ class CpusFile:
         self.names.clear()
 
 
-def numbered_entries(directory: str, prefix: str) -> list[int]:
-    """Sorted N of every ``<prefix>N`` entry in ``directory`` (``cpu12``, ``node33``)."""
+def numbered_entries(directory: str, prefix: str, kind: str | None = None) -> list[int]:
+    """Sorted N of every ``<prefix>N`` entry in ``directory`` (``cpu12``, ``node33``); N is ASCII digits only.
+
+    With ``kind`` (``"cpu"`` or ``"node"``), an N that is not a valid id of that kind is a :class:`TopologyError`
+    naming the entry (a ``cpu99999999999`` directory would otherwise reach ``sched_setaffinity``).
+    """
     try:
         names = os.listdir(directory)
     except OSError:
         return []
     plen = len(prefix)
-    out = [int(name[plen:]) for name in names if name.startswith(prefix) and name[plen:].isdigit()]
+    out: list[int] = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        number = ascii_uint(name[plen:])
+        if number is None:
+            continue
+        if kind is not None:
+            problem = id_problem(number, kind)
+            if problem:
+                raise TopologyError(f"{os.path.join(directory, name[:40])}: {problem}")
+        out.append(number)
     out.sort()
     return out

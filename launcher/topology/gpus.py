@@ -11,6 +11,7 @@ from launcher.errors import TopologyError
 from launcher.slurm_env import slurm_global_visible
 from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
 from launcher.topology.model import GPU
+from launcher.untrusted import ascii_int, ascii_uint, clip, short
 
 VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 GPU_CLASSES = (0x0300, 0x0302, 0x0380)  # VGA, 3D controller, other display; NVSwitch is 0x0680
@@ -115,9 +116,8 @@ def _kfd_order(root: str) -> dict[str, int]:
         for line in (read_text(os.path.join(ndir, "properties")) or "").splitlines():
             key, _, value = line.partition(" ")
             props[key] = value.strip()
-        try:
-            location, domain = int(props["location_id"]), int(props.get("domain", "0"))
-        except (KeyError, ValueError):
+        location, domain = ascii_uint(props.get("location_id", "")), ascii_uint(props.get("domain", "0"))
+        if location is None or domain is None:
             continue
         bdf = f"{domain:04x}:{location >> 8:02x}:{(location >> 3) & 0x1F:02x}.{location & 0x7:x}"
         order[bdf] = len(order)
@@ -146,8 +146,8 @@ def _nvidia_driver_info(driver_dir: str) -> tuple[str | None, int | None]:
     if status:
         for line in status.splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "Node" and value.strip().lstrip("-").isdigit():
-                node = int(value.strip())
+            node = ascii_int(value.strip()) if key.strip() == "Node" else None
+            if node is not None:
                 memory_node = node if node >= 0 else None
     return uuid, memory_node
 
@@ -206,11 +206,11 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleG
             kept = slurm_global_visible(kept, environ, len(pool)) or kept
         visible, stop = _parse_visible(name, value, kept, pool)
         if stop is None and bad is not None:
-            stop = f"{items[bad]!r} is not a GPU index or UUID"
+            stop = f"{items[bad][:40]!r} is not a GPU index or UUID"
         warning = None
         if stop is not None:
             shown = f"GPUs {', '.join(map(str, visible))} stay visible" if visible else "no GPU is visible"
-            warning = f"{name}={value}: {stop}; like CUDA, affrun ignores it and every entry after it ({shown})"
+            warning = f"{name}={clip(value)}: {stop}; like CUDA, affrun ignores it and every entry after it ({shown})"
         return VisibleGPUs(tuple(visible), name, warning)
     if gpus and all(g.vendor == "amd" and g.vendor_index is not None for g in gpus):
         # HIP device i is the i-th GPU in ROCm's (KFD) order, even with no visibility variable set.
@@ -220,7 +220,7 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleG
 
 def _well_formed(item: str) -> bool:
     """An index (``3``, ``ZE_AFFINITY_MASK``'s ``0.1``), a UUID or a no-device word; ``-1`` and junk are not."""
-    return item.lower() in NO_DEVICE_VALUES or item.startswith(("GPU-", "MIG-")) or item.split(".")[0].isdigit()
+    return item.lower() in NO_DEVICE_VALUES or item.startswith(("GPU-", "MIG-")) or ascii_uint(item.split(".")[0]) is not None
 
 
 def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU]) -> tuple[list[int], str | None]:
@@ -238,12 +238,14 @@ def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU]) -> tup
             match = [g for g in pool if g.uuid and (g.uuid == target or g.uuid.startswith(target))]
             if not match:
                 if item.startswith("MIG-"):
-                    raise TopologyError(f"{name}={value}: MIG device {item} cannot be mapped to a PCI GPU")
-                return out, f"no GPU has UUID {item} (UUIDs come from /proc/driver/nvidia)"
+                    raise TopologyError(f"{name}={clip(value)}: MIG device {clip(item, 40)} cannot be mapped to a PCI GPU")
+                return out, f"no GPU has UUID {clip(item, 60)} (UUIDs come from /proc/driver/nvidia)"
             if match[0].index not in out:
                 out.append(match[0].index)
             continue
-        pos = int(item.split(".")[0])  # ZE_AFFINITY_MASK=0.1 -> card 0
+        pos = ascii_uint(item.split(".")[0])  # ZE_AFFINITY_MASK=0.1 -> card 0
+        if pos is None:  # not reached: _well_formed kept only such items
+            return out, f"{short(item)} is not a GPU index"
         if pos >= len(pool):
             return out, f"GPU {pos} does not exist (this machine has {len(pool)})"
         gpu_index = pool[pos].index

@@ -18,13 +18,16 @@ Standard library only (``xml.etree``). What is read:
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
 from launcher.errors import TopologyError
+from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
-from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
 _LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
@@ -65,20 +68,24 @@ class _Walk:
 
 def load_hwloc_xml(path: str) -> Topology:
     """Parse ``path``; every problem is one :class:`TopologyError` line naming the file."""
+    return hwloc_xml_topology(read_document(path, "an hwloc XML export"), path)
+
+
+def hwloc_xml_topology(data: bytes, path: str) -> Topology:
+    """The topology of an hwloc XML document ``data`` read from ``path``."""
     try:
-        document = ET.parse(path)
-    except OSError as exc:
-        raise TopologyError(f"{path}: {exc.strerror or exc}") from None
+        top = ET.fromstring(data)
     except ET.ParseError as exc:
-        raise TopologyError(f"{path}: not well-formed XML ({exc})") from None
-    top = document.getroot()
+        raise TopologyError(f"{path}: not well-formed XML ({clip(str(exc))})") from None
+    except (LookupError, ValueError) as exc:  # encoding="bogus": LookupError; encoding="UTF-7": ValueError
+        raise TopologyError(f"{path}: cannot decode the XML ({clip(str(exc))}); hwloc writes UTF-8") from None
     if top.tag != "topology":
-        raise TopologyError(f"{path}: not an hwloc topology (root element <{top.tag}>, expected <topology>)")
+        raise TopologyError(f"{path}: not an hwloc topology (root element <{clip(top.tag, 40)}>, expected <topology>)")
     machine = top.find("object")
     if machine is None:
         raise TopologyError(f"{path}: <topology> holds no <object>: not an lstopo --of xml export")
     try:
-        return _build(path, top, machine)
+        return checked(_build(path, top, machine), path)
     except _Bad as exc:
         raise TopologyError(f"{path}: {exc}") from None
 
@@ -91,19 +98,23 @@ def _mask(element: ET.Element, name: str) -> frozenset[int] | None:
     try:
         return parse_hexmask(text)
     except CpuIdTooLarge as exc:
-        raise _Bad(f"{name} on a {element.get('type')} object: {exc}") from None
+        raise _Bad(f"{name} on a {_kind(element)} object: {exc}") from None
     except ValueError:
-        raise _Bad(f"{name}={text[:60]!r} on a {element.get('type')} object is not a bitmap") from None
+        raise _Bad(f"{name}={short(text)} on a {_kind(element)} object is not a bitmap") from None
 
 
 def _int_attr(element: ET.Element, name: str) -> int | None:
     text = element.get(name)
     if text is None:
         return None
-    try:
-        return int(text)
-    except ValueError:
-        raise _Bad(f"{name}={text[:40]!r} on a {element.get('type')} object is not an integer") from None
+    value = ascii_int(text.strip())
+    if value is None:
+        raise _Bad(f"{name}={short(text, 40)} on a {_kind(element)} object is not an integer")
+    return value
+
+
+def _kind(element: ET.Element) -> str:
+    return clip(element.get("type") or "?", 20)
 
 
 def _walk(machine: ET.Element) -> _Walk:
@@ -173,12 +184,10 @@ def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
     parts = pci_type.split()
     if len(parts) < 2 or not busid:
         return None
-    try:
-        klass = int(parts[0], 16)
-        vendor_text, _, device_text = parts[1].strip("[]").partition(":")
-        vendor, device = int(vendor_text, 16), int(device_text or "0", 16)
-    except ValueError:
-        raise _Bad(f"pci_type={pci_type[:40]!r} of PCI device {busid} is not 'CLASS [VENDOR:DEVICE] ...'") from None
+    vendor_text, _, device_text = parts[1].strip("[]").partition(":")
+    klass, vendor, device = ascii_hex(parts[0]), ascii_hex(vendor_text), ascii_hex(device_text or "0")
+    if klass is None or vendor is None or device is None:
+        raise _Bad(f"pci_type={short(pci_type, 40)} of PCI device {clip(busid, 20)} is not 'CLASS [VENDOR:DEVICE] ...'")
     if klass not in GPU_CLASSES or vendor in EXCLUDED_VENDORS or vendor not in VENDORS:
         return None
     if (vendor, device) in EXCLUDED_DEVICES:
@@ -188,8 +197,9 @@ def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
     for osdev in element.iter("object"):
         name = osdev.get("name", "")
         for prefix in ("nvml", "rsmi"):
-            if name.startswith(prefix) and name[len(prefix):].isdigit():
-                vendor_index = int(name[len(prefix):])
+            number = ascii_uint(name[len(prefix):]) if name.startswith(prefix) else None
+            if number is not None:
+                vendor_index = number
         for info in osdev.findall("info"):
             if info.get("name") == "NVIDIAUUID" and info.get("value"):
                 uuid = info.get("value")
@@ -356,16 +366,17 @@ def _distances(top: ET.Element, machine: ET.Element, nodes: list[_Node]) -> dict
         values = " ".join(e.text or "" for e in matrix.findall("u64values")).split()
         n = _int_or_zero(matrix.get("nbobjs"))
         if n == 0 or len(indexes) != n or len(values) != n * n:
-            raise _Bad(f"distances2 {matrix.get('name')!r}: expected {n} indexes and {n * n} values")
-        try:
-            if matrix.get("indexing") == "gp":
-                by_gp = {node.gp_index: node.os_index for node in nodes}
-                ids = [by_gp[i] for i in indexes]
-            else:
-                ids = [int(i) for i in indexes]
-            numbers = [int(v) for v in values]
-        except (KeyError, ValueError):
-            raise _Bad(f"distances2 {matrix.get('name')!r}: indexes or values are not numbers of NUMA nodes") from None
+            raise _Bad(f"distances2 {short(matrix.get('name'), 40)}: expected {n} indexes and {n * n} values")
+        if matrix.get("indexing") == "gp":
+            by_gp = {node.gp_index: node.os_index for node in nodes}
+            maybe_ids = [by_gp.get(i) for i in indexes]
+        else:
+            maybe_ids = [ascii_uint(i) for i in indexes]
+        maybe_numbers = [ascii_uint(v) for v in values]
+        ids = [i for i in maybe_ids if i is not None]
+        numbers = [v for v in maybe_numbers if v is not None]
+        if len(ids) != n or len(numbers) != n * n:
+            raise _Bad(f"distances2 {short(matrix.get('name'), 40)}: indexes or values are not numbers of NUMA nodes")
         return {a: {b: numbers[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
     order = list(dict.fromkeys(node.os_index for node in nodes))
     for matrix in machine.iter("distances"):  # hwloc 1.x: latencies relative to latency_base, NUMA nodes in order
@@ -373,20 +384,32 @@ def _distances(top: ET.Element, machine: ET.Element, nodes: list[_Node]) -> dict
         n = _int_or_zero(matrix.get("nbobjs"))
         if n != len(order) or len(latencies) != n * n:
             continue
-        try:
-            base = float(matrix.get("latency_base", "1"))
-            numbers = [round(float(v) * base) for v in latencies]
-        except ValueError:
-            raise _Bad("distances: latency values are not numbers") from None
-        return {a: {b: numbers[i * n + j] for j, b in enumerate(order)} for i, a in enumerate(order)}
+        base = _latency(matrix.get("latency_base", "1"))
+        products = [_latency(v) * base for v in latencies]
+        if any(not 0 <= p <= _MAX_DISTANCE for p in products):  # NaN, inf and 1e400 included
+            raise _Bad("distances: latency values are not finite numbers from 0 to 2^32")
+        rounded = [round(p) for p in products]
+        return {a: {b: rounded[i * n + j] for j, b in enumerate(order)} for i, a in enumerate(order)}
     return {}
 
 
-def _int_or_zero(text: str | None) -> int:
+# hwloc's distances are u64 latencies; the kernel's NUMA distances are below 256.
+_MAX_DISTANCE = float(1 << 32)
+
+
+def _latency(text: str) -> float:
+    """A hwloc 1.x latency (a float); NaN for anything that is not a finite number."""
+    if not text.isascii():
+        return math.nan
     try:
-        return int(text or "0")
+        value = float(text)
     except ValueError:
-        return 0
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+def _int_or_zero(text: str | None) -> int:
+    return ascii_uint((text or "0").strip()) or 0
 
 
 def _one(values: frozenset[int]) -> int | None:

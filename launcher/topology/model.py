@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from launcher.cpulist import format_cpulist
+from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
+from launcher.errors import TopologyError
+from launcher.untrusted import clip
 
 
 @dataclass(frozen=True)
@@ -161,3 +163,72 @@ class Topology:
             "cpu_quota": self.cpu_quota,
             "cpu_quota_source": self.cpu_quota_source,
         }
+
+
+# ---------------------------------------------------------------------------------------------- validation
+def checked(topo: Topology, where: str | None = None) -> Topology:
+    """``topo`` made consistent, or a :class:`TopologyError` line: every reader (sysfs, hwloc XML, snapshot)
+    returns its result through here, so no input can give the planner a PU in two cores.
+
+    * Every CPU id is 0..``MAX_CPU_ID`` and every NUMA node id 0..``MAX_NODE_ID`` (what ``sched_setaffinity``
+      and ``set_mempolicy`` accept); anything else is refused.
+    * Each PU belongs to exactly one core: a PU that an inconsistent source lists in a second core (a missing or
+      looping ``thread_siblings`` file, one PU under two ``Core`` objects) stays in the first core, in order of
+      the cores' first PU, and is dropped from the others, with a warning. A core left without PUs goes.
+    * Core ``package`` and ``l3`` indexes point at existing packages and L3 groups (else refused).
+
+    Messages start with ``where`` (default: the topology's ``source``).
+    """
+    where = topo.source if where is None else where
+    cpu_sets: list[tuple[str, frozenset[int] | tuple[int, ...]]] = [
+        ("online", topo.online), ("offline", topo.offline), ("allowed", topo.allowed),
+        *((f"package {p.os_index}", p.cpus) for p in topo.packages),
+        *((f"NUMA node {n.os_index}", n.cpus) for n in topo.numa_nodes),
+        *(("an L3 group", g.cpus) for g in topo.l3_groups),
+        *((f"GPU {clip(g.pci, 40)}", g.cpus) for g in topo.gpus),
+        *(("a core", c.pus) for c in topo.cores),
+    ]
+    for what, cpus in cpu_sets:
+        bad = next((c for c in cpus if not 0 <= c <= MAX_CPU_ID), None)
+        if bad is not None:
+            raise TopologyError(f"{where}: {what} has CPU {id_text(bad)}, outside 0..{MAX_CPU_ID}")
+    nodes: list[tuple[str, int | None]] = [
+        *(("a NUMA node", n.os_index) for n in topo.numa_nodes),
+        *((f"NUMA node {n.os_index}'s distances", k) for n in topo.numa_nodes for k in n.distances),
+        *(("a core", c.numa_node) for c in topo.cores),
+        *((f"GPU {clip(g.pci, 40)}", g.numa_node) for g in topo.gpus),
+        *((f"GPU {clip(g.pci, 40)}'s memory", g.memory_node) for g in topo.gpus),
+        *(("allowed_mems", m) for m in topo.allowed_mems or ()),
+    ]
+    for what, node in nodes:
+        if node is not None and not 0 <= node <= MAX_NODE_ID:
+            raise TopologyError(f"{where}: {what} has NUMA node {id_text(node)}, outside 0..{MAX_NODE_ID}")
+    for core in topo.cores:
+        if not 0 <= core.package < len(topo.packages):
+            raise TopologyError(f"{where}: a core of CPUs {format_cpulist(core.pus)} is in package "
+                                f"L#{id_text(core.package)}, which does not exist")
+        if core.l3 is not None and not 0 <= core.l3 < len(topo.l3_groups):
+            raise TopologyError(f"{where}: a core of CPUs {format_cpulist(core.pus)} is in L3 group "
+                                f"L#{id_text(core.l3)}, which does not exist")
+    cores, twice = _one_core_per_pu(topo.cores)
+    if not twice and cores == topo.cores:
+        return topo
+    warnings = topo.warnings
+    if twice:
+        warnings += (f"CPUs {format_cpulist(twice)} are listed in more than one core (inconsistent sibling lists); "
+                     "each is kept in the first core that lists it",)
+    return replace(topo, cores=cores, warnings=warnings)
+
+
+def _one_core_per_pu(cores: tuple[Core, ...]) -> tuple[tuple[Core, ...], set[int]]:
+    """Cores sorted by first PU with each PU kept in its first core only; and the PUs that were in two."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    out: list[Core] = []
+    for core in sorted(cores, key=lambda c: min(c.pus, default=-1)):
+        pus = tuple(sorted(set(core.pus) - seen))
+        twice.update(p for p in core.pus if p in seen)
+        seen.update(pus)
+        if pus:
+            out.append(core if pus == core.pus else replace(core, pus=pus))
+    return tuple(out), twice

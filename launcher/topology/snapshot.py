@@ -7,13 +7,14 @@ resolved again from the environment of the process that loads the snapshot.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from typing import Any
 
-from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
+from launcher.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
 from launcher.errors import TopologyError
-from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+from launcher.topology._files import read_document
+from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.untrusted import BadJSON, ascii_int, clip, load_json, short
 
 FORMAT = "affrun-topology/1"
 
@@ -57,15 +58,22 @@ def _int(value: Any, what: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _Bad(f"{what} must be an integer{' or null' if optional else ''}, not {json.dumps(value)[:40]}")
+        raise _Bad(f"{what} must be an integer{' or null' if optional else ''}, not {short(value, 40)}")
     return value
+
+
+def _cpu(value: Any, what: str) -> int:
+    problem = id_problem(_int(value, what), "cpu")
+    if problem:
+        raise _Bad(f"{what}: {problem}")
+    return int(value)
 
 
 def _str(value: Any, what: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        raise _Bad(f"{what} must be a string, not {json.dumps(value)[:40]}")
+        raise _Bad(f"{what} must be a string, not {short(value, 40)}")
     return value
 
 
@@ -75,7 +83,14 @@ def _cpus(value: Any, what: str) -> frozenset[int]:
     except CpuIdTooLarge as exc:
         raise _Bad(f"{what}: {exc}") from None
     except ValueError:
-        raise _Bad(f"{what} is not a cpu list: {value!r}") from None
+        raise _Bad(f"{what} is not a cpu list: {short(value)}") from None
+
+
+def _node_key(key: str, what: str) -> int:
+    value = ascii_int(key)
+    if value is None:
+        raise _Bad(f"{what}: key {short(key, 20)} is not a NUMA node id")
+    return value
 
 
 def _list(data: dict[str, Any], key: str) -> list[Any]:
@@ -100,10 +115,10 @@ def from_snapshot(data: Any, where: str = "snapshot") -> Topology:
     except _Bad as exc:
         raise TopologyError(f"{where}: bad topology snapshot: {exc}") from None
     except KeyError as exc:
-        raise TopologyError(f"{where}: bad topology snapshot: missing key {exc}") from None
+        raise TopologyError(f"{where}: bad topology snapshot: missing key {clip(str(exc), 40)}") from None
     except (TypeError, ValueError, AttributeError) as exc:
-        raise TopologyError(f"{where}: bad topology snapshot ({type(exc).__name__}: {exc})") from None
-    return topo
+        raise TopologyError(f"{where}: bad topology snapshot ({type(exc).__name__}: {clip(str(exc))})") from None
+    return checked(topo, f"{where}: bad topology snapshot")
 
 
 def _build(data: dict[str, Any]) -> Topology:
@@ -119,7 +134,8 @@ def _build(data: dict[str, Any]) -> Topology:
             NumaNode(
                 _int(n["os_index"], f"numa_nodes[{i}].os_index"),
                 _cpus(n["cpus"], f"numa_nodes[{i}].cpus"),
-                {int(k): _int(v, f"numa_nodes[{i}].distances[{k}]") for k, v in dist.items()},
+                {_node_key(k, f"numa_nodes[{i}].distances"): _int(v, f"numa_nodes[{i}].distances[{clip(k, 20)}]")
+                 for k, v in dist.items()},
                 _int(n.get("memory_kb"), f"numa_nodes[{i}].memory_kb", optional=True),
             )
         )
@@ -139,7 +155,7 @@ def _build(data: dict[str, Any]) -> Topology:
         cores.append(
             Core(
                 _int(c["os_index"], f"cores[{i}].os_index"),
-                tuple(_int(p, f"cores[{i}].pus") for p in pus),
+                tuple(_cpu(p, f"cores[{i}].pus") for p in pus),
                 package,
                 _int(c.get("numa_node"), f"cores[{i}].numa_node", optional=True),
                 l3,
@@ -150,7 +166,7 @@ def _build(data: dict[str, Any]) -> Topology:
         g = _obj(g, f"gpus[{i}]")
         vendor = _str(g["vendor"], f"gpus[{i}].vendor")
         if vendor not in ("nvidia", "amd", "intel"):
-            raise _Bad(f"gpus[{i}].vendor must be nvidia, amd or intel, not {vendor!r}")
+            raise _Bad(f"gpus[{i}].vendor must be nvidia, amd or intel, not {short(vendor, 20)}")
         gpus.append(
             GPU(
                 _int(g["index"], f"gpus[{i}].index"),
@@ -201,13 +217,15 @@ def _quota(value: object) -> float | None:
 
 
 def load_snapshot(path: str) -> Topology:
+    return snapshot_topology(read_document(path, "an affrun topology snapshot"), path)
+
+
+def snapshot_topology(data: bytes, path: str) -> Topology:
+    """The topology of snapshot JSON ``data`` read from ``path``."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise TopologyError(f"{path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{path}: not a text file (expected an affrun topology snapshot, JSON)") from None
-    except json.JSONDecodeError as exc:
-        raise TopologyError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return replace(from_snapshot(data, path), loaded_from=f"snapshot {path}")
+        parsed = load_json(data)
+    except BadJSON as exc:
+        if str(exc) == "not UTF-8 text":
+            raise TopologyError(f"{path}: not a text file (expected an affrun topology snapshot, JSON)") from None
+        raise TopologyError(f"{path}: {exc}") from None
+    return replace(from_snapshot(parsed, path), loaded_from=f"snapshot {path}")

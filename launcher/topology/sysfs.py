@@ -14,7 +14,8 @@ from launcher.errors import TopologyError
 from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file, read_int, read_text
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
-from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology
+from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.untrusted import ascii_uint
 
 
 def read_sysfs(
@@ -31,7 +32,7 @@ def read_sysfs(
     visibility variables (``CUDA_VISIBLE_DEVICES``...); ``None`` means no restriction.
     """
     cpu_dir = os.path.join(root, "sys/devices/system/cpu")
-    cpu_ids = numbered_entries(cpu_dir, "cpu")
+    cpu_ids = numbered_entries(cpu_dir, "cpu", "cpu")
     if not cpu_ids:
         if not os.path.isdir(cpu_dir):
             raise TopologyError(f"{cpu_dir}: no such directory (is {root!r} a sysfs tree with sys/ and proc/?)")
@@ -102,7 +103,7 @@ def read_sysfs(
         visible = resolved.visible
         if resolved.warning:
             warnings.append(resolved.warning)
-    return Topology(
+    return checked(Topology(
         packages=packages,
         numa_nodes=tuple(nodes),
         l3_groups=tuple(L3Group(cpus=s) for s in l3_sets),
@@ -115,7 +116,7 @@ def read_sysfs(
         source="live" if root == "/" else f"fsroot {root}",
         allowed_mems=None if cpuset is None else cpuset.mems,
         warnings=tuple(warnings),
-    )
+    ))
 
 
 def _online_cpus(cpu_dir: str, cpu_ids: list[int]) -> tuple[frozenset[int], frozenset[int]]:
@@ -229,7 +230,7 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
     warnings: list[str] = []
     found: list[tuple[int, frozenset[int], int | None]] = []
     cpulist = CpusFile(("cpulist", True), ("cpumap", False))
-    for nid in numbered_entries(node_dir, "node"):
+    for nid in numbered_entries(node_dir, "node", "node"):
         ndir = os.path.join(node_dir, f"node{nid}")
         cpus = cpulist.read(ndir)
         if cpus is None and not os.path.isdir(ndir):
@@ -243,9 +244,9 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
         row = read_text(os.path.join(node_dir, f"node{nid}", "distance"))
         dist: dict[int, int] = {}
         if row:
-            values = row.split()
-            if len(values) == len(ids) and all(v.isdigit() for v in values):
-                dist = {i: int(v) for i, v in zip(ids, values)}
+            numbers = [ascii_uint(v) for v in row.split()]
+            if len(numbers) == len(ids) and None not in numbers:
+                dist = {i: v for i, v in zip(ids, numbers) if v is not None}
         nodes.append(NumaNode(nid, cpus, dist, memory_kb))
     orphan = online - frozenset().union(*(n.cpus for n in nodes))
     if orphan:
@@ -262,8 +263,6 @@ def _node_memory(ndir: str) -> int | None:
     for line in text.splitlines():
         if "MemTotal:" in line:
             parts = line.split()
-            try:
-                return int(parts[parts.index("MemTotal:") + 1])
-            except (ValueError, IndexError):
-                return None
+            at = parts.index("MemTotal:") + 1
+            return ascii_uint(parts[at]) if at < len(parts) else None
     return None

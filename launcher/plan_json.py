@@ -1,0 +1,148 @@
+"""Read a :class:`~launcher.plan.Plan` back from JSON that another process wrote (``AFFRUN_PLAN``), checking it
+like any other input.
+
+``affrun torchrun`` writes the plan; each worker's ``affrun exec`` reads it from its environment, where anything
+can have changed it (a user's script, a scheduler prolog, a copy-pasted variable). So every field is checked for
+its type and range before a CPU mask or memory policy is built from it: CPU ids 0..``MAX_CPU_ID``, NUMA node ids
+0..``MAX_NODE_ID``, known enumerated values only, and no CPU in two ranks unless the plan shares them (``numa``,
+``socket``) or the user mapped them so (``map``). Standard library only: this runs before every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID
+from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
+from launcher.plan_spill import SPILLS
+from launcher.untrusted import short
+
+# A GPU's visible index; no machine has anywhere near this many.
+MAX_GPU_INDEX = (1 << 16) - 1
+C = TypeVar("C", bound=str)
+
+
+class BadPlan(ValueError):
+    """A field of a plan is missing or has the wrong type or value (the message names it)."""
+
+
+def _get(d: dict[str, Any], key: str, what: str) -> Any:
+    if key not in d:
+        raise BadPlan(f"{what}: missing \"{key}\"")
+    return d[key]
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadPlan(f"{what} must be an object, not {short(value, 40)}")
+    return value
+
+
+def _int(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadPlan(f"{what} must be an integer from {low} to {high}, not {short(value, 40)}")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadPlan(f"{what} must be true or false, not {short(value, 40)}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadPlan(f"{what} must be a string, not {short(value, 40)}")
+    return value
+
+
+def choice(value: Any, what: str, choices: tuple[C, ...]) -> C:
+    """``value`` as the member of ``choices`` it equals (typed as their Literal); :class:`BadPlan` otherwise."""
+    for member in choices:
+        if isinstance(value, str) and value == member:
+            return member
+    raise BadPlan(f"{what} must be one of {', '.join(choices)}, not {short(value, 40)}")
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise BadPlan(f"{what} must be a list, not {short(value, 40)}")
+    return value
+
+
+def _ids(value: Any, what: str, high: int) -> tuple[int, ...]:
+    items = tuple(_int(v, f"{what}[]", 0, high) for v in _list(value, what))
+    if len(set(items)) != len(items):
+        raise BadPlan(f"{what} lists an id twice")
+    return items
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    return tuple(_str(v, f"{what}[]") for v in _list(value, what))
+
+
+def string_map(value: Any, what: str) -> dict[str, str]:
+    d = _obj(value, what)
+    for k, v in d.items():
+        _str(v, f"{what}[{short(k, 40)}]")
+    return dict(d)
+
+
+def _rank(value: Any, index: int) -> RankPlan:
+    what = f"ranks[{index}]"
+    d = _obj(value, what)
+    cpus = _ids(_get(d, "cpus", what), f"{what}.cpus", MAX_CPU_ID)
+    if not cpus:
+        raise BadPlan(f"{what}.cpus is empty")
+    cores = tuple(_ids(c, f"{what}.compute_cores[]", MAX_CPU_ID)
+                  for c in _list(_get(d, "compute_cores", what), f"{what}.compute_cores"))
+    loader = _ids(_get(d, "loader_cpus", what), f"{what}.loader_cpus", MAX_CPU_ID)
+    inside = set(cpus)
+    if not all(set(core) <= inside for core in cores) or not set(loader) <= inside:
+        raise BadPlan(f"{what}: compute_cores and loader_cpus must be CPUs of the rank's cpus")
+    gpu = _get(d, "gpu", what)
+    pci = d.get("gpu_pci")
+    return RankPlan(
+        local_rank=_int(_get(d, "local_rank", what), f"{what}.local_rank", index, index),
+        cpus=cpus,
+        compute_cores=cores,
+        loader_cpus=loader,
+        gpu=None if gpu is None else _int(gpu, f"{what}.gpu", 0, MAX_GPU_INDEX),
+        gpu_pci=None if pci is None else _str(pci, f"{what}.gpu_pci"),
+        numa_nodes=_ids(_get(d, "numa_nodes", what), f"{what}.numa_nodes", MAX_NODE_ID),
+        mem_nodes=_ids(_get(d, "mem_nodes", what), f"{what}.mem_nodes", MAX_NODE_ID),
+        threads=_int(_get(d, "threads", what), f"{what}.threads", 1, MAX_CPU_ID + 1),
+        shared=_bool(d.get("shared", False), f"{what}.shared"),
+        reasons=_strings(d.get("reasons", []), f"{what}.reasons"),
+        warnings=_strings(d.get("warnings", []), f"{what}.warnings"),
+        spill_cpus=_ids(d.get("spill_cpus", []), f"{what}.spill_cpus", MAX_CPU_ID),
+        spill_nodes=_ids(d.get("spill_nodes", []), f"{what}.spill_nodes", MAX_NODE_ID),
+    )
+
+
+def plan_from_json(value: Any) -> Plan:
+    """The :class:`Plan` that :meth:`Plan.to_dict` wrote as ``value``; :class:`BadPlan` for anything else."""
+    d = _obj(value, "plan")
+    raw_ranks = _list(_get(d, "ranks", "plan"), "plan.ranks")
+    if not raw_ranks or len(raw_ranks) > MAX_CPU_ID + 1:
+        raise BadPlan(f"plan.ranks must hold 1 to {MAX_CPU_ID + 1} ranks, not {len(raw_ranks)}")
+    ranks = tuple(_rank(r, i) for i, r in enumerate(raw_ranks))
+    mode = choice(_get(d, "mode", "plan"), "plan.mode", MODES)
+    if mode != "map":
+        owner: dict[int, int] = {}
+        for rank in ranks:
+            if rank.shared:
+                continue
+            for cpu in rank.cpus:
+                if owner.setdefault(cpu, rank.local_rank) != rank.local_rank:
+                    raise BadPlan(f"ranks {owner[cpu]} and {rank.local_rank} both have CPU {cpu} but are not shared "
+                                  f"(plan.mode {mode})")
+    return Plan(
+        ranks=ranks,
+        mode=mode,
+        smt=_bool(_get(d, "smt", "plan"), "plan.smt"),
+        gpu_order=choice(_get(d, "gpu_order", "plan"), "plan.gpu_order", GPU_ORDERS),
+        warnings=_strings(d.get("warnings", []), "plan.warnings"),
+        reserved=_ids(d.get("reserved", []), "plan.reserved", MAX_CPU_ID),
+        spill=choice(d.get("spill", "none"), "plan.spill", SPILLS),
+    )

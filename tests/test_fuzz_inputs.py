@@ -1,0 +1,336 @@
+"""Fuzzing: hypothesis corrupts real hwloc sysfs trees, hwloc XML exports, topology snapshots and plans.
+
+Whatever the input, affrun either refuses it with one :class:`AffrunError` line, or plans with no CPU twice (in a
+rank, or in two ranks that do not share by design), only allowed CPUs, ids that ``sched_setaffinity`` takes, and a
+plan that its own ``AFFRUN_PLAN`` check accepts and a snapshot that loads back. Anything else (another exception,
+a hang) fails.
+
+By default each test runs a few dozen derandomized examples (CI stays fast and stable). A longer, random run:
+
+    AFFRUN_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz_inputs.py
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID
+from launcher.env import rank_environment
+from launcher.errors import AffrunError
+from launcher.exec_cmd import ParentPlan
+from launcher.plan import MODES, Plan, Request, make_plan
+from launcher.topology import Topology, load_topology
+from launcher.topology.hwloc_xml import hwloc_xml_topology
+from launcher.topology.snapshot import from_snapshot, snapshot_topology, to_snapshot
+from tests.conftest import FIXTURES, extract_tarball, need
+
+LONG = int(os.environ.get("AFFRUN_FUZZ_EXAMPLES", "0"))
+FUZZ = settings(max_examples=LONG or 25, derandomize=not LONG, deadline=None, database=None,
+                suppress_health_check=list(HealthCheck))
+EXAMPLE_SECONDS = 20  # one example (read + a few plans) takes milliseconds; longer is a hang
+TREES = ["16em64t-4s2c2t-offlines", "16amd64-8n2c-cpusets", "64amd64-4s2n4ca2co", "nvidiagpunumanodes",
+         "offline-cpu0-node0", "20em64t-hybrid-1p6c2t+2ca4co1t"]
+XMLS = ["hwloc-linux/16em64t-4s2c2t-offlines-xml.xml", "hwloc-linux/32amd64-4s2n4c-cgroup2.xml",
+        "hwloc-xml-gpu/24em64t-2n6c2t-pci.xml", "hwloc-linux/nvidia-dgx-gb10.xml"]
+PLAN_MODES = [m for m in MODES if m != "map"]
+
+
+# ---------------------------------------------------------------------------------------------- the property
+def check_plan(topo: Topology, plan: Plan) -> None:
+    owner: dict[int, int] = {}
+    for rank in plan.ranks:
+        assert rank.cpus, f"rank {rank.local_rank} has no CPU"
+        assert len(rank.cpus) == len(set(rank.cpus)), f"rank {rank.local_rank} lists a CPU twice: {rank.cpus}"
+        assert set(rank.cpus) <= topo.allowed, f"rank {rank.local_rank} has CPUs outside the allowed set"
+        assert all(0 <= c <= MAX_CPU_ID for c in rank.cpus)
+        assert all(0 <= n <= MAX_NODE_ID for n in (*rank.numa_nodes, *rank.mem_nodes))
+        compute = [p for core in rank.compute_cores for p in core]
+        assert len(compute) == len(set(compute)), f"rank {rank.local_rank}: a PU in two cores"
+        rank_environment(rank, local_world_size=len(plan.ranks), user_env={})
+        if rank.shared:
+            continue
+        for cpu in rank.cpus:
+            assert owner.setdefault(cpu, rank.local_rank) == rank.local_rank, (
+                f"CPU {cpu} in ranks {owner[cpu]} and {rank.local_rank} ({plan.mode})")
+    # What affrun torchrun writes, every worker's affrun exec accepts, unchanged.
+    parent = ParentPlan(plan, "rank", "safe", "none", "auto", {}, False)
+    assert ParentPlan.from_json(parent.to_json()).plan == plan
+
+
+def check_topology(topo: Topology) -> None:
+    seen: set[int] = set()
+    for core in topo.cores:
+        assert core.pus and seen.isdisjoint(core.pus), f"a PU in two cores: {core.pus}"
+        seen.update(core.pus)
+    again = from_snapshot(json.loads(json.dumps(to_snapshot(topo))))
+    assert again.to_json() == topo.to_json(), "a snapshot of this topology does not load back the same"
+
+
+def one_line(exc: AffrunError) -> None:
+    message = str(exc)
+    assert "\n" not in message and 0 < len(message) < 600, message[:1000]
+
+
+def plan_all(load: Callable[[], Topology], nprocs: list[int], modes: list[str]) -> None:
+    """Load and plan; an AffrunError must be one line, anything else must satisfy the property."""
+    try:
+        topo = load()
+    except AffrunError as exc:
+        one_line(exc)
+        return
+    check_topology(topo)
+    for nproc, mode in zip(nprocs, modes):
+        try:
+            plan = make_plan(topo, Request(nproc=nproc, mode=mode, use_gpus=bool(nproc % 2)))
+        except AffrunError as exc:
+            one_line(exc)
+            continue
+        check_plan(topo, plan)
+
+
+class Hang(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _bounded() -> Iterator[None]:
+    """Every example gets EXAMPLE_SECONDS: a read that blocks (a FIFO) fails the test instead of hanging it."""
+    def alarm(signum: int, frame: FrameType | None) -> None:
+        raise Hang(f"an example ran past {EXAMPLE_SECONDS}s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def bounded(fn: Callable[[], None]) -> None:
+    signal.alarm(EXAMPLE_SECONDS)
+    try:
+        fn()
+    finally:
+        signal.alarm(0)
+
+
+requests = st.tuples(st.lists(st.integers(1, 40), min_size=1, max_size=4), st.lists(st.sampled_from(PLAN_MODES), min_size=4, max_size=4))
+
+# ---------------------------------------------------------------------------------------------- content strategies
+DIGITS = "0123456789"
+NOT_ASCII_DIGITS = "²①١٢߀०"  # str.isdigit() or int() take some of these
+number_text = st.one_of(
+    st.integers(-5, 70000).map(str),
+    st.integers(0, 12).map(lambda n: "9" * (n * 4 + 1)),
+    st.text(alphabet=DIGITS + NOT_ASCII_DIGITS + "-_+ x", min_size=1, max_size=8),
+)
+cpulist_text = st.lists(st.one_of(number_text, st.tuples(number_text, number_text).map("-".join)), max_size=4).map(",".join)
+hexmask_text = st.lists(st.text(alphabet="0123456789abcdefABCDEFx,", max_size=10), max_size=3).map(",".join)
+file_content = st.one_of(
+    cpulist_text.map(lambda t: t + "\n"),
+    hexmask_text.map(lambda t: t + "\n"),
+    number_text,
+    st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+    st.just(""),
+    st.just("0-65536\n"),
+    st.just("0-99999999\n"),
+)
+
+
+# ---------------------------------------------------------------------------------------------- sysfs trees
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    need(FIXTURES.is_dir(), f"shared fixtures not found at {FIXTURES} (set AFFRUN_FIXTURES)")
+    dest = tmp_path_factory.mktemp("fuzz-trees")
+    return {name: extract_tarball(FIXTURES / "hwloc-linux" / f"{name}.tar.bz2", dest) for name in TREES}
+
+
+@functools.cache
+def tree_entries(root: Path) -> list[str]:
+    """Relative paths of the files and links under sys/devices/system and proc/ (what the reader opens)."""
+    out: list[str] = []
+    for top in ("sys/devices/system/cpu", "sys/devices/system/node", "proc"):
+        for dirpath, dirnames, filenames in os.walk(root / top):
+            dirnames.sort()
+            out.extend(os.path.relpath(os.path.join(dirpath, f), root) for f in sorted(filenames))
+    return out
+
+
+MUTATIONS = st.one_of(
+    st.tuples(st.just("write"), file_content),
+    st.tuples(st.just("delete"), st.just("")),
+    st.tuples(st.just("dangling"), st.just("")),
+    st.tuples(st.just("loop"), st.just("")),
+    st.tuples(st.just("fifo"), st.just("")),
+    st.tuples(st.just("devzero"), st.just("")),
+    st.tuples(st.just("sibling-dir"), st.text(alphabet=DIGITS + NOT_ASCII_DIGITS, min_size=1, max_size=12)),
+)
+
+
+def mutate(path: Path, kind: str, value: str) -> None:
+    """Change one entry of a hard-linked copy: unlink first, so the extracted original is never written."""
+    if kind == "sibling-dir":  # a new cpuN / nodeN directory next to the entry's own
+        parent = next((p for p in path.parents if p.name.startswith(("cpu", "node")) and p.name[-1:].isdigit()), None)
+        if parent is not None:
+            prefix = "cpu" if parent.name.startswith("cpu") else "node"
+            sibling = parent.with_name(prefix + value)
+            if not sibling.exists():
+                shutil.copytree(parent, sibling, symlinks=True, copy_function=os.link)
+        return
+    if path.is_symlink() or path.exists():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if kind == "write":
+        path.write_bytes(value.encode("utf-8", "surrogateescape"))
+    elif kind == "dangling":
+        path.symlink_to("no-such-target")
+    elif kind == "loop":
+        path.symlink_to(path.name)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "devzero":
+        path.symlink_to("/dev/zero")
+
+
+@FUZZ
+@given(data=st.data(), tree=st.sampled_from(TREES), request=requests)
+def test_corrupted_sysfs_trees(trees: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
+                               tree: str, request: tuple[list[int], list[str]]) -> None:
+    source = trees[tree]
+    entries = tree_entries(source)
+    copy = tmp_path_factory.mktemp("fuzzed") / "t"
+    shutil.copytree(source, copy, symlinks=True, copy_function=os.link)
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        entry = data.draw(st.sampled_from(entries), label="entry")
+        kind, value = data.draw(MUTATIONS, label="mutation")
+        mutate(copy / entry, kind, value)
+    bounded(lambda: plan_all(lambda: load_topology(fsroot=str(copy), environ={}), *request))
+    shutil.rmtree(copy.parent)
+
+
+# ---------------------------------------------------------------------------------------------- hwloc XML
+@pytest.fixture(scope="module")
+def xml_documents() -> dict[str, bytes]:
+    need(FIXTURES.is_dir(), f"shared fixtures not found at {FIXTURES} (set AFFRUN_FIXTURES)")
+    return {name: (FIXTURES / name).read_bytes() for name in XMLS}
+
+
+ATTRIBUTES = ["os_index", "cpuset", "complete_cpuset", "allowed_cpuset", "online_cpuset", "nodeset", "type",
+              "local_memory", "subtype", "gp_index", "pci_type", "pci_busid"]
+attribute_value = st.one_of(number_text, hexmask_text.map(lambda t: "0x" + t), cpulist_text,
+                            st.sampled_from(["PU", "Core", "NUMANode", "Package", "L3Cache", "PCIDev", "Group", "",
+                                             "inf", "1e400", "nan", "0x" + "f" * 20000]))
+
+
+@FUZZ
+@given(data=st.data(), name=st.sampled_from(XMLS), request=requests)
+def test_corrupted_hwloc_xml(xml_documents: dict[str, bytes], data: st.DataObject, name: str,
+                             request: tuple[list[int], list[str]]) -> None:
+    root = ET.fromstring(xml_documents[name])
+    elements = list(root.iter())
+    for _ in range(data.draw(st.integers(1, 4), label="mutations")):
+        target = elements[data.draw(st.integers(0, len(elements) - 1), label="element")]
+        action = data.draw(st.sampled_from(["set", "set", "drop", "copy-into"]), label="action")
+        if action == "set":
+            target.set(data.draw(st.sampled_from(ATTRIBUTES), label="attribute"), data.draw(attribute_value, label="value"))
+        elif action == "drop":
+            for parent in root.iter():
+                if target in list(parent):
+                    parent.remove(target)
+                    break
+        else:  # the same object twice: one PU under two Cores, one Core in two Packages...
+            other = elements[data.draw(st.integers(0, len(elements) - 1), label="other")]
+            if not any(e is other for e in target.iter()):  # not into itself or its own subtree (a cycle)
+                other.append(target)
+    encoding = data.draw(st.sampled_from(["UTF-8", "UTF-8", "bogus", "UTF-7", "UTF-16", "latin-1"]), label="encoding")
+    text = f'<?xml version="1.0" encoding="{encoding}"?>\n'.encode() + ET.tostring(root)
+    bounded(lambda: plan_all(lambda: hwloc_xml_topology(text, "fuzzed.xml"), *request))
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+@pytest.fixture(scope="module")
+def snapshots(trees: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    return {name: to_snapshot(load_topology(fsroot=str(path), environ={})) for name, path in trees.items()}
+
+
+json_value = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(10 ** 30), 10 ** 30), st.integers(-3, 70000),
+              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), cpulist_text),
+    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=3)),
+    max_leaves=8,
+)
+
+
+def replace_somewhere(value: Any, data: st.DataObject, depth: int = 0) -> Any:
+    """``value`` with one part replaced (or, in a list, duplicated) somewhere below it."""
+    stop = depth > 0 and data.draw(st.booleans(), label="here")
+    if isinstance(value, dict) and value and not stop:
+        key = data.draw(st.sampled_from(sorted(value)), label="key")
+        return {**value, key: replace_somewhere(value[key], data, depth + 1)}
+    if isinstance(value, list) and value and not stop:
+        i = data.draw(st.integers(0, len(value) - 1), label="index")
+        if data.draw(st.booleans(), label="duplicate"):
+            return [*value, value[i]]  # one core, node or GPU listed twice
+        return [*value[:i], replace_somewhere(value[i], data, depth + 1), *value[i + 1:]]
+    return data.draw(json_value, label="new value")
+
+
+@FUZZ
+@given(data=st.data(), tree=st.sampled_from(TREES), request=requests)
+def test_corrupted_snapshots(snapshots: dict[str, dict[str, Any]], data: st.DataObject, tree: str,
+                             request: tuple[list[int], list[str]]) -> None:
+    snap: Any = snapshots[tree]
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        snap = replace_somewhere(snap, data)
+    text = json.dumps(snap).encode()
+    bounded(lambda: plan_all(lambda: snapshot_topology(text, "fuzzed.json"), *request))
+
+
+# ---------------------------------------------------------------------------------------------- AFFRUN_PLAN
+@FUZZ
+@given(data=st.data(), tree=st.sampled_from(TREES), nproc=st.integers(1, 6), mode=st.sampled_from(PLAN_MODES))
+def test_corrupted_affrun_plan(trees: dict[str, Path], data: st.DataObject, tree: str, nproc: int, mode: str) -> None:
+    topo = load_topology(fsroot=str(trees[tree]), environ={})
+    try:
+        plan = make_plan(topo, Request(nproc=nproc, mode=mode))
+    except AffrunError:
+        return
+    value: Any = json.loads(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False).to_json())
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        value = replace_somewhere(value, data)
+
+    def read_back() -> None:
+        try:
+            parent = ParentPlan.from_json(json.dumps(value))
+        except AffrunError as exc:
+            one_line(exc)
+            return
+        check_plan_alone(parent.plan)
+
+    bounded(read_back)
+
+
+def check_plan_alone(plan: Plan) -> None:
+    """What ``affrun exec`` can rely on in a plan that passed its check: ids in range, no CPU in two unshared ranks."""
+    owner: dict[int, int] = {}
+    for rank in plan.ranks:
+        assert rank.cpus and all(0 <= c <= MAX_CPU_ID for c in rank.cpus)
+        assert all(0 <= n <= MAX_NODE_ID for n in (*rank.numa_nodes, *rank.mem_nodes))
+        rank_environment(rank, local_world_size=len(plan.ranks), user_env={})
+        if rank.shared or plan.mode == "map":
+            continue
+        for cpu in rank.cpus:
+            assert owner.setdefault(cpu, rank.local_rank) == rank.local_rank

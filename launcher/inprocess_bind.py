@@ -61,8 +61,9 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     """The :class:`~launcher.exec_cmd.ParentPlan` to bind from: ``affrun run``'s, or one made here."""
     import argparse
 
-    from launcher.env import effective_mem_policy
-    from launcher.exec_cmd import PLAN_VARIABLE, ParentPlan, add_binding_arguments, plan_options_from
+    from launcher.env import USER_VARIABLES
+    from launcher.handoff import PLAN_VARIABLE, ParentPlan, plan_job
+    from launcher.option_table import add_binding_arguments
     from launcher.startup import RUN_VARIABLE
 
     if os.environ.get(RUN_VARIABLE) and os.environ.get(PLAN_VARIABLE):
@@ -80,20 +81,10 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise ConfigError(f"bind_rank: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(defaults))}")
-    args = argparse.Namespace(**{**defaults, **options})
-    from launcher.plan import make_plan
-    from launcher.topology import load_topology
-
-    opts = plan_options_from(args)
-    topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, gpus=not opts.no_gpu)
-    plan = make_plan(topo, opts.request(nproc))
-    from launcher.env import USER_VARIABLES
-
     # Values a bound parent process left behind (AFFRUN_CPUS is set) are affrun's, not the user's.
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
-    return ParentPlan(plan, args.omp_bind, args.env_policy, effective_mem_policy(args.mem_policy, len(topo.cpu_nodes())),
-                      args.mem_backend, user_env, False)
+    return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1]
 
 
 def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
@@ -117,8 +108,8 @@ def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
 
 def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
+    from launcher.apply import bind_process
     from launcher.env import rank_environment
-    from launcher.exec_cmd import bind_process
     from launcher.runtimes import OPENMP, controller_named, loaded_runtimes
     from launcher.startup import apply_environment, rank_user_env
 

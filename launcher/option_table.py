@@ -1,7 +1,8 @@
-"""The binding options, defined once: flags, destination, type, default and help.
+"""The binding options, defined once: flags, destination, type, default and help, with their argparse side
+(:func:`add_binding_arguments`, :func:`plan_options_from`) and their way back to flags (:func:`to_argv`).
 
 ``affrun exec`` and ``affrun torchrun`` build argparse arguments from this table
-(:func:`launcher.exec_cmd.add_binding_arguments`); the click commands build click options from it
+(:func:`add_binding_arguments`); the click commands build click options from it
 (:mod:`launcher.cli.options`). Planning options are named like :class:`~launcher.options.PlanOptions`'s fields.
 Standard library only: ``affrun exec`` imports it before every rank.
 """
@@ -9,14 +10,17 @@ Standard library only: ``affrun exec`` imports it before every rank.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, get_args
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from launcher.env import ENV_POLICIES
 from launcher.omp_syntax import BIND_MODES
-from launcher.options import MEM_POLICIES
+from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES
 from launcher.plan_spill import SPILLS
+
+if TYPE_CHECKING:
+    import argparse
 
 MemBackend = Literal["auto", "numactl", "syscall"]
 MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
@@ -90,3 +94,35 @@ def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_
         elif value is not None and value != "" and value != spec.default:
             argv += [spec.flag, str(value)]
     return argv
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
+
+
+def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
+    """The topology, planning, environment and memory options of ``exec`` and ``torchrun``, argparse side, from
+    :data:`launcher.option_table.BINDING_OPTIONS` (click builds its options from the same table). Each value lands
+    in ``prefix + dest``; the planning ones are named like :class:`~launcher.options.PlanOptions`'s fields (see
+    :func:`plan_options_from`)."""
+    for spec in BINDING_OPTIONS:
+        kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
+        if spec.is_flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(default=spec.default, metavar=spec.metavar)
+            if spec.choices:
+                kwargs["choices"] = spec.choices
+            if spec.count:
+                kwargs["type"] = _non_negative
+        group.add_argument(spec.flag, **kwargs)
+
+
+def plan_options_from(args: argparse.Namespace, prefix: str = "") -> PlanOptions:
+    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args``."""
+    return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

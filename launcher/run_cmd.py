@@ -19,18 +19,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from launcher.env import USER_VARIABLES, effective_mem_policy
+from launcher.apply import exec_or_status
+from launcher.env import USER_VARIABLES
 from launcher.errors import AffrunError, ConfigError, LaunchError
-from launcher.exec_cmd import (
-    INLINE_PLAN_LIMIT,
-    PLAN_VARIABLE,
-    ParentPlan,
-    add_binding_arguments,
-    exec_or_status,
-    mem_text,
-    plan_options_from,
-    rank_line,
-)
+from launcher.handoff import INLINE_PLAN_LIMIT, PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
+from launcher.option_table import add_binding_arguments
 from launcher.startup import RUN_VARIABLE
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -84,24 +77,11 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
-    from launcher.plan import make_plan
-    from launcher.topology import load_topology
-
-    opts = plan_options_from(args)
-    topo = load_topology(fsroot=args.fsroot, topology_file=args.topology_file, cpus=args.cpus, environ=environ,
-                         gpus=not opts.no_gpu)
-    nproc = args.nproc if args.nproc is not None else opts.rank_count()
-    if nproc is None:
-        nproc = 0 if opts.no_gpu else len(topo.visible_gpus())
-        if nproc == 0:
-            raise ConfigError("no GPU is visible to plan one rank per GPU: give --nproc-per-node N (the number of "
-                              "processes the launcher starts)")
-    if nproc < 1:
-        raise ConfigError(f"--nproc-per-node {nproc}: give at least 1")
-    plan = make_plan(topo, opts.request(nproc))
-    mem = effective_mem_policy(args.mem_policy, len(topo.cpu_nodes()))
+    if args.nproc is not None and args.nproc < 1:
+        raise ConfigError(f"--nproc-per-node {args.nproc}: give at least 1")
     user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
-    return ParentPlan(plan, args.omp_bind, args.env_policy, mem, args.mem_backend, user_env, args.verbose)
+    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env)
+    return parent
 
 
 def main(argv: Sequence[str]) -> int:

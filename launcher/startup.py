@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from launcher.exec_cmd import ParentPlan
+    from launcher.handoff import ParentPlan
 
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
@@ -65,7 +65,7 @@ def multiprocessing_child(argv: Sequence[str]) -> bool:
 
 def affrun_process(argv: Sequence[str]) -> bool:
     """``affrun ...`` itself (console script) or ``affrun exec`` as ``affrun torchrun`` starts it."""
-    from launcher.exec_cmd import BOOT
+    from launcher.handoff import BOOT
 
     return (BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
             or list(argv[1:3]) == ["-m", "launcher"])
@@ -138,7 +138,7 @@ def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str]
 
 def parent_plan(environ: Mapping[str, str]) -> ParentPlan:
     from launcher.errors import LaunchError
-    from launcher.exec_cmd import PLAN_VARIABLE, ParentPlan
+    from launcher.handoff import PLAN_VARIABLE, ParentPlan
 
     text = environ.get(PLAN_VARIABLE)
     if not text:
@@ -148,9 +148,10 @@ def parent_plan(environ: Mapping[str, str]) -> ParentPlan:
 
 def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
     """Bind this process as local rank ``rank_index`` of ``parent``'s plan; return its notes."""
+    from launcher.apply import bind_process
     from launcher.env import rank_environment
     from launcher.errors import LaunchError
-    from launcher.exec_cmd import bind_process, mem_text, rank_line
+    from launcher.handoff import mem_text, rank_line
 
     if not 0 <= rank_index < len(parent.plan.ranks):
         raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
@@ -186,7 +187,7 @@ def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
 
         raise LaunchError(f"AFFRUN_LOADER_CPUS={environ.get('AFFRUN_LOADER_CPUS')!r} is not a cpu list") from None
     if loader:
-        from launcher.exec_cmd import bind_process
+        from launcher.apply import bind_process
 
         bind_process(sorted(loader), "none", (), "syscall")
     apply_environment(environ, {}, PLACEMENT_VARIABLES)

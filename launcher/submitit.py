@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from launcher.binding import TaskBinding, current_binding
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import ConfigError
-from launcher.exec_cmd import exec_prefix
+from launcher.handoff import exec_prefix
 from launcher.options import PlanOptions
 
 if TYPE_CHECKING:

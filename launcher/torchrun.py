@@ -18,17 +18,10 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.env import USER_VARIABLES, effective_mem_policy
+from launcher.env import USER_VARIABLES
 from launcher.errors import AffrunError, ConfigError
-from launcher.exec_cmd import (
-    PLAN_VARIABLE,
-    ParentPlan,
-    add_binding_arguments,
-    exec_prefix,
-    mem_text,
-    plan_options_from,
-    rank_line,
-)
+from launcher.handoff import PLAN_VARIABLE, exec_prefix, mem_text, option_values, plan_job, rank_line
+from launcher.option_table import add_binding_arguments
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 
@@ -127,17 +120,9 @@ def main(argv: Sequence[str]) -> int:
         nproc = determine_local_world_size(args.nproc_per_node)
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
-    from launcher.plan import make_plan
-    from launcher.topology import load_topology
-
-    opts = plan_options_from(args, prefix="affrun_")
-    topo = load_topology(fsroot=args.affrun_fsroot, topology_file=args.affrun_topology_file, cpus=args.affrun_cpus,
-                         gpus=not opts.no_gpu)
-    plan = make_plan(topo, opts.request(nproc))
-    mem = effective_mem_policy(args.affrun_mem_policy, len(topo.cpu_nodes()))
     user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
-    parent = ParentPlan(plan, args.affrun_omp_bind, args.affrun_env_policy, mem, args.affrun_mem_backend, user_env,
-                        args.affrun_verbose)
+    _, parent = plan_job(option_values(args, prefix="affrun_"), nproc, user_env=user_env)
+    plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename
     for rank in plan.ranks:
         print(rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host), file=sys.stderr)

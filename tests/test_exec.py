@@ -173,14 +173,14 @@ def test_explicit_rank_flags_win_over_half_set_variables() -> None:
 
 def test_exec_is_not_shadowed_by_a_launcher_module_in_the_working_directory(tmp_path: Path) -> None:
     (tmp_path / "launcher.py").write_text("raise SystemExit('the user launcher.py ran')\n")
-    from launcher.exec_cmd import exec_prefix
+    from launcher.handoff import exec_prefix
 
     proc = run([*exec_prefix(), "--", "echo", "bound"], cwd=tmp_path, check=True)
     assert proc.stdout.strip() == "bound"
 
 
 def test_a_plan_too_big_for_one_variable_travels_in_a_file(tmp_path: Path) -> None:
-    from launcher.exec_cmd import INLINE_PLAN_LIMIT, ParentPlan
+    from launcher.handoff import INLINE_PLAN_LIMIT, ParentPlan
     from launcher.plan import Request, make_plan
     from launcher.topology import load_topology
     from tests.fakesys import uniform, write_tree

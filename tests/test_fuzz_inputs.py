@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID
 from launcher.env import rank_environment
 from launcher.errors import AffrunError
-from launcher.exec_cmd import ParentPlan
+from launcher.handoff import ParentPlan
 from launcher.plan import MODES, Plan, Request, make_plan
 from launcher.topology import Topology, load_topology
 from launcher.topology.hwloc_xml import hwloc_xml_topology

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from launcher.exec_cmd import ParentPlan
+from launcher.handoff import ParentPlan
 from launcher.plan import make_plan
 from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot

@@ -16,7 +16,7 @@ import pytest
 
 from launcher.cpulist import parse_cpulist
 from launcher.errors import LaunchError
-from launcher.exec_cmd import BOOT
+from launcher.handoff import BOOT
 from launcher.startup import decide
 from tests.conftest import ROOT
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cpulist import parse_cpulist
-from launcher.exec_cmd import exec_prefix
+from launcher.handoff import exec_prefix
 from tests.fakesys import this_machine_with_gpus, write_tree
 from tests.launch import (
     GOMP_LINE,

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any, TypeVar
 
 import click
 
 from launcher.option_table import OptionSpec, options_in
-from launcher.options import PlanOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,8 +33,3 @@ def _options(*groups: str) -> Callable[[F], F]:
 topology_options = _options("topology")
 plan_options = _options("plan")
 env_options = _options("env")
-
-
-def plan_options_from(kwargs: dict[str, Any]) -> PlanOptions:
-    """Pop the plan options out of a click kwargs dict."""
-    return PlanOptions(**{f.name: kwargs.pop(f.name) for f in fields(PlanOptions)})

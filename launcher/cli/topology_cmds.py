@@ -9,16 +9,12 @@ from typing import Any
 
 import click
 
-from launcher.cli.options import env_options, plan_options, plan_options_from, topology_options
-from launcher.env import effective_mem_policy, plan_json, rank_environment
+from launcher.cli.options import env_options, plan_options, topology_options
+from launcher.env import plan_json, rank_environment
 from launcher.errors import AffrunError
-from launcher.plan import Plan, make_plan
+from launcher.handoff import ParentPlan, plan_job
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
-
-
-def _topology(fsroot: str | None, topology_file: str | None, cpus: str | None) -> Topology:
-    return load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
 
 
 @click.command()
@@ -60,13 +56,9 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         click.echo(f"saved {save}")
 
 
-def _plan(kwargs: dict[str, Any]) -> tuple[Topology, Plan]:
-    opts = plan_options_from(kwargs)
-    topo = _topology(kwargs.pop("fsroot"), kwargs.pop("topology_file"), kwargs.pop("cpus"))
-    nproc = kwargs.pop("nproc_per_node")
-    if nproc is None:  # one rank per --gpus/--map entry, else per visible GPU, else 1
-        nproc = opts.rank_count() or len(topo.visible_gpus()) or 1
-    return topo, make_plan(topo, opts.request(nproc))
+def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
+    """The job these options describe (one rank per --gpus/--map entry, else per visible GPU, else 1)."""
+    return plan_job(kwargs, kwargs.pop("nproc_per_node"), default_nproc=1)
 
 
 nproc_option = click.option(
@@ -84,16 +76,16 @@ nproc_option = click.option(
 def plan(**kwargs: Any) -> None:
     """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment."""
     as_json = kwargs.pop("as_json")
-    bind, policy, mem = kwargs.pop("omp_bind"), kwargs.pop("env_policy"), kwargs.pop("mem_policy")
-    topo, the_plan = _plan(kwargs)
+    topo, parent = _plan(kwargs)
+    the_plan = parent.plan
     if as_json:
         n = len(the_plan.ranks)
         envs = [
-            rank_environment(r, local_world_size=n, user_env=os.environ, bind=bind, smt=the_plan.smt, policy=policy)
+            rank_environment(r, local_world_size=n, user_env=os.environ, bind=parent.bind, smt=the_plan.smt,
+                             policy=parent.env_policy)
             for r in the_plan.ranks
         ]
-        mem_policy = effective_mem_policy(mem, len(topo.cpu_nodes()))
-        click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, mem_policy), indent=2))
+        click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, parent.mem_policy), indent=2))
         return
     from launcher.show.table import plan_table
 
@@ -109,7 +101,8 @@ def plan(**kwargs: Any) -> None:
 def show(**kwargs: Any) -> None:
     """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node."""
     svg_path, color = kwargs.pop("svg"), kwargs.pop("color")
-    topo, the_plan = _plan(kwargs)
+    topo, parent = _plan(kwargs)
+    the_plan = parent.plan
     import shutil
 
     from launcher.show import picture, write_map

@@ -1,0 +1,44 @@
+"""Apply a rank's binding to this process: CPU mask and memory policy (both survive ``execve`` and are inherited
+by children), then ``execvpe`` the rank's command. The last step of ``affrun exec`` and of the startup hook."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from launcher.cpulist import format_cpulist
+from launcher.errors import LaunchError
+
+if TYPE_CHECKING:
+    from launcher.mempolicy import MemResult
+
+
+def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str) -> MemResult:
+    """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children)."""
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as exc:
+        raise LaunchError(f"cannot bind to CPUs {format_cpulist(cpus)}: {exc.strerror} "
+                          f"(allowed here: {format_cpulist(os.sched_getaffinity(0))})") from None
+    from launcher.mempolicy import apply_mempolicy
+
+    return apply_mempolicy(mem_policy, mem_nodes, mem_backend)
+
+
+def exec_or_status(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """``execvpe`` ``argv`` in place; when that fails, one ``affrun: error:`` line and the shell's status
+    (127: not found, 126: not executable)."""
+    try:
+        os.execvpe(argv[0], list(argv), env)
+    except FileNotFoundError:
+        print(f"affrun: error: {argv[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"affrun: error: {argv[0]}: permission denied", file=sys.stderr)
+        return 126
+    except OSError as exc:
+        print(f"affrun: error: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        return 126
+    return 0  # pragma: no cover - execvpe does not return

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.untrusted import short
+from launcher.untrusted import ascii_uint, short
 
 
 @dataclass(frozen=True)
@@ -73,19 +73,19 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
             raise ValueError(f"{name}={short(env.get(name))} is not a cpu list") from None
 
     def ints(name: str) -> tuple[int, ...]:
-        try:
-            return tuple(int(v) for v in env.get(name, "").split(",") if v.strip())
-        except ValueError:
-            raise ValueError(f"{name}={short(env.get(name))} is not a list of integers") from None
+        values = [ascii_uint(v.strip()) for v in env.get(name, "").split(",") if v.strip()]
+        if None in values:
+            raise ValueError(f"{name}={short(env.get(name))} is not a list of integers")
+        return tuple(v for v in values if v is not None)
 
     def one(name: str, default: int | None = None) -> int:
         value = env.get(name, "")
         if not value and default is not None:
             return default
-        try:
-            return int(value)
-        except ValueError:
-            raise ValueError(f"{name}={short(value)} is not an integer") from None
+        number = ascii_uint(value.strip())
+        if number is None:
+            raise ValueError(f"{name}={short(value)} is not an integer")
+        return number
 
     all_cpus = cpus("AFFRUN_CPUS")
     compute = cpus("AFFRUN_COMPUTE_CPUS") if "AFFRUN_COMPUTE_CPUS" in env else all_cpus

@@ -60,6 +60,7 @@ from launcher.omp_syntax import (
     thread_count,
 )
 from launcher.plan import RankPlan
+from launcher.untrusted import ascii_uint, short
 
 EnvPolicy = Literal["safe", "override", "keep"]
 ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
@@ -264,12 +265,12 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> Problem | None:
     tokens = [t.strip().lower() for t in text.split(",") if t.strip()]
     types = [t for t in tokens if t in KMP_TYPES]
     for tok in tokens:
-        if tok in KMP_TYPES or tok in KMP_MODIFIERS or tok.isdigit():
+        if tok in KMP_TYPES or tok in KMP_MODIFIERS or ascii_uint(tok) is not None:
             continue
         if tok.startswith("granularity=") and tok.split("=", 1)[1] in ("fine", "thread", "core", "tile", "die",
                                                                        "socket", "package", "numa", "cache"):
             continue
-        return Problem("malformed", f"malformed KMP_AFFINITY token {tok!r}")
+        return Problem("malformed", f"malformed KMP_AFFINITY token {short(tok)}")
     if "disabled" in types:
         return Problem("disabled", "disabled: threads are not bound and migrate")
     if len(types) > 1:

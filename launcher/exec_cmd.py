@@ -20,8 +20,9 @@ from launcher.env import RankEnvironment, rank_environment
 from launcher.errors import AffrunError, LaunchError
 from launcher.handoff import PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
 from launcher.localrank import LocalRank
-from launcher.option_table import add_binding_arguments, plan_options_from
+from launcher.option_table import add_binding_arguments, non_negative, plan_options_from
 from launcher.plan import RankPlan
+from launcher.untrusted import short
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         "set its OpenMP/BLAS environment and memory policy, then exec CMD in place.",
         usage="affrun exec [OPTIONS] -- CMD [ARGS...]",
     )
-    p.add_argument("--local-rank", type=int, help="This process's local rank (default: from the launcher's variables).")
-    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int,
+    p.add_argument("--local-rank", type=non_negative, help="This process's local rank (default: from the launcher's variables).")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
                    help="Local ranks on this node (default: from the launcher's variables).")
     add_binding_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true", help="Print one line per rank on stderr.")
@@ -119,7 +120,7 @@ def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(before)
     if args.command:
-        parser.error(f"unexpected argument {args.command[0]!r}: put the command after --")
+        parser.error(f"unexpected argument {short(args.command[0])}: put the command after --")
     if not command and not args.dry_run:
         parser.error("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
     environ = os.environ

@@ -58,7 +58,7 @@ class BindReport:
 
 
 def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
-    """The :class:`~launcher.exec_cmd.ParentPlan` to bind from: ``affrun run``'s, or one made here."""
+    """The :class:`~launcher.handoff.ParentPlan` to bind from: ``affrun run``'s, or one made here."""
     import argparse
 
     from launcher.env import USER_VARIABLES

@@ -96,12 +96,15 @@ def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_
     return argv
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
+def non_negative(text: str) -> int:
+    """argparse ``type`` for counts and ranks: ASCII digits only (``int()`` also takes '٣', ' 3' and '1_0')."""
+    from launcher.untrusted import ascii_uint, short
+
+    value = ascii_uint(text)
+    if value is None:
         import argparse
 
-        raise argparse.ArgumentTypeError(f"{value} is below 0")
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number >= 0")
     return value
 
 
@@ -119,7 +122,7 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
             if spec.choices:
                 kwargs["choices"] = spec.choices
             if spec.count:
-                kwargs["type"] = _non_negative
+                kwargs["type"] = non_negative
         group.add_argument(spec.flag, **kwargs)
 
 

@@ -2,7 +2,7 @@
 
 The plan is made once, here (``--nproc-per-node``, else one rank per ``--gpus``/``--map`` entry, else one per
 visible GPU), and handed to every descendant as ``affrun torchrun`` hands it to its workers: ``AFFRUN_PLAN``
-(:class:`launcher.exec_cmd.ParentPlan`). ``AFFRUN_RUN`` switches on the startup hook (:mod:`launcher.startup`),
+(:class:`launcher.handoff.ParentPlan`). ``AFFRUN_RUN`` switches on the startup hook (:mod:`launcher.startup`),
 which binds each Python process to its local rank when its interpreter starts. COMMAND is then ``exec``'d in
 place: same PID, environment, exit status and signals.
 
@@ -23,7 +23,7 @@ from launcher.apply import exec_or_status
 from launcher.env import USER_VARIABLES
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.handoff import INLINE_PLAN_LIMIT, PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
-from launcher.option_table import add_binding_arguments
+from launcher.option_table import add_binding_arguments, non_negative
 from launcher.startup import RUN_VARIABLE
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         "interpreter start (affrun's startup hook).",
         usage="affrun run [OPTIONS] -- COMMAND [ARGS...]",
     )
-    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int,
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
                    help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU).")
     p.add_argument("--top", choices=TOP_CHOICES, default="auto",
                    help="The first Python process without a rank variable: rank0 (the script is rank 0, as "

@@ -91,10 +91,11 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int) -> Decis
     """
     from launcher.errors import LaunchError
     from launcher.localrank import LocalRankError, detect_local_rank
+    from launcher.untrusted import ascii_uint, short
 
     role = environ.get(RUN_VARIABLE, "")
     if role not in ROLES:
-        raise LaunchError(f"{RUN_VARIABLE}={role!r} is not one of {', '.join(ROLES)} (set by affrun run)")
+        raise LaunchError(f"{RUN_VARIABLE}={short(role)} is not one of {', '.join(ROLES)} (set by affrun run)")
     if affrun_process(argv):
         return Decision("skip", None, "affrun's own process")
     try:
@@ -103,10 +104,9 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int) -> Decis
         raise LaunchError(str(exc)) from None
     bound: int | None = None
     if BOUND_VARIABLE in environ:
-        try:
-            bound = int(environ[BOUND_VARIABLE])
-        except ValueError:
-            raise LaunchError(f"{BOUND_VARIABLE}={environ[BOUND_VARIABLE]!r} is not an integer") from None
+        bound = ascii_uint(environ[BOUND_VARIABLE])
+        if bound is None:
+            raise LaunchError(f"{BOUND_VARIABLE}={short(environ[BOUND_VARIABLE])} is not an integer")
     if detected is not None and detected.rank != bound:
         why = f"{detected.source}={detected.rank}"
         return Decision("rank", detected.rank, why if bound is None else f"{why}, started by bound rank {bound}")
@@ -179,13 +179,14 @@ def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[st
 def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
     """A multiprocessing child of bound rank ``bound``: its loader CPUs when the plan has some, no placement."""
     from launcher.cpulist import parse_cpulist
+    from launcher.untrusted import short
 
     try:
         loader = parse_cpulist(environ.get("AFFRUN_LOADER_CPUS", ""))
     except ValueError:
         from launcher.errors import LaunchError
 
-        raise LaunchError(f"AFFRUN_LOADER_CPUS={environ.get('AFFRUN_LOADER_CPUS')!r} is not a cpu list") from None
+        raise LaunchError(f"AFFRUN_LOADER_CPUS={short(environ.get('AFFRUN_LOADER_CPUS'))} is not a cpu list") from None
     if loader:
         from launcher.apply import bind_process
 

@@ -3,7 +3,7 @@
 torchrun's own parser reads the arguments (affrun's options are added to it), the plan is computed once,
 and torchrun then runs in this process, unchanged, with each worker command rewritten to
 ``affrun exec -- <the original worker command>`` (started by this interpreter, see
-``launcher.exec_cmd.exec_prefix``). The plan reaches the workers as JSON in
+``launcher.handoff.exec_prefix``). The plan reaches the workers as JSON in
 ``AFFRUN_PLAN``. Exit status, signal forwarding and logs are torchrun's own.
 """
 

@@ -132,6 +132,14 @@ def test_plan_json_contract(root: str) -> None:
     assert data["mode"] == "exclusive" and data["gpu_order"] == "rank" and data["smt"] is False
 
 
+def test_no_gpu_plans_one_rank_by_default(root: str) -> None:
+    # --no-gpu plans a CPU-only job: the default rank count is then 1 (as affrun exec and run count), not one per GPU.
+    result = invoke(["plan", "--fsroot", root, "--json", "--no-gpu"])
+    assert result.exit_code == 0, result.output
+    ranks = json.loads(result.stdout)["ranks"]
+    assert len(ranks) == 1 and ranks[0]["gpu"] is None
+
+
 def test_plan_json_and_table_say_where_spilled_cores_come_from(root: str) -> None:
     # 2 ranks: GPUs 0 and 1 are on node 0 (4 + 4 cores); node 1 hosts no rank, so its cores are cut 4 + 4 as
     # loader cores: rank 0 also gets 8-11 (+24-27) from node 1.

@@ -34,6 +34,7 @@ from launcher.omp_syntax import (
     thread_count,
 )
 from launcher.topology.model import Topology
+from launcher.untrusted import ascii_uint, short
 
 # every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
 KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))
@@ -167,7 +168,7 @@ def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Fa
 
 def _major(version: str) -> int:
     head = version.split(".")[0]
-    return int(head) if head.isdigit() else 0
+    return ascii_uint(head) or 0
 
 
 @process_check
@@ -188,7 +189,7 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
         threads = thread_count(value)
         if threads is None:
             out.append(make_finding(
-                "omp-threads-invalid", "warning", f"{name}={value!r} is not a positive integer",
+                "omp-threads-invalid", "warning", f"{name}={short(value)} is not a positive integer",
                 "the runtimes ignore it (some with a warning) and start one thread per CPU",
                 f"export {name}={per_rank}", env_fix={name: str(per_rank)}))
             continue

@@ -28,6 +28,7 @@ import pytest
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.options import PlanOptions
 from launcher.plan import RankPlan, make_plan
+from launcher.plan_spill import SpillChoice
 from launcher.topology import load_topology
 from tests.conftest import need
 from tests.fakesys import FakeGPU, FakeMachine, write_tree
@@ -144,20 +145,21 @@ def setup_line(fsroot: Path, outdir: Path, *extra: str) -> str:
     return " ".join(["export", f"AFFRUN_FSROOT={shlex.quote(str(fsroot))}", f"REPORT_DIR={shlex.quote(str(outdir))}", *extra])
 
 
-def expected_rank(fsroot: Path, env: dict[str, str], local_rank: int, nproc: int) -> RankPlan:
+def expected_rank(fsroot: Path, env: dict[str, str], local_rank: int, nproc: int, spill: SpillChoice = "loader",
+                  ) -> RankPlan:
     """What the planner promises this rank, given the GPU variables Slurm gave its task."""
     names = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
     gpu_env = {k: env[k] for k in names if k in env}
     topo = load_topology(fsroot=str(fsroot), environ=gpu_env)
-    return make_plan(topo, PlanOptions().request(nproc)).ranks[local_rank]
+    return make_plan(topo, PlanOptions(spill=spill).request(nproc)).ranks[local_rank]
 
 
 def check_rank(report: dict[str, object], fsroot: Path, machine: FakeMachine, local_rank: int, nproc: int,
-               words: list[str]) -> set[int]:
+               words: list[str], spill: SpillChoice = "loader") -> set[int]:
     env = report["env"]
     assert isinstance(env, dict)
     allowed = set(report["allowed"])  # type: ignore[arg-type]
-    want = expected_rank(fsroot, env, local_rank, nproc)
+    want = expected_rank(fsroot, env, local_rank, nproc, spill)
     where = f"rank {env.get('RANK', env.get('SLURM_PROCID'))} on {env.get('SLURMD_NODENAME')}"
     assert allowed == set(want.cpus), f"{where}: Cpus_allowed {sorted(allowed)}, plan {want.cpus}"
     assert env["AFFRUN_CPUS"] == format_cpulist(allowed)
@@ -283,7 +285,8 @@ def test_rank_sits_near_its_own_gpu_when_visible_indices_are_relative(cluster: C
             time.sleep(0.3)
         proc = submit("relative-gpu", ["--style", "srun", "--nodes", "1", "--gpus-per-node", "1",
                                        "--sbatch-line", f"--nodelist={node}", "--affrun", AFFRUN,
-                                       "--mem-policy", "none", "--setup", setup_line(fsroot, outdir),
+                                       "--mem-policy", "none", "--spill", "none",
+                                       "--setup", setup_line(fsroot, outdir),
                                        "--", sys.executable, str(REPORT), "x"], outdir)
     finally:
         subprocess.run(["scancel", blocker_id], timeout=30)
@@ -295,7 +298,9 @@ def test_rank_sits_near_its_own_gpu_when_visible_indices_are_relative(cluster: C
     constrained = env["CUDA_VISIBLE_DEVICES"] == "0"
     print(f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} for global GPU 1 "
           f"({'relative: device cgroup constrained' if constrained else 'global'})")
-    check_rank(report, fsroot, machine, 0, 1, ["x"])
+    # --spill none: the question is which GPU's node the rank sits on. With the default spill the one rank would
+    # also take node 0's core as a loader core, and the blocker job holds that CPU.
+    check_rank(report, fsroot, machine, 0, 1, ["x"], spill="none")
     assert env["AFFRUN_GPU"] == "0" and env["AFFRUN_GPU_PCI"] == machine.gpus[1].pci
 
 

@@ -67,7 +67,8 @@ ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
 # `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
-BINDING_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also read by libgomp
+BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
 # The variables affrun sets or judges whose user-set values a launcher snapshots before starting ranks
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
 USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)

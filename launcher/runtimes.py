@@ -86,34 +86,24 @@ class RuntimeController:
     @classmethod
     def threads_in_process(cls, path: str) -> int | None:
         """Ask the library loaded in *this* process (never loads it). ``None`` when it cannot be asked."""
-        lib = _open_loaded(path)
-        if lib is None:
+        func = _loaded_symbol(path, cls.count_symbols)
+        if func is None:
             return None
-        for symbol in cls.count_symbols:
-            func = getattr(lib, symbol, None)
-            if func is None:
-                continue
-            func.restype = _c_int()
-            func.argtypes = []
-            value = int(func())
-            return value if value > 0 else None
-        return None
+        func.restype = _c_int()
+        func.argtypes = []
+        value = int(func())
+        return value if value > 0 else None
 
     @classmethod
     def set_threads_in_process(cls, path: str, threads: int) -> bool:
         """Set the thread count of the library loaded in *this* process (never loads it); False when it cannot."""
-        lib = _open_loaded(path)
-        if lib is None:
+        func = _loaded_symbol(path, cls.set_symbols)
+        if func is None:
             return False
-        for symbol in cls.set_symbols:
-            func = getattr(lib, symbol, None)
-            if func is None:
-                continue
-            func.restype = None
-            func.argtypes = [_c_int()]
-            func(threads)
-            return True
-        return False
+        func.restype = None
+        func.argtypes = [_c_int()]
+        func(threads)
+        return True
 
     @classmethod
     def describe(cls, paths: Sequence[str]) -> str:
@@ -125,6 +115,14 @@ def _c_int() -> Any:
     import ctypes
 
     return ctypes.c_int
+
+
+def _loaded_symbol(path: str, symbols: Sequence[str]) -> Any:
+    """The first of ``symbols`` that the library at ``path``, already loaded in this process, exports; else None."""
+    lib = _open_loaded(path)
+    if lib is None:
+        return None
+    return next((f for f in (getattr(lib, s, None) for s in symbols) if f is not None), None)
 
 
 def _open_loaded(path: str) -> Any:

@@ -40,6 +40,7 @@ RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"  # written by every binding (launcher.env.affrun_variables)
 # Variables a multiprocessing child of a bound rank must not inherit: they place OpenMP threads per place.
+# launcher.env.PLACE_VARIABLES, spelled here: a DataLoader worker's start must not import env and the planner.
 PLACEMENT_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 
 Action = Literal["rank", "worker", "inherit", "launcher", "skip"]

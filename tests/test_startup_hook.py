@@ -133,3 +133,10 @@ def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60, env=clean_env(**env), check=True).stdout
     assert parse_cpulist(out.strip()[1:-1].replace(" ", "")) == frozenset(
         json.loads(env["AFFRUN_PLAN"])["plan"]["ranks"][0]["cpus"])
+
+
+def test_the_hook_removes_the_same_place_variables_as_the_env_policy_names() -> None:
+    from launcher.env import PLACE_VARIABLES
+    from launcher.startup import PLACEMENT_VARIABLES
+
+    assert PLACEMENT_VARIABLES == PLACE_VARIABLES

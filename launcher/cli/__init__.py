@@ -16,9 +16,9 @@ COMMANDS: dict[str, str] = {
     "topology": "launcher.cli.topology_cmds:topology",
     "plan": "launcher.cli.topology_cmds:plan",
     "show": "launcher.cli.topology_cmds:show",
-    "exec": "launcher.cli.exec_stub:exec_",
+    "exec": "launcher.cli.passthrough:exec_",
     "torchrun": "launcher.cli.torchrun_cmd:torchrun",
-    "run": "launcher.cli.run_stub:run",
+    "run": "launcher.cli.passthrough:run",
     "sbatch": "launcher.cli.sbatch_cmd:sbatch",
     "doctor": "launcher.cli.doctor_cmd:doctor",
 }

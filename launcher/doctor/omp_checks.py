@@ -23,7 +23,7 @@ from launcher.doctor.checks import (
 )
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding, Severity
-from launcher.env import KMP_DEFAULT, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
+from launcher.env import KMP_DEFAULT, PLACE_VARIABLES, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
 from launcher.omp_syntax import (
     ABSTRACT_PLACES,
     KMP_TYPES,
@@ -228,7 +228,7 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
 def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """OMP_PLACES / OMP_PROC_BIND / GOMP_CPU_AFFINITY that are malformed or name CPUs outside the rank."""
     out: list[Finding] = []
-    for name in ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY"):
+    for name in PLACE_VARIABLES:
         value = environ.get(name)
         if value is None or (name == "GOMP_CPU_AFFINITY" and not gnu_possible(facts)):
             continue
@@ -260,7 +260,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
         return []  # one place holding all the rank's CPUs (affrun's --omp-bind rank): nothing narrows
     when = "at `import torch`" if gnu_possible(facts) else "at the first parallel region"
     place_text = format_cpulist(place)
-    fix_env: dict[str, str | None] = {n: None for n in ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+    fix_env: dict[str, str | None] = {n: None for n in PLACE_VARIABLES
                                       if n in environ}
     kmp = environ.get("KMP_AFFINITY")
     if kmp and kmp_type(kmp) in KMP_BINDING_TYPES:

@@ -8,6 +8,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +48,76 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+class StallClock:
+    """How long this machine stopped running the tests: the gaps a thread that wakes every 0.25 s sees.
+
+    A CI machine is a virtual machine. One run on record spent 120 s in a single ``import`` of a short-lived
+    ``affrun doctor`` (its process was runnable, not blocked in the kernel), with every test around it on time:
+    the machine, not the program, had stopped. A time limit that counts those gaps fails a test for the host's
+    pause. :func:`communicate` counts only the time the machine ran, so a limit still catches a hang or a spin
+    of the program under test, which go on while the machine runs.
+    """
+
+    TICK = 0.25
+    GAP = 1.0  # a wake-up later than this is a stall, not scheduling noise
+
+    def __init__(self) -> None:
+        self._stalled = 0.0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._watch, name="stall-clock", daemon=True).start()
+
+    def _late(self, now: float) -> float:
+        late = now - self._last - self.TICK
+        return late if late > self.GAP else 0.0
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.TICK)
+            with self._lock:
+                now = time.monotonic()
+                self._stalled += self._late(now)
+                self._last = now
+
+    def running_seconds(self) -> float:
+        """A clock that stands still while the machine does: monotonic time less the stalls, counting one
+        the watching thread has not woken up from yet (after a pause, the caller may run first)."""
+        with self._lock:
+            now = time.monotonic()
+            return now - self._stalled - self._late(now)
+
+
+STALLS = StallClock()
+
+
+def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """``proc.communicate()``, raising :class:`subprocess.TimeoutExpired` after ``timeout`` seconds of the
+    machine running (:class:`StallClock`); the caller kills ``proc``. Retrying ``communicate`` after its own
+    timeout loses no output (its documentation says so)."""
+    deadline = STALLS.running_seconds() + timeout
+    while True:
+        left = deadline - STALLS.running_seconds()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            return proc.communicate(timeout=min(left, 5.0))
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None,
         check: bool = False) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, env=env if env is not None else clean_env(), capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    """``subprocess.run(argv, capture_output=True, text=True)`` with a ``timeout`` that stalls of the machine do
+    not use up (:func:`communicate`)."""
+    with subprocess.Popen(argv, env=env if env is not None else clean_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=cwd) as child:
+        try:
+            out, err = communicate(child, timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise
+    proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
     if check and proc.returncode != 0:
         pytest.fail(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc

@@ -25,7 +25,7 @@ from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
 from tests.conftest import need
-from tests.launch import affrun_argv, clean_env, compile_omp, require_torch, torchrun_argv
+from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, torchrun_argv
 
 pytestmark = pytest.mark.slow
 CPUS = frozenset(os.sched_getaffinity(0))
@@ -98,9 +98,9 @@ def running(argv: list[str], env: dict[str, str], ready: int = 1, timeout: float
         assert proc.stdout is not None and proc.stderr is not None
         fd = proc.stdout.fileno()
         pending = b""
-        deadline = time.monotonic() + timeout
+        deadline = STALLS.running_seconds() + timeout
         while sum(1 for x in lines if x.startswith("READY")) < ready:
-            if time.monotonic() > deadline:
+            if STALLS.running_seconds() > deadline:
                 pytest.fail(f"{argv} did not get ready in {timeout:.0f} s (still running): {lines}")
             if not select.select([fd], [], [], 1)[0]:
                 continue
@@ -126,16 +126,19 @@ def audit(pid: int, duration: float = 1.0, timeout: float = 120) -> tuple[int, d
     doctor = subprocess.Popen([*affrun_argv("doctor", "--pid", str(pid), "--duration", str(duration), "--json")],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out, err = doctor.communicate(timeout=timeout)
+        out, err = communicate(doctor, timeout)
     except subprocess.TimeoutExpired:
         kernel = Path(f"/proc/{doctor.pid}/wchan").read_text(errors="replace")  # blocked in the kernel, where?
+        stat = Path(f"/proc/{doctor.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        seen = f"state {stat[0]}, {(int(stat[11]) + int(stat[12])) / tick:.2f} s of CPU"  # fields 3, 14 and 15
         doctor.send_signal(signal.SIGABRT)  # faulthandler prints every thread's Python stack on SIGABRT
         try:
             out, err = doctor.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             doctor.kill()
             out, err = doctor.communicate()
-        pytest.fail(f"affrun doctor --pid {pid} ran over {timeout:.0f} s (kernel wait: {kernel or 'none'}); "
+        pytest.fail(f"affrun doctor --pid {pid} ran over {timeout:.0f} s (kernel wait: {kernel or 'none'}, {seen}); "
                     f"where it was:\n{err[-4000:]}")
     assert doctor.returncode in (0, 1), err
     return doctor.returncode, json.loads(out)

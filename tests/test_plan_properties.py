@@ -218,10 +218,17 @@ def plan_or_error(topo: Topology, req: Request) -> Plan | None:
         return None
 
 
-def wants_node(topo: Topology, gpu: GPU, node: int) -> bool:
-    """Whether the GPU's locality points at ``node``: its NUMA node, or (without one) its local CPUs."""
+def wants_node(topo: Topology, gpu: GPU, node: int, cores_on: dict[int, int]) -> bool:
+    """Whether the GPU's locality points at ``node``: its NUMA node; for a node without usable cores (CPU-less,
+    not allowed or reserved) a nearest node that has some (any of them on a tie); without a node, its local CPUs.
+    ``cores_on``: usable cores per node."""
     if gpu.numa_node is not None:
-        return gpu.numa_node == node
+        if cores_on.get(gpu.numa_node, 0):
+            return gpu.numa_node == node
+        own = next((n for n in topo.numa_nodes if n.os_index == gpu.numa_node), None)
+        far = 1 << 30
+        reach = {n: own.distances.get(n, far) if own else far for n, k in cores_on.items() if k}
+        return node in reach and reach[node] == min(reach.values())
     node_cpus = next(n.cpus for n in topo.numa_nodes if n.os_index == node)
     return bool(gpu.cpus) and gpu.cpus != topo.online and not gpu.cpus.isdisjoint(node_cpus)
 
@@ -406,7 +413,7 @@ def test_ranks_sit_next_to_their_gpu(case: tuple[Machine, Request]) -> None:
         if node is None or cores_on.get(node, 0) == 0:
             continue
         if req.mode in ("exclusive", "l3") and moved(plan, r.local_rank):
-            same = sum(1 for o in plan.ranks if o.gpu is not None and wants_node(topo, visible[o.gpu], node))
+            same = sum(1 for o in plan.ranks if o.gpu is not None and wants_node(topo, visible[o.gpu], node, cores_on))
             assert same > cores_on[node], "a rank was moved off its GPU's node although the node had room"
             continue
         if req.mode == "socket":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from launcher.env import ENV_POLICIES
+from launcher.errors import Opt, Vocabulary
 from launcher.omp_syntax import BIND_MODES
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES
@@ -38,13 +39,23 @@ class OptionSpec:
     count: bool = False  # an integer >= 0
     metavar: str | None = None
     envvar: str | None = None  # click reads it; on the argparse side load_topology reads it from the environment
+    keyword: str | None = None  # the name Python callers give it (AffinityOptions), where that is not ``dest``
+
+    def name(self, vocabulary: Vocabulary) -> str:
+        """The option as ``vocabulary`` writes it: the flag (``--map``), the Python keyword (``cpu_map``), or the
+        key of a YAML site profile (``map``: the flag without its dashes)."""
+        if vocabulary == "cli":
+            return self.flag
+        if vocabulary == "python":
+            return self.keyword or self.dest
+        return self.flag[2:]
 
 
 BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--fsroot", "fsroot", "topology", "Read sys/ and proc/ under DIR instead of / (default: $AFFRUN_FSROOT; "
                "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT"),
     OptionSpec("--topology", "topology_file", "topology", "Load a saved topology: affrun JSON snapshot or hwloc XML "
-               "(lstopo --of xml).", metavar="FILE"),
+               "(lstopo --of xml).", metavar="FILE", keyword="topology"),
     OptionSpec("--cpus", "cpus", "topology", "Restrict the allowed CPUs further (cpulist, e.g. 0-7,64-71).",
                metavar="LIST"),
     OptionSpec("--mode", "mode", "plan", "exclusive: disjoint cores per rank; numa/socket: share the GPU's "
@@ -75,8 +86,27 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
+_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in BINDING_OPTIONS}
+
+
 def options_in(*groups: str) -> tuple[OptionSpec, ...]:
     return tuple(o for o in BINDING_OPTIONS if o.group in groups)
+
+
+def spell(option: Opt, vocabulary: Vocabulary) -> str:
+    """An option named in an error message, as ``vocabulary`` writes it, with its value where the message
+    quotes one: ``--loader-cores 9``, ``loader_cores=9``, ``loader-cores: 9`` (bare: ``--loader-cores``,
+    ``loader_cores=``, ``loader-cores``). Python callers see values as ``repr``."""
+    from launcher.untrusted import short
+
+    spec = _BY_DEST[option.key]
+    name = spec.name(vocabulary)
+    if vocabulary == "python":
+        return f"{name}=" if option.value is None else f"{name}={short(option.value)}"
+    if option.value is None:
+        return name
+    text = short(option.value) if option.quoted else str(option.value)
+    return f"{name} {text}" if vocabulary == "cli" else f"{name}: {text}"
 
 
 def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_OPTIONS) -> list[str]:

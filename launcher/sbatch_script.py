@@ -17,9 +17,10 @@ from typing import Literal, get_args
 
 from launcher import __version__
 from launcher.env import EnvPolicy
-from launcher.errors import ConfigError, PlanError
+from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
 from launcher.omp_syntax import OmpBind
 from launcher.options import MemPolicy, PlanOptions, make_request
+from launcher.plan_request import validate_request
 from launcher.untrusted import short
 
 Style = Literal["torchrun", "srun"]
@@ -206,16 +207,15 @@ def check_plan_options(spec: SbatchSpec) -> None:
     conflicting options, or more or fewer --map / --gpus entries than ranks per node."""
     ranks = spec.ranks_per_node()
     request = make_request(ranks, spec.plan)
-    if request.mode == "map" and request.cpu_map is None:
-        raise ConfigError("--mode map needs --map with one CPU list per rank (e.g. '0-7;8-15')")
-    for option, entries in (("--map", request.cpu_map), ("--gpus", request.gpus)):
-        if entries is not None and len(entries) != ranks:
-            raise PlanError(f"{option} gives {len(entries)} entries for {ranks} rank(s) per node "
-                            "(--ntasks-per-node, else one per GPU): give one per rank")
+    try:
+        validate_request(request)  # the planner's own checks, without a topology
+    except RankCountMismatch as exc:  # the job's ranks are per node, and come from sbatch's options
+        raise PlanError(Opt(exc.key), f" gives {exc.given} entries for {exc.ranks} rank(s) per node "
+                        "(--ntasks-per-node, else one per GPU): give one per rank") from None
     missing = sorted(g for g in request.gpus or () if g >= spec.gpu_count() > 0)
     if missing:
-        raise PlanError(f"--gpus names GPU {missing[0]}, but the job asks for {spec.gpu_count()} GPU(s) per node "
-                        f"(visible indices 0-{spec.gpu_count() - 1})")
+        raise PlanError(Opt("gpus"), f" names GPU {missing[0]}, but the job asks for {spec.gpu_count()} GPU(s) "
+                        f"per node (visible indices 0-{spec.gpu_count() - 1})")
 
 
 def template_variables(spec: SbatchSpec) -> dict[str, str]:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.binding import TaskBinding, current_binding
 from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.errors import ConfigError
+from launcher.errors import AffrunError, ConfigError
 from launcher.handoff import exec_prefix
 from launcher.options import PlanOptions
 
@@ -116,7 +116,11 @@ class AffinityOptions(PlanOptions):
                 parse_cpulist(self.cpus)
             except ValueError:
                 raise ConfigError(f"cpus={self.cpus!r}: not a cpu list (e.g. 0-7,64-71)") from None
-        self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: same checks as the CLI
+        try:
+            self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: same checks as the CLI
+        except AffrunError as exc:
+            exc.use_vocabulary("python")  # named as this API's keywords: cpu_map=, not --map
+            raise
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})

@@ -9,11 +9,13 @@ unless a front end said otherwise. Standard library only: ``affrun exec`` import
 
 from __future__ import annotations
 
-from typing import Literal
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as true)
+if TYPE_CHECKING:
+    from typing import Literal
 
-# Who reads the message: the command line (flags), Python callers (keyword arguments: the submitit executor),
-# or a YAML site profile of affrun sbatch (its keys).
-Vocabulary = Literal["cli", "python", "profile"]
+    # Who reads the message: the command line (flags), Python callers (keyword arguments: the submitit
+    # executor), or a YAML site profile of affrun sbatch (its keys).
+    Vocabulary = Literal["cli", "python", "profile"]
 
 
 class Opt:

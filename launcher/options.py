@@ -6,31 +6,31 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, get_args
 
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError, Opt
+from launcher.option_table import MEM_POLICIES, MemPolicy, default
 from launcher.plan_request import GPU_ORDERS, MODES, GpuOrder, Mode, Request
 from launcher.plan_spill import SPILLS, SpillChoice
 from launcher.untrusted import ascii_uint
 
-MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
-MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
+__all__ = ["MEM_POLICIES", "MemPolicy", "PlanOptions", "make_request"]  # the memory policies: option_table's
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """Every planning option as the user typed it (strings where the CLI takes strings)."""
+    """Every planning option as the user typed it (strings where the CLI takes strings), with the option
+    table's defaults."""
 
-    mode: Mode = "exclusive"
-    smt: bool = False
-    reserve: str | None = None
-    loader_cores: int = 0
-    gpu_order: GpuOrder = "rank"
-    cpu_map: str | None = None
-    gpus: str | None = None
-    no_gpu: bool = False
-    spill: SpillChoice = "loader"
+    mode: Mode = default("mode")
+    smt: bool = default("smt")
+    reserve: str | None = default("reserve")
+    loader_cores: int = default("loader_cores")
+    gpu_order: GpuOrder = default("gpu_order")
+    cpu_map: str | None = default("cpu_map")
+    gpus: str | None = default("gpus")
+    no_gpu: bool = default("no_gpu")
+    spill: SpillChoice = default("spill")
 
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)

@@ -35,6 +35,7 @@ from launcher.binding import TaskBinding, current_binding
 from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import AffrunError, ConfigError
 from launcher.handoff import exec_prefix
+from launcher.option_table import default
 from launcher.options import PlanOptions
 
 if TYPE_CHECKING:
@@ -78,13 +79,13 @@ class AffinityOptions(PlanOptions):
     or as a sequence of per-rank lists.
     """
 
-    fsroot: str | None = None
-    topology: str | None = None
-    cpus: str | None = None
-    omp_bind: OmpBind = "rank"
-    env_policy: EnvPolicy = "safe"
-    mem_policy: MemPolicy = "auto"
-    mem_backend: MemBackend = "auto"
+    fsroot: str | None = default("fsroot")
+    topology: str | None = default("topology_file")
+    cpus: str | None = default("cpus")
+    omp_bind: OmpBind = default("omp_bind")
+    env_policy: EnvPolicy = default("env_policy")
+    mem_policy: MemPolicy = default("mem_policy")
+    mem_backend: MemBackend = default("mem_backend")
     verbose: bool = False
 
     @classmethod
@@ -129,9 +130,9 @@ class AffinityOptions(PlanOptions):
         """``affrun exec`` flags for these options (defaults left out), from the one option table."""
         from launcher.option_table import options_in, to_argv
 
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["topology_file"] = values.pop("topology")  # the executor's keyword is ``topology``
-        argv = [*super().to_argv(), *to_argv(values, options_in("topology", "env", "apply"))]
+        specs = options_in("topology", "env", "apply")
+        values = {spec.dest: getattr(self, spec.name("python")) for spec in specs}  # --topology: ``topology``
+        argv = [*super().to_argv(), *to_argv(values, specs)]
         if self.verbose:
             argv.append("--verbose")
         return argv

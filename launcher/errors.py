@@ -4,7 +4,8 @@ A message that names an option holds it as data, an :class:`Opt` (the option's k
 :mod:`launcher.option_table`), not as a flag written into the text: each front end spells it in its user's
 vocabulary (:meth:`AffrunError.use_vocabulary`). The command line reads ``--loader-cores 9``, the submitit executor
 ``loader_cores=9``, a YAML site profile ``loader-cores: 9``. ``str(exc)`` spells the command line's flags
-unless a front end said otherwise. Standard library only: ``affrun exec`` imports it.
+unless a front end said otherwise. No imports at load time (``affrun exec`` imports it); rendering an
+:class:`Opt` reads the option table.
 """
 
 from __future__ import annotations

@@ -110,8 +110,8 @@ def spell(option: Opt, vocabulary: Vocabulary) -> str:
     ``loader_cores=``, ``loader-cores``). Python callers see values as ``repr``."""
     from launcher.untrusted import short
 
-    spec = _BY_DEST[option.key]
-    name = spec.name(vocabulary)
+    spec = _BY_DEST.get(option.key)
+    name = spec.name(vocabulary) if spec is not None else option.key  # not an option of the table: as given
     if vocabulary == "python":
         return f"{name}=" if option.value is None else f"{name}={short(option.value)}"
     if option.value is None:

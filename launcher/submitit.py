@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.binding import TaskBinding, current_binding
 from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.errors import AffrunError, ConfigError
+from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.handoff import exec_prefix
 from launcher.option_table import default
 from launcher.options import PlanOptions
@@ -102,26 +102,31 @@ class AffinityOptions(PlanOptions):
         return opts
 
     def check(self) -> None:
+        """Refuse values ``affrun exec`` would refuse in every task. Errors name options as this API's keywords
+        (``cpu_map=``, not ``--map``), also those of the checks shared with the command line."""
+        try:
+            self._check()
+        except AffrunError as exc:
+            exc.use_vocabulary("python")
+            raise
+
+    def _check(self) -> None:
         from launcher.option_table import options_in
 
         for spec in options_in("env", "apply"):
-            value = getattr(self, spec.dest)
+            value = getattr(self, spec.name("python"))
             if spec.choices and value not in spec.choices:
-                raise ConfigError(f"{spec.dest}={value!r}: choose one of {', '.join(spec.choices)}")
+                raise ConfigError(Opt(spec.dest, value), f": choose one of {', '.join(spec.choices)}")
         if self.loader_cores < 0:
-            raise ConfigError(f"loader_cores={self.loader_cores}: must be 0 or more")
+            raise ConfigError(Opt("loader_cores", self.loader_cores), ": must be 0 or more")
         if self.fsroot and self.topology:
             raise ConfigError("fsroot and topology name two topology sources: give only one")
         if self.cpus is not None:
             try:
                 parse_cpulist(self.cpus)
             except ValueError:
-                raise ConfigError(f"cpus={self.cpus!r}: not a cpu list (e.g. 0-7,64-71)") from None
-        try:
-            self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: same checks as the CLI
-        except AffrunError as exc:
-            exc.use_vocabulary("python")  # named as this API's keywords: cpu_map=, not --map
-            raise
+                raise ConfigError(Opt("cpus", self.cpus), ": not a cpu list (e.g. 0-7,64-71)") from None
+        self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: the CLI's own checks
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})

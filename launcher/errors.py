@@ -1,12 +1,68 @@
-"""Typed errors. Every front end turns an :class:`AffrunError` into one line and a non-zero exit."""
+"""Typed errors. Every front end turns an :class:`AffrunError` into one line and a non-zero exit.
+
+A message that names an option holds it as data, an :class:`Opt` (the option's key in
+:mod:`launcher.option_table`), not as a flag written into the text: each front end spells it in its user's
+vocabulary (:meth:`AffrunError.use_vocabulary`). The command line reads ``--loader-cores 9``, the submitit executor
+``loader_cores=9``, a YAML site profile ``loader-cores: 9``. ``str(exc)`` spells the command line's flags
+unless a front end said otherwise. No imports at load time (``affrun exec`` imports it); rendering an
+:class:`Opt` reads the option table.
+"""
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as true)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    # Who reads the message: the command line (flags), Python callers (keyword arguments: the submitit
+    # executor), or a YAML site profile of affrun sbatch (its keys).
+    Vocabulary = Literal["cli", "python", "profile"]
+
+
+class Opt:
+    """An option named in a message, by its key (``dest``) in :mod:`launcher.option_table`, with the value it
+    was given when the message quotes it (``quoted``: the command line and a profile show it as Python's
+    ``repr``, as Python callers always see it)."""
+
+    __slots__ = ("key", "quoted", "value")
+
+    def __init__(self, key: str, value: object = None, quoted: bool = False) -> None:
+        self.key = key
+        self.value = value
+        self.quoted = quoted
+
+    def __repr__(self) -> str:
+        return f"Opt({self.key!r}, {self.value!r}, quoted={self.quoted})"
+
 
 class AffrunError(Exception):
-    """Base class of every error affrun reports to the user as one line."""
+    """Base class of every error affrun reports to the user as one line: text, and the options it names."""
 
     exit_code = 2
+
+    def __init__(self, *parts: str | Opt) -> None:
+        super().__init__(*parts)
+        self.parts = parts
+        self.vocabulary: dict[str, Vocabulary] = {}  # option key -> vocabulary; "" for every other option
+
+    def use_vocabulary(self, vocabulary: Vocabulary, keys: frozenset[str] | set[str] | None = None) -> None:
+        """Spell the options of this message (only those of ``keys``, when given) in ``vocabulary``. A front end
+        calls it on an error on its way out, then re-raises it."""
+        if keys is None:
+            self.vocabulary = {"": vocabulary}
+        else:
+            self.vocabulary.update(dict.fromkeys(keys, vocabulary))
+
+    def __str__(self) -> str:
+        if all(isinstance(part, str) for part in self.parts):
+            return "".join(self.parts)  # type: ignore[arg-type]
+        from launcher.option_table import spell  # the table knows how each front end writes each option
+
+        default = self.vocabulary.get("", "cli")
+        return "".join(
+            part if isinstance(part, str) else spell(part, self.vocabulary.get(part.key, default))
+            for part in self.parts
+        )
 
 
 class TopologyError(AffrunError):
@@ -15,6 +71,21 @@ class TopologyError(AffrunError):
 
 class PlanError(AffrunError):
     """The request cannot be satisfied on this topology (too many ranks, bad GPU index...)."""
+
+
+class RankCountMismatch(PlanError):
+    """``--map`` or ``--gpus`` gives more or fewer entries than there are ranks: the data, for front ends that
+    count ranks their own way (``affrun sbatch``: per node) to say so in their own words."""
+
+    def __init__(self, key: Literal["cpu_map", "gpus"], given: int, ranks: int) -> None:
+        unit = "CPU list(s)" if key == "cpu_map" else "GPU(s)"
+        super().__init__(Opt(key), f" gives {given} {unit} for {ranks} ranks")
+        self.key: Literal["cpu_map", "gpus"] = key
+        self.given = given
+        self.ranks = ranks
+
+    def __reduce__(self) -> tuple[type[RankCountMismatch], tuple[str, int, int], dict[str, object]]:
+        return type(self), (self.key, self.given, self.ranks), self.__dict__
 
 
 class LaunchError(AffrunError):

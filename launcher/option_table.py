@@ -15,15 +15,21 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from launcher.env import ENV_POLICIES
 from launcher.omp_syntax import BIND_MODES
-from launcher.options import MEM_POLICIES, PlanOptions
-from launcher.plan import GPU_ORDERS, MODES
+from launcher.plan_request import GPU_ORDERS, MODES, Request
 from launcher.plan_spill import SPILLS
 
 if TYPE_CHECKING:
     import argparse
 
+    from launcher.errors import Opt, Vocabulary
+    from launcher.options import PlanOptions
+
+MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
+MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
 MemBackend = Literal["auto", "numactl", "syscall"]
 MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
+# The planner's defaults (launcher.plan_request.Request): the planning options' defaults are the planner's own.
+_PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 
 
 @dataclass(frozen=True)
@@ -38,29 +44,39 @@ class OptionSpec:
     count: bool = False  # an integer >= 0
     metavar: str | None = None
     envvar: str | None = None  # click reads it; on the argparse side load_topology reads it from the environment
+    keyword: str | None = None  # the name Python callers give it (AffinityOptions), where that is not ``dest``
+
+    def name(self, vocabulary: Vocabulary) -> str:
+        """The option as ``vocabulary`` writes it: the flag (``--map``), the Python keyword (``cpu_map``), or the
+        key of a YAML site profile (``map``: the flag without its dashes)."""
+        if vocabulary == "cli":
+            return self.flag
+        if vocabulary == "python":
+            return self.keyword or self.dest
+        return self.flag[2:]
 
 
 BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--fsroot", "fsroot", "topology", "Read sys/ and proc/ under DIR instead of / (default: $AFFRUN_FSROOT; "
                "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT"),
     OptionSpec("--topology", "topology_file", "topology", "Load a saved topology: affrun JSON snapshot or hwloc XML "
-               "(lstopo --of xml).", metavar="FILE"),
+               "(lstopo --of xml).", metavar="FILE", keyword="topology"),
     OptionSpec("--cpus", "cpus", "topology", "Restrict the allowed CPUs further (cpulist, e.g. 0-7,64-71).",
                metavar="LIST"),
     OptionSpec("--mode", "mode", "plan", "exclusive: disjoint cores per rank; numa/socket: share the GPU's "
-               "node/package; l3: whole L3 groups; map: explicit --map.", choices=MODES, default="exclusive"),
+               "node/package; l3: whole L3 groups; map: explicit --map.", choices=MODES, default=_PLANNER["mode"]),
     OptionSpec("--smt", "smt", "plan", "Count every hardware thread in OMP_NUM_THREADS.", is_flag=True, default=False),
     OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST"),
     OptionSpec("--loader-cores", "loader_cores", "plan", "Cores of each rank set aside for DataLoader workers.",
-               count=True, default=0, metavar="N"),
+               count=True, default=_PLANNER["loader_cores"], metavar="N"),
     OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
-               "CPU region and its GPU.", choices=GPU_ORDERS, default="rank"),
+               "CPU region and its GPU.", choices=GPU_ORDERS, default=_PLANNER["gpu_order"]),
     OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
                "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS"),
     OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST"),
     OptionSpec("--spill", "spill", "plan", "Cores of NUMA nodes that host no rank go to the nearest ranks: loader: "
                "as DataLoader cores (OMP_NUM_THREADS unchanged); compute: as compute cores; none: left idle.",
-               choices=SPILLS, default="loader"),
+               choices=SPILLS, default=_PLANNER["spill"]),
     OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", is_flag=True,
                default=False),
     OptionSpec("--omp-bind", "omp_bind", "env", "rank: every OpenMP thread on the rank's compute CPUs; core: "
@@ -75,8 +91,33 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
+_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in BINDING_OPTIONS}
+
+
+def default(dest: str) -> Any:
+    """The default of the option landing in ``dest``, for the front ends' own records of option values
+    (:class:`~launcher.options.PlanOptions`, ``AffinityOptions``, ``SbatchSpec``): defaults are stated here."""
+    return _BY_DEST[dest].default
+
+
 def options_in(*groups: str) -> tuple[OptionSpec, ...]:
     return tuple(o for o in BINDING_OPTIONS if o.group in groups)
+
+
+def spell(option: Opt, vocabulary: Vocabulary) -> str:
+    """An option named in an error message, as ``vocabulary`` writes it, with its value where the message
+    quotes one: ``--loader-cores 9``, ``loader_cores=9``, ``loader-cores: 9`` (bare: ``--loader-cores``,
+    ``loader_cores=``, ``loader-cores``). Python callers see values as ``repr``."""
+    from launcher.untrusted import short
+
+    spec = _BY_DEST.get(option.key)
+    name = spec.name(vocabulary) if spec is not None else option.key  # not an option of the table: as given
+    if vocabulary == "python":
+        return f"{name}=" if option.value is None else f"{name}={short(option.value)}"
+    if option.value is None:
+        return name
+    text = short(option.value) if option.quoted else str(option.value)
+    return f"{name} {text}" if vocabulary == "cli" else f"{name}: {text}"
 
 
 def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_OPTIONS) -> list[str]:
@@ -128,4 +169,6 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
 
 def plan_options_from(args: argparse.Namespace, prefix: str = "") -> PlanOptions:
     """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args``."""
+    from launcher.options import PlanOptions
+
     return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

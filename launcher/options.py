@@ -6,31 +6,31 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, get_args
 
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
-from launcher.errors import ConfigError
-from launcher.plan import GPU_ORDERS, MODES, GpuOrder, Mode, Request
+from launcher.errors import ConfigError, Opt
+from launcher.option_table import MEM_POLICIES, MemPolicy, default
+from launcher.plan_request import GPU_ORDERS, MODES, GpuOrder, Mode, Request
 from launcher.plan_spill import SPILLS, SpillChoice
-from launcher.untrusted import ascii_uint, short
+from launcher.untrusted import ascii_uint
 
-MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
-MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
+__all__ = ["MEM_POLICIES", "MemPolicy", "PlanOptions", "make_request"]  # the memory policies: option_table's
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """Every planning option as the user typed it (strings where the CLI takes strings)."""
+    """Every planning option as the user typed it (strings where the CLI takes strings), with the option
+    table's defaults."""
 
-    mode: Mode = "exclusive"
-    smt: bool = False
-    reserve: str | None = None
-    loader_cores: int = 0
-    gpu_order: GpuOrder = "rank"
-    cpu_map: str | None = None
-    gpus: str | None = None
-    no_gpu: bool = False
-    spill: SpillChoice = "loader"
+    mode: Mode = default("mode")
+    smt: bool = default("smt")
+    reserve: str | None = default("reserve")
+    loader_cores: int = default("loader_cores")
+    gpu_order: GpuOrder = default("gpu_order")
+    cpu_map: str | None = default("cpu_map")
+    gpus: str | None = default("gpus")
+    no_gpu: bool = default("no_gpu")
+    spill: SpillChoice = default("spill")
 
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)
@@ -54,40 +54,41 @@ class PlanOptions:
 
 def make_request(nproc: int, opts: PlanOptions) -> Request:
     if opts.mode not in MODES:
-        raise ConfigError(f"--mode {short(opts.mode)}: choose one of {', '.join(MODES)}")
+        raise ConfigError(Opt("mode", opts.mode, quoted=True), f": choose one of {', '.join(MODES)}")
     if opts.gpu_order not in GPU_ORDERS:
-        raise ConfigError(f"--gpu-order {short(opts.gpu_order)}: choose one of {', '.join(GPU_ORDERS)}")
+        raise ConfigError(Opt("gpu_order", opts.gpu_order, quoted=True), f": choose one of {', '.join(GPU_ORDERS)}")
     if opts.spill not in SPILLS:
-        raise ConfigError(f"--spill {short(opts.spill)}: choose one of {', '.join(SPILLS)}")
+        raise ConfigError(Opt("spill", opts.spill, quoted=True), f": choose one of {', '.join(SPILLS)}")
     reserve: frozenset[int] = frozenset()
     if opts.reserve:
         try:
             reserve = parse_cpulist(opts.reserve)
         except CpuIdTooLarge as exc:
-            raise ConfigError(f"--reserve {short(opts.reserve)}: {exc}") from None
+            raise ConfigError(Opt("reserve", opts.reserve, quoted=True), f": {exc}") from None
         except ValueError:
-            raise ConfigError(f"--reserve {short(opts.reserve)}: not a cpu list (e.g. 0 or 0,8,16)") from None
+            raise ConfigError(Opt("reserve", opts.reserve, quoted=True), ": not a cpu list (e.g. 0 or 0,8,16)") from None
     cpu_map = None
     if opts.cpu_map:
         try:
             cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.split(";"))  # ':' is cpu list syntax
         except CpuIdTooLarge as exc:
-            raise ConfigError(f"--map {short(opts.cpu_map)}: {exc}") from None
+            raise ConfigError(Opt("cpu_map", opts.cpu_map, quoted=True), f": {exc}") from None
         except ValueError:
-            raise ConfigError(f"--map {short(opts.cpu_map)}: expected one cpu list per rank, separated by ';'") from None
+            raise ConfigError(Opt("cpu_map", opts.cpu_map, quoted=True),
+                              ": expected one cpu list per rank, separated by ';'") from None
         if any(not m for m in cpu_map):
-            raise ConfigError(f"--map {short(opts.cpu_map)}: a rank has an empty cpu list")
+            raise ConfigError(Opt("cpu_map", opts.cpu_map, quoted=True), ": a rank has an empty cpu list")
     if cpu_map is not None and opts.mode not in ("exclusive", "map"):
-        raise ConfigError(f"--map gives explicit CPUs, which --mode {opts.mode} would ignore: drop one of them")
+        raise ConfigError(Opt("cpu_map"), " gives explicit CPUs, which ", Opt("mode", opts.mode), " would ignore: drop one of them")
     mode = "map" if cpu_map is not None else opts.mode
     gpus = None
     if opts.gpus:
         ids = [ascii_uint(g.strip()) for g in opts.gpus.split(",")]
         if None in ids:
-            raise ConfigError(f"--gpus {short(opts.gpus)}: expected visible GPU indices like 0,1,2,3")
+            raise ConfigError(Opt("gpus", opts.gpus, quoted=True), ": expected visible GPU indices like 0,1,2,3")
         gpus = tuple(g for g in ids if g is not None)
     if gpus is not None and opts.no_gpu:
-        raise ConfigError("--gpus names GPUs for the ranks, --no-gpu plans without GPUs: give only one")
+        raise ConfigError(Opt("gpus"), " names GPUs for the ranks, ", Opt("no_gpu"), " plans without GPUs: give only one")
     return Request(
         nproc=nproc,
         mode=mode,

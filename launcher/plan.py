@@ -30,36 +30,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import Any
 
 from launcher.cpulist import format_cpulist
-from launcher.errors import PlanError
+from launcher.errors import Opt, PlanError
 from launcher.plan_homes import assign_homes, balanced_chunks, nname, package_of
-from launcher.plan_spill import SPILLS, Spill, SpillChoice, spill_cores
+from launcher.plan_request import GPU_ORDERS, MODES, GpuOrder, Mode, Request, validate_request
+from launcher.plan_spill import Spill, SpillChoice, spill_cores
 from launcher.topology.model import GPU, Core, Topology
-from launcher.untrusted import short
 
-Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
-GpuOrder = Literal["rank", "closest"]
-MODES: tuple[Mode, ...] = get_args(Mode)
-GPU_ORDERS: tuple[GpuOrder, ...] = get_args(GpuOrder)
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the user asks for. Every field has the CLI's default."""
-
-    nproc: int
-    mode: Mode = "exclusive"
-    smt: bool = False
-    reserve: frozenset[int] = frozenset()
-    loader_cores: int = 0
-    gpu_order: GpuOrder = "rank"
-    cpu_map: tuple[frozenset[int], ...] | None = None  # mode "map": one CPU set per local rank
-    gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
-    use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
-    spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
-
+# The request side (what may be asked, and what is refused before planning) is launcher.plan_request's;
+# these names are the planner's interface too.
+__all__ = ["GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "validate_request"]
 
 @dataclass(frozen=True)
 class RankPlan:
@@ -130,7 +112,7 @@ def _reserved_pus(topo: Topology, req: Request) -> set[int]:
 
 def make_plan(topo: Topology, req: Request) -> Plan:
     """Plan ``req.nproc`` local ranks on ``topo``. Raises :class:`PlanError` for impossible requests."""
-    _validate(req, topo)
+    validate_request(req, topo)
     warnings: list[str] = list(topo.warnings)
     reserved_cores = 0
     cores: list[Core] = []
@@ -152,7 +134,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         raise PlanError(
             f"{req.nproc} ranks but only {len(cores)} whole core(s) are available "
             f"(allowed CPUs {format_cpulist(topo.allowed)}{', reserved ' + format_cpulist(req.reserve) if req.reserve else ''}); "
-            "use fewer ranks, --mode numa, or a larger CPU set"
+            "use fewer ranks, ", Opt("mode", "numa"), ", or a larger CPU set"
         )
 
     by_node: dict[int, list[Core]] = {}
@@ -247,36 +229,6 @@ def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> 
     return tuple(r if r.threads <= cap else replace(r, threads=cap) for r in ranks)
 
 
-def _validate(req: Request, topo: Topology) -> None:
-    if req.nproc < 1:
-        raise PlanError(f"--nproc-per-node must be at least 1 (got {req.nproc})")
-    if req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
-        # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
-        # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
-        # per rank: make_plan says so, as fast, before any per-rank work.
-        count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
-        raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
-                        f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
-    if req.mode not in MODES:
-        raise PlanError(f"unknown mode {short(req.mode)}; choose one of {', '.join(MODES)}")
-    if req.gpu_order not in GPU_ORDERS:
-        raise PlanError(f"unknown GPU order {short(req.gpu_order)}; choose one of {', '.join(GPU_ORDERS)}")
-    if req.spill not in SPILLS:
-        raise PlanError(f"unknown spill {short(req.spill)}; choose one of {', '.join(SPILLS)}")
-    if req.loader_cores < 0:
-        raise PlanError(f"--loader-cores must be >= 0 (got {req.loader_cores})")
-    if req.mode == "map":
-        if not req.cpu_map:
-            raise PlanError("--mode map needs --map with one CPU list per rank (e.g. '0-7;8-15')")
-        if len(req.cpu_map) != req.nproc:
-            raise PlanError(f"--map gives {len(req.cpu_map)} CPU list(s) for {req.nproc} ranks")
-        empty = [str(rank) for rank, cpus in enumerate(req.cpu_map) if not cpus]
-        if empty:
-            raise PlanError(f"--map gives rank(s) {','.join(empty)} an empty CPU list")
-    if req.gpus is not None and len(req.gpus) != req.nproc:
-        raise PlanError(f"--gpus gives {len(req.gpus)} GPU(s) for {req.nproc} ranks")
-
-
 def _l3_groups(cores: Sequence[Core]) -> list[list[Core]]:
     groups: dict[int, list[Core]] = {}
     for i, c in enumerate(cores):
@@ -304,9 +256,8 @@ def _rank_plan(
         if shared:
             rank_warnings.append("--loader-cores is ignored in shared modes (numa, socket)")
         elif req.loader_cores >= len(chunk):
-            raise PlanError(
-                f"--loader-cores {req.loader_cores} leaves rank {rank} no compute core (it has {len(chunk)} core(s))"
-            )
+            raise PlanError(Opt("loader_cores", req.loader_cores),
+                            f" leaves rank {rank} no compute core (it has {len(chunk)} core(s))")
         else:
             loader = compute[-req.loader_cores :]
             compute = compute[: -req.loader_cores]
@@ -386,10 +337,8 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         outside = wanted - set(pu_core)
         if outside:
             reserved = f", reserved {format_cpulist(req.reserve)}" if req.reserve else ""
-            raise PlanError(
-                f"--map rank {rank}: CPUs {format_cpulist(outside)} are not usable here "
-                f"(allowed: {format_cpulist(topo.allowed)}{reserved})"
-            )
+            raise PlanError(Opt("cpu_map"), f" rank {rank}: CPUs {format_cpulist(outside)} are not usable here "
+                            f"(allowed: {format_cpulist(topo.allowed)}{reserved})")
         for p in wanted:
             if p in seen:
                 warnings.append(f"--map: CPU {p} is given to ranks {seen[p]} and {rank}")

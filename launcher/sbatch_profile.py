@@ -37,7 +37,7 @@ KEYS: dict[str, Any] = {option.key: option.kind for option in SBATCH_OPTIONS}
 # affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job: the same
 # flags as on the command line (launcher.option_table), with the kind their values take. --gpus may be written
 # as a YAML number (gpus: 0).
-KEYS.update({spec.flag[2:]: spec.choices or ("bool" if spec.is_flag else "count" if spec.count else "str")
+KEYS.update({spec.name("profile"): spec.choices or ("bool" if spec.is_flag else "count" if spec.count else "str")
              for spec in options_in("plan", "env")})
 KEYS["gpus"] = "strint"
 TOP_LEVEL = ("defaults", "profiles")

@@ -17,16 +17,15 @@ from typing import Literal, get_args
 
 from launcher import __version__
 from launcher.env import EnvPolicy
-from launcher.errors import ConfigError, PlanError
+from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
 from launcher.omp_syntax import OmpBind
+from launcher.option_table import default, options_in, to_argv
 from launcher.options import MemPolicy, PlanOptions, make_request
+from launcher.plan_request import validate_request
 from launcher.untrusted import short
 
 Style = Literal["torchrun", "srun"]
 STYLES: tuple[Style, ...] = get_args(Style)
-OMP_BIND_DEFAULT: OmpBind = "rank"
-ENV_POLICY_DEFAULT: EnvPolicy = "safe"
-MEM_POLICY_DEFAULT: MemPolicy = "auto"
 
 # Documented in templates/README.md; a template may use any of them, and nothing else.
 TEMPLATE_VARIABLES: dict[str, str] = {
@@ -74,9 +73,9 @@ class SbatchSpec:
     rdzv_port: int | None = None  # default: 20000 + SLURM_JOB_ID % 10000
     affrun: str = "affrun"
     plan: PlanOptions = field(default_factory=PlanOptions)
-    omp_bind: OmpBind = OMP_BIND_DEFAULT
-    env_policy: EnvPolicy = ENV_POLICY_DEFAULT
-    mem_policy: MemPolicy = MEM_POLICY_DEFAULT
+    omp_bind: OmpBind = default("omp_bind")
+    env_policy: EnvPolicy = default("env_policy")
+    mem_policy: MemPolicy = default("mem_policy")
     verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
 
     def gpu_count(self) -> int:
@@ -151,13 +150,8 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
 
 def affrun_options(spec: SbatchSpec) -> list[str]:
     """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
-    argv = spec.plan.to_argv()
-    if spec.omp_bind != OMP_BIND_DEFAULT:
-        argv += ["--omp-bind", spec.omp_bind]
-    if spec.env_policy != ENV_POLICY_DEFAULT:
-        argv += ["--env-policy", spec.env_policy]
-    if spec.mem_policy != MEM_POLICY_DEFAULT:
-        argv += ["--mem-policy", spec.mem_policy]
+    env = options_in("env")
+    argv = [*spec.plan.to_argv(), *to_argv({o.dest: getattr(spec, o.dest) for o in env}, env)]
     if spec.verbose and spec.style == "srun":
         argv.append("--verbose")
     return argv
@@ -206,16 +200,15 @@ def check_plan_options(spec: SbatchSpec) -> None:
     conflicting options, or more or fewer --map / --gpus entries than ranks per node."""
     ranks = spec.ranks_per_node()
     request = make_request(ranks, spec.plan)
-    if request.mode == "map" and request.cpu_map is None:
-        raise ConfigError("--mode map needs --map with one CPU list per rank (e.g. '0-7;8-15')")
-    for option, entries in (("--map", request.cpu_map), ("--gpus", request.gpus)):
-        if entries is not None and len(entries) != ranks:
-            raise PlanError(f"{option} gives {len(entries)} entries for {ranks} rank(s) per node "
-                            "(--ntasks-per-node, else one per GPU): give one per rank")
+    try:
+        validate_request(request)  # the planner's own checks, without a topology
+    except RankCountMismatch as exc:  # the job's ranks are per node, and come from sbatch's options
+        raise PlanError(Opt(exc.key), f" gives {exc.given} entries for {exc.ranks} rank(s) per node "
+                        "(--ntasks-per-node, else one per GPU): give one per rank") from None
     missing = sorted(g for g in request.gpus or () if g >= spec.gpu_count() > 0)
     if missing:
-        raise PlanError(f"--gpus names GPU {missing[0]}, but the job asks for {spec.gpu_count()} GPU(s) per node "
-                        f"(visible indices 0-{spec.gpu_count() - 1})")
+        raise PlanError(Opt("gpus"), f" names GPU {missing[0]}, but the job asks for {spec.gpu_count()} GPU(s) "
+                        f"per node (visible indices 0-{spec.gpu_count() - 1})")
 
 
 def template_variables(spec: SbatchSpec) -> dict[str, str]:

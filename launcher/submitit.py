@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.binding import TaskBinding, current_binding
 from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.errors import ConfigError
+from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.handoff import exec_prefix
+from launcher.option_table import default
 from launcher.options import PlanOptions
 
 if TYPE_CHECKING:
@@ -78,13 +79,13 @@ class AffinityOptions(PlanOptions):
     or as a sequence of per-rank lists.
     """
 
-    fsroot: str | None = None
-    topology: str | None = None
-    cpus: str | None = None
-    omp_bind: OmpBind = "rank"
-    env_policy: EnvPolicy = "safe"
-    mem_policy: MemPolicy = "auto"
-    mem_backend: MemBackend = "auto"
+    fsroot: str | None = default("fsroot")
+    topology: str | None = default("topology_file")
+    cpus: str | None = default("cpus")
+    omp_bind: OmpBind = default("omp_bind")
+    env_policy: EnvPolicy = default("env_policy")
+    mem_policy: MemPolicy = default("mem_policy")
+    mem_backend: MemBackend = default("mem_backend")
     verbose: bool = False
 
     @classmethod
@@ -101,22 +102,31 @@ class AffinityOptions(PlanOptions):
         return opts
 
     def check(self) -> None:
+        """Refuse values ``affrun exec`` would refuse in every task. Errors name options as this API's keywords
+        (``cpu_map=``, not ``--map``), also those of the checks shared with the command line."""
+        try:
+            self._check()
+        except AffrunError as exc:
+            exc.use_vocabulary("python")
+            raise
+
+    def _check(self) -> None:
         from launcher.option_table import options_in
 
         for spec in options_in("env", "apply"):
-            value = getattr(self, spec.dest)
+            value = getattr(self, spec.name("python"))
             if spec.choices and value not in spec.choices:
-                raise ConfigError(f"{spec.dest}={value!r}: choose one of {', '.join(spec.choices)}")
+                raise ConfigError(Opt(spec.dest, value), f": choose one of {', '.join(spec.choices)}")
         if self.loader_cores < 0:
-            raise ConfigError(f"loader_cores={self.loader_cores}: must be 0 or more")
+            raise ConfigError(Opt("loader_cores", self.loader_cores), ": must be 0 or more")
         if self.fsroot and self.topology:
             raise ConfigError("fsroot and topology name two topology sources: give only one")
         if self.cpus is not None:
             try:
                 parse_cpulist(self.cpus)
             except ValueError:
-                raise ConfigError(f"cpus={self.cpus!r}: not a cpu list (e.g. 0-7,64-71)") from None
-        self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: same checks as the CLI
+                raise ConfigError(Opt("cpus", self.cpus), ": not a cpu list (e.g. 0-7,64-71)") from None
+        self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: the CLI's own checks
 
     def plan_options(self) -> PlanOptions:
         return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})
@@ -125,9 +135,9 @@ class AffinityOptions(PlanOptions):
         """``affrun exec`` flags for these options (defaults left out), from the one option table."""
         from launcher.option_table import options_in, to_argv
 
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["topology_file"] = values.pop("topology")  # the executor's keyword is ``topology``
-        argv = [*super().to_argv(), *to_argv(values, options_in("topology", "env", "apply"))]
+        specs = options_in("topology", "env", "apply")
+        values = {spec.dest: getattr(self, spec.name("python")) for spec in specs}  # --topology: ``topology``
+        argv = [*super().to_argv(), *to_argv(values, specs)]
         if self.verbose:
             argv.append("--verbose")
         return argv

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+import pytest
+
 from launcher.exec_cmd import build_parser
 from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, options_in, plan_options_from
 from launcher.options import PlanOptions
@@ -65,3 +67,39 @@ def test_sbatch_table_fills_every_sbatch_spec_field_but_affrun_s_own() -> None:
     sbatch_help = affrun("sbatch", "--help").stdout
     for option in SBATCH_OPTIONS:
         assert all(flag.split("/")[0] in sbatch_help for flag in option.flags), option.flags
+
+
+def test_each_front_end_s_name_of_an_option_is_one_it_takes() -> None:
+    """Errors spell options with :meth:`OptionSpec.name`: each name must be what that front end accepts."""
+    from launcher.sbatch_profile import KEYS
+    from launcher.submitit import AFFRUN_OPTIONS
+
+    exec_help = affrun("exec", "--help").stdout
+    for spec in BINDING_OPTIONS:
+        assert spec.name("cli") in exec_help, spec.flag
+        assert spec.name("python") in AFFRUN_OPTIONS, spec.flag
+        if spec.group in ("plan", "env"):
+            assert spec.name("profile") in KEYS, spec.flag
+
+
+def test_a_planner_error_reads_in_the_vocabulary_of_its_front_end() -> None:
+    from launcher.errors import PlanError
+    from launcher.plan import Request, validate_request
+
+    cases = [
+        (Request(nproc=2, mode="map", cpu_map=(frozenset({0}),) * 3),
+         ("--map gives 3 CPU list(s) for 2 ranks", "cpu_map= gives 3 CPU list(s) for 2 ranks",
+          "map gives 3 CPU list(s) for 2 ranks")),
+        (Request(nproc=1, mode="map"),
+         ("--mode map needs --map with", "mode='map' needs cpu_map= with", "mode: map needs map with")),
+        (Request(nproc=1, loader_cores=-1),
+         ("--loader-cores must be >= 0", "loader_cores= must be >= 0", "loader-cores must be >= 0")),
+    ]
+    for request, (cli, python, profile) in cases:
+        with pytest.raises(PlanError) as caught:
+            validate_request(request)
+        assert str(caught.value).startswith(cli), str(caught.value)
+        caught.value.use_vocabulary("python")
+        assert str(caught.value).startswith(python), str(caught.value)
+        caught.value.use_vocabulary("profile", {"cpu_map", "mode", "loader_cores"})
+        assert str(caught.value).startswith(profile), str(caught.value)

@@ -139,6 +139,30 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, body: str, message: st
     assert len(proc.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("body,flags,message", [
+    ("defaults:\n  mode: map\n", [], "mode: map needs --map with one CPU list per rank"),  # no map set: a flag
+    ("defaults:\n  reserve: x\n", [], "reserve: 'x': not a cpu list"),
+    ("defaults:\n  ntasks-per-node: 2\nprofiles:\n  p:\n    map: 0;1;2\n", ["--profile", "p"],
+     "map gives 3 entries for 2 rank(s) per node"),
+    ("profiles:\n  p:\n    gpus-per-node: 2\n    gpus: 0,2\n", ["--profile", "p"],
+     "gpus names GPU 2, but the job asks for 2 GPU(s) per node"),
+    # The flag a user typed keeps its flag's name next to the key the file set.
+    ("defaults:\n  mode: numa\n", ["--map", "0;1"], "--map gives explicit CPUs, which mode: numa would ignore"),
+    ("defaults:\n  no-gpu: true\n", ["--gpus", "0"], "--gpus names GPUs for the ranks, no-gpu plans without GPUs"),
+])
+def test_option_errors_name_the_profile_s_keys(tmp_path: Path, body: str, flags: list[str], message: str) -> None:
+    """A planning option the site file set is named as the file spells it (``map``), not as the flag
+    (``--map``), in the planner's checks that sbatch runs before submitting."""
+    path = tmp_path / "site.yaml"
+    path.write_text(body)
+    proc = sbatch("--config", str(path), *flags, "--", "t.py")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("affrun: error: ") and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+    named = [f"--{word}" for word in ("mode", "map", "reserve", "gpus", "no-gpu") if f"{word}:" in body]
+    assert not any(flag in proc.stderr for flag in named), proc.stderr
+
+
 def test_unknown_profile_lists_the_profiles(site: Path) -> None:
     proc = sbatch("--config", str(site), "--profile", "gpu-h100", "--", "t.py")
     assert proc.returncode == 2

@@ -212,6 +212,25 @@ def test_options_render_as_exec_flags_and_bad_values_are_clear() -> None:
         AffinityOptions.from_kwargs(loader_cores="2")
 
 
+@pytest.mark.parametrize("kwargs,message", [
+    ({"mode": "fastest"}, "mode='fastest': choose one of exclusive, numa"),
+    ({"reserve": "x"}, "reserve='x': not a cpu list"),
+    ({"cpu_map": "a;b"}, "cpu_map='a;b': expected one cpu list per rank, separated by ';'"),
+    ({"mode": "numa", "cpu_map": [[0], [1]]}, "cpu_map= gives explicit CPUs, which mode='numa' would ignore"),
+    ({"gpus": [0, 1], "no_gpu": True}, "gpus= names GPUs for the ranks, no_gpu= plans without GPUs: give only one"),
+])
+def test_option_errors_name_the_executor_s_keywords_not_the_cli_flags(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    """A submitit user wrote ``cpu_map=`` and ``mode=``: the checks they share with ``affrun plan`` name those
+    keywords, as the user wrote them, and never a flag such as ``--map``."""
+    with pytest.raises(ConfigError) as caught:
+        AffinityExecutor(folder=tmp_path / "logs", cluster="local", **kwargs)
+    text = str(caught.value)
+    assert text == message or text.startswith(message), text
+    assert "--" not in text, text
+
+
 def test_srun_args_are_merged_and_binding_ones_refused() -> None:
     assert merge_srun_args(None) == ["--cpu-bind=none"]
     assert merge_srun_args(["--mpi=pmix", "-l"]) == ["--mpi=pmix", "-l", "--cpu-bind=none"]

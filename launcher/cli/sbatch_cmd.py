@@ -13,7 +13,7 @@ import click
 from click.core import ParameterSource
 
 from launcher.cli.options import env_options, plan_options
-from launcher.errors import ConfigError, LaunchError
+from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.option_table import options_in
 from launcher.options import PlanOptions
 from launcher.sbatch_options import SBATCH_OPTIONS, SbatchOption, default_of, spec_values
@@ -21,7 +21,7 @@ from launcher.sbatch_script import SbatchSpec, render
 
 # config key -> click parameter name, for affrun's own options (--map lands in cpu_map); other keys are
 # key.replace("-", "_")
-_PARAM_OF = {spec.flag[2:]: spec.dest for spec in options_in("plan", "env")}
+_PARAM_OF = {spec.name("profile"): spec.dest for spec in options_in("plan", "env")}
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,11 +31,13 @@ def _param(key: str) -> str:
     return _PARAM_OF.get(key, key.replace("-", "_"))
 
 
-def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """Command-line values over the profile over the defaults; repeatable options add to the file's lines."""
+def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """Command-line values over the profile over the defaults; repeatable options add to the file's lines.
+    Also the parameters whose value is the file's (an error about them names the file's key, not the flag)."""
     from launcher.sbatch_profile import KEYS
 
     merged = dict(kwargs)
+    from_file: set[str] = set()
     for key, value in settings.items():
         name = _param(key)
         given = ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
@@ -43,7 +45,8 @@ def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any])
             merged[name] = tuple(value) + (tuple(kwargs[name]) if given else ())
         elif not given:
             merged[name] = value
-    return merged
+            from_file.add(name)
+    return merged, from_file
 
 
 def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
@@ -131,9 +134,13 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
     if kwargs["wait"] and not kwargs["submit"]:
         raise ConfigError("--wait needs --submit")
     settings = load_config(kwargs.pop("config_file")).settings(kwargs.pop("profile"))
-    values = _merge(ctx, kwargs, settings)
+    values, from_file = _merge(ctx, kwargs, settings)
     spec = _spec(values, tuple(command))
-    script = render(spec, values["template"])
+    try:
+        script = render(spec, values["template"])
+    except AffrunError as exc:  # affrun's options that the profile set are named as its keys
+        exc.use_vocabulary("profile", from_file)
+        raise
     if spec.cpus_per_task is None and not spec.exclusive and not values["template"]:
         click.echo("affrun: note: no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs "
                    "(often 1, or the site's DefCpuPerGPU); affrun plans within what the job gets", err=True)

@@ -18,7 +18,6 @@ Standard library only (``xml.etree``). What is read:
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
@@ -26,11 +25,11 @@ from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
+from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
-_LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
 
 
 class _Bad(Exception):
@@ -86,7 +85,7 @@ def hwloc_xml_topology(data: bytes, path: str) -> Topology:
         raise TopologyError(f"{path}: <topology> holds no <object>: not an lstopo --of xml export")
     try:
         return checked(_build(path, top, machine), path)
-    except _Bad as exc:
+    except (_Bad, BadDistances) as exc:
         raise TopologyError(f"{path}: {exc}") from None
 
 
@@ -274,7 +273,7 @@ def _nodes(
     node_cpus: dict[int, set[int]] = {n.os_index: set() for n in walk.nodes}
     for pu, node in node_of_pu.items():
         node_cpus[node].add(pu)
-    distances = _distances(top, machine, walk.nodes)
+    distances = numa_distances(top, machine, [(n.gp_index, n.os_index) for n in walk.nodes])
     nodes: dict[int, NumaNode] = {}
     for n in sorted(walk.nodes, key=lambda node: node.os_index):
         if n.os_index not in nodes:
@@ -352,64 +351,6 @@ def _assign_pus_to_nodes(nodes: list[_Node], online: frozenset[int]) -> dict[int
         for pu in node.locality & online:
             out.setdefault(pu, node.os_index)
     return out
-
-
-def _distances(top: ET.Element, machine: ET.Element, nodes: list[_Node]) -> dict[int, dict[int, int]]:
-    """NUMA latency matrix: ``distances2`` (2.x/3.x) or ``distances`` (1.x); empty when the file has none."""
-    for matrix in top.iter("distances2"):
-        if matrix.get("type") != "NUMANode":
-            continue
-        kind = _int_or_zero(matrix.get("kind"))
-        if kind and not kind & _LATENCY_KIND:
-            continue
-        indexes = " ".join(e.text or "" for e in matrix.findall("indexes")).split()
-        values = " ".join(e.text or "" for e in matrix.findall("u64values")).split()
-        n = _int_or_zero(matrix.get("nbobjs"))
-        if n == 0 or len(indexes) != n or len(values) != n * n:
-            raise _Bad(f"distances2 {short(matrix.get('name'), 40)}: expected {n} indexes and {n * n} values")
-        if matrix.get("indexing") == "gp":
-            by_gp = {node.gp_index: node.os_index for node in nodes}
-            maybe_ids = [by_gp.get(i) for i in indexes]
-        else:
-            maybe_ids = [ascii_uint(i) for i in indexes]
-        maybe_numbers = [ascii_uint(v) for v in values]
-        ids = [i for i in maybe_ids if i is not None]
-        numbers = [v for v in maybe_numbers if v is not None]
-        if len(ids) != n or len(numbers) != n * n:
-            raise _Bad(f"distances2 {short(matrix.get('name'), 40)}: indexes or values are not numbers of NUMA nodes")
-        return {a: {b: numbers[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
-    order = list(dict.fromkeys(node.os_index for node in nodes))
-    for matrix in machine.iter("distances"):  # hwloc 1.x: latencies relative to latency_base, NUMA nodes in order
-        latencies = [e.get("value", "") for e in matrix.findall("latency")]
-        n = _int_or_zero(matrix.get("nbobjs"))
-        if n != len(order) or len(latencies) != n * n:
-            continue
-        base = _latency(matrix.get("latency_base", "1"))
-        products = [_latency(v) * base for v in latencies]
-        if any(not 0 <= p <= _MAX_DISTANCE for p in products):  # NaN, inf and 1e400 included
-            raise _Bad("distances: latency values are not finite numbers from 0 to 2^32")
-        rounded = [round(p) for p in products]
-        return {a: {b: rounded[i * n + j] for j, b in enumerate(order)} for i, a in enumerate(order)}
-    return {}
-
-
-# hwloc's distances are u64 latencies; the kernel's NUMA distances are below 256.
-_MAX_DISTANCE = float(1 << 32)
-
-
-def _latency(text: str) -> float:
-    """A hwloc 1.x latency (a float); NaN for anything that is not a finite number."""
-    if not text.isascii():
-        return math.nan
-    try:
-        value = float(text)
-    except ValueError:
-        return math.nan
-    return value if math.isfinite(value) else math.nan
-
-
-def _int_or_zero(text: str | None) -> int:
-    return ascii_uint((text or "0").strip()) or 0
 
 
 def _one(values: frozenset[int]) -> int | None:

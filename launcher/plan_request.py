@@ -1,0 +1,75 @@
+"""What a user may ask the planner for: the :class:`Request`, and :func:`validate_request`, which refuses a
+request no plan can satisfy before any planning work. Pure: no I/O, no ``os.environ``.
+
+``affrun sbatch`` calls :func:`validate_request` without a topology to refuse, before the queue wait, options
+that would fail on every node; :func:`launcher.plan.make_plan` calls it with the topology it plans on.
+Errors name options as data (:class:`~launcher.errors.Opt`), so that each front end spells them its own way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, get_args
+
+from launcher.errors import Opt, PlanError, RankCountMismatch
+from launcher.plan_spill import SPILLS, SpillChoice
+from launcher.untrusted import short
+
+if TYPE_CHECKING:
+    from launcher.topology.model import Topology
+
+Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
+GpuOrder = Literal["rank", "closest"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+GPU_ORDERS: tuple[GpuOrder, ...] = get_args(GpuOrder)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asks for. The defaults are the planner's own; :mod:`launcher.option_table` shows them to
+    every front end (it reads them from here)."""
+
+    nproc: int
+    mode: Mode = "exclusive"
+    smt: bool = False
+    reserve: frozenset[int] = frozenset()
+    loader_cores: int = 0
+    gpu_order: GpuOrder = "rank"
+    cpu_map: tuple[frozenset[int], ...] | None = None  # mode "map": one CPU set per local rank
+    gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
+    use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
+    spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
+
+
+def validate_request(req: Request, topo: Topology | None = None) -> None:
+    """Raise :class:`PlanError` for a request that no topology (``topo``: this one) can satisfy: no ranks, an
+    unknown mode, order or spill, a negative loader count, ``map`` mode without CPU lists, or ``--map`` /
+    ``--gpus`` lists of another length than the rank count (:class:`RankCountMismatch`)."""
+    if req.nproc < 1:
+        raise PlanError(f"--nproc-per-node must be at least 1 (got {req.nproc})")
+    if topo is not None and req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
+        # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
+        # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
+        # per rank: make_plan says so, as fast, before any per-rank work.
+        count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
+        raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
+                        f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
+    if req.mode not in MODES:
+        raise PlanError(f"unknown mode {short(req.mode)}; choose one of {', '.join(MODES)}")
+    if req.gpu_order not in GPU_ORDERS:
+        raise PlanError(f"unknown GPU order {short(req.gpu_order)}; choose one of {', '.join(GPU_ORDERS)}")
+    if req.spill not in SPILLS:
+        raise PlanError(f"unknown spill {short(req.spill)}; choose one of {', '.join(SPILLS)}")
+    if req.loader_cores < 0:
+        raise PlanError(Opt("loader_cores"), f" must be >= 0 (got {req.loader_cores})")
+    if req.mode == "map":
+        if not req.cpu_map:
+            raise PlanError(Opt("mode", "map"), " needs ", Opt("cpu_map"),
+                            " with one CPU list per rank (e.g. '0-7;8-15')")
+        if len(req.cpu_map) != req.nproc:
+            raise RankCountMismatch("cpu_map", len(req.cpu_map), req.nproc)
+        empty = [str(rank) for rank, cpus in enumerate(req.cpu_map) if not cpus]
+        if empty:
+            raise PlanError(Opt("cpu_map"), f" gives rank(s) {','.join(empty)} an empty CPU list")
+    if req.gpus is not None and len(req.gpus) != req.nproc:
+        raise RankCountMismatch("gpus", len(req.gpus), req.nproc)

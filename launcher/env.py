@@ -40,7 +40,6 @@ value such as ``disabled`` is gone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal, get_args
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist
@@ -60,6 +59,7 @@ from launcher.omp_syntax import (
     thread_count,
 )
 from launcher.plan import RankPlan
+from launcher.records import dataclass
 from launcher.untrusted import ascii_uint, short
 
 EnvPolicy = Literal["safe", "override", "keep"]

@@ -11,7 +11,6 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
@@ -21,6 +20,7 @@ from launcher.omp_syntax import BIND_MODES, OmpBind
 from launcher.option_table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import Plan, RankPlan
+from launcher.records import dataclass, fields
 from launcher.untrusted import BadJSON, load_json, short
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ def plan_job(
     from launcher.topology import load_topology
 
     v = {spec.dest: spec.default for spec in BINDING_OPTIONS} | dict(values)
-    opts = PlanOptions(**{name: v[name] for name in PlanOptions.__dataclass_fields__})
+    opts = PlanOptions(**{f.name: v[f.name] for f in fields(PlanOptions)})
     topo = load_topology(fsroot=v["fsroot"], topology_file=v["topology_file"], cpus=v["cpus"], environ=environ,
                          gpus=not opts.no_gpu)
     if nproc is None:

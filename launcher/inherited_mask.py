@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from launcher.cpulist import format_cpulist
 from launcher.env import BINDING_VARIABLES
+from launcher.records import dataclass
 
 
 @dataclass(frozen=True)

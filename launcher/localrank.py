@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from launcher.records import dataclass
 from launcher.untrusted import ascii_int, clip
 
 # (rank variable, size variable) in the order they are looked up.

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+
+from launcher.records import dataclass
 
 # The kernel's MPOL_* mode numbers (linux/mempolicy.h).
 MPOL_NUMBERS = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}

@@ -10,7 +10,6 @@ Standard library only: ``affrun exec`` imports it before every rank.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from launcher.env import ENV_POLICIES
@@ -18,6 +17,7 @@ from launcher.omp_syntax import BIND_MODES
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import GPU_ORDERS, MODES
 from launcher.plan_spill import SPILLS
+from launcher.records import dataclass, fields
 
 if TYPE_CHECKING:
     import argparse

@@ -5,13 +5,13 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import Literal, get_args
 
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.plan import GPU_ORDERS, MODES, GpuOrder, Mode, Request
 from launcher.plan_spill import SPILLS, SpillChoice
+from launcher.records import dataclass, fields
 from launcher.untrusted import ascii_uint, short
 
 MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]

@@ -29,13 +29,13 @@ How it decides (also in the README and, with sources, in docs/planner.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
 from launcher.plan_homes import assign_homes, balanced_chunks, nname, package_of
 from launcher.plan_spill import SPILLS, Spill, SpillChoice, spill_cores
+from launcher.records import dataclass, field, replace
 from launcher.topology.model import GPU, Core, Topology
 from launcher.untrusted import short
 

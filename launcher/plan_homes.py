@@ -13,11 +13,11 @@ GPU orders:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
+from launcher.records import dataclass, field
 from launcher.topology.model import GPU, Core, Topology
 
 if TYPE_CHECKING:

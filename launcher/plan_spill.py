@@ -15,10 +15,10 @@ none`` leaves those cores idle, as the planner did before it spilled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, get_args
 
 from launcher.plan_homes import balanced_chunks, distance, package_of
+from launcher.records import dataclass
 from launcher.topology.model import Core, Topology
 
 SpillChoice = Literal["loader", "compute", "none"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import replace
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
+from launcher.records import replace
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 from launcher.topology.numa_overlap import merge_overlapping_nodes
 from launcher.untrusted import clip

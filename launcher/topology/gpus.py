@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import NamedTuple
 
 from launcher.errors import TopologyError
+from launcher.records import replace
 from launcher.slurm_env import slurm_global_visible
 from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
 from launcher.topology.model import GPU

@@ -6,11 +6,11 @@ in the tuples below. Everything here is immutable and free of I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
 from launcher.errors import TopologyError
+from launcher.records import dataclass, field, replace
 from launcher.untrusted import clip
 
 

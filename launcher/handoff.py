@@ -7,11 +7,8 @@ Standard library and the pure core only: ``affrun exec`` imports it before every
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
 from launcher.env import ENV_POLICIES, EnvPolicy, effective_mem_policy
@@ -23,7 +20,11 @@ from launcher.plan import Plan, RankPlan
 from launcher.records import dataclass, fields
 from launcher.untrusted import BadJSON, load_json, short
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from launcher.topology.model import Topology
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
@@ -69,6 +70,8 @@ class ParentPlan:
     verbose: bool
 
     def to_json(self) -> str:
+        import json  # the planning parent's, not the rank's
+
         return json.dumps(
             {
                 "plan": self.plan.to_dict(),

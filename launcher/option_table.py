@@ -9,9 +9,6 @@ Standard library only: ``affrun exec`` imports it before every rank.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
-
 from launcher.env import ENV_POLICIES
 from launcher.omp_syntax import BIND_MODES
 from launcher.options import MEM_POLICIES, PlanOptions
@@ -19,11 +16,18 @@ from launcher.plan import GPU_ORDERS, MODES
 from launcher.plan_spill import SPILLS
 from launcher.records import dataclass, fields
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping, Sequence
+    from typing import Any, Literal
 
-MemBackend = Literal["auto", "numactl", "syscall"]
-MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
+    MemBackend = Literal["auto", "numactl", "syscall"]
+else:
+    MemBackend = str
+MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,6 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
         group.add_argument(spec.flag, **kwargs)
 
 
-def plan_options_from(args: argparse.Namespace, prefix: str = "") -> PlanOptions:
-    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args``."""
+def plan_options_from(args: object, prefix: str = "") -> PlanOptions:
+    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args`` (or :func:`launcher.exec_cmd.default_args`)."""
     return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

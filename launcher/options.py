@@ -5,8 +5,6 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.plan import GPU_ORDERS, MODES, GpuOrder, Mode, Request
@@ -14,8 +12,16 @@ from launcher.plan_spill import SPILLS, SpillChoice
 from launcher.records import dataclass, fields
 from launcher.untrusted import ascii_uint, short
 
-MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
-MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from typing import Literal
+
+    MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
+else:
+    MemPolicy = str
+MEM_POLICIES: tuple[MemPolicy, ...] = ("auto", "membind", "preferred", "interleave", "none")
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,6 @@ How it decides (also in the README and, with sources, in docs/planner.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, get_args
-
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
 from launcher.plan_homes import assign_homes, balanced_chunks, nname, package_of
@@ -39,10 +36,20 @@ from launcher.records import dataclass, field, replace
 from launcher.topology.model import GPU, Core, Topology
 from launcher.untrusted import short
 
-Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
-GpuOrder = Literal["rank", "closest"]
-MODES: tuple[Mode, ...] = get_args(Mode)
-GPU_ORDERS: tuple[GpuOrder, ...] = get_args(GpuOrder)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Literal
+
+    Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
+    GpuOrder = Literal["rank", "closest"]
+else:
+    Mode = str
+    GpuOrder = str
+MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
+GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 mypy sees the standard library's ``dataclasses`` (the ``TYPE_CHECKING`` branch below), so these classes are
 checked exactly as dataclasses. At run time the same class bodies are turned into plain classes with the
 subset of dataclass behaviour affrun uses: keyword or positional ``__init__`` with defaults and
-``default_factory``, ``frozen``, ``__eq__`` and ``__hash__`` over the fields (``compare=False`` left out),
+``default_factory``, fields inherited from a base made here, ``frozen``, ``__eq__`` and ``__hash__`` over the fields (``compare=False`` left out),
 the dataclass ``__repr__``, :func:`fields` (``name``, ``default``) and :func:`replace`.
 
 Why (measured with ``python -X importtime`` and wall times of ``affrun exec -- true`` on a 2-core machine, see
@@ -125,7 +125,9 @@ def _frozen_delattr(self: Any, name: str) -> None:
 
 
 def _make(cls: Any, frozen: bool) -> Any:
-    own: list[Field] = []
+    own: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):  # a base's fields come first, as in dataclasses
+        own.update((f.name, f) for f in base.__dict__.get(FIELDS, ()))
     for name in cls.__dict__.get("__annotations__", {}):  # noqa: RUF063 (inspect is what this module avoids)
         value = cls.__dict__.get(name, MISSING)
         f = value if isinstance(value, Field) else Field(default=value)
@@ -135,8 +137,8 @@ def _make(cls: Any, frozen: bool) -> Any:
                 delattr(cls, name)
             else:
                 setattr(cls, name, f.default)
-        own.append(f)
-    setattr(cls, FIELDS, tuple(own))
+        own[name] = f
+    setattr(cls, FIELDS, tuple(own.values()))
     cls.__init__ = _init
     cls.__repr__ = _repr
     cls.__eq__ = _eq

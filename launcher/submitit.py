@@ -27,7 +27,6 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,7 +35,7 @@ from launcher.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import ConfigError
 from launcher.handoff import exec_prefix
 from launcher.options import PlanOptions
-from launcher.records import fields, replace
+from launcher.records import dataclass, fields, replace  # PlanOptions is one of these
 
 if TYPE_CHECKING:
     import submitit

@@ -8,8 +8,9 @@ Slurm or CUDA writes; and an error message never repeats more than a few dozen c
 
 from __future__ import annotations
 
-import json
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from typing import Any
 
 # The longest digit string read as a number. 2**64 has 20 digits; CPython refuses to convert more than 4,300.
 MAX_DIGITS = 40
@@ -81,6 +82,8 @@ def load_json(text: str | bytes) -> Any:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise BadJSON("not UTF-8 text") from None
+    import json  # only here: a rank without AFFRUN_PLAN reads no JSON
+
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except BadJSON:

@@ -334,3 +334,39 @@ def check_plan_alone(plan: Plan) -> None:
             continue
         for cpu in rank.cpus:
             assert owner.setdefault(cpu, rank.local_rank) == rank.local_rank
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, before=st.sampled_from(["", " ", "\n\t"]), after=st.sampled_from(["", " \r\n", " x", "]", ","]))
+def test_load_json_reads_what_json_loads_reads(value: Any, before: str, after: str) -> None:
+    """load_json scans AFFRUN_PLAN without importing json where it can (launcher.untrusted._scan_whole): it must
+    take and refuse exactly what json.loads does."""
+    from launcher.untrusted import BadJSON, load_json
+
+    text = before + json.dumps(value) + after
+    try:
+        expected: Any = json.loads(text)
+    except ValueError:
+        with pytest.raises(BadJSON):
+            load_json(text)
+        return
+    assert load_json(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet='{}[]",:0123456789.eE+-truefalsnNaIiy \t\n\\u\x01'))
+def test_load_json_refuses_what_json_loads_refuses(text: str) -> None:
+    from launcher.untrusted import BadJSON, load_json
+
+    try:
+        expected: Any = json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    except (ValueError, RecursionError):
+        with pytest.raises(BadJSON):
+            load_json(text)
+        return
+    assert load_json(text) == expected

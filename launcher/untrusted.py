@@ -134,4 +134,8 @@ def _scan_whole(text: str) -> Any:
         raise
     except (StopIteration, ValueError, RecursionError):  # no value there, malformed (JSONDecodeError), too deep
         return _UNDECIDED
+    except SystemError:
+        # CPython 3.11's scanner reports a malformed document with json.decoder.JSONDecodeError, which it looks
+        # up in sys.modules only: with json not imported it raises this instead (3.12 imports json.decoder).
+        return _UNDECIDED
     return _UNDECIDED if text[end:].strip(_JSON_WHITESPACE) else value

@@ -370,3 +370,22 @@ def test_load_json_refuses_what_json_loads_refuses(text: str) -> None:
             load_json(text)
         return
     assert load_json(text) == expected
+
+
+SLURM_COUNT = r"^\s*([0-9]{1,20})(?:\(x([0-9]{1,20})\))?\s*$"  # Slurm's per-node count syntax, ASCII digits only
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.text(alphabet="0123456789(x), \t\u0661\u00b2", max_size=30))
+def test_slurm_per_node_counts_read_as_their_syntax_says(value: str) -> None:
+    """expand_counts parses by hand (re would cost the exec path ~5 ms): it takes exactly the regular syntax."""
+    import re
+
+    from launcher.slurm_env import MAX_NODES, expand_counts
+
+    matches = [re.match(SLURM_COUNT, part) for part in value.split(",")]
+    if not all(matches) or sum(int(m.group(2) or 1) for m in matches if m) > MAX_NODES:
+        with pytest.raises(ValueError):
+            expand_counts(value)
+        return
+    assert expand_counts(value) == [int(m.group(1)) for m in matches if m for _ in range(int(m.group(2) or 1))]

@@ -60,12 +60,14 @@ def wall(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
     return time.perf_counter() - t0
 
 
-def median_walls(commands: dict[str, Sequence[str]], repeats: int, env: dict[str, str] | None = None) -> dict[str, float]:
-    """Run each command ``repeats`` times, interleaved (so drift hits all alike); return medians in seconds."""
+def median_walls(commands: dict[str, Sequence[str]], repeats: int, env: dict[str, str] | None = None,
+                 envs: dict[str, dict[str, str]] | None = None) -> dict[str, float]:
+    """Run each command ``repeats`` times, interleaved (so drift hits all alike); return medians in seconds.
+    ``envs`` gives some commands an environment of their own (default: ``env``)."""
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(repeats):
         for name, argv in commands.items():
-            times[name].append(wall(argv, env))
+            times[name].append(wall(argv, (envs or {}).get(name, env)))
     return {name: statistics.median(values) for name, values in times.items()}
 
 

@@ -3,7 +3,10 @@
 1. ``affrun torchrun --nproc-per-node 2 noop.py`` vs ``torchrun --nproc-per-node 2 noop.py``  (goal <= 1.05x),
    and, for information, vs the same torchrun with its agent's garbage collector treated as affrun's is
 2. ``affrun exec -- true`` vs ``python -c pass``, both from a venv where affrun is installed as the README says
-   (a regular ``pip install .``, not the development venv's editable install)                   (goal <= 2x)
+   (a regular ``pip install .``, not the development venv's editable install)                   (goal <= 2x):
+   a rank under srun/mpirun/submitit, which reads the topology and plans by itself
+3. the same with ``AFFRUN_PLAN`` set, as under ``affrun torchrun``/``affrun run``: the rank reads its parent's
+   plan (JSON) and plans nothing                                                                   (goal <= 2x)
 
 Usage: python benchmarks/launch_overhead.py [--repeats N]
 """
@@ -15,13 +18,20 @@ import os
 import shutil
 import tempfile
 
-from _common import AFFRUN, PY, byte_compile_affrun, install_affrun, median_walls
+from _common import AFFRUN, PY, byte_compile_affrun, clean_env, install_affrun, median_walls
 
 # Plain torchrun with the collector treatment affrun's agent gets (launcher.cli.torchrun_cmd): the baseline that
 # shows what affrun's own work (plan, AFFRUN_PLAN, the exec hop per rank) costs, apart from that gain.
 TORCHRUN_FROZEN = ("import gc, sys; gc.disable(); import torch.distributed.run as r; gc.freeze(); gc.enable(); "
                    "sys.argv[0] = 'torchrun'; r.main()")
 NOOP = "import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.barrier()\ndist.destroy_process_group()\n"
+
+
+def parent_plan(nproc: int) -> str:
+    """The ``AFFRUN_PLAN`` that ``affrun torchrun --nproc-per-node NPROC`` gives its workers on this machine."""
+    from launcher.handoff import plan_job
+
+    return plan_job({}, nproc)[1].to_json()
 
 
 def main() -> None:
@@ -34,8 +44,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         python, affrun = install_affrun(tmp)
         exec_times = median_walls(
-            {"python -c pass": [python, "-c", "pass"], "affrun exec -- true": [affrun, "exec", "--", true]},
+            {"python -c pass": [python, "-c", "pass"], "affrun exec -- true": [affrun, "exec", "--", true],
+             "parent plan": [affrun, "exec", "--", true]},
             args.repeats * 3,
+            envs={"parent plan": clean_env(AFFRUN_PLAN=parent_plan(int(nproc)), LOCAL_RANK="0",
+                                           LOCAL_WORLD_SIZE=nproc)},
         )
     with tempfile.TemporaryDirectory() as tmp:
         noop = os.path.join(tmp, "noop.py")
@@ -51,6 +64,8 @@ def main() -> None:
         )
     rows = [
         ("affrun exec -- true", exec_times["affrun exec -- true"], "python -c pass", exec_times["python -c pass"], 2.0),
+        ("affrun exec -- true, AFFRUN_PLAN set", exec_times["parent plan"], "python -c pass",
+         exec_times["python -c pass"], 2.0),
         (f"affrun torchrun --nproc-per-node {nproc} noop.py", run_times["affrun torchrun"],
          f"torchrun --nproc-per-node {nproc} noop.py", run_times["torchrun"], 1.05),
         (f"affrun torchrun --nproc-per-node {nproc} noop.py", run_times["affrun torchrun"],

@@ -5,7 +5,10 @@ The public API is loaded lazily, so that ``import launcher`` stays cheap on the 
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from typing import Any
+
 
 __version__ = "0.1.0"
 

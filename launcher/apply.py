@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import LaunchError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
-    from launcher.mempolicy import MemResult
+    from collections.abc import Mapping, Sequence
 
+    from launcher.mempolicy import MemResult
 
 def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str) -> MemResult:
     """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children)."""

@@ -5,9 +5,11 @@ Pure functions, standard library only: this module sits on the ``affrun exec`` f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from launcher.untrusted import ascii_hex, ascii_uint
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 # The largest CPU id accepted anywhere a CPU list, mask or OpenMP place is parsed. Linux's NR_CPUS is at most
 # 8192 (x86_64 MAXSMP, powerpc, arm64 4096), so 65535 leaves room while keeping a typo such as ``0-99999999``

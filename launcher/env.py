@@ -39,10 +39,6 @@ value such as ``disabled`` is gone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, get_args
-
 from launcher.cpulist import CpuIdTooLarge, format_cpulist
 from launcher.omp_syntax import (
     ABSTRACT_PLACES,
@@ -60,10 +56,22 @@ from launcher.omp_syntax import (
     thread_count,
 )
 from launcher.plan import RankPlan
+from launcher.records import dataclass
 from launcher.untrusted import ascii_uint, short
 
-EnvPolicy = Literal["safe", "override", "keep"]
-ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Literal
+
+    EnvPolicy = Literal["safe", "override", "keep"]
+    ProblemCode = Literal["malformed", "empty", "oversubscribed", "outside", "collapse", "disabled"]
+else:
+    EnvPolicy = str
+    ProblemCode = str
+ENV_POLICIES: tuple[EnvPolicy, ...] = ("safe", "override", "keep")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
 # `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
@@ -85,9 +93,6 @@ class RankEnvironment:
         env = {k: v for k, v in environ.items() if k not in self.unset}
         env.update(self.set)
         return env
-
-
-ProblemCode = Literal["malformed", "empty", "oversubscribed", "outside", "collapse", "disabled"]
 
 
 class Problem(str):

@@ -2,30 +2,38 @@
 
 A thin front end: the plan comes from the parent (:mod:`launcher.handoff`, ``AFFRUN_PLAN``) or is made here
 (:func:`launcher.handoff.plan_job`), the environment from :mod:`launcher.env`, and :mod:`launcher.apply` binds
-and execs. This module is the hot path: it runs before every rank. It imports argparse, json and the pure core
-only (no click, psutil, yaml, cpuinfo, submitit or torch).
+and execs. This module is the hot path: it runs before every rank. It imports the pure core and as little of
+the standard library as it can: argparse only when there are options to parse, no json (``AFFRUN_PLAN`` is
+read with json's C scanner, :func:`launcher.untrusted.load_json`), no typing or dataclasses (launcher/records.py), and no click, psutil, yaml, cpuinfo, submitit or torch.
+tests/test_light_imports.py holds that.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import shlex
-import shutil
 import sys
-from collections.abc import Mapping, Sequence
 
 from launcher.apply import bind_process, exec_or_status
 from launcher.env import RankEnvironment, rank_environment
 from launcher.errors import AffrunError, LaunchError
 from launcher.handoff import PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
 from launcher.localrank import LocalRank
-from launcher.option_table import add_binding_arguments, non_negative, plan_options_from
+from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, non_negative, plan_options_from
 from launcher.plan import RankPlan
 from launcher.untrusted import short
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Mapping, Sequence
+    from types import SimpleNamespace
+
+    Args = argparse.Namespace | SimpleNamespace
+
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="affrun exec",
         description="Bind this rank (local rank from LOCAL_RANK, SLURM_LOCALID, OMPI_..., MPI_..., PMI_...), "
@@ -42,6 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def default_args() -> SimpleNamespace:
+    """What ``build_parser().parse_args([])`` gives (a test holds the two equal), without importing argparse: a
+    rank started with no options (every ``affrun torchrun`` worker, most srun tasks) skips the 4 ms that argparse,
+    gettext and locale cost it."""
+    from types import SimpleNamespace
+
+    values = {spec.dest: False if spec.is_flag else spec.default for spec in BINDING_OPTIONS}
+    return SimpleNamespace(local_rank=None, nproc=None, **values, verbose=False, dry_run=False, command=[])
+
+
+def parse_args(before: Sequence[str]) -> Args:
+    return build_parser().parse_args(before) if before else default_args()
+
+
 def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
         i = list(argv).index("--")
@@ -50,7 +72,7 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _parent_or_standalone(
-    args: argparse.Namespace, environ: Mapping[str, str]
+    args: Args, environ: Mapping[str, str]
 ) -> tuple[ParentPlan, RankPlan, LocalRank | None]:
     from launcher.localrank import LocalRankError, detect_local_rank
 
@@ -84,7 +106,7 @@ def _parent_or_standalone(
     return parent, parent.plan.ranks[rank], detected
 
 
-def _local_ranks(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
     """How many local ranks this rank has, as far as the flags and the launcher's variables say (1: unknown)."""
     if args.nproc is not None:
         return int(args.nproc)
@@ -97,7 +119,7 @@ def _local_ranks(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return detected.size if detected else 1
 
 
-def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan, RankEnvironment]:
+def prepare(args: Args, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan, RankEnvironment]:
     parent, rank, detected = _parent_or_standalone(args, environ)
     # The policy judges what the *user* set: in a torchrun child, OMP_NUM_THREADS=1 came from torchrun, not the user.
     user_env = dict(environ)
@@ -117,12 +139,11 @@ def prepare(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[Paren
 
 def main(argv: Sequence[str]) -> int:
     before, command = _split_command(argv)
-    parser = build_parser()
-    args = parser.parse_args(before)
+    args = parse_args(before)
     if args.command:
-        parser.error(f"unexpected argument {short(args.command[0])}: put the command after --")
+        build_parser().error(f"unexpected argument {short(args.command[0])}: put the command after --")
     if not command and not args.dry_run:
-        parser.error("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
+        build_parser().error("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
     environ = os.environ
     from launcher.inherited_mask import read_collapse
 
@@ -144,6 +165,8 @@ def main(argv: Sequence[str]) -> int:
             for note in (*renv.notes, *rank.warnings):
                 print(f"note: {note}")
             if command:
+                import shlex
+
                 print("exec " + shlex.join(command))
             return 0
         mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, parent.mem_backend)
@@ -155,7 +178,7 @@ def main(argv: Sequence[str]) -> int:
                 print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
         sys.stderr.flush()
         sys.stdout.flush()
-        if mem.wrapper and shutil.which(command[0]) is None:
+        if mem.wrapper and _missing(command[0]):
             # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
             print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
             return 127
@@ -165,3 +188,9 @@ def main(argv: Sequence[str]) -> int:
         return exc.exit_code
 
 
+
+
+def _missing(command: str) -> bool:
+    import shutil  # only with a numactl wrapper: shutil costs the exec path about 3 ms
+
+    return shutil.which(command) is None

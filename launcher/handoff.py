@@ -7,12 +7,8 @@ Standard library and the pure core only: ``affrun exec`` imports it before every
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from launcher.cpulist import format_cpulist
 from launcher.env import ENV_POLICIES, EnvPolicy, effective_mem_policy
@@ -21,9 +17,14 @@ from launcher.omp_syntax import BIND_MODES, OmpBind
 from launcher.option_table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import Plan, RankPlan
+from launcher.records import dataclass, fields
 from launcher.untrusted import BadJSON, load_json, short
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from launcher.topology.model import Topology
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
@@ -69,6 +70,8 @@ class ParentPlan:
     verbose: bool
 
     def to_json(self) -> str:
+        import json  # the planning parent's, not the rank's
+
         return json.dumps(
             {
                 "plan": self.plan.to_dict(),
@@ -147,7 +150,7 @@ def plan_job(
     from launcher.topology import load_topology
 
     v = {spec.dest: spec.default for spec in BINDING_OPTIONS} | dict(values)
-    opts = PlanOptions(**{name: v[name] for name in PlanOptions.__dataclass_fields__})
+    opts = PlanOptions(**{f.name: v[f.name] for f in fields(PlanOptions)})
     topo = load_topology(fsroot=v["fsroot"], topology_file=v["topology_file"], cpus=v["cpus"], environ=environ,
                          gpus=not opts.no_gpu)
     if nproc is None:

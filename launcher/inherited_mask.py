@@ -11,11 +11,14 @@ unless the mask is one CPU.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from launcher.cpulist import format_cpulist
 from launcher.env import BINDING_VARIABLES
+from launcher.records import dataclass
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 
 @dataclass(frozen=True)

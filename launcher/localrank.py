@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
+from launcher.records import dataclass
 from launcher.untrusted import ascii_int, clip
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # (rank variable, size variable) in the order they are looked up.
 SOURCES: tuple[tuple[str, str], ...] = (

@@ -10,8 +10,8 @@ CAP_SYS_NICE, a node outside the cpuset's mems), it falls back membind/interleav
 from __future__ import annotations
 
 import os
-import shutil
-from dataclasses import dataclass
+
+from launcher.records import dataclass
 
 # The kernel's MPOL_* mode numbers (linux/mempolicy.h).
 MPOL_NUMBERS = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}
@@ -76,6 +76,8 @@ def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") 
     """
     if policy == "none" or not nodes:
         return MemResult("none", (), [], ())
+    import shutil  # not at the top: with no memory policy (one NUMA node) affrun exec does without it
+
     numactl = shutil.which("numactl") if backend in ("auto", "numactl") else None
     if backend == "numactl" and numactl is None:
         from launcher.errors import LaunchError

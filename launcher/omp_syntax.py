@@ -6,16 +6,22 @@ What to do with a user's value is :mod:`launcher.env`'s policy; this module only
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, get_args
-
 from launcher.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id
 from launcher.plan import RankPlan
 from launcher.untrusted import ascii_uint
 
 # How a rank's OpenMP threads are placed (--omp-bind): see omp_places.
-OmpBind = Literal["rank", "core"]
-BIND_MODES: tuple[OmpBind, ...] = get_args(OmpBind)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Literal
+
+    OmpBind = Literal["rank", "core"]
+else:
+    OmpBind = str
+BIND_MODES: tuple[OmpBind, ...] = ("rank", "core")
 ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
 PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
 KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")

@@ -9,25 +9,29 @@ Standard library only: ``affrun exec`` imports it before every rank.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, get_args
-
 from launcher.env import ENV_POLICIES
 from launcher.omp_syntax import BIND_MODES
 from launcher.plan_request import GPU_ORDERS, MODES, Request
 from launcher.plan_spill import SPILLS
+from launcher.records import dataclass, fields
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Mapping, Sequence
+    from typing import Any, Literal
 
     from launcher.errors import Opt, Vocabulary
     from launcher.options import PlanOptions
 
-MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
-MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
-MemBackend = Literal["auto", "numactl", "syscall"]
-MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
+    MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
+    MemBackend = Literal["auto", "numactl", "syscall"]
+else:
+    MemPolicy = MemBackend = str
+MEM_POLICIES: tuple[MemPolicy, ...] = ("auto", "membind", "preferred", "interleave", "none")
+MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
 # The planner's defaults (launcher.plan_request.Request): the planning options' defaults are the planner's own.
 _PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 
@@ -167,8 +171,8 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
         group.add_argument(spec.flag, **kwargs)
 
 
-def plan_options_from(args: argparse.Namespace, prefix: str = "") -> PlanOptions:
-    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args``."""
+def plan_options_from(args: object, prefix: str = "") -> PlanOptions:
+    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args`` (or :func:`launcher.exec_cmd.default_args`)."""
     from launcher.options import PlanOptions
 
     return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

@@ -5,13 +5,12 @@ Turning option values into a :class:`~launcher.plan.Request` lives here, once, w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError, Opt
 from launcher.option_table import MEM_POLICIES, MemPolicy, default
 from launcher.plan_request import GPU_ORDERS, MODES, GpuOrder, Mode, Request
 from launcher.plan_spill import SPILLS, SpillChoice
+from launcher.records import dataclass, fields
 from launcher.untrusted import ascii_uint
 
 __all__ = ["MEM_POLICIES", "MemPolicy", "PlanOptions", "make_request"]  # the memory policies: option_table's

@@ -28,16 +28,18 @@ How it decides (also in the README and, with sources, in docs/planner.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
-
 from launcher.cpulist import format_cpulist
 from launcher.errors import Opt, PlanError
 from launcher.plan_homes import assign_homes, balanced_chunks, nname, package_of
 from launcher.plan_request import GPU_ORDERS, MODES, GpuOrder, Mode, Request, validate_request
 from launcher.plan_spill import Spill, SpillChoice, spill_cores
+from launcher.records import dataclass, field, replace
 from launcher.topology.model import GPU, Core, Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 # The request side (what may be asked, and what is refused before planning) is launcher.plan_request's;
 # these names are the planner's interface too.

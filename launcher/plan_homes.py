@@ -12,21 +12,23 @@ GPU orders:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
-
 from launcher.cpulist import format_cpulist
 from launcher.errors import PlanError
+from launcher.records import dataclass, field
 from launcher.topology.model import GPU, Core, Topology
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeVar
+
     from launcher.plan import Request
+
+    T = TypeVar("T")
 
 # How firmly a rank is tied to its home node; when a node has more ranks than cores, the weakest move first.
 CLAIM_SPREAD, CLAIM_NEAR, CLAIM_GPU_NODE = 0, 1, 2
 
-T = TypeVar("T")
 
 FAR = 1 << 20  # the distance of a node the table does not name
 

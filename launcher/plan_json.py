@@ -10,16 +10,19 @@ its type and range before a CPU mask or memory policy is built from it: CPU ids 
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
 from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID
 from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
 from launcher.plan_spill import SPILLS
 from launcher.untrusted import short
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    C = TypeVar("C", bound=str)
+
 # A GPU's visible index; no machine has anywhere near this many.
 MAX_GPU_INDEX = (1 << 16) - 1
-C = TypeVar("C", bound=str)
 
 
 class BadPlan(ValueError):

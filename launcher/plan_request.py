@@ -8,20 +8,25 @@ Errors name options as data (:class:`~launcher.errors.Opt`), so that each front 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
-
 from launcher.errors import Opt, PlanError, RankCountMismatch
 from launcher.plan_spill import SPILLS, SpillChoice
+from launcher.records import dataclass
 from launcher.untrusted import short
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
+    from typing import Literal
+
     from launcher.topology.model import Topology
 
-Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
-GpuOrder = Literal["rank", "closest"]
-MODES: tuple[Mode, ...] = get_args(Mode)
-GPU_ORDERS: tuple[GpuOrder, ...] = get_args(GpuOrder)
+    Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
+    GpuOrder = Literal["rank", "closest"]
+else:
+    Mode = GpuOrder = str
+MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
+GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
 
 
 @dataclass(frozen=True)

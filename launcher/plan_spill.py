@@ -15,14 +15,20 @@ none`` leaves those cores idle, as the planner did before it spilled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, get_args
-
 from launcher.plan_homes import balanced_chunks, distance, package_of
+from launcher.records import dataclass
 from launcher.topology.model import Core, Topology
 
-SpillChoice = Literal["loader", "compute", "none"]
-SPILLS: tuple[SpillChoice, ...] = get_args(SpillChoice)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from typing import Literal
+
+    SpillChoice = Literal["loader", "compute", "none"]
+else:
+    SpillChoice = str
+SPILLS: tuple[SpillChoice, ...] = ("loader", "compute", "none")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,6 +36,7 @@ from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.handoff import exec_prefix
 from launcher.option_table import default
 from launcher.options import PlanOptions
+from launcher.records import dataclass, fields, replace  # PlanOptions is one of these
 
 if TYPE_CHECKING:
     import submitit

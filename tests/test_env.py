@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from launcher.env import (
 from launcher.omp_syntax import omp_places, parse_places, parse_proclist
 from launcher.plan import Plan, RankPlan, Request, make_plan
 from launcher.plan_json import plan_from_json
+from launcher.records import replace
 from launcher.topology import load_topology
 from tests.conftest import need
 from tests.fakesys import uniform, write_tree

@@ -334,3 +334,58 @@ def check_plan_alone(plan: Plan) -> None:
             continue
         for cpu in rank.cpus:
             assert owner.setdefault(cpu, rank.local_rank) == rank.local_rank
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, before=st.sampled_from(["", " ", "\n\t"]), after=st.sampled_from(["", " \r\n", " x", "]", ","]))
+def test_load_json_reads_what_json_loads_reads(value: Any, before: str, after: str) -> None:
+    """load_json scans AFFRUN_PLAN without importing json where it can (launcher.untrusted._scan_whole): it must
+    take and refuse exactly what json.loads does."""
+    from launcher.untrusted import BadJSON, load_json
+
+    text = before + json.dumps(value) + after
+    try:
+        expected: Any = json.loads(text)
+    except ValueError:
+        with pytest.raises(BadJSON):
+            load_json(text)
+        return
+    assert load_json(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet='{}[]",:0123456789.eE+-truefalsnNaIiy \t\n\\u\x01'))
+def test_load_json_refuses_what_json_loads_refuses(text: str) -> None:
+    from launcher.untrusted import BadJSON, load_json
+
+    try:
+        expected: Any = json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+    except (ValueError, RecursionError):
+        with pytest.raises(BadJSON):
+            load_json(text)
+        return
+    assert load_json(text) == expected
+
+
+SLURM_COUNT = r"^\s*([0-9]{1,20})(?:\(x([0-9]{1,20})\))?\s*$"  # Slurm's per-node count syntax, ASCII digits only
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=st.text(alphabet="0123456789(x), \t\u0661\u00b2", max_size=30))
+def test_slurm_per_node_counts_read_as_their_syntax_says(value: str) -> None:
+    """expand_counts parses by hand (re would cost the exec path ~5 ms): it takes exactly the regular syntax."""
+    import re
+
+    from launcher.slurm_env import MAX_NODES, expand_counts
+
+    matches = [re.match(SLURM_COUNT, part) for part in value.split(",")]
+    if not all(matches) or sum(int(m.group(2) or 1) for m in matches if m) > MAX_NODES:
+        with pytest.raises(ValueError):
+            expand_counts(value)
+        return
+    assert expand_counts(value) == [int(m.group(1)) for m in matches if m for _ in range(int(m.group(2) or 1))]

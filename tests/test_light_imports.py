@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import subprocess
 import sys
 
@@ -41,3 +43,90 @@ def test_core_modules_load_no_heavy_package(module: str) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     loaded = set(json.loads(proc.stdout))
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
+
+
+# What the exec path left behind to get under 2x `python -c pass` (benchmarks/launch_overhead.py; launcher/records.py
+# has the measurements). argparse is imported only where exec has options, json only for a plan it refuses.
+SLOW_STDLIB = ("typing", "dataclasses", "inspect", "argparse", "json", "re", "enum", "shutil", "shlex", "collections")
+RANK_PROBE = """
+import os, sys
+sys.argv = ["affrun"] + {argv!r}
+os.environ.update({env!r})
+before = set(sys.modules)
+import launcher.main
+try:
+    launcher.main.main()
+except SystemExit as exc:
+    print(exc.code, sorted({{m.split(".")[0] for m in set(sys.modules) - before}}), file=sys.stderr)
+"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _loaded_by_exec(argv: list[str], env: dict[str, str]) -> set[str]:
+    """Top-level modules that `affrun exec ARGV` imports up to its execve (the command does not exist: the probe
+    gets control back after everything but the exec). `python -S`: the development venv's editable finder,
+    loaded by site, imports several of these modules itself, where an installed affrun's interpreter does not."""
+    code = RANK_PROBE.format(argv=argv, env=env)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "SLURM_", "OMPI_", "PMI_"))}
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**clean, "PYTHONPATH": ROOT}, cwd=ROOT)
+    status, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
+    assert status == "127", proc.stderr
+    return set(ast.literal_eval(loaded))
+
+
+def test_a_standalone_rank_imports_none_of_the_slow_stdlib_modules() -> None:
+    """srun/mpirun/submitit: `affrun exec -- CMD` reads the topology and plans by itself."""
+    for env in ({}, {"SLURM_STEP_ID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+                     "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}):
+        loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], env)
+        assert "launcher" in loaded
+        assert loaded.isdisjoint(SLOW_STDLIB), sorted(loaded & set(SLOW_STDLIB))
+
+
+def test_a_rank_under_a_parent_plan_imports_none_of_them_either() -> None:
+    """affrun torchrun / affrun run: the rank reads AFFRUN_PLAN (with json's C scanner, not json), plans nothing
+    and parses no options."""
+    from launcher.handoff import plan_job
+
+    _, parent = plan_job({}, 1)
+    loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], {"AFFRUN_PLAN": parent.to_json(),
+                                                                           "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    assert "launcher" in loaded
+    assert loaded.isdisjoint(SLOW_STDLIB), sorted(loaded & set(SLOW_STDLIB))
+
+
+def test_exec_without_options_takes_the_parsers_defaults() -> None:
+    """exec skips argparse when no option comes before `--`: what it uses instead must be what argparse gives."""
+    from launcher.exec_cmd import build_parser, default_args
+
+    assert vars(default_args()) == vars(build_parser().parse_args([]))
+
+
+HOT_LITERALS = ("launcher.plan_request", "launcher.plan_spill", "launcher.env", "launcher.omp_syntax",
+                "launcher.option_table")
+
+
+@pytest.mark.parametrize("module", HOT_LITERALS)
+def test_each_literal_type_lists_the_values_of_its_tuple(module: str) -> None:
+    """On the exec path a Literal type is defined for mypy only (typing costs ~10 ms) and its values are also
+    spelled out in the tuple annotated with it (`MODES: tuple[Mode, ...]`): the two must stay equal."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    tree = ast.parse(open(mod.__file__, encoding="utf-8").read())  # type: ignore[arg-type]
+    literals: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript)
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "Literal"):
+            values = node.value.slice.elts if isinstance(node.value.slice, ast.Tuple) else [node.value.slice]
+            literals[node.targets[0].id] = tuple(v.value for v in values)  # type: ignore[attr-defined]
+    checked = 0
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.annotation, ast.Subscript):
+            ann = ast.unparse(node.annotation)
+            for alias, values in literals.items():
+                if ann == f"tuple[{alias}, ...]":
+                    assert getattr(mod, node.target.id) == values, (node.target.id, alias)  # type: ignore[attr-defined]
+                    checked += 1
+    assert checked, f"no Literal tuple found in {module}"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 
 import pytest
 
 from launcher.exec_cmd import build_parser
 from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, options_in, plan_options_from
 from launcher.options import PlanOptions
+from launcher.records import fields
 from launcher.submitit import AffinityOptions
 from tests.launch import affrun
 

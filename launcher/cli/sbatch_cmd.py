@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any, TypeVar
 
 import click
@@ -16,6 +15,7 @@ from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.option_table import options_in
 from launcher.options import PlanOptions
+from launcher.records import fields
 from launcher.sbatch_options import SBATCH_OPTIONS, SbatchOption, default_of, spec_values
 from launcher.sbatch_script import SbatchSpec, render
 

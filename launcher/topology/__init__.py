@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import replace
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
+from launcher.records import replace
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 from launcher.topology.numa_overlap import merge_overlapping_nodes
 from launcher.untrusted import clip
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["GPU", "Core", "L3Group", "NumaNode", "Package", "Topology", "load_topology"]
 

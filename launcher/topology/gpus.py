@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import NamedTuple
 
 from launcher.errors import TopologyError
+from launcher.records import replace
 from launcher.slurm_env import slurm_global_visible
 from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
 from launcher.topology.model import GPU
 from launcher.untrusted import ascii_int, ascii_uint, clip, short
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 GPU_CLASSES = (0x0300, 0x0302, 0x0380)  # VGA, 3D controller, other display; NVSwitch is 0x0680
@@ -156,10 +158,27 @@ VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBL
 NO_DEVICE_VALUES = ("nodevfiles", "none", "void")  # what batch systems write when a job has no GPU
 
 
-class VisibleGPUs(NamedTuple):
-    visible: tuple[int, ...] | None  # visible index -> GPU.index; None: no variable restricts the GPUs
-    variable: str | None  # the variable that gave them
-    warning: str | None = None  # entries that were dropped, and why
+class VisibleGPUs(tuple[tuple[int, ...] | None, str | None, str | None]):
+    """(visible, variable, warning): a NamedTuple written out, because typing.NamedTuple would import typing on
+    ``affrun exec``'s path (launcher/records.py says what that costs)."""
+
+    def __new__(cls, visible: tuple[int, ...] | None, variable: str | None, warning: str | None = None) -> VisibleGPUs:
+        return super().__new__(cls, (visible, variable, warning))
+
+    @property
+    def visible(self) -> tuple[int, ...] | None:
+        """Visible index -> GPU.index; None: no variable restricts the GPUs."""
+        return self[0]
+
+    @property
+    def variable(self) -> str | None:
+        """The variable that gave them."""
+        return self[1]
+
+    @property
+    def warning(self) -> str | None:
+        """Entries that were dropped, and why."""
+        return self[2]
 
 
 def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleGPUs:

@@ -6,12 +6,14 @@ in the tuples below. Everything here is immutable and free of I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
-
 from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
 from launcher.errors import TopologyError
+from launcher.records import dataclass, field, replace
 from launcher.untrusted import clip
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)

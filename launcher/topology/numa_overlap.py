@@ -5,9 +5,8 @@ every CPU, one node is left: the machine is planned as one NUMA node."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from launcher.cpulist import format_cpulist
+from launcher.records import replace
 from launcher.topology.model import Topology
 
 

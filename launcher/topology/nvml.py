@@ -6,9 +6,10 @@ Used only when asked (``load_topology(..., nvml=True)``); never imported on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from launcher.records import replace
 from launcher.topology.model import Topology
 
 

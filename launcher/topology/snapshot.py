@@ -7,11 +7,11 @@ resolved again from the environment of the process that loads the snapshot.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
 from launcher.errors import TopologyError
+from launcher.records import replace
 from launcher.topology._files import read_document
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.untrusted import BadJSON, ascii_int, clip, load_json, short

@@ -7,7 +7,6 @@ The reader follows hwloc's Linux backend: a CPU's package and core are read once
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from launcher.cpulist import format_cpulist
 from launcher.errors import TopologyError
@@ -16,6 +15,10 @@ from launcher.topology.cgroup import find_cpuset
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.untrusted import ascii_uint
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def read_sysfs(

@@ -15,13 +15,24 @@ if TYPE_CHECKING:
 
     from launcher.mempolicy import MemResult
 
+
 def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str) -> MemResult:
-    """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children)."""
+    """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children).
+
+    The kernel takes a mask partly outside the process's cpuset and keeps only the part inside it, without an
+    error. The plan starts from the real mask, so that happens only where the plan was made from another view
+    of the machine (``--fsroot``, ``--topology``, a parent's plan) or the cpuset changed since: the rank is then
+    told, on one line, which CPUs it really got."""
     try:
         os.sched_setaffinity(0, cpus)
     except OSError as exc:
         raise LaunchError(f"cannot bind to CPUs {format_cpulist(cpus)}: {exc.strerror} "
                           f"(allowed here: {format_cpulist(os.sched_getaffinity(0))})") from None
+    got = os.sched_getaffinity(0)
+    if got != set(cpus):
+        print(f"affrun: warning: the kernel narrowed the CPUs {format_cpulist(cpus)} to "
+              f"{format_cpulist(got)}: the plan was made for CPUs this process's cpuset does not allow",
+              file=sys.stderr)
     from launcher.mempolicy import apply_mempolicy
 
     return apply_mempolicy(mem_policy, mem_nodes, mem_backend)

@@ -3,8 +3,9 @@
 A thin front end: the plan comes from the parent (:mod:`launcher.handoff`, ``AFFRUN_PLAN``) or is made here
 (:func:`launcher.handoff.plan_job`), the environment from :mod:`launcher.env`, and :mod:`launcher.apply` binds
 and execs. This module is the hot path: it runs before every rank. It imports the pure core and as little of
-the standard library as it can: argparse only when there are options to parse, no json (``AFFRUN_PLAN`` is
-read with json's C scanner, :func:`launcher.untrusted.load_json`), no typing or dataclasses (launcher/records.py), and no click, psutil, yaml, cpuinfo, submitit or torch.
+the standard library as it can: argparse only when there are options to parse, json only to read
+``AFFRUN_PLAN``, no typing or dataclasses (launcher/records.py), and no click, psutil, yaml, cpuinfo, submitit
+or torch.
 tests/test_light_imports.py holds that.
 """
 

@@ -82,10 +82,7 @@ def load_json(text: str | bytes) -> Any:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise BadJSON("not UTF-8 text") from None
-    value = _scan_whole(text)
-    if value is not _UNDECIDED:
-        return value
-    import json  # only for what the scanner refused, for json's own message (json imports re and enum)
+    import json  # json imports re and enum (about 7 ms): only a rank with AFFRUN_PLAN set reads JSON
 
     try:
         return json.loads(text, parse_constant=_refuse_constant)
@@ -97,45 +94,3 @@ def load_json(text: str | bytes) -> Any:
         raise BadJSON("nested too deeply") from None
     except ValueError as exc:
         raise BadJSON(f"not valid JSON ({short(str(exc))})") from None
-
-
-_UNDECIDED = object()
-_JSON_WHITESPACE = " \t\n\r"  # what json.loads skips around the value
-
-
-class _ScannerContext:
-    """The settings ``_json.make_scanner`` reads: ``json.loads``' defaults, with NaN and Infinity refused."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = staticmethod(_refuse_constant)
-
-
-def _scan_whole(text: str) -> Any:
-    """``json.loads(text)`` where it succeeds, through the C scanner ``json.loads`` itself runs; ``_UNDECIDED``
-    where it would fail (or the scanner is missing), and :func:`load_json` asks ``json.loads`` for the message.
-
-    Why not ``json.loads`` for everything: ``import json`` imports ``re`` and with it ``enum``, ``functools`` and
-    ``collections``, about 7 ms, and every rank under ``affrun torchrun`` reads ``AFFRUN_PLAN`` before it starts
-    (benchmarks/launch_overhead.py: 2.1x ``python -c pass`` with json, 1.6x without). The scanner is the one
-    ``json.decoder`` uses; what ``json.loads`` adds is skipping whitespace around the value and refusing what
-    follows it, done here the same way."""
-    try:
-        from _json import make_scanner
-    except ImportError:
-        return _UNDECIDED
-    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
-    try:
-        value, end = make_scanner(_ScannerContext())(text, start)  # type: ignore[arg-type]  # duck-typed context
-    except BadJSON:
-        raise
-    except (StopIteration, ValueError, RecursionError):  # no value there, malformed (JSONDecodeError), too deep
-        return _UNDECIDED
-    except SystemError:
-        # CPython 3.11's scanner reports a malformed document with json.decoder.JSONDecodeError, which it looks
-        # up in sys.modules only: with json not imported it raises this instead (3.12 imports json.decoder).
-        return _UNDECIDED
-    return _UNDECIDED if text[end:].strip(_JSON_WHITESPACE) else value

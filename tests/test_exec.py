@@ -209,3 +209,25 @@ def test_no_gpu_leaves_gpus_and_their_visibility_variables_alone(tmp_path: Path)
     proc = run(affrun_argv("exec", "--fsroot", str(root), "--no-gpu", "--verbose", "--", "true"), env=env, check=True)
     (line,) = rank_lines(proc.stderr)
     assert line["gpu"] == "-"
+
+
+def test_a_mask_the_kernel_narrows_is_reported_with_what_the_rank_really_got(tmp_path: Path) -> None:
+    """A plan made from another view of the machine (here a tree with two CPUs this machine does not have) asks
+    for CPUs outside the process's cpuset: the kernel keeps the part inside, silently. affrun says so."""
+    from launcher.cpulist import format_cpulist
+    from tests.fakesys import this_machine_with_gpus, write_tree
+
+    real = sorted(os.sched_getaffinity(0))
+    m = this_machine_with_gpus(0)
+    extra = [real[-1] + 1, real[-1] + 2]
+    m.cores += [(c,) for c in extra]
+    m.node_of_core += [0, 0]
+    m.package_of_core += [0, 0]
+    m.l3_of_core += [0, 0]
+    root = write_tree(tmp_path / "wider", m)
+    proc = run(affrun_argv("exec", "--fsroot", str(root), "--local-rank", "0", "--nproc-per-node", "1",
+                           "--mem-policy", "none", "--", *STATUS), check=True)
+    assert allowed_of(proc.stdout) == set(real)
+    warnings = [line for line in proc.stderr.splitlines() if "narrowed" in line]
+    assert warnings == [f"affrun: warning: the kernel narrowed the CPUs {format_cpulist(real + extra)} to "
+                        f"{format_cpulist(real)}: the plan was made for CPUs this process's cpuset does not allow"]

@@ -344,8 +344,7 @@ JSON_VALUES = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(value=JSON_VALUES, before=st.sampled_from(["", " ", "\n\t"]), after=st.sampled_from(["", " \r\n", " x", "]", ","]))
 def test_load_json_reads_what_json_loads_reads(value: Any, before: str, after: str) -> None:
-    """load_json scans AFFRUN_PLAN without importing json where it can (launcher.untrusted._scan_whole): it must
-    take and refuse exactly what json.loads does."""
+    """load_json (AFFRUN_PLAN, snapshots) takes and refuses what json.loads does, and refuses only with BadJSON."""
     from launcher.untrusted import BadJSON, load_json
 
     text = before + json.dumps(value) + after

@@ -189,8 +189,6 @@ def main(argv: Sequence[str]) -> int:
         return exc.exit_code
 
 
-
-
 def _missing(command: str) -> bool:
     import shutil  # only with a numactl wrapper: shutil costs the exec path about 3 ms
 

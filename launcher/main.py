@@ -11,17 +11,30 @@ import sys
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0] == "exec":
-        from launcher.exec_cmd import main as exec_main
-
-        sys.exit(exec_main(args[1:]))
-    if args and args[0] == "run":  # argparse, like exec: the binding options come from the same table
-        from launcher.run_cmd import main as run_main
-
-        sys.exit(run_main(args[1:]))
+    if args and args[0] in ("exec", "run"):  # argparse, not click: run's options are exec's, from the same table
+        if args[0] == "exec":
+            from launcher.exec_cmd import main as command_main
+        else:
+            from launcher.run_cmd import main as command_main
+        try:
+            status = command_main(args[1:])
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()  # `affrun exec --dry-run ... | head`: the reader left; exit 1 as click does, no traceback
+            status = 1
+        sys.exit(status)
     from launcher.cli import main as cli_main
 
     cli_main(args)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not raise again (what the
+    Python documentation advises for SIGPIPE)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -517,3 +517,23 @@ def test_submitit_task_gets_every_word(tmp_path: Path, monkeypatch: pytest.Monke
         time.sleep(0.2)
     assert probe_words(job.result()) == [os.fsencode(w) for w in words]
     assert not (tmp_path / "canary").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["exec", "--dry-run", "--nproc-per-node", "2", "--local-rank", "0", "--", "true"],
+    ["run", "--dry-run", "--nproc-per-node", "2", "--", "true"],
+    ["plan", "--nproc-per-node", "2"],
+    ["topology", "--json"],
+], ids=["exec", "run", "plan", "topology"])
+def test_a_reader_that_left_is_exit_1_not_a_traceback(args: list[str]) -> None:
+    """`affrun ... | head`: stdout is a pipe whose reader is gone (closed before affrun starts, so every write
+    fails). Like any command-line tool, affrun stops with status 1 and says nothing more."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(affrun_argv(*args), stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              env=clean_env(), timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -65,6 +65,22 @@ class AffrunError(Exception):
         )
 
 
+# An error line holds at most this many characters of message: what affrun echoes (a path, a value, a list of
+# names) may come from hostile input of any length. The longest message affrun writes itself (a site profile's
+# unknown key, with every valid key) is about 350.
+LINE_LIMIT = 480
+
+
+def error_line(exc: AffrunError) -> str:
+    """The one line every front end prints for ``exc``: ``affrun: error: ...``, on one line and bounded (the
+    middle of an overlong message is cut, keeping what was refused and why)."""
+    text = str(exc).replace("\r", " ").replace("\n", " ")
+    if len(text) > LINE_LIMIT:
+        half = (LINE_LIMIT - 5) // 2
+        text = f"{text[:half]} ... {text[-half:]}"
+    return f"affrun: error: {text}"
+
+
 class TopologyError(AffrunError):
     """The topology source (sysfs tree, snapshot, XML) is missing or unusable."""
 

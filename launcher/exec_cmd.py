@@ -16,7 +16,7 @@ import sys
 
 from launcher.apply import bind_process, exec_or_status
 from launcher.env import RankEnvironment, rank_environment
-from launcher.errors import AffrunError, LaunchError
+from launcher.errors import LaunchError
 from launcher.handoff import PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
 from launcher.localrank import LocalRank
 from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, non_negative, plan_options_from
@@ -151,42 +151,38 @@ def main(argv: Sequence[str]) -> int:
     collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
     if collapse is not None:
         print(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}", file=sys.stderr)
-    try:
-        parent, rank, renv = prepare(args, environ)
-        verbose = args.verbose or parent.verbose
-        env = renv.apply_to(environ)
-        env.pop(PLAN_VARIABLE, None)
-        host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
-        if args.dry_run:
-            print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host))
-            for name in sorted(renv.set):
-                print(f"{name}={renv.set[name]}")
-            for name in renv.unset:
-                print(f"unset {name}")
-            for note in (*renv.notes, *rank.warnings):
-                print(f"note: {note}")
-            if command:
-                import shlex
+    parent, rank, renv = prepare(args, environ)
+    verbose = args.verbose or parent.verbose
+    env = renv.apply_to(environ)
+    env.pop(PLAN_VARIABLE, None)
+    host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
+    if args.dry_run:
+        print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host))
+        for name in sorted(renv.set):
+            print(f"{name}={renv.set[name]}")
+        for name in renv.unset:
+            print(f"unset {name}")
+        for note in (*renv.notes, *rank.warnings):
+            print(f"note: {note}")
+        if command:
+            import shlex
 
-                print("exec " + shlex.join(command))
-            return 0
-        mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, parent.mem_backend)
-        for warning in mem.warnings:
-            print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
-        if verbose:
-            print(rank_line(rank, len(parent.plan.ranks), mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
-            for note in renv.notes:
-                print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
-        sys.stderr.flush()
-        sys.stdout.flush()
-        if mem.wrapper and _missing(command[0]):
-            # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
-            print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
-            return 127
-        return exec_or_status([*mem.wrapper, *command], env)
-    except AffrunError as exc:
-        print(f"affrun: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+            print("exec " + shlex.join(command))
+        return 0
+    mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, parent.mem_backend)
+    for warning in mem.warnings:
+        print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
+    if verbose:
+        print(rank_line(rank, len(parent.plan.ranks), mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
+        for note in renv.notes:
+            print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if mem.wrapper and _missing(command[0]):
+        # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
+        print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    return exec_or_status([*mem.wrapper, *command], env)
 
 
 def _missing(command: str) -> bool:

@@ -16,9 +16,14 @@ def main(argv: list[str] | None = None) -> None:
             from launcher.exec_cmd import main as command_main
         else:
             from launcher.run_cmd import main as command_main
+        from launcher.errors import AffrunError, error_line
+
         try:
             status = command_main(args[1:])
             sys.stdout.flush()
+        except AffrunError as exc:
+            print(error_line(exc), file=sys.stderr)
+            status = exc.exit_code
         except BrokenPipeError:
             _quiet_stdout()  # `affrun exec --dry-run ... | head`: the reader left; exit 1 as click does, no traceback
             status = 1

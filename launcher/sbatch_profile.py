@@ -57,8 +57,9 @@ class SiteConfig:
         if profile is not None:
             if profile not in self.profiles:
                 where = self.path or "no configuration file"
-                known = ", ".join(sorted(self.profiles)) or "none"
-                raise ConfigError(f"--profile {clip(profile, 40)}: no such profile in {where} (profiles: {known})")
+                names = sorted(self.profiles)
+                known = ", ".join(clip(n, 40) for n in names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
+                raise ConfigError(f"--profile {clip(profile, 40)}: no such profile in {where} (profiles: {known or 'none'})")
             for key, value in self.profiles[profile].items():
                 if KEYS[key] == "lines":
                     merged[key] = [*merged.get(key, []), *value]
@@ -101,11 +102,32 @@ def load_config(explicit: str | None = None, environ: Mapping[str, str] | None =
     return parse_config(text, path)
 
 
+def _loader() -> type:
+    """``yaml.SafeLoader`` without the implicit timestamp rule: ``job-name: 2001-02-30`` or ``begin: 2026-12-01``
+    are strings to Slurm, where safe_load makes a ``date`` (or raises ``ValueError`` for a day that does not exist)."""
+    import yaml
+
+    class ProfileLoader(yaml.SafeLoader):
+        pass
+
+    ProfileLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    return ProfileLoader
+
+
 def parse_config(text: str, path: str) -> SiteConfig:
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_loader())  # a SafeLoader subclass: nothing but plain data
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        # safe_load's constructors raise these for explicit tags (!!int abc, !!bool abc), integers of more than
+        # 4,300 digits and impossible dates: one line, as for any other value that is not YAML affrun reads.
+        problem = f"{short(exc.args[0], 40)} is not a value of its tag" if isinstance(exc, KeyError) else (
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise ConfigError(f"{path}: a value YAML cannot build: {clip(problem)}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -140,10 +162,11 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: {where}: expected a mapping of option names to values")
     out: dict[str, Any] = {}
     for raw_key, value in body.items():
-        key = str(raw_key).replace("_", "-") if isinstance(raw_key, (str, int)) else "?"
+        name = clip(raw_key, 40) if isinstance(raw_key, str) else short(raw_key, 40)  # str() of a huge int raises
+        key = raw_key.replace("_", "-") if isinstance(raw_key, str) else name
         if key not in KEYS:
-            raise ConfigError(f"{path}: {where}.{clip(str(raw_key), 40)}: unknown key (valid: {', '.join(sorted(KEYS))})")
-        out[key] = _check(value, KEYS[key], path, f"{where}.{raw_key}")
+            raise ConfigError(f"{path}: {where}.{name}: unknown key (valid: {', '.join(sorted(KEYS))})")
+        out[key] = _check(value, KEYS[key], path, f"{where}.{name}")
         if key == "template" and not os.path.isabs(out[key]):
             out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file
     return out
@@ -153,6 +176,8 @@ def _check(value: object, kind: Any, path: str, where: str) -> object:
     def wrong(expected: str) -> ConfigError:
         return ConfigError(f"{path}: {where}: expected {expected}, got {short(value)}")
 
+    if isinstance(value, int) and value.bit_length() > 63:
+        raise wrong("a smaller number")  # beyond any count, port or size sbatch takes (and str() may refuse it)
     if isinstance(kind, tuple):
         if not isinstance(value, str) or value not in kind:
             raise wrong(f"one of {', '.join(kind)}")

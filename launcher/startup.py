@@ -205,7 +205,7 @@ def main() -> None:
     if _done:
         return
     _done = True
-    from launcher.errors import AffrunError
+    from launcher.errors import AffrunError, error_line
 
     try:
         if affrun_process(sys.orig_argv):
@@ -217,6 +217,6 @@ def main() -> None:
         elif decision.action == "worker" and decision.rank is not None:
             bind_as_worker(decision.rank, os.environ)
     except AffrunError as exc:
-        print(f"affrun: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         sys.stderr.flush()
         os._exit(exc.exit_code)  # SystemExit would be reported by site as a failed .pth line, and ignored

@@ -16,10 +16,9 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Any
 
 from launcher.env import USER_VARIABLES
-from launcher.errors import AffrunError, ConfigError
+from launcher.errors import ConfigError
 from launcher.handoff import PLAN_VARIABLE, exec_prefix, mem_text, option_values, plan_job, rank_line
 from launcher.option_table import add_binding_arguments
 
@@ -165,9 +164,3 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def run_cli(argv: Sequence[str]) -> Any:
-    try:
-        return main(argv)
-    except AffrunError as exc:
-        print(f"affrun: error: {exc}", file=sys.stderr)
-        return exc.exit_code

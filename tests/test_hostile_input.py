@@ -382,6 +382,14 @@ YAML_CASES = {
     + "defaults:\n  mode: *i\n",
     "huge key": "defaults:\n  " + "k" * 100_000 + ": 1\n",
     "huge value": "defaults:\n  mode: " + "m" * 100_000 + "\n",
+    # PyYAML's constructors raise ValueError/KeyError for these, not YAMLError
+    "5,000-digit integer": "defaults:\n  nodes: " + "9" * 5000 + "\n",
+    "5,000-digit hex integer": "defaults:\n  mem: !!int 0x" + "f" * 5000 + "\n",
+    "5,000-digit integer key": "defaults:\n  " + "9" * 5000 + ": 1\n",
+    "int tag on a word": "defaults:\n  job-name: !!int abc\n",
+    "float tag on a word": "defaults:\n  job-name: !!float abc\n",
+    "bool tag on a word": "defaults:\n  job-name: !!bool abc\n",
+    "timestamp tag on a day that does not exist": "defaults:\n  job-name: !!timestamp 2001-02-30\n",
 }
 
 
@@ -390,6 +398,41 @@ def test_hostile_yaml_is_one_short_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(text)
     refused(affrun("sbatch", "--config", str(path), "--", "train.py"), str(path))
+
+
+LONG = "x" * 100_000  # a file name no file system takes (ENAMETOOLONG), echoed back in the error line
+NAMED_FILES: dict[str, tuple[list[str], dict[str, str]]] = {
+    "plan --topology": (["plan", "--topology", LONG], {}),
+    "show --topology": (["show", "--topology", LONG], {}),
+    "doctor --topology": (["doctor", "--topology", LONG], {}),
+    "sbatch --config": (["sbatch", "--config", LONG, "--", "train.py"], {}),
+    "sbatch --template": (["sbatch", "--template", LONG, "--", "train.py"], {}),
+    "AFFRUN_CONFIG": (["sbatch", "--", "train.py"], {"AFFRUN_CONFIG": LONG}),
+    "AFFRUN_PLAN=@": (["exec", "--local-rank", "0", "--nproc-per-node", "1", "--", "true"], {"AFFRUN_PLAN": "@" + LONG}),
+}
+
+
+@pytest.mark.parametrize("case", list(NAMED_FILES))
+def test_an_overlong_file_name_is_not_echoed_whole(case: str) -> None:
+    args, env = NAMED_FILES[case]
+    line = refused(affrun(*args, env=env))
+    assert "x" * 100 in line and " ... " in line  # the start and the end of the name, the middle cut
+
+
+def test_an_unknown_profile_lists_a_few_of_many(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("profiles:\n" + "".join(f"  p{i:040d}: {{}}\n" for i in range(20_000)))
+    line = refused(affrun("sbatch", "--config", str(path), "--profile", "nope", "--", "train.py"), "no such profile")
+    assert "and 19990 more" in line
+
+
+def test_date_like_yaml_values_stay_strings(tmp_path: Path) -> None:
+    """YAML would read these as dates (and 2001-02-30 as an error): to sbatch they are strings."""
+    path = tmp_path / "config.yaml"
+    path.write_text("defaults:\n  job-name: 2001-02-30\n  account: 2026-12-01\n")
+    proc = affrun("sbatch", "--config", str(path), "--", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --job-name=2001-02-30\n" in proc.stdout and "#SBATCH --account=2026-12-01\n" in proc.stdout
 
 
 # ---------------------------------------------------------------------------------------------- hangs

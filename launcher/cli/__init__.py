@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import click
 
 from launcher import __version__
-from launcher.errors import AffrunError
+from launcher.errors import AffrunError, error_line
 
 # command name -> "module:attribute"; modules are imported lazily so that `affrun plan` never loads torch/yaml.
 COMMANDS: dict[str, str] = {
@@ -30,7 +30,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except AffrunError as exc:
-            click.echo(f"affrun: error: {exc}", err=True)
+            click.echo(error_line(exc), err=True)
             ctx.exit(exc.exit_code)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -46,6 +46,6 @@ def torchrun(args: tuple[str, ...]) -> None:
     except ImportError:
         click.echo("affrun: error: affrun torchrun needs torch (pip install torch)", err=True)
         sys.exit(2)
-    from launcher.torchrun import run_cli
+    from launcher.torchrun import main as torchrun_main
 
-    sys.exit(run_cli(list(args)))
+    sys.exit(torchrun_main(list(args)))

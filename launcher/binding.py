@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.rank_line import MEM_VARIABLE, rank_summary
 from launcher.untrusted import ascii_uint, short
 
 
@@ -30,6 +31,8 @@ class TaskBinding:
     threads: int  # OMP_NUM_THREADS / MKL_NUM_THREADS / OPENBLAS_NUM_THREADS affrun chose
     omp_bind: str
     host: str = field(default_factory=socket.gethostname)
+    mem: str = "none"  # the memory policy in effect, as the rank line writes it: membind:0, none
+
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly: CPU sets as cpulist strings."""
@@ -41,10 +44,9 @@ class TaskBinding:
         return d
 
     def __str__(self) -> str:
-        gpu = "-" if self.gpu is None else f"{self.gpu} ({self.gpu_pci or '?'})"
-        return (f"rank {self.local_rank}/{self.local_world_size} host {self.host} cpus {format_cpulist(self.cpus)} "
-                f"numa {','.join(map(str, self.numa_nodes)) or '-'} gpu {gpu} omp {self.threads} "
-                f"loader {format_cpulist(self.loader_cpus) or '-'}")
+        """The rank line (:mod:`launcher.rank_line`), without ``affrun:``."""
+        return rank_summary(self.local_rank, self.local_world_size, self.host, self.cpus, self.numa_nodes, self.gpu,
+                            self.gpu_pci, self.threads, self.loader_cpus, self.mem)
 
 
 def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> frozenset[int]:
@@ -102,5 +104,6 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         gpu_pci=env.get("AFFRUN_GPU_PCI") or None,
         threads=one("AFFRUN_THREADS", len(compute)),
         omp_bind=env.get("AFFRUN_OMP_BIND", "rank"),
+        mem=env.get(MEM_VARIABLE) or "none",
     )
 

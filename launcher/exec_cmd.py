@@ -17,10 +17,11 @@ import sys
 from launcher.apply import bind_process, exec_or_status
 from launcher.env import RankEnvironment, rank_environment
 from launcher.errors import LaunchError
-from launcher.handoff import PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
+from launcher.handoff import PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
 from launcher.localrank import LocalRank
 from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, non_negative, plan_options_from
 from launcher.plan import RankPlan
+from launcher.rank_line import MEM_VARIABLE, mem_text
 from launcher.untrusted import short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
@@ -129,6 +130,7 @@ def prepare(args: Args, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPla
         user_env.update(parent.user_env)
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks), user_env=user_env, bind=parent.bind,
                             smt=parent.plan.smt, policy=parent.env_policy)
+    renv.set[MEM_VARIABLE] = mem_text(parent.mem_policy, rank.mem_nodes)  # as planned; main() writes what took
     if detected is not None and PLAN_VARIABLE not in environ:
         # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
         from launcher.localrank import torch_distributed_env
@@ -170,6 +172,7 @@ def main(argv: Sequence[str]) -> int:
             print("exec " + shlex.join(command))
         return 0
     mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, parent.mem_backend)
+    env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:
         print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
     if verbose:

@@ -1,6 +1,7 @@
 """The plan's trip from the process that plans (``affrun torchrun``, ``affrun run``, ``affrun exec`` on its own)
 to each rank: :func:`plan_job` makes the plan once, :class:`ParentPlan` carries it in ``AFFRUN_PLAN``, and
-:func:`rank_line` is the one summary line of a rank that every front end prints.
+:func:`rank_line` is the one summary line of a rank that every front end prints (:mod:`launcher.rank_line`
+formats it; ``mem_text`` is re-exported from there).
 
 Standard library and the pure core only: ``affrun exec`` imports it before every rank.
 """
@@ -10,19 +11,20 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.cpulist import format_cpulist
 from launcher.env import ENV_POLICIES, EnvPolicy, effective_mem_policy
 from launcher.errors import ConfigError, LaunchError
 from launcher.omp_syntax import BIND_MODES, OmpBind
 from launcher.option_table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import Plan, RankPlan
+from launcher.rank_line import mem_text as mem_text  # re-exported: the front ends import it with rank_line
+from launcher.rank_line import rank_summary
 from launcher.records import dataclass, fields
 from launcher.untrusted import BadJSON, load_json, short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from typing import Any
 
     from launcher.topology.model import Topology
@@ -43,18 +45,11 @@ def exec_prefix() -> list[str]:
     return [sys.executable, "-c", BOOT, "exec"]
 
 
-def mem_text(policy: str, nodes: Sequence[int]) -> str:
-    """``membind:0,1`` or ``none``, as in the rank line."""
-    return f"{policy}:{','.join(map(str, nodes))}" if policy != "none" and nodes else "none"
-
-
 def rank_line(rank: RankPlan, size: int, mem: str, host: str) -> str:
-    """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``)."""
-    gpu = "-" if rank.gpu is None else f"{rank.gpu} ({rank.gpu_pci or '?'})"
-    numa = ",".join(map(str, rank.numa_nodes)) or "-"
-    loader = format_cpulist(rank.loader_cpus) or "-"
-    return (f"affrun: rank {rank.local_rank}/{size} host {host} cpus {format_cpulist(rank.cpus)} numa {numa} "
-            f"gpu {gpu} omp {rank.threads} loader {loader} mem {mem}")
+    """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``):
+    :func:`launcher.rank_line.rank_summary` of the plan's entry, after ``affrun:``."""
+    return "affrun: " + rank_summary(rank.local_rank, size, host, rank.cpus, rank.numa_nodes, rank.gpu,
+                                     rank.gpu_pci, rank.threads, rank.loader_cpus, mem)
 
 
 @dataclass(frozen=True)

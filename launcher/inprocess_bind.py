@@ -110,6 +110,7 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
     from launcher.apply import bind_process
     from launcher.env import rank_environment
+    from launcher.rank_line import MEM_VARIABLE, mem_text
     from launcher.runtimes import OPENMP, controller_named, loaded_runtimes
     from launcher.startup import apply_environment, rank_user_env
 
@@ -123,6 +124,7 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     not_applied: list[str] = []
     backend = "syscall" if parent.mem_backend in ("auto", "numactl") else parent.mem_backend
     mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, backend)
+    renv.set[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     moved, problems = _bind_threads(rank.cpus)
     applied.append(f"CPU mask {format_cpulist(rank.cpus)} on {moved} thread(s)")
     not_applied += problems

@@ -126,6 +126,16 @@ def test_membind_is_applied_and_survives_exec() -> None:
     assert line["mem"] == "membind:0"
 
 
+def test_the_rank_knows_its_binding_as_the_rank_line_gives_it() -> None:
+    """``current_binding()`` inside the rank prints the same line affrun printed for it, memory policy included."""
+    code = "from launcher.binding import current_binding; print(current_binding())"
+    proc = run(affrun_argv("exec", "--mem-policy", "membind", "--mem-backend", "syscall", "--verbose", "--",
+                           sys.executable, "-c", code), check=True)
+    (printed,) = [line for line in proc.stderr.splitlines() if line.startswith("affrun: rank ")]
+    assert printed == "affrun: " + proc.stdout.strip()
+    assert printed.endswith(" mem membind:0")
+
+
 def test_blocked_memory_policy_falls_back_without_failing_the_rank() -> None:
     code = (
         "from launcher.mempolicy import apply_mempolicy\n"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.cpulist import format_cpulist
-from launcher.errors import ConfigError, LaunchError
+from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.omp_syntax import thread_count
 
 
@@ -84,7 +84,11 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     # Values a bound parent process left behind (AFFRUN_CPUS is set) are affrun's, not the user's.
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
-    return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1]
+    try:
+        return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1]
+    except AffrunError as exc:
+        exc.use_vocabulary("python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
+        raise
 
 
 def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:

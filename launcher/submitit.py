@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.binding import TaskBinding, current_binding
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.cpulist import format_cpulist
 from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.handoff import exec_prefix
 from launcher.option_table import default
@@ -119,13 +119,9 @@ class AffinityOptions(PlanOptions):
                 raise ConfigError(Opt(spec.dest, value), f": choose one of {', '.join(spec.choices)}")
         if self.loader_cores < 0:
             raise ConfigError(Opt("loader_cores", self.loader_cores), ": must be 0 or more")
-        if self.fsroot and self.topology:
-            raise ConfigError("fsroot and topology name two topology sources: give only one")
-        if self.cpus is not None:
-            try:
-                parse_cpulist(self.cpus)
-            except ValueError:
-                raise ConfigError(Opt("cpus", self.cpus), ": not a cpu list (e.g. 0-7,64-71)") from None
+        from launcher.topology import check_sources
+
+        check_sources(self.fsroot, self.topology, self.cpus)
         self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: the CLI's own checks
 
     def plan_options(self) -> PlanOptions:

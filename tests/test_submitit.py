@@ -26,7 +26,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
 from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.errors import ConfigError
+from launcher.errors import AffrunError, ConfigError
 from launcher.options import PlanOptions
 from launcher.plan import Plan, make_plan
 from launcher.submitit import AffinityExecutor, AffinityOptions, current_binding, merge_srun_args, task_python
@@ -218,17 +218,36 @@ def test_options_render_as_exec_flags_and_bad_values_are_clear() -> None:
     ({"cpu_map": "a;b"}, "cpu_map='a;b': expected one cpu list per rank, separated by ';'"),
     ({"mode": "numa", "cpu_map": [[0], [1]]}, "cpu_map= gives explicit CPUs, which mode='numa' would ignore"),
     ({"gpus": [0, 1], "no_gpu": True}, "gpus= names GPUs for the ranks, no_gpu= plans without GPUs: give only one"),
+    ({"cpus": "x"}, "cpus='x': not a cpu list"),
+    ({"fsroot": "/a", "topology": "/b"}, "fsroot= and topology= name two sources: give only one"),
 ])
 def test_option_errors_name_the_executor_s_keywords_not_the_cli_flags(
     tmp_path: Path, kwargs: dict[str, Any], message: str
 ) -> None:
     """A submitit user wrote ``cpu_map=`` and ``mode=``: the checks they share with ``affrun plan`` name those
     keywords, as the user wrote them, and never a flag such as ``--map``."""
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(AffrunError) as caught:
         AffinityExecutor(folder=tmp_path / "logs", cluster="local", **kwargs)
     text = str(caught.value)
     assert text == message or text.startswith(message), text
     assert "--" not in text, text
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"loader_cores": 99}, "loader_cores=99 leaves rank 0 no compute core"),
+    ({"cpu_map": "0;1"}, "cpu_map= gives 2 CPU list(s) for 1 ranks"),
+])
+def test_bind_rank_errors_name_its_keywords(monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any],
+                                           message: str) -> None:
+    """bind_rank(loader_cores=99) is refused in its caller's words (the plan fails before anything is bound)."""
+    from launcher import bind_rank
+
+    monkeypatch.delenv("AFFRUN_RUN", raising=False)
+    before = os.sched_getaffinity(0)
+    with pytest.raises(AffrunError) as caught:
+        bind_rank(0, 1, quiet=True, **kwargs)
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert os.sched_getaffinity(0) == before
 
 
 def test_srun_args_are_merged_and_binding_ones_refused() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
-from launcher.errors import TopologyError
+from launcher.errors import Opt, TopologyError
 from launcher.records import replace
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 from launcher.topology.numa_overlap import merge_overlapping_nodes
@@ -16,6 +16,22 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = ["GPU", "Core", "L3Group", "NumaNode", "Package", "Topology", "load_topology"]
+
+
+def check_sources(fsroot: str | None, topology_file: str | None, cpus: str | None) -> frozenset[int] | None:
+    """What :func:`load_topology` can refuse without reading anything: two sources, or a ``cpus`` that is not a
+    cpu list (the submitit executor checks its options with it before any task starts). Returns the CPUs of
+    ``cpus``, ``None`` when it is not given."""
+    if fsroot and topology_file:
+        raise TopologyError(Opt("fsroot"), " and ", Opt("topology_file"), " name two sources: give only one")
+    if not cpus:
+        return None
+    try:
+        return parse_cpulist(cpus)
+    except CpuIdTooLarge as exc:
+        raise TopologyError(Opt("cpus", clip(cpus), quoted=True), f": {exc}") from None
+    except ValueError:
+        raise TopologyError(Opt("cpus", clip(cpus), quoted=True), ": not a cpu list (expected e.g. 0-7,64-71)") from None
 
 
 def load_topology(
@@ -36,8 +52,7 @@ def load_topology(
     ``nvml`` adds GPU UUIDs from NVML and cross-checks the GPU list (a no-op where NVML is unavailable).
     """
     env = os.environ if environ is None else environ
-    if fsroot and topology_file:
-        raise TopologyError("--fsroot and --topology name two sources: give only one")
+    wanted = check_sources(fsroot, topology_file, cpus)
     fsroot = fsroot or (None if topology_file else env.get("AFFRUN_FSROOT") or None)
     if topology_file:
         topo = _load_file(topology_file)
@@ -65,18 +80,11 @@ def load_topology(
         topo = replace(topo, visible=resolved.visible)
         if resolved.warning:
             topo = topo.with_warnings(resolved.warning)
-    if cpus:
-        try:
-            wanted = parse_cpulist(cpus)
-        except CpuIdTooLarge as exc:
-            raise TopologyError(f"--cpus {clip(cpus)!r}: {exc}") from None
-        except ValueError:
-            raise TopologyError(f"--cpus {clip(cpus)!r}: not a cpu list (expected e.g. 0-7,64-71)") from None
+    if wanted is not None:
         narrowed = topo.allowed & wanted
         if not narrowed:
-            raise TopologyError(
-                f"--cpus {cpus}: none of these CPUs is allowed here (allowed: {format_cpulist(topo.allowed)})"
-            )
+            raise TopologyError(Opt("cpus", cpus),
+                                f": none of these CPUs is allowed here (allowed: {format_cpulist(topo.allowed)})")
         topo = topo.restrict(wanted)
     return topo
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from launcher.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.errors import ConfigError, Opt
 from launcher.option_table import MEM_POLICIES, MemPolicy, default
-from launcher.plan_request import GPU_ORDERS, MODES, GpuOrder, Mode, Request
-from launcher.plan_spill import SPILLS, SpillChoice
+from launcher.plan_request import GpuOrder, Mode, Request, check_choices
+from launcher.plan_spill import SpillChoice
 from launcher.records import dataclass, fields
 from launcher.untrusted import ascii_uint
 
@@ -52,12 +52,7 @@ class PlanOptions:
 
 
 def make_request(nproc: int, opts: PlanOptions) -> Request:
-    if opts.mode not in MODES:
-        raise ConfigError(Opt("mode", opts.mode, quoted=True), f": choose one of {', '.join(MODES)}")
-    if opts.gpu_order not in GPU_ORDERS:
-        raise ConfigError(Opt("gpu_order", opts.gpu_order, quoted=True), f": choose one of {', '.join(GPU_ORDERS)}")
-    if opts.spill not in SPILLS:
-        raise ConfigError(Opt("spill", opts.spill, quoted=True), f": choose one of {', '.join(SPILLS)}")
+    check_choices(ConfigError, mode=opts.mode, gpu_order=opts.gpu_order, spill=opts.spill)
     reserve: frozenset[int] = frozenset()
     if opts.reserve:
         try:

@@ -8,10 +8,9 @@ Errors name options as data (:class:`~launcher.errors.Opt`), so that each front 
 
 from __future__ import annotations
 
-from launcher.errors import Opt, PlanError, RankCountMismatch
+from launcher.errors import AffrunError, Opt, PlanError, RankCountMismatch
 from launcher.plan_spill import SPILLS, SpillChoice
 from launcher.records import dataclass
-from launcher.untrusted import short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 # The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
@@ -27,6 +26,7 @@ else:
     Mode = GpuOrder = str
 MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
 GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
+_CHOICES: dict[str, tuple[str, ...]] = {"mode": MODES, "gpu_order": GPU_ORDERS, "spill": SPILLS}
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,15 @@ class Request:
     spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
 
 
+def check_choices(error: type[AffrunError], **values: object) -> None:
+    """Raise ``error`` naming the first of ``values`` (``mode``, ``gpu_order``, ``spill``) that is not one of its
+    choices: the one check behind a request (:func:`validate_request`) and the options it is made from."""
+    for key, value in values.items():
+        choices: tuple[str, ...] = _CHOICES[key]
+        if value not in choices:
+            raise error(Opt(key, value, quoted=True), f": choose one of {', '.join(choices)}")
+
+
 def validate_request(req: Request, topo: Topology | None = None) -> None:
     """Raise :class:`PlanError` for a request that no topology (``topo``: this one) can satisfy: no ranks, an
     unknown mode, order or spill, a negative loader count, ``map`` mode without CPU lists, or ``--map`` /
@@ -59,12 +68,7 @@ def validate_request(req: Request, topo: Topology | None = None) -> None:
         count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
         raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
                         f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
-    if req.mode not in MODES:
-        raise PlanError(f"unknown mode {short(req.mode)}; choose one of {', '.join(MODES)}")
-    if req.gpu_order not in GPU_ORDERS:
-        raise PlanError(f"unknown GPU order {short(req.gpu_order)}; choose one of {', '.join(GPU_ORDERS)}")
-    if req.spill not in SPILLS:
-        raise PlanError(f"unknown spill {short(req.spill)}; choose one of {', '.join(SPILLS)}")
+    check_choices(PlanError, mode=req.mode, gpu_order=req.gpu_order, spill=req.spill)
     if req.loader_cores < 0:
         raise PlanError(Opt("loader_cores"), f" must be >= 0 (got {req.loader_cores})")
     if req.mode == "map":

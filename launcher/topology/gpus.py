@@ -22,7 +22,9 @@ EXCLUDED_VENDORS = {0x1A03: "ASPEED BMC VGA", 0x102B: "Matrox BMC VGA", 0x1013: 
 EXCLUDED_DEVICES = {(0x1002, 0x515E): "AMD Radeon ES1000 BMC VGA", (0x1002, 0x5159): "AMD Radeon 7000/VE (RV100) VGA"}
 
 
-def _pci_sort_key(bdf: str) -> tuple[int, ...]:
+def pci_order(bdf: str) -> tuple[int, ...]:
+    """Sort key of a PCI address (``0000:18:00.0``): domain, bus, device, function. GPUs are numbered in this
+    order (what NVML and CUDA_DEVICE_ORDER=PCI_BUS_ID do); an address that does not parse sorts last."""
     try:
         domain, bus, devfn = bdf.split(":")
         dev, fn = devfn.split(".")
@@ -45,7 +47,7 @@ def read_pci_gpus(
         names = os.listdir(base)
     except OSError:
         return [], []
-    names.sort(key=_pci_sort_key)
+    names.sort(key=pci_order)
     nvidia_proc = os.path.join(root, "proc/driver/nvidia/gpus")
     found: list[GPU] = []
     warnings: list[str] = []

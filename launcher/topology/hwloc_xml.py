@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
-from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
+from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS, pci_order
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
@@ -324,7 +324,7 @@ def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> t
     node_ids = frozenset(n.os_index for n in nodes)
     with_cpus = frozenset(n.os_index for n in nodes if n.cpus)
     nvidia = 0
-    for pci in sorted(walk.gpus, key=lambda g: _bus_key(g.busid)):
+    for pci in sorted(walk.gpus, key=lambda g: pci_order(g.busid)):
         vendor_index = pci.vendor_index
         if pci.vendor == 0x10DE:  # NVML numbers NVIDIA GPUs in PCI bus order
             vendor_index = nvidia if vendor_index is None else vendor_index
@@ -357,10 +357,3 @@ def _one(values: frozenset[int]) -> int | None:
     return next(iter(values)) if len(values) == 1 else None
 
 
-def _bus_key(busid: str) -> tuple[int, ...]:
-    try:
-        domain, bus, devfn = busid.split(":")
-        dev, fn = devfn.split(".")
-        return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
-    except ValueError:
-        return (1 << 30,)

@@ -201,7 +201,7 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
             out.append(make_finding(
                 "omp-oversubscribed", severity, f"{what} on {limit}: {where}",
                 "waiting OpenMP threads spin, so oversubscription costs far more than the ratio (2 ranks × 2 threads "
-                "on 2 cores ran about 50× slower than 1 thread each in affrun's measurements)"
+                "on 2 cores ran 12× to 50× slower than 1 thread each in affrun's measurements)"
                 if severity == "error" else "two threads per core compete for one core's execution units",
                 f"export {name}={per_rank}, or {AFFRUN_FIX}", env_fix={name: str(per_rank)}))
         elif name == "OMP_NUM_THREADS" and threads == 1 and per_rank >= 2:

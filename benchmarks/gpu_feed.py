@@ -41,7 +41,7 @@ from typing import Any
 
 from _common import AFFRUN, PY, byte_compile_affrun, clean_env
 from gpu_feed_launch import Outcome, launch
-from gpu_feed_report import draw_png, print_table
+from gpu_feed_report import add_ratios, draw_png, print_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "gpu_feed_rank.py")
@@ -331,6 +331,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "wall_s": round(time.monotonic() - started, 1),
     }
+    add_ratios(report["configs"])
     print_table(report)
     if args.json_path:
         with open(args.json_path, "w") as fh:

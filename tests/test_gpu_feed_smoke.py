@@ -89,6 +89,9 @@ def test_gpu_feed_reports_every_figure(tmp_path: Path) -> None:
     assert configs["torchrun-collapse"]["status"] == "ok", configs["torchrun-collapse"]
     assert len(parse_cpulist(configs["torchrun-collapse"]["worker_cpus"])) == 1
     assert configs["affrun"]["status"] == "ok", configs["affrun"]
+    assert configs["affrun"]["vs_affrun"] == 1.0  # each ratio is against affrun's run of the same benchmark
+    for c in configs.values():
+        assert c["vs_affrun"] == round(c["samples_per_s"] / configs["affrun"]["samples_per_s"], 3), c
     assert parse_cpulist(configs["affrun"]["worker_cpus"]) == frozenset(os.sched_getaffinity(0))
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in configs:

@@ -81,3 +81,37 @@ def torch_distributed_env(environ: Mapping[str, str], local: LocalRank) -> dict[
         if environ.get(rank_var) and size:
             out["RANK"], out["WORLD_SIZE"] = environ[rank_var], size
     return {k: v for k, v in out.items() if k not in environ}
+
+
+# The variables that tell one task of a launcher from another task of it, or of a later run of it, by rank
+# variable. A new srun step gives its tasks a new SLURM_STEP_ID and SLURM_TASK_PID (the pid of each task, alive
+# while it runs), a new mpirun a new PMIX_NAMESPACE/job id, a new torchrun worker its own TORCHELASTIC_ERROR_FILE,
+# even where the local rank number is the same.
+TASK_IDENTITY: dict[str, tuple[str, ...]] = {
+    "LOCAL_RANK": ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                   "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE"),
+    "SLURM_LOCALID": ("SLURM_LOCALID", "SLURM_PROCID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID",
+                      "SLURM_TASK_PID"),
+    "OMPI_COMM_WORLD_LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_NAMESPACE",
+                                   "PMIX_RANK", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"),
+    "MPI_LOCALRANKID": ("MPI_LOCALRANKID", "PMI_RANK", "PMI_FD", "PMI_PORT", "PMI_ID", "PMI_JOBID"),
+    "PMI_LOCAL_RANK": ("PMI_LOCAL_RANK", "PMI_RANK", "PMIX_NAMESPACE", "PMIX_RANK", "PALS_APID"),
+}
+
+
+def task_identity(environ: Mapping[str, str]) -> dict[str, str]:
+    """The identity variables (:data:`TASK_IDENTITY`) of every rank variable set in ``environ``, with their values:
+    what ``affrun run`` records of the task it runs in."""
+    out: dict[str, str] = {}
+    for rank_var, names in TASK_IDENTITY.items():
+        if rank_var in environ:
+            out.update({name: environ[name] for name in names if name in environ})
+    return out
+
+
+def same_task(environ: Mapping[str, str], recorded: Mapping[str, str]) -> tuple[str, ...]:
+    """The rank variables of ``environ`` that still describe the task ``recorded`` (:func:`task_identity`) was
+    taken in: set there too, and every one of their identity variables equal, or unset in both."""
+    return tuple(rank_var for rank_var, names in TASK_IDENTITY.items()
+                 if rank_var in environ and rank_var in recorded
+                 and all(environ.get(name) == recorded.get(name) for name in names))

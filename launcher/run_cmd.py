@@ -9,11 +9,15 @@ place: same PID, environment, exit status and signals.
 ``--top`` says what the first Python process without a rank variable is: ``launcher`` (torchrun, accelerate,
 deepspeed, mpirun, srun: left unbound), or ``rank0`` (a script that is rank 0 itself, as Lightning's is; a
 single-process job). ``auto`` picks ``launcher`` for those launchers' commands and ``rank0`` for anything else.
+The rank variables already set here (``SLURM_LOCALID`` in a batch script or an srun task) belong to the task
+that runs ``affrun run``: they travel, with what identifies that task, in ``AFFRUN_RUN_TASK``, and under
+``--top launcher`` the hook does not take them for a rank.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -23,15 +27,12 @@ from launcher.apply import exec_or_status
 from launcher.env import USER_VARIABLES
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.handoff import INLINE_PLAN_LIMIT, PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
+from launcher.launcher_commands import command_is_launcher
+from launcher.localrank import task_identity
 from launcher.option_table import add_binding_arguments, non_negative
-from launcher.startup import RUN_VARIABLE
+from launcher.startup import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
-# Commands whose first process starts the ranks and is not one of them.
-LAUNCHERS = ("torchrun", "accelerate", "accelerate-launch", "deepspeed", "ds", "mpirun", "mpiexec", "orterun",
-             "prterun", "srun", "lightning", "fabric", "hydra")
-LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
-                    "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner", "deepspeed.launcher.launch")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,16 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def top_role(command: Sequence[str]) -> str:
     """``launcher`` when COMMAND is a known launcher (directly or as ``python -m MODULE``), else ``rank0``."""
-    words = list(command)
-    while words and (os.path.basename(words[0]) == "env" or "=" in words[0]):
-        words = words[1:]  # env VAR=value CMD
-    if not words:
-        return "rank0"
-    if os.path.basename(words[0]) in LAUNCHERS:
-        return "launcher"
-    if "-m" in words[:-1] and words[words.index("-m") + 1] in LAUNCHER_MODULES:
-        return "launcher"
-    return "rank0"
+    return "launcher" if command_is_launcher(command) else "rank0"
 
 
 def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -108,9 +100,13 @@ def main(argv: Sequence[str]) -> int:
         for binder in (*binders_in_environment(environ), *binders_in_command(command)):
             print(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder wins: "
                   f"{binder.fix}", file=sys.stderr)
+        identity = task_identity(environ)
+        task = json.dumps(identity, separators=(",", ":")) if identity else ""
         if args.dry_run:
             print(f"{RUN_VARIABLE}={role}")
             print(f"{PLAN_VARIABLE}={parent.to_json()}")
+            if task:
+                print(f"{TASK_VARIABLE}={task}")
             if command:
                 print("exec " + shlex.join(command))
             return 0
@@ -120,6 +116,10 @@ def main(argv: Sequence[str]) -> int:
         spill = tempfile.mkdtemp(prefix="affrun-run-") if len(parent.to_json()) > INLINE_PLAN_LIMIT else ""
         environ[PLAN_VARIABLE] = parent.to_env(spill)
         environ[RUN_VARIABLE] = role
+        environ.pop(LAUNCHER_VARIABLE, None)  # only the hook of a launcher below writes it
+        environ.pop(TASK_VARIABLE, None)
+        if task:
+            environ[TASK_VARIABLE] = task
         sys.stderr.flush()
         sys.stdout.flush()
         return exec_or_status(command, environ)

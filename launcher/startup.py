@@ -3,16 +3,25 @@
 The package installs ``affrun-startup.pth`` into site-packages (see ``build_backend/``). Python's ``site``
 module executes its one line at every interpreter start; without ``AFFRUN_RUN`` in the environment the line
 is a dictionary lookup and imports nothing. ``affrun run`` sets ``AFFRUN_RUN`` (the role of the first process,
-``rank0`` or ``launcher``) and ``AFFRUN_PLAN`` (the plan, as for ``affrun torchrun``), then this module decides
-what the starting process is (:func:`decide`, pure) and applies it (:func:`main`):
+``rank0`` or ``launcher``), ``AFFRUN_PLAN`` (the plan, as for ``affrun torchrun``) and, when it runs inside a
+scheduler's task, ``AFFRUN_RUN_TASK`` (the rank variables of that task); then this module decides what the
+starting process is (:func:`decide`, pure) and applies it (:func:`main`):
 
 - ``rank``: a launcher's rank (``LOCAL_RANK``, ``SLURM_LOCALID``, ``OMPI_...``: the variables ``affrun exec``
   reads) not bound yet, or a rank started by a bound rank with another rank number (Lightning's ranks 1..N-1,
   started by rank 0). It gets the plan's mask, memory policy and OpenMP/BLAS variables in ``os.environ``.
+  With ``AFFRUN_RUN=launcher``, rank variables of the task ``affrun run`` itself runs in (``SLURM_LOCALID`` of
+  the batch script or of an srun task, unchanged: ``AFFRUN_RUN_TASK``) are not a rank: they describe the task
+  that runs the launcher, not the ranks it starts.
 - the first process with no rank variable, when ``AFFRUN_RUN=rank0``: it is rank 0 (Lightning's script, a
   single-process job). ``LOCAL_RANK`` is not set: Lightning reads a set ``LOCAL_RANK`` as "launched externally".
-- ``launcher``: no rank variable and ``AFFRUN_RUN=launcher`` (torchrun's agent, ``accelerate launch``,
-  ``deepspeed``): left as it is, so that it never confines the ranks it starts.
+- a script or module with no rank variable started below an unbound launcher (``AFFRUN_LAUNCHER_PID``, set by
+  the launcher's own hook), itself no known launcher and no ``multiprocessing`` helper, when the plan has one
+  rank or accelerate's simple launcher started it (``ACCELERATE_USE_CPU``, which only that launcher sets): it
+  is rank 0. accelerate runs one process without any rank variable for 1 process, ``--cpu``, or no multi-GPU
+  configuration.
+- ``launcher``: no rank variable and ``AFFRUN_RUN=launcher`` otherwise (torchrun's agent, ``accelerate launch``,
+  ``deepspeed`` and the ``launch.py`` it starts): left as it is, so that it never confines the ranks it starts.
 - ``worker``: a ``multiprocessing`` child (spawn or forkserver bootstrap) of a bound rank, such as a DataLoader
   worker. It is not rebound as a rank: it moves to the rank's loader CPUs when the plan has some, and drops the
   per-thread placement variables (``OMP_PLACES``, ``OMP_PROC_BIND``) so that its OpenMP runtime cannot pin it to
@@ -39,6 +48,15 @@ if TYPE_CHECKING:
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"  # written by every binding (launcher.env.affrun_variables)
+# The rank variables of the task affrun run started in, and their identity (launcher.localrank.task_identity), as
+# a JSON object: written by affrun run, only when there are some.
+TASK_VARIABLE = "AFFRUN_RUN_TASK"
+# The pid of the first unbound launcher process, written into its os.environ by its own hook: its children know
+# that a launcher is above them.
+LAUNCHER_VARIABLE = "AFFRUN_LAUNCHER_PID"
+# Set only by accelerate's simple launcher (accelerate/utils/launch.py, prepare_simple_launcher_cmd_env), which
+# starts the one training process with no rank variable.
+ACCELERATE_SIMPLE = "ACCELERATE_USE_CPU"
 # Variables a multiprocessing child of a bound rank must not inherit: they place OpenMP threads per place.
 # launcher.env.PLACE_VARIABLES, spelled here: a DataLoader worker's start must not import env and the planner.
 PLACEMENT_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
@@ -84,14 +102,48 @@ def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:
     return out
 
 
-def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int) -> Decision:
+def recorded_task(environ: Mapping[str, str]) -> dict[str, str]:
+    """``AFFRUN_RUN_TASK``: the rank variables of the task ``affrun run`` started in (empty when unset)."""
+    from launcher.errors import LaunchError
+    from launcher.untrusted import BadJSON, load_json, short
+
+    text = environ.get(TASK_VARIABLE)
+    if not text:
+        return {}
+    try:
+        data = load_json(text)
+    except BadJSON as exc:
+        raise LaunchError(f"{TASK_VARIABLE} is not what affrun run writes: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise LaunchError(f"{TASK_VARIABLE}={short(text)} is not an object of strings (written by affrun run)")
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def below_launcher(environ: Mapping[str, str], argv: Sequence[str], nproc: int, pid: int | None) -> str:
+    """Why the process is the one rank a launcher started without a rank variable, or ``""`` when it is not."""
+    from launcher.launcher_commands import program_is_launcher, python_program
+
+    above = environ.get(LAUNCHER_VARIABLE)
+    if not above or (pid is not None and above == str(pid)):
+        return ""  # the launcher itself (or its re-exec)
+    if python_program(argv)[0] not in ("script", "module") or program_is_launcher(argv):
+        return ""  # a launcher's helper: DeepSpeed's launch.py, `python -c ...`, multiprocessing's bootstrap
+    if nproc == 1:
+        return f"started by launcher pid {above} without a rank variable; the plan has one rank"
+    if ACCELERATE_SIMPLE in environ:
+        return (f"started by launcher pid {above} without a rank variable, with {ACCELERATE_SIMPLE} "
+                "(accelerate's simple launcher: one process)")
+    return ""
+
+
+def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int, *, pid: int | None = None) -> Decision:
     """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``, whose
-    plan has ``nproc`` ranks.
+    plan has ``nproc`` ranks. ``pid`` is the process's own (``None``: unknown).
 
     Raises :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank.
     """
     from launcher.errors import LaunchError
-    from launcher.localrank import LocalRankError, detect_local_rank
+    from launcher.localrank import LocalRankError, detect_local_rank, same_task
     from launcher.untrusted import ascii_uint, short
 
     role = environ.get(RUN_VARIABLE, "")
@@ -99,8 +151,13 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int) -> Decis
         raise LaunchError(f"{RUN_VARIABLE}={short(role)} is not one of {', '.join(ROLES)} (set by affrun run)")
     if affrun_process(argv):
         return Decision("skip", None, "affrun's own process")
+    ranked = environ
+    outer: tuple[str, ...] = ()
+    if role == "launcher":  # the task affrun run runs in (a Slurm batch script, an srun task) is not a rank
+        outer = same_task(environ, recorded_task(environ))
+        ranked = {k: v for k, v in environ.items() if k not in outer}
     try:
-        detected = detect_local_rank(with_plan_size(environ, nproc))
+        detected = detect_local_rank(with_plan_size(ranked, nproc))
     except LocalRankError as exc:
         raise LaunchError(str(exc)) from None
     bound: int | None = None
@@ -117,7 +174,11 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int) -> Decis
         return Decision("inherit", bound, f"already bound (rank {bound})")
     if role == "rank0":
         return Decision("rank", 0, "first process without a rank variable (AFFRUN_RUN=rank0)")
-    return Decision("launcher", None, "launcher process (AFFRUN_RUN=launcher)")
+    why = below_launcher(environ, argv, nproc, pid)
+    if why:
+        return Decision("rank", 0, why)
+    ignored = f"; {', '.join(outer)} of affrun run's own task ignored" if outer else ""
+    return Decision("launcher", None, f"launcher process (AFFRUN_RUN=launcher){ignored}")
 
 
 def rank_user_env(environ: Mapping[str, str], user_env: Mapping[str, str]) -> dict[str, str]:
@@ -211,8 +272,10 @@ def main() -> None:
         if affrun_process(sys.orig_argv):
             return
         parent = parent_plan(os.environ)
-        decision = decide(os.environ, sys.orig_argv, len(parent.plan.ranks))
-        if decision.action == "rank" and decision.rank is not None:
+        decision = decide(os.environ, sys.orig_argv, len(parent.plan.ranks), pid=os.getpid())
+        if decision.action == "launcher":
+            os.environ.setdefault(LAUNCHER_VARIABLE, str(os.getpid()))  # its children: a launcher is above
+        elif decision.action == "rank" and decision.rank is not None:
             bind_as_rank(parent, decision.rank, os.environ, why=decision.reason)
         elif decision.action == "worker" and decision.rank is not None:
             bind_as_worker(decision.rank, os.environ)

@@ -21,9 +21,9 @@ def env(**extra: str) -> dict[str, str]:
     return {**base, **extra}
 
 
-def dry_run(*options: str) -> dict[str, str]:
+def dry_run(*options: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     out = subprocess.run([*AFFRUN, *options, "--dry-run", "--", "x"], capture_output=True, text=True, timeout=60,
-                         check=True, env=env()).stdout
+                         check=True, env=env(**(extra or {}))).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if line.startswith("AFFRUN_"))
 
 
@@ -51,6 +51,26 @@ def test_top_role(command: list[str], role: str) -> None:
 
 def test_top_override() -> None:
     assert dry_run("--nproc-per-node", "1", "--top", "launcher")["AFFRUN_RUN"] == "launcher"
+
+
+def test_records_the_task_it_runs_in() -> None:
+    """The rank variables already set (a Slurm batch script's, an mpirun task's) travel with what identifies the
+    task, as data; an unrelated variable does not, and without a scheduler nothing is written."""
+    task = {"SLURM_LOCALID": "0", "SLURM_PROCID": "3", "SLURM_TASK_PID": "4321", "SLURM_STEP_TASKS_PER_NODE": "1",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "job@1"}
+    recorded = json.loads(dry_run("--nproc-per-node", "2", extra=task)["AFFRUN_RUN_TASK"])
+    assert recorded == {k: task[k] for k in ("SLURM_LOCALID", "SLURM_PROCID", "SLURM_TASK_PID",
+                                             "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_NAMESPACE")}
+    assert "AFFRUN_RUN_TASK" not in dry_run("--nproc-per-node", "2")
+
+
+def test_a_stale_launcher_marker_does_not_reach_the_command() -> None:
+    code = "import os; print(os.getpid(), os.environ.get('AFFRUN_LAUNCHER_PID'), os.environ.get('AFFRUN_RUN_TASK'))"
+    out = subprocess.run([*AFFRUN, "--nproc-per-node", "1", "--top", "launcher", "--", sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=60, check=True,
+                         env=env(AFFRUN_LAUNCHER_PID="1", AFFRUN_RUN_TASK="{}")).stdout
+    pid, marker, task = out.split()
+    assert marker == pid and task == str(None)  # the top process's hook wrote its own pid, not the stale one
 
 
 def test_arguments_pid_and_exit_status_are_the_commands() -> None:

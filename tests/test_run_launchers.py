@@ -31,10 +31,10 @@ def have(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def plan_of(*options: str) -> dict[str, Any]:
-    """The plan ``affrun run OPTIONS`` hands to the job, from its --dry-run."""
+def plan_of(*options: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The plan ``affrun run OPTIONS`` hands to the job (started with ``env`` added), from its --dry-run."""
     out = subprocess.run([AFFRUN, "run", *options, "--dry-run"], capture_output=True, text=True, timeout=60,
-                         check=True).stdout
+                         check=True, env={**os.environ, **(env or {})}).stdout
     (line,) = [ln for ln in out.splitlines() if ln.startswith("AFFRUN_PLAN=")]
     plan: dict[str, Any] = json.loads(line.removeprefix("AFFRUN_PLAN="))["plan"]
     return plan

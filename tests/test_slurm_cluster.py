@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -325,3 +326,54 @@ def test_submit_without_wait_prints_the_job_id(cluster: Cluster, outdir: Path) -
     assert job.isdigit()
     shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30)
     assert f"JobId={job} JobName=affrun-test-nowait" in shown.stdout, shown.stderr
+
+
+# ---------------------------------------------------------------------------- affrun run inside a batch script
+def test_affrun_run_in_a_batch_script_binds_the_ranks_not_the_launcher(cluster: Cluster, outdir: Path) -> None:
+    """The batch script has SLURM_LOCALID=0: `affrun run -- torchrun` leaves torchrun's agent unbound and binds
+    its two ranks as planned; `affrun run -- srun -n 2 python` binds srun's two tasks, task 0 included (a new
+    step: its SLURM_LOCALID=0 is a rank, not the batch script's)."""
+    need(importlib.util.find_spec("torch") is not None, "torch is not installed (pip install -e '.[test]')")
+    programs = Path(__file__).resolve().parent / "programs"
+    bin_dir = Path(sys.executable).parent
+    run = f"{AFFRUN} run --nproc-per-node 2 --mem-policy none"
+    probe = {name: outdir / name for name in ("torchrun", "srun")}
+    for path in probe.values():
+        path.mkdir()
+    script = outdir / "run.sh"
+    script.write_text("\n".join([
+        "#!/bin/bash",
+        "grep Cpus_allowed_list: /proc/self/status > allowed.txt; env | grep ^SLURM_LOCALID= > task.txt",
+        f"{run} --dry-run > plan.txt",
+        f"PROBE_DIR={probe['torchrun']} {run} -- {bin_dir / 'torchrun'} --standalone --nproc-per-node 2 "
+        f"{programs / 'rank_probe_plain.py'}",
+        f"PROBE_DIR={probe['srun']} {run} -- srun --cpu-bind=none -N1 -n2 {sys.executable} "
+        f"{programs / 'rank_probe_plain.py'}",
+        "",
+    ]))
+    proc = subprocess.run(["sbatch", "--wait", "--parsable", "-p", cluster.partition, "-N1", "-n2", "--time", "5",
+                           "--job-name", "affrun-test-run", "--chdir", str(outdir),
+                           "--output", str(outdir / "job-%j.out"), str(script)],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, f"{proc.stderr}\n{job_log(outdir)}"
+    assert (outdir / "task.txt").read_text().strip() == "SLURM_LOCALID=0"  # what made the launcher rank 0 before
+    batch_mask = parse_cpulist((outdir / "allowed.txt").read_text().split()[1])
+    (line,) = [ln for ln in (outdir / "plan.txt").read_text().splitlines() if ln.startswith("AFFRUN_PLAN=")]
+    planned = json.loads(line.removeprefix("AFFRUN_PLAN="))["plan"]["ranks"]
+    assert len(planned) == 2
+    for name, key in (("torchrun", "LOCAL_RANK"), ("srun", "SLURM_LOCALID")):
+        records = ranks_of(probe[name])
+        ranks = {int(r[key]): r for r in records}
+        assert sorted(ranks) == [0, 1], (name, records, job_log(outdir))
+        for rank in planned:
+            got = ranks[rank["local_rank"]]
+            assert parse_cpulist(got["mask"]) == frozenset(rank["cpus"]), (name, got, rank)
+            assert got["OMP_NUM_THREADS"] == str(rank["threads"]), (name, got, rank)
+            assert got["AFFRUN_LOCAL_RANK"] == str(rank["local_rank"]), (name, got)
+    agents = [a for r in ranks_of(probe["torchrun"]) for a in r["ancestors"][:1]]
+    assert len(agents) == 2 and all("torchrun" in " ".join(a["argv"]) for a in agents), agents
+    assert all(parse_cpulist(a["mask"]) == batch_mask for a in agents), (agents, batch_mask)  # agent unbound
+
+
+def ranks_of(probe: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(probe.iterdir())]

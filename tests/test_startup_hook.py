@@ -17,6 +17,8 @@ import pytest
 from launcher.cpulist import parse_cpulist
 from launcher.errors import LaunchError
 from launcher.handoff import BOOT
+from launcher.launcher_commands import python_program
+from launcher.localrank import SOURCES, TASK_IDENTITY, task_identity
 from launcher.startup import decide
 from tests.conftest import ROOT
 
@@ -65,7 +67,79 @@ def test_decisions(environ: dict[str, str], argv: list[str], action: str, rank: 
     assert (decision.action, decision.rank) == (action, rank), decision.reason
 
 
+# A Slurm batch script's task (or an srun task) that runs `affrun run`, and what affrun run recorded of it.
+TASK = {"SLURM_JOB_ID": "7", "SLURM_LOCALID": "0", "SLURM_PROCID": "0", "SLURM_STEP_TASKS_PER_NODE": "1",
+        "SLURM_TASK_PID": "500"}
+RECORDED = {"AFFRUN_RUN_TASK": json.dumps(task_identity(TASK))}
+BELOW = {"AFFRUN_RUN": "launcher", "AFFRUN_LAUNCHER_PID": "100"}  # the top launcher's hook wrote its pid
+DS_LAUNCH = [sys.executable, "-u", "-m", "deepspeed.launcher.launch", "--world_info=e30=", "t.py"]
+
+
+@pytest.mark.parametrize(
+    ("environ", "argv", "nproc", "action", "rank"),
+    [
+        # accelerate's simple launcher: its one process has no rank variable
+        (BELOW, SCRIPT, 1, "rank", 0),
+        ({**BELOW, "ACCELERATE_USE_CPU": "True"}, SCRIPT, 2, "rank", 0),
+        ({**BELOW, "ACCELERATE_USE_CPU": "True"}, [sys.executable, "-m", "mypkg.train"], 2, "rank", 0),
+        (BELOW, SCRIPT, 2, "launcher", None),  # several ranks: a launcher's helper, not a rank
+        ({**BELOW, "AFFRUN_LAUNCHER_PID": "200"}, [sys.executable, "/venv/bin/accelerate", "launch"], 1, "launcher",
+         None),  # the launcher itself, re-exec'd
+        ({"AFFRUN_RUN": "launcher"}, SCRIPT, 1, "launcher", None),  # --top launcher: the top process
+        # the helpers of multi-process launchers stay unbound, even in a one-rank plan
+        (BELOW, DS_LAUNCH, 1, "launcher", None),
+        (BELOW, [sys.executable, "/venv/bin/torchrun", "--nproc-per-node", "1", "t.py"], 1, "launcher", None),
+        (BELOW, [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"], 1, "launcher", None),
+        (BELOW, SPAWN, 1, "launcher", None),
+        (BELOW, [sys.executable, "-c", "from multiprocessing.resource_tracker import main;main(5)"], 1, "launcher",
+         None),
+        ({**BELOW, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, SCRIPT, 1, "rank", 0),  # torchrun's rank
+        ({**BELOW, "AFFRUN_LOCAL_RANK": "0"}, SCRIPT, 1, "inherit", 0),  # below the bound rank
+        # inside a scheduler's task: its variables describe affrun run's task, not a rank
+        ({"AFFRUN_RUN": "launcher", **TASK, **RECORDED}, [sys.executable, "/venv/bin/accelerate", "launch"], 2,
+         "launcher", None),
+        ({**BELOW, **TASK, **RECORDED}, DS_LAUNCH, 2, "launcher", None),
+        ({**BELOW, **TASK, **RECORDED}, SCRIPT, 1, "rank", 0),  # accelerate's one process, in a batch script
+        ({**BELOW, **TASK, **RECORDED, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, SCRIPT, 2, "rank", 1),
+        ({**BELOW, **TASK, **RECORDED, "SLURM_TASK_PID": "600", "SLURM_STEP_ID": "3"}, SCRIPT, 2, "rank", 0),  # srun
+        ({**BELOW, **TASK, **RECORDED, "SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2"}, SCRIPT, 2, "rank", 1),
+        ({"AFFRUN_RUN": "launcher", **TASK}, SCRIPT, 2, "rank", 0),  # not recorded: a rank, as before
+        # --top rank0 (one affrun run per task): the task's variable is the rank, as before
+        ({"AFFRUN_RUN": "rank0", **TASK, **RECORDED, "SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2"},
+         SCRIPT, 2, "rank", 1),
+    ],
+)
+def test_decisions_below_a_launcher(environ: dict[str, str], argv: list[str], nproc: int, action: str,
+                                    rank: int | None) -> None:
+    decision = decide(environ, argv, nproc, pid=200)
+    assert (decision.action, decision.rank) == (action, rank), decision.reason
+
+
+def test_task_identity_covers_every_rank_variable() -> None:
+    assert [rank_var for rank_var, _ in SOURCES] == list(TASK_IDENTITY)
+    assert all(names[0] == rank_var for rank_var, names in TASK_IDENTITY.items())
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind", "value"),
+    [
+        ([sys.executable, "t.py", "-c", "x"], "script", "t.py"),
+        ([sys.executable, "-u", "-X", "dev", "-W", "ignore", "-m", "deepspeed.launcher.launch"], "module",
+         "deepspeed.launcher.launch"),
+        ([sys.executable, "-um", "pkg.main", "-c"], "module", "pkg.main"),
+        ([sys.executable, "-Bc", "pass"], "code", "pass"),
+        ([sys.executable, "-Xdev", "t.py"], "script", "t.py"),
+        ([sys.executable, "-"], "stdin", ""),
+        ([sys.executable], "stdin", ""),
+    ],
+)
+def test_python_program(argv: list[str], kind: str, value: str) -> None:
+    assert python_program(argv) == (kind, value)
+
+
 @pytest.mark.parametrize("environ", [{"AFFRUN_RUN": "yes"}, {"AFFRUN_RUN": "rank0", "LOCAL_RANK": "x"},
+                                     {"AFFRUN_RUN": "launcher", "AFFRUN_RUN_TASK": "{not json"},
+                                     {"AFFRUN_RUN": "launcher", "AFFRUN_RUN_TASK": '{"SLURM_LOCALID": 0}'},
                                      {"AFFRUN_RUN": "rank0", "LOCAL_RANK": "5"},
                                      {"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "zero"}])
 def test_bad_variables_are_errors(environ: dict[str, str]) -> None:
@@ -100,7 +174,8 @@ def test_on_binds_before_user_code_and_loads_nothing_heavy() -> None:
 
 
 @pytest.mark.parametrize("extra", [{"AFFRUN_RUN": "bogus"}, {"AFFRUN_RUN": "rank0", "AFFRUN_PLAN": "{not json"},
-                                   {"AFFRUN_RUN": "rank0"}, {"AFFRUN_RUN": "launcher", "LOCAL_RANK": "7"}])
+                                   {"AFFRUN_RUN": "rank0"}, {"AFFRUN_RUN": "launcher", "LOCAL_RANK": "7"},
+                                   {"AFFRUN_RUN": "launcher", "AFFRUN_RUN_TASK": "[1"}])
 def test_garbage_is_one_line_and_exit_2(extra: dict[str, str]) -> None:
     env = clean_env(**{**plan_env("--nproc-per-node", "1", "--cpus", "0"), **extra})
     if "AFFRUN_PLAN" not in extra and extra.get("AFFRUN_RUN") == "rank0":

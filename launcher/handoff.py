@@ -1,7 +1,7 @@
 """The plan's trip from the process that plans (``affrun torchrun``, ``affrun run``, ``affrun exec`` on its own)
 to each rank: :func:`plan_job` makes the plan once, :class:`ParentPlan` carries it in ``AFFRUN_PLAN``, and
 :func:`rank_line` is the one summary line of a rank that every front end prints (:mod:`launcher.rank_line`
-formats it; ``mem_text`` is re-exported from there).
+formats it).
 
 Standard library and the pure core only: ``affrun exec`` imports it before every rank.
 """
@@ -17,7 +17,6 @@ from launcher.omp_syntax import BIND_MODES, OmpBind
 from launcher.option_table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
 from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import Plan, RankPlan
-from launcher.rank_line import mem_text as mem_text  # re-exported: the front ends import it with rank_line
 from launcher.rank_line import rank_summary
 from launcher.records import dataclass, fields
 from launcher.untrusted import BadJSON, load_json, short

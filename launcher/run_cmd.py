@@ -25,11 +25,12 @@ from collections.abc import Sequence
 
 from launcher.apply import exec_or_status
 from launcher.env import USER_VARIABLES
-from launcher.errors import AffrunError, ConfigError, LaunchError
-from launcher.handoff import INLINE_PLAN_LIMIT, PLAN_VARIABLE, ParentPlan, mem_text, option_values, plan_job, rank_line
+from launcher.errors import ConfigError, LaunchError
+from launcher.handoff import INLINE_PLAN_LIMIT, PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
 from launcher.launcher_commands import command_is_launcher
 from launcher.localrank import task_identity
 from launcher.option_table import add_binding_arguments, non_negative
+from launcher.rank_line import mem_text
 from launcher.startup import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -83,46 +84,42 @@ def main(argv: Sequence[str]) -> int:
     if not command and not args.dry_run:
         parser.error("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
     environ = dict(os.environ)
-    try:
-        if environ.get(RUN_VARIABLE):
-            raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
-                              "run the launcher directly")
-        parent = prepare(args, environ)
-        role = top_role(command) if args.top == "auto" else args.top
-        host = os.uname().nodename
-        for rank in parent.plan.ranks:
-            print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host),
-                  file=sys.stderr)
-        for warning in parent.plan.warnings:
-            print(f"affrun: warning: {warning}", file=sys.stderr)
-        from launcher.binders import binders_in_command, binders_in_environment
+    if environ.get(RUN_VARIABLE):
+        raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
+                          "run the launcher directly")
+    parent = prepare(args, environ)
+    role = top_role(command) if args.top == "auto" else args.top
+    host = os.uname().nodename
+    for rank in parent.plan.ranks:
+        print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host),
+              file=sys.stderr)
+    for warning in parent.plan.warnings:
+        print(f"affrun: warning: {warning}", file=sys.stderr)
+    from launcher.binders import binders_in_command, binders_in_environment
 
-        for binder in (*binders_in_environment(environ), *binders_in_command(command)):
-            print(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder wins: "
-                  f"{binder.fix}", file=sys.stderr)
-        identity = task_identity(environ)
-        task = json.dumps(identity, separators=(",", ":")) if identity else ""
-        if args.dry_run:
-            print(f"{RUN_VARIABLE}={role}")
-            print(f"{PLAN_VARIABLE}={parent.to_json()}")
-            if task:
-                print(f"{TASK_VARIABLE}={task}")
-            if command:
-                print("exec " + shlex.join(command))
-            return 0
-        import tempfile
-
-        # Only a plan too big for one variable is written to a file; it must outlive this process (exec).
-        spill = tempfile.mkdtemp(prefix="affrun-run-") if len(parent.to_json()) > INLINE_PLAN_LIMIT else ""
-        environ[PLAN_VARIABLE] = parent.to_env(spill)
-        environ[RUN_VARIABLE] = role
-        environ.pop(LAUNCHER_VARIABLE, None)  # only the hook of a launcher below writes it
-        environ.pop(TASK_VARIABLE, None)
+    for binder in (*binders_in_environment(environ), *binders_in_command(command)):
+        print(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder wins: "
+              f"{binder.fix}", file=sys.stderr)
+    identity = task_identity(environ)
+    task = json.dumps(identity, separators=(",", ":")) if identity else ""
+    if args.dry_run:
+        print(f"{RUN_VARIABLE}={role}")
+        print(f"{PLAN_VARIABLE}={parent.to_json()}")
         if task:
-            environ[TASK_VARIABLE] = task
-        sys.stderr.flush()
-        sys.stdout.flush()
-        return exec_or_status(command, environ)
-    except AffrunError as exc:
-        print(f"affrun: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+            print(f"{TASK_VARIABLE}={task}")
+        if command:
+            print("exec " + shlex.join(command))
+        return 0
+    import tempfile
+
+    # Only a plan too big for one variable is written to a file; it must outlive this process (exec).
+    spill = tempfile.mkdtemp(prefix="affrun-run-") if len(parent.to_json()) > INLINE_PLAN_LIMIT else ""
+    environ[PLAN_VARIABLE] = parent.to_env(spill)
+    environ[RUN_VARIABLE] = role
+    environ.pop(LAUNCHER_VARIABLE, None)  # only the hook of a launcher below writes it
+    environ.pop(TASK_VARIABLE, None)
+    if task:
+        environ[TASK_VARIABLE] = task
+    sys.stderr.flush()
+    sys.stdout.flush()
+    return exec_or_status(command, environ)

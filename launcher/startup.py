@@ -213,7 +213,8 @@ def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[st
     from launcher.apply import bind_process
     from launcher.env import rank_environment
     from launcher.errors import LaunchError
-    from launcher.handoff import mem_text, rank_line
+    from launcher.handoff import rank_line
+    from launcher.rank_line import MEM_VARIABLE, mem_text
 
     if not 0 <= rank_index < len(parent.plan.ranks):
         raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
@@ -225,6 +226,7 @@ def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[st
     # numactl cannot wrap a process that is already running: the system call is the in-process backend.
     backend = "syscall" if parent.mem_backend in ("auto", "numactl") else parent.mem_backend
     mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, backend)
+    renv.set[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     apply_environment(environ, renv.set, renv.unset)
     notes = [*mem.warnings, *renv.notes]
     if parent.mem_backend == "numactl" and mem.policy != "none":

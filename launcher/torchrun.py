@@ -19,8 +19,9 @@ from collections.abc import Sequence
 
 from launcher.env import USER_VARIABLES
 from launcher.errors import ConfigError
-from launcher.handoff import PLAN_VARIABLE, exec_prefix, mem_text, option_values, plan_job, rank_line
+from launcher.handoff import PLAN_VARIABLE, exec_prefix, option_values, plan_job, rank_line
 from launcher.option_table import add_binding_arguments
+from launcher.rank_line import mem_text
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 

@@ -43,7 +43,10 @@ if TYPE_CHECKING:
 
 # The request side (what may be asked, and what is refused before planning) is launcher.plan_request's;
 # these names are the planner's interface too.
-__all__ = ["GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "validate_request"]
+__all__ = [
+    "GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "quota_threads",
+    "validate_request",
+]
 
 @dataclass(frozen=True)
 class RankPlan:
@@ -213,12 +216,22 @@ def _cut_chunks(
     return chunks
 
 
+def quota_threads(topo: Topology, ranks: int) -> int | None:
+    """The most threads each of ``ranks`` local ranks may run under the CPU quota: quota // ranks, at least 1;
+    ``None`` when there is no quota below the allowed CPUs. The planner caps ``threads`` with it, and ``affrun
+    doctor`` caps the thread counts it suggests, so both give the same figure."""
+    quota = topo.cpu_quota
+    if quota is None or quota >= len(topo.allowed):
+        return None
+    return max(1, int(quota // max(ranks, 1)))
+
+
 def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
     """Under a CPU quota below the allowed CPUs, cap each rank's threads so that ranks x threads fits the quota."""
     quota = topo.cpu_quota
-    if quota is None or quota >= len(topo.allowed):
+    cap = quota_threads(topo, len(ranks))
+    if quota is None or cap is None:
         return tuple(ranks)
-    cap = max(1, int(quota // len(ranks)))
     wanted = sum(r.threads for r in ranks)
     if wanted <= quota:
         return tuple(ranks)

@@ -333,6 +333,8 @@ def _fit_picks(
     spare = {n: fitted[n] - count[n] for n in cap if fitted[n] > count[n]}
     for d in cap:
         for g in [g for g in picked if home[g] == d][fitted[d]:]:
+            if not spare:  # no node has room (more ranks than cores is refused before planning)
+                return lives
             to = min(spare, key=lambda n: (distance(topo, d, n), pkg[n] != pkg[d], pos[n]))
             lives[g] = to
             spare[to] -= 1

@@ -259,3 +259,15 @@ def test_fewer_ranks_than_gpus_trade_a_pick_for_a_gpu_with_room(tmp_path: Path) 
         "rank 1: node 0 has 1 core(s) for more ranks; placed on node 1, away from its GPU 1",
         "rank 2: node 0 has 1 core(s) for more ranks; placed on node 1, away from its GPU 2",
     )
+
+
+def test_a_gpu_whose_node_is_full_serves_no_far_rank(tmp_path: Path) -> None:
+    # Node 0 = core 0 with GPUs 0 and 1; node 1 = cores 1-4 with GPU 2. By GPUs, 4 ranks split 8/3 = 2.67 and
+    # 4/3 = 1.33: 3 and 1. Node 0 holds one rank, so 2 go to node 1: 1 + 3. Rank 0 takes GPU 0; node 1's ranks
+    # share their own GPU 2 rather than drive GPU 1 from the other node, which stays unused (as with Slurm's
+    # --gpu-bind=closest). Node 1's 4 cores for 3 ranks: 2 + 1 + 1.
+    m = FakeMachine(cores=[(i,) for i in range(5)], node_of_core=[0] + [1] * 4, package_of_core=[0] * 5)
+    m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0), FakeGPU("0000:03:00.0", 1)]
+    plan = closest(tree(tmp_path, m), 4)
+    assert table(plan) == [("0", 0, 0, 1), ("1-2", 2, 1, 2), ("3", 2, 1, 1), ("4", 2, 1, 1)]
+    assert plan.warnings == ()

@@ -7,11 +7,13 @@ How it decides (also in the README and, with sources, in docs/planner.md):
 2. Each rank gets a GPU and a *home* NUMA node (:mod:`launcher.plan_homes`). ``rank`` order: rank *i* -> visible
    GPU *i* -> its node. ``closest`` (mpibind): ranks in CPU order; fewer ranks than GPUs are spread over the GPU
    domains (packages, then nodes); more ranks than GPUs go to the GPU nodes in proportion to their GPUs, and the
-   ranks of a domain share its GPUs. A GPU on a CPU-less node (HBM, Grace Hopper) or on a node with no usable
+   ranks of a domain share its GPUs. In whole-core modes each node's count is first fitted to its cores (the
+   excess goes to the nearest nodes with room), and only then are ranks numbered and GPUs chosen, so no closest
+   rank is moved off its GPU afterwards. A GPU on a CPU-less node (HBM, Grace Hopper) or on a node with no usable
    CPUs takes the nearest node with CPUs by the distance table, with a warning; a GPU with no node takes the
    node holding most of its ``local_cpus``; otherwise, and for ranks without GPU, ranks are spread over the
-   nodes with CPUs in proportion to their free cores, in blocks. A node with more ranks than cores gives the
-   excess to the nearest node with spare cores: spread ranks move first, then ranks placed by distance or
+   nodes with CPUs in proportion to their free cores, in blocks. Otherwise (rank order, ``--gpus``), a node with
+   more ranks than cores gives the excess to the nearest node with spare cores: spread ranks move first, then ranks placed by distance or
    ``local_cpus``, and ranks whose GPU is on the node last.
 3. ``exclusive``: a node's cores are cut into balanced, contiguous chunks (sizes differ by at most one), in
    L3-group order, one per rank homed there. ``l3`` hands out whole L3 groups. ``numa``/``socket`` give every
@@ -43,7 +45,10 @@ if TYPE_CHECKING:
 
 # The request side (what may be asked, and what is refused before planning) is launcher.plan_request's;
 # these names are the planner's interface too.
-__all__ = ["GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "validate_request"]
+__all__ = [
+    "GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "quota_threads",
+    "validate_request",
+]
 
 @dataclass(frozen=True)
 class RankPlan:
@@ -213,12 +218,22 @@ def _cut_chunks(
     return chunks
 
 
+def quota_threads(topo: Topology, ranks: int) -> int | None:
+    """The most threads each of ``ranks`` local ranks may run under the CPU quota: quota // ranks, at least 1;
+    ``None`` when there is no quota below the allowed CPUs. The planner caps ``threads`` with it, and ``affrun
+    doctor`` caps the thread counts it suggests, so both give the same figure."""
+    quota = topo.cpu_quota
+    if quota is None or quota >= len(topo.allowed):
+        return None
+    return max(1, int(quota // max(ranks, 1)))
+
+
 def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
     """Under a CPU quota below the allowed CPUs, cap each rank's threads so that ranks x threads fits the quota."""
     quota = topo.cpu_quota
-    if quota is None or quota >= len(topo.allowed):
+    cap = quota_threads(topo, len(ranks))
+    if quota is None or cap is None:
         return tuple(ranks)
-    cap = max(1, int(quota // len(ranks)))
     wanted = sum(r.threads for r in ranks)
     if wanted <= quota:
         return tuple(ranks)

@@ -130,6 +130,30 @@ def test_doctor_reports_the_quota(tmp_path: Path, h100_pod: Path) -> None:
     assert not [f for f in check_environment({}, unlimited, facts) if f.id == "cpu-quota"]
 
 
+def test_doctor_thread_advice_agrees_with_the_quota_and_the_plan(h100_pod: Path) -> None:
+    # 8 ranks (one per GPU) share the 224 CPUs = 112 cores: 14 cores each, but the 8-CPU quota holds 1 thread per
+    # rank. Every finding that suggests OMP_NUM_THREADS gives the planner's capped figure (before, cpu-quota said
+    # 1 and omp-threads-unset said 14).
+    proc = affrun("doctor", "--fsroot", str(h100_pod), "--json")
+    found = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+    topo = load_topology(fsroot=str(h100_pod), environ={})
+    assert found["cpu-quota"]["env_fix"] == found["omp-threads-unset"]["env_fix"] == {"OMP_NUM_THREADS": "1"}
+    assert omp_threads(topo, 8) == [1] * 8
+    assert found["omp-threads-unset"]["fix"].startswith("export OMP_NUM_THREADS=1 (a CPU quota of 8 CPUs for 8 rank(s))")
+    # 2 ranks: 56 cores each, 8 // 2 = 4 threads under the quota. OMP_NUM_THREADS=1 is then worth raising, to 4.
+    facts = Facts(rank_cpus=topo.allowed, local_size=2, ranks_sharing=2)
+    found = {f.id: f for f in check_environment({}, topo, facts)}
+    assert found["cpu-quota"].env_fix == found["omp-threads-unset"].env_fix == {"OMP_NUM_THREADS": "4"}
+    assert omp_threads(topo, 2) == [4, 4]
+    (one,) = [f for f in check_environment({"OMP_NUM_THREADS": "1"}, topo, facts) if f.id == "omp-threads-one"]
+    assert one.message.startswith("OMP_NUM_THREADS=1 on a rank that owns 56 cores")
+    assert one.env_fix == {"OMP_NUM_THREADS": "4"}
+    # Without the quota the advice is the cores per rank, as before.
+    unlimited = load_topology(fsroot=str(write_tree(h100_pod.parent / "unlimited", dgx_h100())), environ={})
+    found = {f.id: f for f in check_environment({}, unlimited, facts)}
+    assert "cpu-quota" not in found and found["omp-threads-unset"].env_fix == {"OMP_NUM_THREADS": "56"}
+
+
 def test_plan_json_and_snapshot_carry_the_quota(tmp_path: Path, h100_pod: Path) -> None:
     root = str(h100_pod)
     proc = affrun("plan", "--fsroot", root, "--json", "--nproc-per-node", "2")

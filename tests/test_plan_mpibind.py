@@ -9,20 +9,27 @@ the machine's hwloc XML, and each task is compared with mpibind's answer for it:
 
 Cases left out are listed in ``EXCLUDED`` with the reason; a test checks that the list names exactly the
 qualifying cases that are not compared, so none is dropped silently.
+
+The second half writes out, by hand, closest plans where a node has fewer cores than its GPUs would draw: each
+node's rank count is fitted to its cores before GPUs are chosen, so ranks keep CPU order and their GPU.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
-from launcher.plan import Request, make_plan
+from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.env import rank_environment
+from launcher.plan import Plan, Request, make_plan
+from launcher.topology import load_topology
 from launcher.topology.hwloc_xml import load_hwloc_xml
 from launcher.topology.model import Topology
 from tests.conftest import FIXTURES, need
+from tests.fakesys import FakeGPU, FakeMachine, write_tree
 
 MPIBIND = FIXTURES / "mpibind"
 # answer file -> the topology XML mpibind's test driver loads for it (test-suite/<machine>.c)
@@ -140,3 +147,127 @@ def test_excluded_cases_still_differ(key: tuple[str, int]) -> None:
     need(MPIBIND.is_dir(), f"mpibind fixtures not found under {FIXTURES}")
     (case,) = [c for c in CASES if (c.machine, c.number) == key]
     assert mismatches(case), f"{key} now matches mpibind: remove it from EXCLUDED"
+
+
+# ============================================================================================= nodes that fill up
+# closest order, more ranks than GPUs: the GPU nodes take ranks in proportion to their GPUs; a node's share above
+# its cores goes to the nearest nodes with room before any GPU is chosen; then each rank uses a GPU of its own
+# node (that node's ranks in balanced, contiguous blocks), or, on a node without GPU, one of the nearest GPU
+# node's. Rows: (taskset list, GPU, NUMA node, OMP_NUM_THREADS).
+Row = tuple[str, int | None, int | None, int]
+
+
+def table(plan: Plan) -> list[Row]:
+    rows: list[Row] = []
+    for r in plan.ranks:
+        env = rank_environment(r, local_world_size=len(plan.ranks), user_env={})
+        (node,) = r.numa_nodes
+        rows.append((format_cpulist(r.cpus), r.gpu, node, int(env.set["OMP_NUM_THREADS"])))
+    return rows
+
+
+def gpu_xml(name: str) -> Topology:
+    path = FIXTURES / "hwloc-xml-gpu" / f"{name}.xml"
+    need(path.is_file(), f"{path} not found")
+    return load_hwloc_xml(str(path))
+
+
+def closest(topo: Topology, nproc: int) -> Plan:
+    return make_plan(topo, Request(nproc=nproc, gpu_order="closest"))
+
+
+def tree(tmp_path: Path, m: FakeMachine) -> Topology:
+    return load_topology(fsroot=str(write_tree(tmp_path / "root", m)), environ={})
+
+
+def test_hwloc_24em64t_eleven_ranks_keep_cpu_order_and_their_gpu() -> None:
+    # hwloc's 24em64t-2n6c2t-pci: 2 nodes of 6 SMT2 cores, node 0 = even CPUs, node 1 = odd CPUs (siblings c and
+    # c+12); GPU 0 on node 0, GPUs 1 and 2 on node 1. By GPUs, 11 ranks split 11/3 = 3.67 and 22/3 = 7.33: 4 and
+    # 7 (the larger remainder, node 0's, takes the last one). Node 1 has 6 cores, so its 7th rank goes to node 0,
+    # the only node with room: 5 + 6. Ranks 0-4 share GPU 0; ranks 5-10 split 3 + 3 over GPUs 1 and 2. Node 0's
+    # 6 cores for 5 ranks: 2 + 1 + 1 + 1 + 1 (11 ranks on 12 cores: one rank holds two).
+    # (Before: node 1 took 7, and rank 10 was then moved to node 0 with node 1's GPU 2.)
+    plan = closest(gpu_xml("24em64t-2n6c2t-pci"), 11)
+    assert table(plan) == [
+        ("0,2,12,14", 0, 0, 2), ("4,16", 0, 0, 1), ("6,18", 0, 0, 1), ("8,20", 0, 0, 1), ("10,22", 0, 0, 1),
+        ("1,13", 1, 1, 1), ("3,15", 1, 1, 1), ("5,17", 1, 1, 1),
+        ("7,19", 2, 1, 1), ("9,21", 2, 1, 1), ("11,23", 2, 1, 1),
+    ]
+    assert plan.warnings == ()
+
+
+@pytest.mark.parametrize("io", ["normalio", "wholeio"])
+def test_hwloc_32em64t_fifteen_ranks_keep_cpu_order_and_their_gpu(io: str) -> None:
+    # hwloc's 32em64t-2n8c2t-pci-*: 2 nodes of 8 SMT2 cores (node 0 = 0-7 and siblings 16-23, node 1 = 8-15 and
+    # 24-31); GPU 0 on node 0, GPUs 1-3 on node 1 (two NVIDIA, and an AMD function at 84:00.1). By GPUs, 15 ranks
+    # split 15/4 = 3.75 and 45/4 = 11.25: 4 and 11. Node 1 holds 8, so 3 go to node 0: 7 + 8. Ranks 0-6 share GPU
+    # 0 on node 0's 8 cores (2 + 1 x 6); ranks 7-14, one core each, take GPUs 1, 2, 3 in blocks of 3 + 3 + 2.
+    # (Before: ranks 12-14 were moved to node 0 and kept node 1's GPU 3.)
+    plan = closest(gpu_xml(f"32em64t-2n8c2t-pci-{io}"), 15)
+    assert table(plan) == [
+        ("0-1,16-17", 0, 0, 2), *[(f"{c},{c + 16}", 0, 0, 1) for c in range(2, 8)],
+        *[(f"{c},{c + 16}", 1, 1, 1) for c in (8, 9, 10)],
+        *[(f"{c},{c + 16}", 2, 1, 1) for c in (11, 12, 13)],
+        *[(f"{c},{c + 16}", 3, 1, 1) for c in (14, 15)],
+    ]
+    assert plan.warnings == ()
+
+
+def test_a_small_node_with_two_gpus_keeps_its_ranks_on_them(tmp_path: Path) -> None:
+    # Node 0 = cores 0-2 with GPUs 0 and 1; node 1 = cores 3-15 with GPU 2. By GPUs, 7 ranks split 14/3 = 4.67 and
+    # 7/3 = 2.33: 5 and 2. Node 0 holds 3, so 2 go to node 1: 3 + 4. Node 0's ranks 0-2 take GPUs 0 and 1 in
+    # blocks of 2 + 1; ranks 3-6 share GPU 2 on node 1's 13 cores: 4 + 3 + 3 + 3.
+    # (Before: ranks 0-2 shared GPU 0, and GPU 1 was driven from node 1.)
+    m = FakeMachine(cores=[(i,) for i in range(16)], node_of_core=[0] * 3 + [1] * 13, package_of_core=[0] * 3 + [1] * 13)
+    m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0), FakeGPU("0000:03:00.0", 1)]
+    plan = closest(tree(tmp_path, m), 7)
+    assert table(plan) == [
+        ("0", 0, 0, 1), ("1", 0, 0, 1), ("2", 1, 0, 1),
+        ("3-6", 2, 1, 4), ("7-9", 2, 1, 3), ("10-12", 2, 1, 3), ("13-15", 2, 1, 3),
+    ]
+    assert plan.warnings == ()
+
+
+def test_ranks_of_a_node_without_gpu_even_out_the_domain(tmp_path: Path) -> None:
+    # One package: node 0 = cores 0-1 with GPUs 0 and 1, node 1 = cores 2-5 and no GPU (its domain is node 0's).
+    # All 5 ranks go to node 0 by GPUs; it holds 2, so 3 go to node 1. Node 0's own ranks 0 and 1 take GPUs 0 and
+    # 1; node 1's ranks 2-4 then top the GPUs up to 3 + 2 sharers: ranks 2, 3 on GPU 0, rank 4 on GPU 1. Node 1's
+    # 4 cores for 3 ranks: 2 + 1 + 1.
+    m = FakeMachine(cores=[(i,) for i in range(6)], node_of_core=[0] * 2 + [1] * 4, package_of_core=[0] * 6)
+    m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0)]
+    plan = closest(tree(tmp_path, m), 5)
+    assert table(plan) == [("0", 0, 0, 1), ("1", 1, 0, 1), ("2-3", 0, 1, 2), ("4", 0, 1, 1), ("5", 1, 1, 1)]
+    assert plan.ranks[2].reasons[0].endswith("shared by 3 rank(s); node 1 is in its domain")
+    assert plan.warnings == ()
+
+
+def test_fewer_ranks_than_gpus_trade_a_pick_for_a_gpu_with_room(tmp_path: Path) -> None:
+    # Node 0 = core 0 with GPUs 0-2; node 1 = cores 1-7 with GPU 3. 2 ranks: by GPUs node 0 gets 1.5 and node 1
+    # 0.5, the tie to node 0: GPUs 0 and 1. Node 0 holds one rank, so its second pick becomes GPU 3, free on node 1.
+    # (Before: rank 1 was moved to node 1 and drove GPU 1 on node 0.)
+    m = FakeMachine(cores=[(i,) for i in range(8)], node_of_core=[0] + [1] * 7, package_of_core=[0] * 8)
+    m.gpus = [FakeGPU(f"0000:0{i + 1}:00.0", 0 if i < 3 else 1) for i in range(4)]
+    topo = tree(tmp_path, m)
+    plan = closest(topo, 2)
+    assert table(plan) == [("0", 0, 0, 1), ("1-7", 3, 1, 7)]
+    assert plan.warnings == ()
+    # 4 ranks use every GPU: node 0 can hold the rank of GPU 0 only; those of GPUs 1 and 2 live on node 1, in
+    # CPU order before GPU 3's own rank, with a warning each. Node 1's 7 cores for 3 ranks: 3 + 2 + 2.
+    plan = closest(topo, 4)
+    assert table(plan) == [("0", 0, 0, 1), ("1-3", 1, 1, 3), ("4-5", 2, 1, 2), ("6-7", 3, 1, 2)]
+    assert plan.warnings == (
+        "rank 1: node 0 has 1 core(s) for more ranks; placed on node 1, away from its GPU 1",
+        "rank 2: node 0 has 1 core(s) for more ranks; placed on node 1, away from its GPU 2",
+    )
+
+
+def test_a_gpu_whose_node_is_full_serves_no_far_rank(tmp_path: Path) -> None:
+    # Node 0 = core 0 with GPUs 0 and 1; node 1 = cores 1-4 with GPU 2. By GPUs, 4 ranks split 8/3 = 2.67 and
+    # 4/3 = 1.33: 3 and 1. Node 0 holds one rank, so 2 go to node 1: 1 + 3. Rank 0 takes GPU 0; node 1's ranks
+    # share their own GPU 2 rather than drive GPU 1 from the other node, which stays unused (as with Slurm's
+    # --gpu-bind=closest). Node 1's 4 cores for 3 ranks: 2 + 1 + 1.
+    m = FakeMachine(cores=[(i,) for i in range(5)], node_of_core=[0] + [1] * 4, package_of_core=[0] * 5)
+    m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0), FakeGPU("0000:03:00.0", 1)]
+    plan = closest(tree(tmp_path, m), 4)
+    assert table(plan) == [("0", 0, 0, 1), ("1-2", 2, 1, 2), ("3", 2, 1, 1), ("4", 2, 1, 1)]
+    assert plan.warnings == ()

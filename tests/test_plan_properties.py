@@ -504,6 +504,51 @@ def test_gpu_on_a_node_without_cpus_takes_the_nearest_node(case: tuple[Machine, 
 
 
 @SETTINGS
+@given(cases())
+def test_closest_with_more_ranks_than_gpus_fits_each_node_before_choosing_gpus(case: tuple[Machine, Request]) -> None:
+    """closest order, whole cores, more ranks than GPUs: each node's rank count is fitted to its cores before GPUs
+    are chosen, so no rank is moved afterwards; ranks follow CPU order (node by node); a rank on a node with GPUs
+    uses one of that node's GPUs, a rank on a node without GPU says whose domain it joined; and the GPUs of a node
+    are shared evenly (sharers per GPU differ by at most one)."""
+    m, req = case
+    topo = m.topo
+    if req.gpu_order != "closest" or req.gpus is not None or req.mode not in ("exclusive", "l3") or not req.use_gpus:
+        return
+    visible = topo.visible_gpus()
+    if req.nproc <= len(visible):
+        return
+    plan = plan_or_error(topo, req)
+    if plan is None:
+        return
+    assert not any(moved(plan, r.local_rank) for r in plan.ranks), plan.warnings
+    usable = usable_cores(topo, req.reserve)
+    cores_on: dict[int, int] = {}
+    first_pu: dict[int, int] = {}
+    for c in usable:
+        if c.numa_node is not None:
+            cores_on[c.numa_node] = cores_on.get(c.numa_node, 0) + 1
+            first_pu[c.numa_node] = min(first_pu.get(c.numa_node, c.pus[0]), *c.pus)
+    ranks = [r for r in plan.ranks if r.reasons[0].startswith("closest order")]
+    homes = [r.numa_nodes for r in ranks]
+    assert all(len(h) == 1 for h in homes)
+    firsts = [first_pu[h[0]] for h in homes]
+    assert firsts == sorted(firsts), f"ranks do not follow CPU order: nodes {homes}"
+    sharers: dict[int, int] = {}
+    for r in ranks:
+        assert r.gpu is not None
+        sharers[r.gpu] = sharers.get(r.gpu, 0) + 1
+        (home,) = r.numa_nodes
+        if in_gpu_domain(r):
+            assert not any(g.numa_node == home for g in visible), f"rank {r.local_rank} left its node's GPUs"
+        else:
+            assert wants_node(topo, visible[r.gpu], home, cores_on), f"rank {r.local_rank}: GPU {r.gpu} is not near"
+    for node in cores_on:
+        counts = [sharers.get(g, 0) for g, gpu in enumerate(visible) if gpu.numa_node == node]
+        if counts:
+            assert max(counts) - min(counts) <= 1, f"node {node}: GPUs shared by {counts} ranks"
+
+
+@SETTINGS
 @given(machines(), st.integers(1, 30), st.sampled_from(["exclusive", "l3"]))
 def test_exclusive_succeeds_exactly_when_there_are_enough_cores(m: Machine, nproc: int, mode: str) -> None:
     """With no reserve, loader cores or explicit GPUs, whole-core modes fail only for more ranks than cores."""

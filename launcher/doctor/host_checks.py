@@ -14,6 +14,7 @@ from launcher.doctor.findings import Finding
 from launcher.omp_syntax import (
     thread_count,
 )
+from launcher.plan import quota_threads
 from launcher.slurm_env import srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology
 
@@ -135,10 +136,10 @@ def check_cuda_device_order(environ: Mapping[str, str], topology: Topology, fact
 def check_cpu_quota(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """A CFS quota (cgroup cpu.max or cpu.cfs_quota_us) below the allowed CPUs: the mask does not show it."""
     quota = topology.cpu_quota
-    if quota is None or quota >= len(topology.allowed):
-        return []
     ranks = max(facts.local_size, 1)
-    per_rank = max(1, int(quota // ranks))
+    per_rank = quota_threads(topology, ranks)
+    if quota is None or per_rank is None:
+        return []
     value = environ.get("OMP_NUM_THREADS")
     threads = thread_count(value) if value is not None else None
     over = threads is not None and threads * ranks > quota

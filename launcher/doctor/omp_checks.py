@@ -33,6 +33,7 @@ from launcher.omp_syntax import (
     parse_proclist,
     thread_count,
 )
+from launcher.plan import quota_threads
 from launcher.topology.model import Topology
 from launcher.untrusted import ascii_uint, short
 
@@ -179,7 +180,12 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
     n_cpus = len(cpus)
     n_cores = cores_in(cpus, topology)
     sharing = max(facts.ranks_sharing, 1)
-    per_rank = max(1, n_cores // sharing)
+    cores_each = max(1, n_cores // sharing)
+    # Under a CPU quota the suggestion is the planner's cap (the cpu-quota finding gives the same figure).
+    cap = quota_threads(topology, facts.local_size)
+    per_rank = cores_each if cap is None else min(cores_each, cap)
+    under_quota = (f" (a CPU quota of {topology.cpu_quota:g} CPUs for {max(facts.local_size, 1)} rank(s))"
+                   if cap is not None and cap < cores_each else "")
     where = (f"{sharing} local ranks ({facts.local_size_source}) share CPUs {format_cpulist(cpus)}"
              if sharing > 1 else f"the rank owns CPUs {format_cpulist(cpus)}")
     for name in THREAD_VARIABLES:
@@ -209,10 +215,10 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
                   else "a launcher, job script or container hook set it")
             out.append(make_finding(
                 "omp-threads-one", "warning" if per_rank >= 4 else "info",
-                f"OMP_NUM_THREADS=1 on a rank that owns {per_rank} cores ({where}); {by}",
-                f"intra-op CPU work (preprocessing, CPU ops, optimizer steps on CPU) uses 1 of the {per_rank} cores",
-                f"export OMP_NUM_THREADS={per_rank} before launching (torchrun keeps a value that is set), or "
-                + AFFRUN_FIX, env_fix={name: str(per_rank)}))
+                f"OMP_NUM_THREADS=1 on a rank that owns {cores_each} cores ({where}); {by}",
+                f"intra-op CPU work (preprocessing, CPU ops, optimizer steps on CPU) uses 1 of the {cores_each} cores",
+                f"export OMP_NUM_THREADS={per_rank}{under_quota} before launching (torchrun keeps a value that is "
+                "set), or " + AFFRUN_FIX, env_fix={name: str(per_rank)}))
     if "OMP_NUM_THREADS" not in environ and sharing > 1:
         out.append(make_finding(
             "omp-threads-unset", "warning",
@@ -220,7 +226,8 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
             f"{n_cpus * sharing} in all",
             "the ranks' threads oversubscribe the cores and spin against each other (torchrun sets 1 when it is "
             "unset; srun, mpirun and hand-written launchers do not)",
-            f"export OMP_NUM_THREADS={per_rank}, or {AFFRUN_FIX}", env_fix={"OMP_NUM_THREADS": str(per_rank)}))
+            f"export OMP_NUM_THREADS={per_rank}{under_quota}, or {AFFRUN_FIX}",
+            env_fix={"OMP_NUM_THREADS": str(per_rank)}))
     return out
 
 

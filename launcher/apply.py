@@ -7,7 +7,7 @@ import os
 import sys
 
 from launcher.cpulist import format_cpulist
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, error_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
@@ -44,12 +44,12 @@ def exec_or_status(argv: Sequence[str], env: Mapping[str, str]) -> int:
     try:
         os.execvpe(argv[0], list(argv), env)
     except FileNotFoundError:
-        print(f"affrun: error: {argv[0]}: command not found", file=sys.stderr)
+        print(error_line(LaunchError(f"{argv[0]}: command not found")), file=sys.stderr)
         return 127
     except PermissionError:
-        print(f"affrun: error: {argv[0]}: permission denied", file=sys.stderr)
+        print(error_line(LaunchError(f"{argv[0]}: permission denied")), file=sys.stderr)
         return 126
     except OSError as exc:
-        print(f"affrun: error: {argv[0]}: {exc.strerror}", file=sys.stderr)
+        print(error_line(LaunchError(f"{argv[0]}: {exc.strerror}")), file=sys.stderr)
         return 126
     return 0  # pragma: no cover - execvpe does not return

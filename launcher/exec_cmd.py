@@ -16,7 +16,7 @@ import sys
 
 from launcher.apply import bind_process, exec_or_status
 from launcher.env import RankEnvironment, rank_environment
-from launcher.errors import LaunchError
+from launcher.errors import LaunchError, error_line
 from launcher.handoff import PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
 from launcher.localrank import LocalRank
 from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, non_negative, plan_options_from
@@ -183,7 +183,7 @@ def main(argv: Sequence[str]) -> int:
     sys.stdout.flush()
     if mem.wrapper and _missing(command[0]):
         # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
-        print(f"affrun: error: {command[0]}: command not found", file=sys.stderr)
+        print(error_line(LaunchError(f"{command[0]}: command not found")), file=sys.stderr)
         return 127
     return exec_or_status([*mem.wrapper, *command], env)
 

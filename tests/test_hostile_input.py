@@ -419,6 +419,14 @@ def test_an_overlong_file_name_is_not_echoed_whole(case: str) -> None:
     assert "x" * 100 in line and " ... " in line  # the start and the end of the name, the middle cut
 
 
+def test_an_overlong_command_name_is_not_echoed_whole() -> None:
+    """exec's own failure (the shell's 126/127, not 2) is one bounded line too."""
+    for command in ("./" + "x" * 5000, "x" * 200 + "-no-such-command"):
+        proc = affrun("exec", "--", command)
+        (line,) = [x for x in proc.stderr.splitlines() if x.startswith("affrun: error:")]
+        assert proc.returncode in (126, 127) and len(line) < 500 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+
+
 def test_an_unknown_profile_lists_a_few_of_many(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("profiles:\n" + "".join(f"  p{i:040d}: {{}}\n" for i in range(20_000)))

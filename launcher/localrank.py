@@ -55,8 +55,11 @@ def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
             size = _int(environ, size_var)
         else:
             raise LocalRankError(f"{rank_var} is set but {size_var} is not: pass --nproc-per-node")
+        size_source = "SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE" if rank_var == "SLURM_LOCALID" else size_var
+        if size < 1:
+            raise LocalRankError(f"{size_source} gives {size} local ranks ({rank_var}={rank}): expected at least 1")
         if not 0 <= rank < size:
-            raise LocalRankError(f"{rank_var}={rank} is outside 0..{size - 1}")
+            raise LocalRankError(f"{rank_var}={rank} is outside 0..{size - 1} ({size_source} gives {size} local ranks)")
         return LocalRank(rank, size, rank_var)
     return None
 

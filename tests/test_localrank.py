@@ -34,3 +34,15 @@ def test_bad_values_are_errors(env: dict[str, str]) -> None:
 
 def test_nothing_set() -> None:
     assert detect_local_rank({}) is None
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE gives 0 local ranks (LOCAL_RANK=0)"),
+    ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK=3 is outside 0..1 (LOCAL_WORLD_SIZE gives 2 local ranks)"),
+    ({"SLURM_LOCALID": "2", "SLURM_NTASKS_PER_NODE": "2"},
+     "SLURM_LOCALID=2 is outside 0..1 (SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE gives 2 local ranks)"),
+])
+def test_a_rank_outside_its_size_names_both_variables(env: dict[str, str], message: str) -> None:
+    with pytest.raises(LocalRankError) as caught:
+        detect_local_rank(env)
+    assert str(caught.value).startswith(message), str(caught.value)

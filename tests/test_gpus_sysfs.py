@@ -129,6 +129,14 @@ def test_a_valid_visible_list_gives_no_warning(tmp_path: Path) -> None:
     assert [g.index for g in topo.visible_gpus()] == [2, 0] and not topo.warnings
 
 
+@pytest.mark.parametrize(("value", "visible"), [("1,1", [1]), ("0,GPU-00000000,3", [0, 3]), ("2,3,2", [2, 3])])
+def test_a_gpu_named_twice_is_planned_once_with_a_warning(tmp_path: Path, value: str, visible: list[int]) -> None:
+    topo = load_topology(fsroot=str(four_gpu_tree(tmp_path)), environ={"CUDA_VISIBLE_DEVICES": value})
+    assert [g.index for g in topo.visible_gpus()] == visible
+    (warning,) = topo.warnings
+    assert warning.startswith(f"CUDA_VISIBLE_DEVICES={value} names a GPU twice") and f"{len(visible)} in all" in warning
+
+
 def test_invalid_entries_before_slurms_renumbering(tmp_path: Path) -> None:
     """In a constrained Slurm step holding global GPUs 2,3, CUDA_VISIBLE_DEVICES=1,-1 is the job's GPU 1."""
     env = {"CUDA_VISIBLE_DEVICES": "1,-1", "SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "2,3"}

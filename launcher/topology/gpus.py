@@ -225,13 +225,17 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleG
         kept = ",".join(items if bad is None else items[:bad])  # Slurm's renumbering sees the valid prefix only
         if name != "ZE_AFFINITY_MASK":
             kept = slurm_global_visible(kept, environ, len(pool)) or kept
-        visible, stop = _parse_visible(name, value, kept, pool)
+        repeated: list[str] = []
+        visible, stop = _parse_visible(name, value, kept, pool, repeated)
         if stop is None and bad is not None:
             stop = f"{items[bad][:40]!r} is not a GPU index or UUID"
         warning = None
         if stop is not None:
             shown = f"GPUs {', '.join(map(str, visible))} stay visible" if visible else "no GPU is visible"
             warning = f"{name}={clip(value)}: {stop}; like CUDA, affrun ignores it and every entry after it ({shown})"
+        elif repeated:
+            warning = (f"{name}={clip(value)} names a GPU twice ({clip(', '.join(repeated), 60)}): affrun plans "
+                       f"each GPU once, {len(visible)} in all")
         return VisibleGPUs(tuple(visible), name, warning)
     if gpus and all(g.vendor == "amd" and g.vendor_index is not None for g in gpus):
         # HIP device i is the i-th GPU in ROCm's (KFD) order, even with no visibility variable set.
@@ -244,9 +248,11 @@ def _well_formed(item: str) -> bool:
     return item.lower() in NO_DEVICE_VALUES or item.startswith(("GPU-", "MIG-")) or ascii_uint(item.split(".")[0]) is not None
 
 
-def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU]) -> tuple[list[int], str | None]:
+def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU],
+                   repeated: list[str]) -> tuple[list[int], str | None]:
     """The GPUs named by ``kept`` (well-formed entries of ``value``), up to the first that names no GPU here;
-    returns them and why the list stopped (``None``: it did not)."""
+    returns them and why the list stopped (``None``: it did not). Entries that name a GPU already listed go to
+    ``repeated``: the GPU is planned once."""
     out: list[int] = []
     for raw in kept.split(","):
         item = raw.strip()
@@ -261,7 +267,9 @@ def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU]) -> tup
                 if item.startswith("MIG-"):
                     raise TopologyError(f"{name}={clip(value)}: MIG device {clip(item, 40)} cannot be mapped to a PCI GPU")
                 return out, f"no GPU has UUID {clip(item, 60)} (UUIDs come from /proc/driver/nvidia)"
-            if match[0].index not in out:
+            if match[0].index in out:
+                repeated.append(item)
+            else:
                 out.append(match[0].index)
             continue
         pos = ascii_uint(item.split(".")[0])  # ZE_AFFINITY_MASK=0.1 -> card 0
@@ -272,4 +280,6 @@ def _parse_visible(name: str, value: str, kept: str, pool: Sequence[GPU]) -> tup
         gpu_index = pool[pos].index
         if gpu_index not in out:
             out.append(gpu_index)
+        elif "." not in item:  # ZE_AFFINITY_MASK's sub-devices 0.0 and 0.1 are one card, on purpose
+            repeated.append(item)
     return out, None

@@ -73,8 +73,11 @@ LINE_LIMIT = 480
 
 def error_line(exc: AffrunError) -> str:
     """The one line every front end prints for ``exc``: ``affrun: error: ...``, on one line and bounded (the
-    middle of an overlong message is cut, keeping what was refused and why)."""
-    text = str(exc).replace("\r", " ").replace("\n", " ")
+    middle of an overlong message is cut, keeping what was refused and why). Characters that are not printable
+    become a space (newline, tab) or ``?`` (``\\v``, U+2028, an escape sequence a terminal would act on)."""
+    text = str(exc)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else " " if c in "\n\r\t" else "?" for c in text)
     if len(text) > LINE_LIMIT:
         half = (LINE_LIMIT - 5) // 2
         text = f"{text[:half]} ... {text[-half:]}"

@@ -27,8 +27,9 @@ _OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 
 
 def command_is_launcher(command: Sequence[str]) -> bool:
-    """COMMAND (as given to ``affrun run``) is a known launcher, directly, after ``env VAR=value``, or as
-    ``python -m MODULE``."""
+    """COMMAND (as given to ``affrun run``) is a known launcher, directly, after ``env VAR=value``, or run by a
+    Python interpreter (``python -m MODULE``, ``python -mMODULE``, ``python /venv/bin/torchrun``: read as the
+    interpreter reads its argv, :func:`program_is_launcher`)."""
     words = list(command)
     while words and (os.path.basename(words[0]) == "env" or "=" in words[0]):
         words = words[1:]  # env VAR=value CMD
@@ -36,7 +37,9 @@ def command_is_launcher(command: Sequence[str]) -> bool:
         return False
     if os.path.basename(words[0]) in LAUNCHERS:
         return True
-    return "-m" in words[:-1] and words[words.index("-m") + 1] in LAUNCHER_MODULES
+    # the interpreter, also behind a runner such as `uv run python -m torch.distributed.run`
+    python = next((i for i, w in enumerate(words) if os.path.basename(w).startswith("python")), None)
+    return python is not None and program_is_launcher(words[python:])
 
 
 def python_program(argv: Sequence[str]) -> tuple[ProgramKind, str]:

@@ -172,12 +172,27 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
     return out
 
 
+def _writable(text: str) -> bool:
+    """``text`` can go into a batch script: it encodes as UTF-8 (YAML's ``"\\ud800"`` escape is a lone
+    surrogate, which does not) and holds no control character but tab (a NUL would cut the line)."""
+    if text.isprintable():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return all(c == "\t" or not (ord(c) < 32 or ord(c) == 127) for c in text)
+
+
 def _check(value: object, kind: Any, path: str, where: str) -> object:
     def wrong(expected: str) -> ConfigError:
         return ConfigError(f"{path}: {where}: expected {expected}, got {short(value)}")
 
     if isinstance(value, int) and value.bit_length() > 63:
         raise wrong("a smaller number")  # beyond any count, port or size sbatch takes (and str() may refuse it)
+    for text in value if isinstance(value, list) else [value]:
+        if isinstance(text, str) and not _writable(text):
+            raise wrong("UTF-8 text without control characters (a tab is fine)")
     if isinstance(kind, tuple):
         if not isinstance(value, str) or value not in kind:
             raise wrong(f"one of {', '.join(kind)}")

@@ -390,6 +390,10 @@ YAML_CASES = {
     "float tag on a word": "defaults:\n  job-name: !!float abc\n",
     "bool tag on a word": "defaults:\n  job-name: !!bool abc\n",
     "timestamp tag on a day that does not exist": "defaults:\n  job-name: !!timestamp 2001-02-30\n",
+    # strings a batch script cannot hold
+    "lone surrogate": 'defaults:\n  job-name: "\\ud800x"\n',
+    "NUL in a value": 'defaults:\n  job-name: "a\\x00b"\n',
+    "escape sequence in a setup line": 'defaults:\n  setup: ["echo ok", "x\\x1b[31m"]\n',
 }
 
 
@@ -425,6 +429,13 @@ def test_an_overlong_command_name_is_not_echoed_whole() -> None:
         proc = affrun("exec", "--", command)
         (line,) = [x for x in proc.stderr.splitlines() if x.startswith("affrun: error:")]
         assert proc.returncode in (126, 127) and len(line) < 500 and "Traceback" not in proc.stderr, proc.stderr[-500:]
+
+
+def test_an_error_line_is_one_printable_line() -> None:
+    """A command name with a vertical tab and U+2028 (line breaks to a terminal) is echoed with them replaced."""
+    proc = affrun("exec", "--nproc-per-node", "1", "--local-rank", "0", "--", "no\x0bsuch\u2028x")
+    assert proc.stderr.splitlines() == ["affrun: error: no?such?x: command not found"], proc.stderr
+    assert proc.returncode == 127
 
 
 def test_an_unknown_profile_lists_a_few_of_many(tmp_path: Path) -> None:

@@ -43,6 +43,12 @@ def test_one_rank_per_visible_gpu(tmp_path: Path) -> None:
         (["python", "-m", "torch.distributed.run", "t.py"], "launcher"),
         (["python", "train.py"], "rank0"),
         (["python", "-m", "mypkg.train"], "rank0"),
+        # read as the interpreter reads its argv: -mMODULE, a launcher's console script run by python, a runner
+        (["python3", "-mtorch.distributed.run", "t.py"], "launcher"),
+        (["python", "/venv/bin/torchrun", "t.py"], "launcher"),
+        (["uv", "run", "python", "-u", "-m", "deepspeed.launcher.runner", "t.py"], "launcher"),
+        (["python", "-c", "import t", "-m", "torch.distributed.run"], "rank0"),  # -c runs the code; -m is its argv
+        (["python", "train.py", "-m", "torch.distributed.run"], "rank0"),
     ],
 )
 def test_top_role(command: list[str], role: str) -> None:

@@ -261,13 +261,31 @@ def test_fewer_ranks_than_gpus_trade_a_pick_for_a_gpu_with_room(tmp_path: Path) 
     )
 
 
-def test_a_gpu_whose_node_is_full_serves_no_far_rank(tmp_path: Path) -> None:
+def test_no_gpu_idles_while_another_is_shared(tmp_path: Path) -> None:
     # Node 0 = core 0 with GPUs 0 and 1; node 1 = cores 1-4 with GPU 2. By GPUs, 4 ranks split 8/3 = 2.67 and
-    # 4/3 = 1.33: 3 and 1. Node 0 holds one rank, so 2 go to node 1: 1 + 3. Rank 0 takes GPU 0; node 1's ranks
-    # share their own GPU 2 rather than drive GPU 1 from the other node, which stays unused (as with Slurm's
-    # --gpu-bind=closest). Node 1's 4 cores for 3 ranks: 2 + 1 + 1.
+    # 4/3 = 1.33: 3 and 1. Node 0 holds one rank, so 2 go to node 1: 1 + 3. Node 0's GPU 1 would then have no
+    # rank while node 1's 3 share GPU 2, so of the ranks node 0 gave away it keeps one for GPU 1: the first of
+    # node 1 (CPU order, GPU by GPU), with a warning. Node 1's 4 cores for 3 ranks: 2 + 1 + 1.
+    # (As with fewer ranks than GPUs, where every GPU is used before a rank lives away from its GPU.)
     m = FakeMachine(cores=[(i,) for i in range(5)], node_of_core=[0] + [1] * 4, package_of_core=[0] * 5)
     m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0), FakeGPU("0000:03:00.0", 1)]
     plan = closest(tree(tmp_path, m), 4)
-    assert table(plan) == [("0", 0, 0, 1), ("1-2", 2, 1, 2), ("3", 2, 1, 1), ("4", 2, 1, 1)]
-    assert plan.warnings == ()
+    assert table(plan) == [("0", 0, 0, 1), ("1-2", 1, 1, 2), ("3", 2, 1, 1), ("4", 2, 1, 1)]
+    assert plan.warnings == ("rank 1: node 0 has 1 core(s) for its 2 GPUs; placed on node 1, away from its GPU 1",)
+
+
+def test_g4dn_metal_cut_to_two_cores_on_node_1_keeps_all_eight_gpus() -> None:
+    # mpibind's g4dnmetal: node 0 = cores 0-23 with GPUs 0-3, node 1 = cores 24-47 with GPUs 4-7; --cpus 0-25
+    # leaves node 1 two cores. 9 ranks split 4.5 + 4.5 by GPUs: 5 and 4 (ties to the earlier node). Node 1 holds
+    # 2, so 2 go to node 0 (7 + 2), and they keep node 1's GPUs 6 and 7, which would otherwise idle while GPU 0
+    # is shared. Node 0's ranks in CPU order: its own 5 (GPUs 0, 0, 1, 2, 3: balanced blocks of 2 + 1 + 1 + 1),
+    # then the 2 lent to node 1 (GPUs 6 and 7, one warning each); node 1's 2 ranks take GPUs 4 and 5.
+    topo = load_topology(topology_file=str(MPIBIND / "topo-xml" / "g4dnmetal.xml"), cpus="0-25", environ={})
+    plan = closest(topo, 9)
+    assert [(r.gpu, r.numa_nodes) for r in plan.ranks] == [
+        (0, (0,)), (0, (0,)), (1, (0,)), (2, (0,)), (3, (0,)), (6, (0,)), (7, (0,)), (4, (1,)), (5, (1,))]
+    assert sorted(set(r.gpu for r in plan.ranks)) == list(range(8))
+    assert plan.warnings == (
+        "rank 5: node 1 has 2 core(s) for its 4 GPUs; placed on node 0, away from its GPU 6",
+        "rank 6: node 1 has 2 core(s) for its 4 GPUs; placed on node 0, away from its GPU 7",
+    )

@@ -540,8 +540,12 @@ def test_closest_with_more_ranks_than_gpus_fits_each_node_before_choosing_gpus(c
         (home,) = r.numa_nodes
         if in_gpu_domain(r):
             assert not any(g.numa_node == home for g in visible), f"rank {r.local_rank} left its node's GPUs"
-        else:
-            assert wants_node(topo, visible[r.gpu], home, cores_on), f"rank {r.local_rank}: GPU {r.gpu} is not near"
+        elif not wants_node(topo, visible[r.gpu], home, cores_on):
+            # only a GPU node with fewer cores than GPUs lends its GPUs to ranks elsewhere, and says so
+            assert any(w.startswith(f"rank {r.local_rank}: ") and w.endswith(f"away from its GPU {r.gpu}")
+                       for w in plan.warnings), f"rank {r.local_rank}: GPU {r.gpu} is not near, and no warning"
+    # no GPU idles while another is shared
+    assert {r.gpu for r in plan.ranks} >= set(range(len(visible))), sharers
     for node in cores_on:
         counts = [sharers.get(g, 0) for g, gpu in enumerate(visible) if gpu.numa_node == node]
         if counts:

@@ -112,23 +112,16 @@ def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
 
 def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
-    from launcher.apply import bind_process
-    from launcher.env import rank_environment
-    from launcher.rank_line import MEM_VARIABLE, mem_text
     from launcher.runtimes import OPENMP, controller_named, loaded_runtimes
-    from launcher.startup import apply_environment, rank_user_env
+    from launcher.startup import apply_environment, bind_running
 
     if not isinstance(local_rank, int) or not isinstance(nproc_per_node, int) or not 0 <= local_rank < nproc_per_node:
         raise ConfigError(f"bind_rank: local rank {local_rank!r} is not in 0..{nproc_per_node!r} - 1")
     parent = _parent_plan(local_rank, nproc_per_node, options)
     rank = parent.plan.ranks[local_rank]
-    renv = rank_environment(rank, local_world_size=nproc_per_node, user_env=rank_user_env(os.environ, parent.user_env),
-                            bind=parent.bind, smt=parent.plan.smt, policy=parent.env_policy)
+    renv, mem = bind_running(parent, rank, os.environ)
     applied: list[str] = []
     not_applied: list[str] = []
-    backend = "syscall" if parent.mem_backend in ("auto", "numactl") else parent.mem_backend
-    mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, backend)
-    renv.set[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     moved, problems = _bind_threads(rank.cpus)
     applied.append(f"CPU mask {format_cpulist(rank.cpus)} on {moved} thread(s)")
     not_applied += problems

@@ -43,7 +43,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from launcher.env import RankEnvironment
     from launcher.handoff import ParentPlan
+    from launcher.mempolicy import MemResult
+    from launcher.plan import RankPlan
 
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
@@ -208,18 +211,14 @@ def parent_plan(environ: Mapping[str, str]) -> ParentPlan:
     return ParentPlan.from_env(text)
 
 
-def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
-    """Bind this process as local rank ``rank_index`` of ``parent``'s plan; return its notes."""
+def bind_running(parent: ParentPlan, rank: RankPlan, environ: Mapping[str, str]) -> tuple[RankEnvironment, MemResult]:
+    """What binding a process that is already running takes, for the hook and for ``bind_rank``: the rank's
+    variables (judged against the user's own values), its mask and its memory policy, whose result
+    ``AFFRUN_MEM`` records. The caller applies the variables (``renv``) where it wants them."""
     from launcher.apply import bind_process
     from launcher.env import rank_environment
-    from launcher.errors import LaunchError
-    from launcher.handoff import rank_line
     from launcher.rank_line import MEM_VARIABLE, mem_text
 
-    if not 0 <= rank_index < len(parent.plan.ranks):
-        raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
-                          f"({len(parent.plan.ranks)} ranks): give affrun run --nproc-per-node to match the launcher")
-    rank = parent.plan.ranks[rank_index]
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks),
                             user_env=rank_user_env(environ, parent.user_env), bind=parent.bind,
                             smt=parent.plan.smt, policy=parent.env_policy)
@@ -227,6 +226,20 @@ def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[st
     backend = "syscall" if parent.mem_backend in ("auto", "numactl") else parent.mem_backend
     mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, backend)
     renv.set[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
+    return renv, mem
+
+
+def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
+    """Bind this process as local rank ``rank_index`` of ``parent``'s plan; return its notes."""
+    from launcher.errors import LaunchError
+    from launcher.handoff import rank_line
+    from launcher.rank_line import mem_text
+
+    if not 0 <= rank_index < len(parent.plan.ranks):
+        raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
+                          f"({len(parent.plan.ranks)} ranks): give affrun run --nproc-per-node to match the launcher")
+    rank = parent.plan.ranks[rank_index]
+    renv, mem = bind_running(parent, rank, environ)
     apply_environment(environ, renv.set, renv.unset)
     notes = [*mem.warnings, *renv.notes]
     if parent.mem_backend == "numactl" and mem.policy != "none":

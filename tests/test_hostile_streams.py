@@ -1,0 +1,152 @@
+"""Hostile streams and plan hand-offs through the real CLI (issue 18, classes 3, 9, 10 and 14's AFFRUN_PLAN messages).
+
+- A closed stdout or stderr (``>&-``, ``2>&-``, done by a real shell): every command works, and the command affrun
+  runs keeps its exit code and finds the stream closed, as the user left it.
+- A stdout that cannot be written (``> /dev/full``, a read-only descriptor): one ``affrun: error:`` line and exit 1.
+  A stderr that cannot be written never stops the command.
+- The plan reaches every process of the job in ``AFFRUN_PLAN`` itself, however large: no file to leave behind, to be
+  removed under the job, or to need a writable temporary directory for.
+- A value of ``AFFRUN_PLAN`` that is no plan is one line that says what it holds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.handoff import INLINE_PLAN_LIMIT, ParentPlan
+from launcher.plan import Request, make_plan
+from launcher.topology import load_topology
+from tests.conftest import need
+from tests.fakesys import uniform, write_tree
+from tests.launch import affrun_argv, clean_env, require_torch
+from tests.test_hostile_input import BOUND, affrun, refused
+
+# The shell reports whether its own descriptor N is open (0) or closed (1) on the other stream, then exits 7.
+FD_PROBE = 'test -e /proc/$$/fd/{fd}; echo "fd{fd}=$?" >&{other}; exit 7'
+CLOSE = {"stdout": ">&-", "stderr": "2>&-"}
+
+
+def shell(redirect: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+          timeout: float = BOUND) -> subprocess.CompletedProcess[str]:
+    """``argv`` started by a real shell with ``redirect`` applied (``>&-``, ``2>/dev/full``...); the streams that
+    stay open are captured."""
+    return subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", *argv], env=clean_env(**(env or {})),
+                          capture_output=True, text=True, errors="replace", timeout=timeout, cwd=cwd,
+                          stdin=subprocess.DEVNULL)
+
+
+def big_tree(tmp_path: Path) -> Path:
+    """2 sockets x 64 cores x 2 threads: a plan of 128 ranks is about 170 KB of JSON."""
+    return write_tree(tmp_path / "big", uniform(2, 64, threads=2, nodes_per_package=4))
+
+
+BIG_PLAN = ["--nproc-per-node", "128", "--mode", "socket"]
+
+
+# ---------------------------------------------------------------------------------------------- class 3: closed streams
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+@pytest.mark.parametrize("command", ["exec", "run"])
+def test_the_command_runs_with_a_closed_stream_and_finds_it_closed(command: str, closed: str) -> None:
+    fd, other = (1, 2) if closed == "stdout" else (2, 1)
+    opts = ["--nproc-per-node", "1"] if command == "run" else []
+    proc = shell(CLOSE[closed], affrun_argv(command, *opts, "--", "sh", "-c", FD_PROBE.format(fd=fd, other=other)))
+    seen = proc.stderr if closed == "stdout" else proc.stdout
+    assert proc.returncode == 7, (proc.returncode, proc.stdout, proc.stderr)
+    assert f"fd{fd}=1" in seen.splitlines(), seen  # the command's own descriptor is still closed
+    assert "Traceback" not in proc.stdout + proc.stderr
+    if closed == "stderr":  # what affrun says on stderr goes nowhere, never to stdout
+        assert proc.stdout == f"fd{fd}=1\n", proc.stdout
+
+
+@pytest.mark.parametrize(("args", "closed"), [
+    (["show"], "stdout"),
+    (["exec", "--dry-run", "--", "true"], "stdout"),
+    (["exec", "--verbose", "--", "true"], "stdout"),
+    (["exec", "--verbose", "--", "true"], "stderr"),
+    (["run", "--dry-run", "--nproc-per-node", "2", "--", "true"], "stdout"),
+    (["run", "--dry-run", "--nproc-per-node", "2", "--", "true"], "stderr"),
+    (["run", "--verbose", "--nproc-per-node", "1", "--", "true"], "stdout"),
+    (["run", "--verbose", "--nproc-per-node", "1", "--", "true"], "stderr"),
+], ids=lambda a: " ".join(a) if isinstance(a, list) else a)
+def test_every_command_works_with_a_closed_stream(args: list[str], closed: str) -> None:
+    expected = affrun(*args)  # the same command with both streams open
+    proc = shell(CLOSE[closed], affrun_argv(*args))
+    assert proc.returncode == expected.returncode, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    if closed == "stderr":  # what goes to stderr goes nowhere, not to stdout
+        assert proc.stdout == expected.stdout
+    else:
+        assert proc.stderr == expected.stderr
+
+
+TORCH_SCRIPT = """import os, sys
+open(os.path.join(sys.argv[1], "rank" + os.environ["LOCAL_RANK"]), "w").write(
+    f"{sys.stdout is None} {sys.stderr is None} {sorted(os.sched_getaffinity(0))}")
+"""
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_every_torchrun_worker_works_with_a_closed_stream(tmp_path: Path, closed: str) -> None:
+    require_torch()
+    script = tmp_path / "s.py"
+    script.write_text(TORCH_SCRIPT)
+    proc = shell(CLOSE[closed], affrun_argv("torchrun", "--nproc-per-node", "2", str(script), str(tmp_path)),
+                 cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    for rank in (0, 1):
+        stdout_none, stderr_none, _ = (tmp_path / f"rank{rank}").read_text().split(" ", 2)
+        # each worker sees the stream closed, as under plain torchrun
+        assert (stdout_none, stderr_none) == (("True", "False") if closed == "stdout" else ("False", "True"))
+    if closed == "stderr":
+        assert "affrun: rank" not in proc.stdout, proc.stdout  # the rank lines go nowhere
+    else:
+        assert proc.stderr.count("affrun: rank ") == 2, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- class 10: full stdout
+@pytest.mark.parametrize("args", [
+    ["plan", "--json", "--nproc-per-node", "2"],
+    ["plan", "--nproc-per-node", "2"],
+    ["plan", "--help"],
+    ["topology", "--json"],
+    ["show"],
+    ["doctor"],
+    ["--version"],
+    ["exec", "--dry-run", "--", "true"],
+    ["exec", "--help"],
+    ["run", "--dry-run", "--nproc-per-node", "2", "--", "true"],
+    ["run", "--help"],
+    ["sbatch", "--nodes", "1", "--gpus-per-node", "1", "--", "train.py"],
+], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("target", ["> /dev/full", "1</dev/null"], ids=["full", "read-only"])
+def test_a_stdout_that_cannot_be_written_is_one_error_line(args: list[str], target: str) -> None:
+    proc = shell(target, affrun_argv(*args))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")]
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-3000:])
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
+    assert len(errors) == 1 and "stdout" in errors[0], proc.stderr[-3000:]
+    assert ("No space left" if "full" in target else "Bad file descriptor") in errors[0]
+
+
+def test_a_torchrun_dry_run_to_a_full_stdout_is_one_error_line() -> None:
+    require_torch()
+    proc = shell("> /dev/full", affrun_argv("torchrun", "--affrun-dry-run", "--nproc-per-node", "1", "s.py"),
+                 timeout=180)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")] == [
+        "affrun: error: cannot write the output (stdout): No space left on device"]
+
+
+@pytest.mark.parametrize("command", ["exec", "run"])
+def test_a_full_stderr_never_stops_the_command(command: str) -> None:
+    opts = ["--verbose", "--nproc-per-node", "1"] if command == "run" else ["--verbose"]
+    proc = shell("2>/dev/full", affrun_argv(command, *opts, "--", "sh", "-c", "echo ran; exit 5"))
+    assert (proc.returncode, proc.stdout) == (5, "ran\n")

@@ -150,3 +150,87 @@ def test_a_full_stderr_never_stops_the_command(command: str) -> None:
     opts = ["--verbose", "--nproc-per-node", "1"] if command == "run" else ["--verbose"]
     proc = shell("2>/dev/full", affrun_argv(command, *opts, "--", "sh", "-c", "echo ran; exit 5"))
     assert (proc.returncode, proc.stdout) == (5, "ran\n")
+
+
+# ---------------------------------------------------------------------------------------------- class 9: plan files
+def _affrun_entries(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith("affrun"))
+
+
+def test_a_large_plan_reaches_every_process_of_the_job_without_a_file(tmp_path: Path) -> None:
+    """``affrun run`` with a plan far over 32 KiB: the launcher and a process it starts later both read the plan
+    (through the startup hook), and nothing is written to the temporary directory, nor left there."""
+    root = big_tree(tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    before = _affrun_entries(Path("/tmp"))
+    later = "import os; print('later', len(os.environ['AFFRUN_PLAN']))"
+    code = f"import os, subprocess, sys; subprocess.run([sys.executable, '-c', {later!r}], check=True); print('first')"
+    proc = affrun("run", "--fsroot", str(root), *BIG_PLAN, "--top", "launcher", "--", sys.executable, "-c", code,
+                  env={"TMPDIR": str(tmp)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split()
+    assert lines[0] == "later" and int(lines[1]) < 128 * 1024 and lines[2] == "first", proc.stdout
+    assert list(tmp.iterdir()) == []
+    assert _affrun_entries(Path("/tmp")) == before
+
+
+def test_a_large_plan_is_read_by_every_rank(tmp_path: Path) -> None:
+    topo = load_topology(fsroot=str(big_tree(tmp_path)))
+    parent = ParentPlan(make_plan(topo, Request(nproc=128, mode="socket")), "rank", "safe", "none", "auto", {}, False)
+    assert len(parent.to_json()) > INLINE_PLAN_LIMIT
+    value = parent.to_env()
+    assert len(value) < 32 * 1024 and ParentPlan.from_env(value) == parent
+    env = {"AFFRUN_PLAN": value, "LOCAL_RANK": "127", "LOCAL_WORLD_SIZE": "128"}
+    proc = affrun("exec", "--dry-run", "--", "true", env=env)
+    assert proc.returncode == 0 and proc.stdout.startswith("affrun: rank 127/128 "), proc.stderr[-2000:]
+
+
+def test_a_killed_torchrun_agent_leaves_nothing_behind(tmp_path: Path) -> None:
+    require_torch()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "sleep.py"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(300)\n")
+    ready = tmp_path / "ready"
+    agent = subprocess.Popen(affrun_argv("torchrun", "--nproc-per-node", "1", str(script), str(ready)),
+                             env=clean_env(TMPDIR=str(tmp)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)
+    worker = 0
+    try:
+        deadline = time.monotonic() + 180
+        while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.2)
+        assert ready.exists(), "the worker never started"
+        worker = int(ready.read_text())
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        if worker:
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert _affrun_entries(tmp) == []
+
+
+def test_no_writable_temporary_directory_is_needed(tmp_path: Path) -> None:
+    """In a mount namespace where /tmp, /var/tmp and the working directory are read-only, a large plan still
+    reaches the command."""
+    need(shutil.which("unshare") and os.geteuid() == 0, "needs root and unshare(1) for a read-only /tmp")
+    root = big_tree(tmp_path)
+    ro = "mount --bind {0} {0} && mount -o remount,bind,ro {0}"
+    setup = " && ".join(ro.format(d) for d in ("/tmp", "/var/tmp") if os.path.isdir(d))
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", setup],
+                           capture_output=True, timeout=30)
+    need(probe.returncode == 0, f"cannot make /tmp read-only here: {probe.stderr[-200:]!r}")
+    argv = affrun_argv("run", "--fsroot", str(root), *BIG_PLAN, "--top", "launcher", "--", sys.executable, "-c",
+                       "print('ran')")
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           f'{setup} && cd /tmp && exec "$@"', "sh", *argv], env=clean_env(TMPDIR="/tmp"),
+                          capture_output=True, text=True, timeout=BOUND)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr[-3000:]

@@ -234,3 +234,47 @@ def test_no_writable_temporary_directory_is_needed(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=BOUND)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------- class 14: AFFRUN_PLAN
+@pytest.mark.parametrize(("value", "needles"), [
+    ("@", ["empty file name"]),
+    ("@ ", ["only blanks"]),
+    ("@/", ["AFFRUN_PLAN=@/:", "directory"]),
+    ("@/dev/null", ["AFFRUN_PLAN=@/dev/null:", "device"]),
+    ("@/nonexistent/affrun-plan.json", ["AFFRUN_PLAN=@/nonexistent/affrun-plan.json:", "no such file"]),
+    ("1e999", ["a number (1e999)", "plan object"]),
+    ("-1e999", ["a number (-1e999)", "plan object"]),
+    ("1e308", ["a number", "plan object"]),
+    ("9" * 5000, ["a number", "plan object"]),
+    ("NaN", ["a number (NaN)", "plan object"]),
+    ("Infinity", ["a number", "plan object"]),
+    ("42", ["a number (42)", "plan object"]),
+    ('"plan"', ["a string", "plan object"]),
+    ("[1, 2]", ["a list", "plan object"]),
+    ("[" * 100000, ["a list", "plan object"]),
+    ("true", ["holds true", "plan object"]),
+    ("null", ["holds null", "plan object"]),
+    (" ", ["nothing", "plan object"]),
+    ('{"verbose": 1e999}', ["1e999 is out of range"]),
+    ("zlib+base64:not base64!", ["damaged", "base64"]),
+    ("zlib+base64:aGVsbG8=", ["damaged", "zlib"]),
+], ids=lambda v: v[:20] if isinstance(v, str) else None)
+def test_a_plan_variable_that_is_no_plan_says_what_it_holds(tmp_path: Path, value: str, needles: list[str]) -> None:
+    proc = affrun("exec", "--", "true", env={"AFFRUN_PLAN": value, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    line = refused(proc, *needles)
+    assert "inf" not in line.replace("Infinity", ""), line
+    assert ": No such file" not in line, line
+
+
+def test_a_plan_file_removed_under_the_job_is_one_line(tmp_path: Path) -> None:
+    """A plan file (affrun no longer writes one, but reads ``AFFRUN_PLAN=@FILE``) that is gone: one line, through the
+    startup hook of a Python process as through affrun exec."""
+    gone = tmp_path / "affrun-plan.json"
+    env = {"AFFRUN_PLAN": f"@{gone}", "AFFRUN_RUN": "rank0"}
+    refused(affrun("exec", "--", "true", env={**env, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}), str(gone),
+            "no such file")
+    proc = subprocess.run([sys.executable, "-c", "print('user code ran')"], env=clean_env(**env), capture_output=True,
+                          text=True, timeout=BOUND)
+    refused(proc, "no such file")
+    assert "user code ran" not in proc.stdout

@@ -176,7 +176,7 @@ def _plan_file(path: str) -> str:
     """The text of the plan file ``AFFRUN_PLAN=@path`` names; one line for a name or a file that cannot be one."""
     import stat
 
-    shown = f"{PLAN_VARIABLE}=@{clip(path)}"
+    shown = f"{PLAN_VARIABLE}=@{path}"  # error_line bounds the line: a long name keeps its start and its end
     if not path.strip():
         blank = "an empty file name" if not path else "a file name of only blanks"
         raise LaunchError(f"{PLAN_VARIABLE}={short('@' + path)} names no plan file: {blank} after @")
@@ -191,7 +191,7 @@ def _plan_file(path: str) -> str:
     if stat.S_ISDIR(mode):
         raise LaunchError(f"{shown}: a directory, where a plan file is expected")
     if not stat.S_ISREG(mode):
-        raise LaunchError(f"{shown}: a device, FIFO or socket, where a plan file is expected")
+        raise LaunchError(f"{shown}: not a regular file (a device, FIFO or socket), where a plan file is expected")
     from launcher.topology._files import read_document
 
     data = read_document(path, "the plan file AFFRUN_PLAN names", LaunchError)
@@ -214,7 +214,7 @@ def _not_an_object(text: str) -> str:
     try:
         value = json.loads(head, parse_constant=float)  # NaN, Infinity: numbers too, to the user
     except RecursionError:
-        return "a list" if head[0] == "[" else ""
+        return "a list nested too deeply" if head[0] == "[" else ""
     except json.JSONDecodeError:
         return ""
     except ValueError:  # an integer of more than 4,300 digits

@@ -19,7 +19,7 @@ from launcher.options import MEM_POLICIES, PlanOptions
 from launcher.plan import Plan, RankPlan
 from launcher.rank_line import rank_summary
 from launcher.records import dataclass, fields
-from launcher.untrusted import BadJSON, load_json, short
+from launcher.untrusted import BadJSON, clip, load_json, short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
@@ -29,9 +29,16 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
-# Above this size the plan travels in a file (AFFRUN_PLAN=@path): one environment string may not exceed
-# 128 KiB (MAX_ARG_STRLEN), and every worker's execve would fail.
+# Above this size the plan's JSON travels compressed (AFFRUN_PLAN=zlib+base64:...), still in the variable: one
+# environment string may not exceed 128 KiB (MAX_ARG_STRLEN), beyond which every worker's execve would fail.
 INLINE_PLAN_LIMIT = 32 * 1024
+COMPRESSED_PREFIX = "zlib+base64:"
+# The longest AFFRUN_PLAN written, well under MAX_ARG_STRLEN (128 KiB for "NAME=value"), leaving room in the 2 MiB
+# that execve allows for arguments and environment together. A plan of 512 ranks on 1,024 CPUs is 185 KB of JSON,
+# 8 KB compressed.
+ENV_PLAN_LIMIT = 96 * 1024
+# The most a compressed plan may expand to when it is read (a value of ENV_PLAN_LIMIT could hold gigabytes).
+PLAN_TEXT_LIMIT = 16 << 20
 # The memory policies a plan carries: resolved, never "auto".
 APPLIED_MEM_POLICIES = tuple(p for p in MEM_POLICIES if p != "auto")
 # How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
@@ -79,26 +86,41 @@ class ParentPlan:
             separators=(",", ":"),
         )
 
-    def to_env(self, spill_dir: str) -> str:
-        """The value of ``AFFRUN_PLAN``: the JSON itself, or ``@FILE`` (written in ``spill_dir``) when it is large."""
+    def to_env(self) -> str:
+        """The value of ``AFFRUN_PLAN``: the JSON itself, or, above :data:`INLINE_PLAN_LIMIT`, the JSON compressed.
+
+        The plan always travels in the variable, never in a file. A file must outlive the process that writes it
+        (``affrun run`` execs the command, torchrun's agent can be SIGKILLed), so nobody can remove it when the job
+        ends, a temporary-file cleaner can remove it while the job runs (every later process of the job would then
+        fail), and it needs a writable temporary directory. An inherited descriptor or a memfd would not reach the
+        ranks either: ``subprocess`` (torchrun, accelerate, Lightning) closes every descriptor above 2. The
+        variable reaches every process the job starts, is gone with the job, and a plan's JSON compresses about
+        25 times (its CPU lists repeat), far below what one variable may hold."""
         text = self.to_json()
         if len(text) <= INLINE_PLAN_LIMIT:
             return text
-        path = os.path.join(spill_dir, "affrun-plan.json")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return "@" + path
+        import binascii
+        import zlib
+
+        value = COMPRESSED_PREFIX + binascii.b2a_base64(zlib.compress(text.encode("utf-8"), 9), newline=False).decode()
+        if len(value) > ENV_PLAN_LIMIT:
+            raise LaunchError(f"the plan of {len(self.plan.ranks)} ranks is too large to hand to them in "
+                              f"{PLAN_VARIABLE}: {len(value)} bytes compressed, at most {ENV_PLAN_LIMIT}: "
+                              "plan fewer ranks")
+        return value
 
     @classmethod
     def from_env(cls, value: str) -> ParentPlan:
-        if value.startswith("@"):
-            from launcher.topology._files import read_document
-
-            data = read_document(value[1:], "the plan file affrun torchrun wrote", LaunchError)
-            try:
-                value = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise LaunchError(f"{PLAN_VARIABLE}: the plan file {value[1:]} is not UTF-8 text") from None
+        """Read ``AFFRUN_PLAN``: the JSON, the compressed JSON (:meth:`to_env`), or ``@FILE``, a file that holds the
+        JSON (affrun no longer writes one, but reads what a user or an older affrun wrote)."""
+        if value.startswith(COMPRESSED_PREFIX):
+            value = _decompressed(value[len(COMPRESSED_PREFIX):])
+        elif value.startswith("@"):
+            value = _plan_file(value[1:])
+        kind = _not_an_object(value)
+        if kind:
+            raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: it holds {kind} where a plan "
+                              "object ({...}) is expected")
         return cls.from_json(value)
 
     @classmethod
@@ -124,6 +146,83 @@ class ParentPlan:
             )
         except (BadJSON, BadPlan) as exc:
             raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: {exc}") from None
+
+
+def _decompressed(data: str) -> str:
+    import binascii
+    import zlib
+
+    what = f"{PLAN_VARIABLE}={COMPRESSED_PREFIX}... is damaged"
+    try:
+        packed = binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
+    except (UnicodeEncodeError, binascii.Error, ValueError):
+        raise LaunchError(f"{what}: not base64 text (affrun writes the plan's compressed JSON there)") from None
+    inflate = zlib.decompressobj()
+    try:
+        raw = inflate.decompress(packed, PLAN_TEXT_LIMIT)
+    except zlib.error:
+        raise LaunchError(f"{what}: not zlib data (affrun writes the plan's compressed JSON there)") from None
+    if inflate.unconsumed_tail:
+        raise LaunchError(f"{what}: it expands to more than {PLAN_TEXT_LIMIT >> 20} MiB, which no plan does")
+    if not inflate.eof:
+        raise LaunchError(f"{what}: the compressed data is cut short")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LaunchError(f"{what}: it does not expand to UTF-8 text") from None
+
+
+def _plan_file(path: str) -> str:
+    """The text of the plan file ``AFFRUN_PLAN=@path`` names; one line for a name or a file that cannot be one."""
+    import stat
+
+    shown = f"{PLAN_VARIABLE}=@{path}"  # error_line bounds the line: a long name keeps its start and its end
+    if not path.strip():
+        blank = "an empty file name" if not path else "a file name of only blanks"
+        raise LaunchError(f"{PLAN_VARIABLE}={short('@' + path)} names no plan file: {blank} after @")
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            reason = "no such file (removed since the job started, or from another machine?)"
+        else:
+            reason = getattr(exc, "strerror", None) or "not a usable file name"
+        raise LaunchError(f"{shown}: the plan file cannot be read: {reason}") from None
+    if stat.S_ISDIR(mode):
+        raise LaunchError(f"{shown}: a directory, where a plan file is expected")
+    if not stat.S_ISREG(mode):
+        raise LaunchError(f"{shown}: not a regular file (a device, FIFO or socket), where a plan file is expected")
+    from launcher.topology._files import read_document
+
+    data = read_document(path, "the plan file AFFRUN_PLAN names", LaunchError)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LaunchError(f"{shown}: the plan file is not UTF-8 text") from None
+
+
+def _not_an_object(text: str) -> str:
+    """What ``text`` holds when it is JSON but no object (``a number``, ``a list``...); ``""`` otherwise (an object,
+    or not JSON: :meth:`ParentPlan.from_json` says so)."""
+    head = text.lstrip(" \t\r\n")
+    if head.startswith("{"):
+        return ""
+    if not head:
+        return "nothing (an empty value)"
+    import json
+
+    try:
+        value = json.loads(head, parse_constant=float)  # NaN, Infinity: numbers too, to the user
+    except RecursionError:
+        return "a list nested too deeply" if head[0] == "[" else ""
+    except json.JSONDecodeError:
+        return ""
+    except ValueError:  # an integer of more than 4,300 digits
+        return f"a number ({clip(head, 40)})"
+    if isinstance(value, bool) or value is None:
+        return head.split(None, 1)[0][:5]
+    kind = "a string" if isinstance(value, str) else "a list" if isinstance(value, list) else "a number"
+    return f"{kind} ({clip(head.rstrip(), 40)})"
 
 
 def plan_job(

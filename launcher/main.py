@@ -2,15 +2,60 @@
 
 ``affrun exec`` runs before every rank, so it is dispatched here without importing click or anything else
 heavy (and ``affrun run``, whose options are exec's); every other command goes to the click group in :mod:`launcher.cli`.
+
+The standard streams, for every command (:func:`main`):
+
+- a closed one (``>&-``, ``2>&-``: Python makes it ``None``) reads as ``/dev/null``, opened close-on-exec: what
+  affrun would write there goes nowhere, and a command affrun ``exec``\\ s (or torchrun starts) finds the
+  descriptor closed, as the user left it;
+- stderr carries diagnostics (rank lines, warnings): a full or broken stderr never stops a command, the one
+  affrun runs included (:class:`_Stream`);
+- stdout carries the result: when it cannot be written (``> /dev/full``, a terminal that hung up), one
+  ``affrun: error:`` line on stderr and exit 1, as for a reader that left (``| head``: exit 1, no line).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
+
+# What a write to a full or broken output fails with (a pipe whose reader left is EPIPE: BrokenPipeError). errno
+# is built into the interpreter: importing it costs the per-rank path nothing.
+_OUTPUT_ERRNOS = frozenset(getattr(errno, name, -1) for name in (
+    "ENOSPC", "EDQUOT", "EFBIG", "EIO", "EBADF", "EAGAIN", "ENXIO", "ECONNRESET", "EINVAL"))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    _open_closed_streams()
+    out = _Stream(sys.stdout, diagnostics=False)
+    sys.stdout = out
+    sys.stderr = _Stream(sys.stderr, diagnostics=True)
+    status: str | int | None = 0
+    try:
+        try:
+            status = _dispatch(args)
+        except SystemExit as exc:
+            status = exc.code
+        out.flush()  # here, not in the interpreter's last flush, whose failure is a message and exit 120
+        failed = out.failed  # argparse's --help swallows the error of its write
+    except OSError as exc:
+        if out.failed is None and (exc.errno not in _OUTPUT_ERRNOS or exc.filename is not None):
+            raise  # not the output (sys.stdout.buffer, written directly, records nothing)
+        failed = exc
+    if failed is not None:
+        if not isinstance(failed, BrokenPipeError):  # `... | head`: the reader left; exit 1 as click does, silently
+            from launcher.errors import LaunchError, error_line
+
+            print(error_line(LaunchError(f"cannot write the output (stdout): {failed.strerror or failed}")),
+                  file=sys.stderr)
+        _quiet_stdout()
+        status = 1
+    sys.exit(status)
+
+
+def _dispatch(args: list[str]) -> int:
     if args and args[0] in ("exec", "run"):  # argparse, not click: run's options are exec's, from the same table
         if args[0] == "exec":
             from launcher.exec_cmd import main as command_main
@@ -19,27 +64,73 @@ def main(argv: list[str] | None = None) -> None:
         from launcher.errors import AffrunError, error_line
 
         try:
-            status = command_main(args[1:])
-            sys.stdout.flush()
+            return command_main(args[1:])
         except AffrunError as exc:
             print(error_line(exc), file=sys.stderr)
-            status = exc.exit_code
-        except BrokenPipeError:
-            _quiet_stdout()  # `affrun exec --dry-run ... | head`: the reader left; exit 1 as click does, no traceback
-            status = 1
-        sys.exit(status)
+            return exc.exit_code
     from launcher.cli import main as cli_main
 
     cli_main(args)
+    return 0
+
+
+def _open_closed_streams() -> None:
+    """``/dev/null`` for a standard stream that was closed (``sys.stdout``/``sys.stderr`` is ``None``).
+
+    ``open`` makes the descriptor close-on-exec: it takes the closed number (1 or 2, the lowest free), so that no
+    file affrun opens later lands there, and the command affrun ``exec``\\ s finds it closed again."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+
+
+class _Stream:
+    """``sys.stdout`` or ``sys.stderr`` as affrun uses it, remembering the first error of a write (``failed``).
+
+    On stderr (``diagnostics``) the error is then ignored: what affrun says there is diagnostics, and a stderr
+    that cannot be written (``2>/dev/full``, a hung-up terminal) must not stop the command, nor the one it runs,
+    which gets the same stderr. Every other attribute is the stream's own (click and logging read ``encoding``,
+    ``isatty``, ``buffer``...)."""
+
+    def __init__(self, stream: object, *, diagnostics: bool) -> None:
+        self._stream = stream
+        self._diagnostics = diagnostics
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))  # type: ignore[attr-defined]
+        except OSError as exc:
+            self._failed(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()  # type: ignore[attr-defined]
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        if self.failed is None:
+            self.failed = exc
+        if not self._diagnostics:
+            raise exc
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
 
 
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's last flush at exit does not raise again (what the
     Python documentation advises for SIGPIPE)."""
-    import os
-
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from launcher.apply import exec_or_status
 from launcher.env import USER_VARIABLES
 from launcher.errors import ConfigError, LaunchError
-from launcher.handoff import INLINE_PLAN_LIMIT, PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
+from launcher.handoff import PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
 from launcher.launcher_commands import command_is_launcher
 from launcher.localrank import task_identity
 from launcher.option_table import add_binding_arguments, non_negative
@@ -110,11 +110,7 @@ def main(argv: Sequence[str]) -> int:
         if command:
             print("exec " + shlex.join(command))
         return 0
-    import tempfile
-
-    # Only a plan too big for one variable is written to a file; it must outlive this process (exec).
-    spill = tempfile.mkdtemp(prefix="affrun-run-") if len(parent.to_json()) > INLINE_PLAN_LIMIT else ""
-    environ[PLAN_VARIABLE] = parent.to_env(spill)
+    environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
     environ[RUN_VARIABLE] = role
     environ.pop(LAUNCHER_VARIABLE, None)  # only the hook of a launcher below writes it
     environ.pop(TASK_VARIABLE, None)

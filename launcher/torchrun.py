@@ -14,7 +14,6 @@ import gc
 import os
 import shlex
 import sys
-import tempfile
 from collections.abc import Sequence
 
 from launcher.env import USER_VARIABLES
@@ -137,8 +136,7 @@ def main(argv: Sequence[str]) -> int:
     if args.affrun_dry_run:
         print("worker: " + shlex.join(worker))
         return 0
-    spill = tempfile.TemporaryDirectory(prefix="affrun-")  # only used when the plan is too big for one variable
-    os.environ[PLAN_VARIABLE] = parent.to_env(spill.name)
+    os.environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
     # torchrun would set OMP_NUM_THREADS=1 (and warn) when it is unset; each worker's affrun exec replaces it
     # with that rank's own value anyway, so give torchrun the first rank's value to keep its warning away.
     os.environ.setdefault("OMP_NUM_THREADS", str(plan.ranks[0].threads))
@@ -158,10 +156,7 @@ def main(argv: Sequence[str]) -> int:
     # as the agent, so move it out of every future collection, and collect normally from here on.
     gc.freeze()
     gc.enable()
-    try:
-        record(run_torchrun)(args)
-    finally:
-        spill.cleanup()
+    record(run_torchrun)(args)
     return 0
 
 

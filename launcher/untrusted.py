@@ -73,9 +73,16 @@ def _refuse_constant(name: str) -> Any:
     raise BadJSON(f"{name} is not a number affrun accepts")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # 1e999 reads as inf: refused, as the literal Infinity is, in the user's terms
+        raise BadJSON(f"the number {clip(text, 40)} is out of range")
+    return value
+
+
 def load_json(text: str | bytes) -> Any:
-    """Parse JSON as affrun writes it: no ``NaN``/``Infinity``. Raises :class:`BadJSON` (one line) for anything
-    else: nesting deeper than the recursion limit (the C decoder raises ``RecursionError``, cleanly) and integers
+    """Parse JSON as affrun writes it: no ``NaN``/``Infinity``, nor a number too large for a float (``1e999``).
+    Raises :class:`BadJSON` (one line) for anything else: nesting deeper than the recursion limit (the C decoder raises ``RecursionError``, cleanly) and integers
     over 4,300 digits (``ValueError``) included. Callers still check the range of every number they use."""
     if isinstance(text, bytes):
         try:
@@ -85,7 +92,7 @@ def load_json(text: str | bytes) -> Any:
     import json  # json imports re and enum (about 7 ms): only a rank with AFFRUN_PLAN set reads JSON
 
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except BadJSON:
         raise
     except json.JSONDecodeError as exc:

@@ -189,26 +189,6 @@ def test_exec_is_not_shadowed_by_a_launcher_module_in_the_working_directory(tmp_
     assert proc.stdout.strip() == "bound"
 
 
-def test_a_plan_too_big_for_one_variable_travels_in_a_file(tmp_path: Path) -> None:
-    from launcher.handoff import INLINE_PLAN_LIMIT, ParentPlan
-    from launcher.plan import Request, make_plan
-    from launcher.topology import load_topology
-    from tests.fakesys import uniform, write_tree
-
-    root = write_tree(tmp_path / "big", uniform(2, 64, threads=2, nodes_per_package=4))
-    topo = load_topology(fsroot=str(root))
-    plan = make_plan(topo, Request(nproc=128, mode="socket"))
-    parent = ParentPlan(plan, "rank", "safe", "none", "auto", {}, False)
-    assert len(parent.to_json()) > INLINE_PLAN_LIMIT
-    value = parent.to_env(str(tmp_path))
-    assert value.startswith("@") and len(value) < 4096
-    assert ParentPlan.from_env(value) == parent
-    # and a real exec reads it: rank 127's CPUs as planned
-    env = clean_env(AFFRUN_PLAN=value, LOCAL_RANK="127", LOCAL_WORLD_SIZE="128")
-    proc = run(affrun_argv("exec", "--dry-run", "--", "true"), env=env, check=True)
-    assert proc.stdout.startswith("affrun: rank 127/128 ")
-
-
 def test_no_gpu_leaves_gpus_and_their_visibility_variables_alone(tmp_path: Path) -> None:
     from tests.fakesys import this_machine_with_gpus, write_tree
 

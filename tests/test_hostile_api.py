@@ -255,3 +255,11 @@ def test_the_value_written_is_the_value_checked(tmp_path: Path, where: str) -> N
     lines = script.read_text().splitlines()
     assert "#SBATCH --gpus-per-node=4" in lines and "#SBATCH --mem=4000" in lines, lines[:12]
     assert "#SBATCH --ntasks-per-node=4" in lines
+
+
+def test_affrun_torchrun_refuses_an_empty_script_name() -> None:
+    """The check sbatch borrows is affrun torchrun's own: '' is refused in one line, no worker started."""
+    from tests.launch import require_torch
+
+    require_torch()
+    refused(affrun("torchrun", "--nproc-per-node", "1", ""), "empty")

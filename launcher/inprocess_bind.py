@@ -36,6 +36,7 @@ from typing import Any
 from launcher.cpulist import format_cpulist
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.omp_syntax import thread_count
+from launcher.untrusted import short
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
 
     from launcher.env import USER_VARIABLES
     from launcher.handoff import PLAN_VARIABLE, ParentPlan, plan_job
+    from launcher.keywords import BY_KEYWORD, check_keywords
     from launcher.option_table import add_binding_arguments
     from launcher.startup import RUN_VARIABLE
 
@@ -78,9 +80,12 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     parser = argparse.ArgumentParser(add_help=False)
     add_binding_arguments(parser)
     defaults = vars(parser.parse_args([]))
-    unknown = sorted(set(options) - set(defaults))
+    # Python's names (topology=, as the submitit executor takes it); the option's dest (topology_file=) as before.
+    specs = {**BY_KEYWORD, **{spec.dest: spec for spec in BY_KEYWORD.values()}}
+    unknown = sorted(set(options) - set(specs))
     if unknown:
-        raise ConfigError(f"bind_rank: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(defaults))}")
+        raise ConfigError(f"bind_rank: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(BY_KEYWORD))}")
+    options = {specs[name].dest: value for name, value in check_keywords(options, specs).items()}
     # Values a bound parent process left behind (AFFRUN_CPUS is set) are affrun's, not the user's.
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
@@ -115,8 +120,10 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     from launcher.runtimes import OPENMP, controller_named, loaded_runtimes
     from launcher.startup import apply_environment, bind_running
 
-    if not isinstance(local_rank, int) or not isinstance(nproc_per_node, int) or not 0 <= local_rank < nproc_per_node:
-        raise ConfigError(f"bind_rank: local rank {local_rank!r} is not in 0..{nproc_per_node!r} - 1")
+    if (not isinstance(local_rank, int) or not isinstance(nproc_per_node, int) or isinstance(local_rank, bool)
+            or isinstance(nproc_per_node, bool) or not 0 <= local_rank < nproc_per_node):
+        raise ConfigError(f"bind_rank: local rank {short(local_rank)} is not in 0..{short(nproc_per_node)} - 1 (both "
+                          "are ints)")
     parent = _parent_plan(local_rank, nproc_per_node, options)
     rank = parent.plan.ranks[local_rank]
     renv, mem = bind_running(parent, rank, os.environ)

@@ -49,6 +49,13 @@ class OptionSpec:
     metavar: str | None = None
     envvar: str | None = None  # click reads it; on the argparse side load_topology reads it from the environment
     keyword: str | None = None  # the name Python callers give it (AffinityOptions), where that is not ``dest``
+    value: str = ""  # what a Python caller may give besides a string: "path", "cpus", "gpus", "cpu_map" (keywords.py)
+
+    @property
+    def kind(self) -> str:
+        """The kind of value the option takes: ``flag``, ``count``, ``choice``, or :attr:`value`'s
+        (``path``, ``cpus``, ``gpus``, ``cpu_map``); :mod:`launcher.keywords` checks Python callers' values by it."""
+        return "flag" if self.is_flag else "count" if self.count else "choice" if self.choices else self.value
 
     def name(self, vocabulary: Vocabulary) -> str:
         """The option as ``vocabulary`` writes it: the flag (``--map``), the Python keyword (``cpu_map``), or the
@@ -62,22 +69,22 @@ class OptionSpec:
 
 BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--fsroot", "fsroot", "topology", "Read sys/ and proc/ under DIR instead of / (default: $AFFRUN_FSROOT; "
-               "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT"),
+               "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT", value="path"),
     OptionSpec("--topology", "topology_file", "topology", "Load a saved topology: affrun JSON snapshot or hwloc XML "
-               "(lstopo --of xml).", metavar="FILE", keyword="topology"),
+               "(lstopo --of xml).", metavar="FILE", keyword="topology", value="path"),
     OptionSpec("--cpus", "cpus", "topology", "Restrict the allowed CPUs further (cpulist, e.g. 0-7,64-71).",
-               metavar="LIST"),
+               metavar="LIST", value="cpus"),
     OptionSpec("--mode", "mode", "plan", "exclusive: disjoint cores per rank; numa/socket: share the GPU's "
                "node/package; l3: whole L3 groups; map: explicit --map.", choices=MODES, default=_PLANNER["mode"]),
     OptionSpec("--smt", "smt", "plan", "Count every hardware thread in OMP_NUM_THREADS.", is_flag=True, default=False),
-    OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST"),
+    OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST", value="cpus"),
     OptionSpec("--loader-cores", "loader_cores", "plan", "Cores of each rank set aside for DataLoader workers.",
                count=True, default=_PLANNER["loader_cores"], metavar="N"),
     OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
                "CPU region and its GPU.", choices=GPU_ORDERS, default=_PLANNER["gpu_order"]),
     OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
-               "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS"),
-    OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST"),
+               "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS", value="cpu_map"),
+    OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST", value="gpus"),
     OptionSpec("--spill", "spill", "plan", "Cores of NUMA nodes that host no rank go to the nearest ranks: loader: "
                "as DataLoader cores (OMP_NUM_THREADS unchanged); compute: as compute cores; none: left idle.",
                choices=SPILLS, default=_PLANNER["spill"]),

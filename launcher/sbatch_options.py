@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.sbatch_script import STYLES, SbatchSpec
+from launcher.untrusted import unwritable
 
 # The kind of an option's value, which a profile's YAML value is checked against (launcher.sbatch_profile):
 # "int", "port", "str", "strint", "time", "bool", "lines" (repeatable), or a tuple of allowed strings.
@@ -96,3 +97,58 @@ def default_of(option: SbatchOption) -> Any:
 def spec_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """The SbatchSpec fields of sbatch's own options, from click's parameter values."""
     return {o.field: o.spec_value(values[o.param]) for o in SBATCH_OPTIONS if o.field is not None}
+
+
+class BadValue(ValueError):
+    """A value ``affrun sbatch`` refuses; the message says why (``expected an integer from 1``), and the caller
+    says where it came from (``--nodes 99...``, or a site profile's file and key)."""
+
+
+def check_value(value: object, kind: Kind) -> Any:
+    """One validation for a value of ``kind`` (see :data:`Kind`), whether it came from the command line (click
+    has turned counts into ints, a repeatable option into a tuple) or from a YAML site profile; returns the
+    value as the script is written from it (a "strint" is the string, without surrounding white space: the value
+    written is the value checked). Every string goes through :func:`launcher.untrusted.unwritable`: no control
+    character (Cc, Zl, Zp) but a tab, in a script line or a one-line value."""
+    if isinstance(value, int) and value.bit_length() > 63:
+        raise BadValue("expected a smaller number")  # beyond any count, port or size sbatch takes
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(text, str):
+            bad = unwritable(text)
+            if bad is not None:
+                raise BadValue(f"cannot contain {bad}")
+    if isinstance(kind, tuple):
+        if not isinstance(value, str) or value not in kind:
+            raise BadValue(f"expected one of {', '.join(kind)}")
+        return value
+    if kind in ("int", "count", "port"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadValue("expected an integer")
+        low, high = {"int": (1, None), "count": (0, None), "port": (1, 65535)}[kind]
+        if value < low or (high is not None and value > high):
+            raise BadValue(f"expected an integer from {low}" + (f" to {high}" if high else ""))
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise BadValue("expected true or false")
+        return value
+    if kind == "time":
+        if not isinstance(value, str):
+            raise BadValue('expected a string in quotes, such as "1:00:00" or "60" (YAML reads 1:00:00 as the '
+                           "number 3600)")
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise BadValue("expected a string")
+        return value
+    if kind == "strint":
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise BadValue("expected a string or a number")
+        return str(value).strip()
+    if kind == "lines":
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise BadValue("expected a string or a list of strings")
+        return list(value)
+    raise AssertionError(kind)  # pragma: no cover

@@ -27,7 +27,7 @@ from typing import Any
 
 from launcher.errors import ConfigError
 from launcher.option_table import options_in
-from launcher.sbatch_options import SBATCH_OPTIONS
+from launcher.sbatch_options import SBATCH_OPTIONS, BadValue, check_value
 from launcher.untrusted import clip, short
 
 # key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
@@ -172,58 +172,9 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
     return out
 
 
-def _writable(text: str) -> bool:
-    """``text`` can go into a batch script: it encodes as UTF-8 (YAML's ``"\\ud800"`` escape is a lone
-    surrogate, which does not) and holds no control character but tab (a NUL would cut the line)."""
-    if text.isprintable():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return all(c == "\t" or not (ord(c) < 32 or ord(c) == 127) for c in text)
-
-
 def _check(value: object, kind: Any, path: str, where: str) -> object:
-    def wrong(expected: str) -> ConfigError:
-        return ConfigError(f"{path}: {where}: expected {expected}, got {short(value)}")
-
-    if isinstance(value, int) and value.bit_length() > 63:
-        raise wrong("a smaller number")  # beyond any count, port or size sbatch takes (and str() may refuse it)
-    for text in value if isinstance(value, list) else [value]:
-        if isinstance(text, str) and not _writable(text):
-            raise wrong("UTF-8 text without control characters (a tab is fine)")
-    if isinstance(kind, tuple):
-        if not isinstance(value, str) or value not in kind:
-            raise wrong(f"one of {', '.join(kind)}")
-        return value
-    if kind in ("int", "count", "port"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise wrong("an integer")
-        low, high = {"int": (1, None), "count": (0, None), "port": (1, 65535)}[kind]
-        if value < low or (high is not None and value > high):
-            raise wrong(f"an integer from {low}" + (f" to {high}" if high else ""))
-        return value
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise wrong("true or false")
-        return value
-    if kind == "time":
-        if not isinstance(value, str):
-            raise wrong('a string in quotes, such as "1:00:00" or "60" (YAML reads 1:00:00 as the number 3600)')
-        return value
-    if kind == "str":
-        if not isinstance(value, str):
-            raise wrong("a string")
-        return value
-    if kind == "strint":
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise wrong("a string or a number")
-        return str(value)
-    if kind == "lines":
-        if isinstance(value, str):
-            return [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise wrong("a string or a list of strings")
-        return list(value)
-    raise AssertionError(kind)  # pragma: no cover
+    """A profile's value, through the one validation the command line's values go through too."""
+    try:
+        return check_value(value, kind)
+    except BadValue as exc:
+        raise ConfigError(f"{path}: {where}: {exc}, got {short(value)}") from None

@@ -22,7 +22,7 @@ from launcher.omp_syntax import OmpBind
 from launcher.option_table import default, options_in, to_argv
 from launcher.options import MemPolicy, PlanOptions, make_request
 from launcher.plan_request import validate_request
-from launcher.untrusted import short
+from launcher.untrusted import short, unwritable
 
 Style = Literal["torchrun", "srun"]
 STYLES: tuple[Style, ...] = get_args(Style)
@@ -45,7 +45,7 @@ TEMPLATE_VARIABLES: dict[str, str] = {
 }
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_GPUS = re.compile(r"^(?:[A-Za-z0-9_.-]+:)?(\d+)$")
+_GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]{1,9})", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class SbatchSpec:
     def gpu_count(self) -> int:
         if self.gpus_per_node is None:
             return 0
-        m = _GPUS.match(self.gpus_per_node.strip())
+        m = _GPUS.fullmatch(self.gpus_per_node)  # as written: the command line and a profile strip it first
         if not m:
             raise ConfigError(f"--gpus-per-node {short(self.gpus_per_node)}: expected a count, or TYPE:COUNT (a100:4)")
         return int(m.group(1))
@@ -99,8 +99,9 @@ class SbatchSpec:
 def directive_value(option: str, value: str) -> str:
     """One ``#SBATCH`` value, checked. sbatch reads a directive up to the line's end and splits it on
     white space unless the value is in double quotes, and it has no escape for a quote inside quotes."""
-    if "\n" in value or "\r" in value:
-        raise ConfigError(f"--{option}: a #SBATCH value cannot contain a newline")
+    bad = unwritable(value)
+    if bad is not None:
+        raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain {bad}")
     if '"' in value:
         raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain a double quote")
     if value == "" or re.search(r"\s", value):
@@ -111,8 +112,9 @@ def directive_value(option: str, value: str) -> str:
 def extra_directive(line: str) -> str:
     """An extra ``#SBATCH`` line as the user gave it, with or without the ``#SBATCH`` prefix."""
     text = line.strip()
-    if "\n" in text or "\r" in text:
-        raise ConfigError(f"--sbatch-line {short(line)}: one #SBATCH line cannot contain a newline")
+    bad = unwritable(text)
+    if bad is not None:
+        raise ConfigError(f"--sbatch-line {short(line)}: one #SBATCH line cannot contain {bad}")
     if text.startswith("#SBATCH"):
         text = text[len("#SBATCH"):].strip()
     if not text.startswith("-"):
@@ -166,6 +168,9 @@ def affrun_words(spec: SbatchSpec) -> list[str]:
     """The --affrun command as words (``python -m launcher``), split as a shell would."""
     try:
         words = shlex.split(spec.affrun)
+        bad = unwritable(spec.affrun)
+        if bad is not None:
+            raise ValueError(f"it cannot contain {bad}")
     except ValueError as exc:  # "No closing quotation", "No escaped character"
         raise ConfigError(f"--affrun {short(spec.affrun)}: not a valid shell command: {exc}") from None
     if not words:
@@ -184,6 +189,10 @@ def check_spec(spec: SbatchSpec) -> None:
             raise ConfigError(f"--{name} {value}: must be at least 1")
     if spec.rdzv_port is not None and not 1 <= spec.rdzv_port <= 65535:
         raise ConfigError(f"--rdzv-port {spec.rdzv_port}: not a TCP port")
+    for line in spec.setup:
+        bad = unwritable(line)
+        if bad is not None:
+            raise ConfigError(f"--setup {short(line)}: a setup line cannot contain {bad}")
     affrun_words(spec)
     check_plan_options(spec)
     if spec.style == "torchrun":
@@ -193,6 +202,38 @@ def check_spec(spec: SbatchSpec) -> None:
                 f"--style torchrun: torchrun runs the script with Python itself; give `-- {shlex.join(spec.command[1:2]) or 'train.py'} ...`"
                 " (or `-- --no-python CMD ...`, or use --style srun for a full command)"
             )
+    check_job_command(spec)
+
+
+def check_job_command(spec: SbatchSpec) -> None:
+    """Refuse, before the queue wait, a training command the job itself would refuse. ``--style torchrun``: the
+    job's ``affrun torchrun`` command line (affrun's options, the template's rendezvous flags, then the command)
+    goes through the parse ``affrun torchrun`` runs in the job (:func:`launcher.torchrun.parse` and
+    :func:`~launcher.torchrun.check_args`): ``-- -m`` or ``-- --no-python`` with no script, ``-- -c x``, an empty
+    script. It needs torch, as the job does; where torch is not installed (a login node without it) the job checks
+    it. ``--style srun``: ``affrun exec`` cannot run an empty command name."""
+    if spec.style != "torchrun":
+        if not spec.command[0]:
+            raise ConfigError("the training command is an empty word (''): give the program to run after --")
+        return
+    try:
+        import torch.distributed.run  # noqa: F401  # what parse() builds its parser from
+
+        from launcher.torchrun import check_args, parse
+    except ImportError:
+        return
+    argv = [*affrun_options(spec), f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.ranks_per_node()}",
+            "--rdzv-backend=c10d", "--rdzv-endpoint=node:29500", "--rdzv-id=1", *spec.command]
+    import contextlib
+    import io
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # -h prints torchrun's help and exits
+            args = parse(argv, refuse=True)
+    except SystemExit:
+        raise ConfigError("affrun torchrun would only print its help in the job (-h in the command): "
+                          "give the training script") from None
+    check_args(args)
 
 
 def check_plan_options(spec: SbatchSpec) -> None:

@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.binding import TaskBinding, current_binding
-from launcher.cpulist import format_cpulist
 from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.handoff import exec_prefix
 from launcher.option_table import default
 from launcher.options import PlanOptions
 from launcher.records import dataclass, fields, replace  # PlanOptions is one of these
+from launcher.untrusted import short
 
 if TYPE_CHECKING:
     import submitit
@@ -143,39 +143,15 @@ AFFRUN_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(AffinityOptions))
 
 
 def _normalise(name: str, value: Any) -> Any:
-    if name in ("smt", "no_gpu", "verbose"):
+    """One keyword's value: the option table's options through :func:`launcher.keywords.check_keyword` (the check
+    ``bind_rank`` shares), ``verbose`` as a flag of this executor's own."""
+    from launcher.keywords import BY_KEYWORD, check_keyword
+
+    if name == "verbose":
         if not isinstance(value, bool):
-            raise ConfigError(f"{name}={value!r}: expected True or False")
+            raise ConfigError(f"verbose={short(value)}: expected True or False")
         return value
-    if name == "loader_cores":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"loader_cores={value!r}: expected an integer")
-        return value
-    if value is None:
-        return None
-    if name in ("reserve", "cpus"):
-        return value if isinstance(value, str) else format_cpulist(_ints(name, value))
-    if name == "gpus":
-        return value if isinstance(value, str) else ",".join(map(str, _ints(name, value)))
-    if name == "cpu_map":
-        if isinstance(value, str):
-            return value
-        if not isinstance(value, Iterable):
-            raise ConfigError(f"cpu_map={value!r}: expected 'LIST;LIST' or a sequence of cpu lists")
-        return ";".join(part if isinstance(part, str) else format_cpulist(_ints(name, part)) for part in value)
-    if name in ("fsroot", "topology"):
-        if not isinstance(value, (str, os.PathLike)):
-            raise ConfigError(f"{name}={value!r}: expected a path")
-        return os.path.abspath(os.fspath(value))  # tasks may start in another directory
-    if not isinstance(value, str):
-        raise ConfigError(f"{name}={value!r}: expected a string")
-    return value
-
-
-def _ints(name: str, value: Any) -> list[int]:
-    if not isinstance(value, Iterable) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ConfigError(f"{name}={value!r}: expected a list string like '0,2-3' or an iterable of ints")
-    return [int(v) for v in value]
+    return check_keyword(BY_KEYWORD[name], value)
 
 
 # ---------------------------------------------------------------------------------------- command construction
@@ -219,26 +195,55 @@ def task_python(options: AffinityOptions, user_python: str | None, cluster: str)
     return f"{prefix} -- {inner}"
 
 
+def string_list(keyword: str, value: object, what: str) -> list[str]:
+    """submitit's ``slurm_srun_args`` / ``slurm_setup`` as a list of strings, read once (a generator too).
+
+    One string is one item (``slurm_setup="module load cuda"`` is one line, ``slurm_srun_args="--mpi=pmix"`` one
+    argument), never one item per character; an srun string with white space in it is refused, as it is unclear
+    whether it is one argument or several. Items must be strings; a setup line (copied into the batch script as
+    shell code) and an srun argument hold no control character (:func:`launcher.untrusted.unwritable`). Anything else is one ConfigError naming
+    ``keyword``."""
+    from launcher.untrusted import unwritable
+
+    if value is None:
+        return []
+    if isinstance(value, str):
+        if keyword == "slurm_srun_args" and value.split() != [value]:
+            raise ConfigError(f"{keyword}={short(value)}: one string is one srun argument: give a list of "
+                              f"{what} (e.g. {value.split()!r})")
+        items: list[object] = [value]
+    elif isinstance(value, (bytes, bytearray, memoryview, dict)) or not hasattr(value, "__iter__"):
+        raise ConfigError(f"{keyword}={short(value)}: expected a list of {what} (strings)")
+    else:
+        items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"{keyword}: item {short(item)}: expected a string (a list of {what})")
+        bad = unwritable(item)
+        if bad is not None:
+            raise ConfigError(f"{keyword}: item {short(item)} holds {bad}: one item is one "
+                              f"{'line' if keyword == 'slurm_setup' else 'argument'}")
+    return [item for item in items if isinstance(item, str)]
+
+
 def merge_srun_args(user_args: Iterable[str] | None) -> list[str]:
     """The user's ``srun`` arguments with ``--cpu-bind=none`` merged in.
 
     A user ``--cpu-bind`` that only says ``verbose``/``quiet``/``none`` is kept and given ``none``; one that binds
     (``cores``, ``map_cpu:...``, ``mask_cpu:...``, ...) would fight affrun's binding and raises ``ConfigError``.
     """
-    if isinstance(user_args, str):
-        raise ConfigError(f"slurm_srun_args={user_args!r}: expected a list of arguments, not one string")
-    args = list(user_args or ())
+    args = string_list("slurm_srun_args", user_args, "srun arguments")
     out: list[str] = []
     found = False
     i = 0
     while i < len(args):
-        arg = str(args[i])
+        arg = args[i]
         option, eq, value = arg.partition("=")
         if option in ("--cpu-bind", "--cpu_bind"):
             if not eq:
                 if i + 1 >= len(args):
                     raise ConfigError(f"slurm_srun_args: {option} has no value")
-                value = str(args[i + 1])
+                value = args[i + 1]
                 i += 1
             parts = [p for p in value.split(",") if p]
             binding = [p for p in parts if p.lower() not in _NON_BINDING]
@@ -259,9 +264,7 @@ def merge_srun_args(user_args: Iterable[str] | None) -> list[str]:
 
 def merge_setup(user_setup: Iterable[str] | None) -> list[str]:
     """The user's batch-script setup lines, then affrun's (``SRUN_CPUS_PER_TASK``)."""
-    if isinstance(user_setup, str):
-        raise ConfigError(f"slurm_setup={user_setup!r}: expected a list of shell lines, not one string")
-    lines = [str(line) for line in user_setup or ()]
+    lines = string_list("slurm_setup", user_setup, "shell lines")
     return lines if SRUN_CPUS_SETUP in lines else [*lines, SRUN_CPUS_SETUP]
 
 
@@ -332,10 +335,10 @@ class AffinityExecutor:
         if affrun:
             self._set_options(AffinityOptions.from_kwargs(self._options, **affrun))
         if "slurm_srun_args" in kwargs:
-            self._user_srun_args = list(kwargs["slurm_srun_args"] or ())
+            self._user_srun_args = string_list("slurm_srun_args", kwargs["slurm_srun_args"], "srun arguments")
             kwargs["slurm_srun_args"] = self._user_srun_args
         if "slurm_setup" in kwargs:
-            self._user_setup = list(kwargs["slurm_setup"] or ())
+            self._user_setup = string_list("slurm_setup", kwargs["slurm_setup"], "shell lines")
             kwargs["slurm_setup"] = self._user_setup
         if self.cluster == SLURM:
             if "slurm_srun_args" in kwargs:

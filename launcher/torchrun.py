@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from launcher.env import USER_VARIABLES
 from launcher.errors import ConfigError
@@ -34,16 +35,23 @@ def add_affrun_options(parser: argparse.ArgumentParser) -> None:
                        help="Print the plan and the rewritten worker command, start nothing.")
 
 
-def parse(argv: Sequence[str]) -> argparse.Namespace:
+def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
 
     Only the words before the script are parsed: argparse would otherwise read the script's own arguments too,
     matching prefixes (``--a`` against ``--affrun-verbose``, ``--n`` against ``--nnodes``) and failing or
-    taking them. Plain torchrun fails on ``train.py --n 1``; affrun passes it on.
+    taking them. Plain torchrun fails on ``train.py --n 1``; affrun passes it on. ``refuse``: what argparse
+    refuses is a :class:`ConfigError` (``affrun sbatch`` checks the job's command line before it is queued),
+    not argparse's usage and exit.
     """
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
+    if refuse:
+        def error(message: str) -> NoReturn:
+            raise ConfigError(f"affrun torchrun would refuse it in the job: {message}")
+
+        parser.error = error  # type: ignore[method-assign]
     parser.prog = "affrun torchrun"
     add_affrun_options(parser)
     # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).
@@ -105,14 +113,24 @@ def rewrite_for_exec(args: argparse.Namespace) -> list[str]:
     return [args.training_script, *args.training_script_args]
 
 
-def main(argv: Sequence[str]) -> int:
-    args = parse(argv)
+def check_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse what parses but cannot run bound: torchrun's own binding, ``--run-path``, ``--no-python`` with
+    ``--module``, an empty script or module name. ``affrun sbatch`` runs it on the job's command line too."""
     if getattr(args, "numa_binding", None):
         raise ConfigError("--numa-binding is torchrun's own CPU binding and would fight affrun's: use one of them "
                           "(drop --numa-binding, or run plain torchrun)")
     if getattr(args, "run_path", False):
         raise ConfigError("--run-path runs the script inside torchrun's agent, where affrun cannot bind it: "
                           "drop --run-path")
+    if not args.training_script:
+        what = "module" if args.module else "command" if args.no_python else "script"
+        raise ConfigError(f"the training {what} is an empty word ('')")
+    worker_command(args)
+    return args
+
+
+def main(argv: Sequence[str]) -> int:
+    args = check_args(parse(argv))
     from torch.distributed.run import determine_local_world_size
 
     try:

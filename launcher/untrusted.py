@@ -101,3 +101,25 @@ def load_json(text: str | bytes) -> Any:
         raise BadJSON("nested too deeply") from None
     except ValueError as exc:
         raise BadJSON(f"not valid JSON ({short(str(exc))})") from None
+
+
+def unwritable(text: str, allow: str = "\t") -> str | None:
+    """What in ``text`` a batch script line or a one-line value cannot hold, described (``a control character
+    ('\\x85')``), or ``None``. One rule for every value affrun writes into a script or a line: no character of
+    Unicode's categories Cc (C0 controls, DEL, C1 controls such as NEL ``\\x85`` and CSI ``\\x9b``), Zl (U+2028)
+    or Zp (U+2029), but those of ``allow`` (a tab, by default); and no surrogate that UTF-8 cannot encode (YAML's
+    ``"\\ud800"``; ``\\udc80``-``\\udcff`` are the bytes of a command-line word that was not UTF-8, written back
+    as those bytes)."""
+    if text.isprintable():
+        return None  # the common case; every character below is non-printable
+    for c in text:
+        code = ord(c)
+        if c in allow:
+            continue
+        if c in "\n\r":
+            return f"{'a newline' if c == chr(10) else 'a carriage return'} ({c!r})"
+        if code < 0x20 or 0x7F <= code < 0xA0 or code in (0x2028, 0x2029):
+            return f"a control character ({c!r})"
+        if 0xD800 <= code < 0xE000 and not 0xDC80 <= code <= 0xDCFF:
+            return f"a lone surrogate ({c!r}), which is not text"
+    return None

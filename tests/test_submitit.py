@@ -258,8 +258,9 @@ def test_srun_args_are_merged_and_binding_ones_refused() -> None:
     for bad in (["--cpu-bind=cores"], ["--cpu-bind", "map_cpu:0,1"], ["--cpu-bind=verbose,mask_cpu:0x1"]):
         with pytest.raises(ConfigError, match="needs --cpu-bind=none"):
             merge_srun_args(bad)
-    with pytest.raises(ConfigError, match="list of arguments"):
-        merge_srun_args("--cpu-bind=none")
+    assert merge_srun_args("--mpi=pmix") == ["--mpi=pmix", "--cpu-bind=none"]  # one string: one argument
+    with pytest.raises(ConfigError, match="one string is one srun argument"):
+        merge_srun_args("--mpi=pmix -l")
 
 
 def test_a_hook_that_already_runs_affrun_is_refused() -> None:

@@ -16,8 +16,9 @@ from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.option_table import options_in
 from launcher.options import PlanOptions
 from launcher.records import fields
-from launcher.sbatch_options import SBATCH_OPTIONS, SbatchOption, default_of, spec_values
+from launcher.sbatch_options import SBATCH_OPTIONS, BadValue, SbatchOption, check_value, default_of, spec_values
 from launcher.sbatch_script import SbatchSpec, render
+from launcher.untrusted import ascii_uint, short
 
 # config key -> click parameter name, for affrun's own options (--map lands in cpu_map); other keys are
 # key.replace("-", "_")
@@ -60,13 +61,53 @@ def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
     )
 
 
+class _WholeNumber(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 only
+    """ASCII digits only, as every count affrun reads (click's int also takes '١', '1_0' and ' +3'). Anything else
+    stays the text it was, which :func:`_check_command_line` refuses in one line, as a profile's value."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        number = ascii_uint(value) if isinstance(value, str) else None
+        return value if number is None else number
+
+
+WHOLE_NUMBER = _WholeNumber()
+
+
+def _check_command_line(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """The values given on the command line, through the validation a site profile's go through
+    (:func:`launcher.sbatch_options.check_value`): one rule for both, and the value written is the value checked."""
+    from launcher.sbatch_profile import KEYS
+
+    out = dict(values)
+    for key, kind in KEYS.items():
+        name = _param(key)
+        if ctx.get_parameter_source(name) not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            continue
+        value = values[name]
+        if kind == "lines":
+            checked = [_checked(key, line, "str") for line in value]
+            out[name] = (*checked,)
+        elif value is not None and not (kind == "bool" and isinstance(value, bool)):
+            out[name] = _checked(key, value, kind)
+    return out
+
+
+def _checked(key: str, value: object, kind: Any) -> Any:
+    try:
+        return check_value(value, kind)
+    except BadValue as exc:
+        raise ConfigError(f"--{key} {short(value)}: {exc}") from None
+
+
 def _click_option(option: SbatchOption) -> Callable[[F], F]:
     kind = option.kind
     extra: dict[str, Any] = {}
     if isinstance(kind, tuple):
         extra["type"] = click.Choice(kind)
     elif kind in ("int", "port"):
-        extra["type"] = click.IntRange(min=1) if kind == "int" else click.IntRange(1, 65535)
+        extra["type"] = WHOLE_NUMBER  # the range is check_value's, as for a profile's value
     elif kind == "lines":
         extra["multiple"] = True
     return click.option(*option.flags, option.param, default=default_of(option), metavar=option.metavar,
@@ -134,7 +175,7 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
     if kwargs["wait"] and not kwargs["submit"]:
         raise ConfigError("--wait needs --submit")
     settings = load_config(kwargs.pop("config_file")).settings(kwargs.pop("profile"))
-    values, from_file = _merge(ctx, kwargs, settings)
+    values, from_file = _merge(ctx, _check_command_line(ctx, kwargs), settings)
     spec = _spec(values, tuple(command))
     try:
         script = render(spec, values["template"])

@@ -1,0 +1,265 @@
+"""Hostile input through affrun's Python APIs and ``affrun sbatch`` (issue 18, classes 6, 7 and 11).
+
+``bind_rank()`` and the submitit executor take affrun's options as keyword arguments: a wrong type is one
+``ConfigError`` that names the keyword, before anything is bound or queued; natural values (lists, tuples, ranges,
+generators of ints) work. ``affrun sbatch`` refuses, before the queue wait, what the job would refuse, through the
+real CLI; one rule for control characters holds on the command line and in a YAML site profile alike.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.errors import AffrunError, ConfigError
+from tests.test_hostile_input import affrun, refused
+
+
+# ------------------------------------------------------------------------------------------- class 6: bind_rank
+@pytest.fixture
+def unbound(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """bind_rank plans here (no affrun run around the test), and this process's mask is put back afterwards."""
+    for name in ("AFFRUN_RUN", "AFFRUN_PLAN", "AFFRUN_CPUS"):
+        monkeypatch.delenv(name, raising=False)
+    before = os.sched_getaffinity(0)
+    saved = dict(os.environ)
+    yield
+    os.sched_setaffinity(0, before)
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+WRONG_TYPES: list[tuple[str, object]] = [
+    ("loader_cores", None), ("loader_cores", 1.5), ("loader_cores", "1"), ("loader_cores", True),
+    ("cpu_map", 5), ("cpu_map", [[]]), ("cpu_map", [b"0"]), ("fsroot", 123), ("topology", 5), ("fsroot", b"/sys"),
+    ("mem_policy", None), ("omp_bind", None), ("env_policy", ["safe"]), ("mem_backend", None),
+    ("reserve", 0), ("cpus", 0), ("cpus", b"0,1"), ("cpus", [0.0]), ("cpus", [True]), ("cpus", [-1]),
+    ("cpus", []), ("gpus", 0), ("gpus", b"0"), ("gpus", {0, 1}), ("smt", 1), ("no_gpu", "yes"),
+    ("cpus", range(10**12)),
+]
+
+
+@pytest.mark.parametrize("keyword,value", WRONG_TYPES, ids=[f"{k}={v!r:.20}" for k, v in WRONG_TYPES])
+def test_bind_rank_refuses_a_wrong_type_naming_the_keyword(unbound: None, keyword: str, value: object) -> None:
+    """One ConfigError, ``keyword=...: ...``, and nothing bound: never a TypeError from deep inside, never a value
+    silently dropped (reserve=0 and cpus=0 were ignored, b"0,1" became CPUs 44,48-49)."""
+    from launcher import bind_rank
+
+    before = os.sched_getaffinity(0)
+    with pytest.raises(ConfigError) as caught:
+        bind_rank(0, 1, quiet=True, **{keyword: value})
+    assert str(caught.value).startswith(f"{keyword}="), str(caught.value)
+    assert len(str(caught.value)) < 300 and "\n" not in str(caught.value)
+    assert os.sched_getaffinity(0) == before
+
+
+def _first(n: int) -> list[int]:
+    return sorted(os.sched_getaffinity(0))[:n]
+
+
+@pytest.mark.parametrize("make", [list, tuple, iter, lambda c: (x for x in c), lambda c: range(c[0], c[0] + 1)],
+                         ids=["list", "tuple", "iterator", "generator", "range"])
+def test_bind_rank_takes_natural_lists(unbound: None, make: Any) -> None:
+    """cpus=, reserve= and cpu_map= as lists, tuples, ranges or generators of ints bind as their string forms."""
+    from launcher import bind_rank
+
+    (cpu,) = _first(1)
+    report = bind_rank(0, 1, quiet=True, cpus=make([cpu]))
+    assert report.cpus == (cpu,) and os.sched_getaffinity(0) == {cpu}
+    report = bind_rank(0, 1, quiet=True, cpu_map=[make([cpu])])
+    assert report.cpus == (cpu,)
+
+
+def test_bind_rank_reserve_as_a_list_is_applied(unbound: None) -> None:
+    from launcher import bind_rank
+
+    cpus = _first(2)
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    report = bind_rank(0, 1, quiet=True, cpus=cpus, reserve=[cpus[0]])
+    assert cpus[0] not in report.cpus and cpus[1] in report.cpus
+
+
+def test_bind_rank_gpus_as_a_list_reaches_the_planner(unbound: None) -> None:
+    """gpus=[0] is the string '0' (on a machine without GPUs the planner says so, naming the GPU)."""
+    from launcher import bind_rank
+
+    with pytest.raises(AffrunError) as caught:
+        bind_rank(0, 1, quiet=True, gpus=[7])
+    assert "GPU 7" in str(caught.value), str(caught.value)
+
+
+def test_bind_rank_local_rank_is_an_int_not_a_bool(unbound: None) -> None:
+    from launcher import bind_rank
+
+    with pytest.raises(ConfigError, match="local rank"):
+        bind_rank(True, 2, quiet=True)
+
+
+# ------------------------------------------------------------------------------- class 7: AffinityExecutor
+@pytest.fixture
+def slurm_executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """submitit's real Slurm executor, built where no Slurm is installed: it only needs an ``srun`` on PATH to
+    exist (a stub); nothing is submitted. Its batch file text is submitit's own."""
+    from launcher.submitit import AffinityExecutor
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return AffinityExecutor(folder=tmp_path / "logs", cluster="slurm")
+
+
+def batch_file(executor: Any) -> str:
+    text: str = executor.executor._executor._make_submission_file_text("python -u -m submitit.core._submit X", "u")
+    return text
+
+
+def test_a_setup_string_is_one_batch_line_and_an_srun_string_one_argument(slurm_executor: Any) -> None:
+    slurm_executor.update_parameters(slurm_setup="module load cuda", slurm_srun_args="--mpi=pmix")
+    text = batch_file(slurm_executor)
+    lines = text.splitlines()
+    assert "module load cuda" in lines
+    assert not any(len(line) == 1 and line in "module load cuda" for line in lines), text  # not a line a character
+    (srun,) = [line for line in lines if line.startswith("srun ")]
+    assert " --mpi=pmix " in srun and "--cpu-bind=none" in srun and " - -m -p -i " not in srun, srun
+    slurm_executor.update_parameters(slurm_setup=(line for line in ["export A=1", "export B=2"]),
+                                     slurm_srun_args=iter(["-l"]))  # read once
+    lines = batch_file(slurm_executor).splitlines()
+    assert "export A=1" in lines and "export B=2" in lines and "module load cuda" not in lines
+    assert any(line.startswith("srun ") and " -l " in line for line in lines)
+
+
+@pytest.mark.parametrize("keyword,value", [
+    ("slurm_setup", 5), ("slurm_setup", b"module load cuda"), ("slurm_setup", [5]), ("slurm_setup", ["a\nb"]),
+    ("slurm_setup", ["a\x85b"]), ("slurm_setup", ["a\u2028b"]), ("slurm_srun_args", 5), ("slurm_srun_args", [None]),
+    ("slurm_srun_args", "--mpi=pmix -l"), ("slurm_srun_args", b"-l"),
+])
+def test_executor_parameters_of_the_wrong_type_are_one_config_error(slurm_executor: Any, keyword: str,
+                                                                     value: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        slurm_executor.update_parameters(**{keyword: value})
+    assert keyword in str(caught.value), str(caught.value)
+
+
+def test_executor_cpu_lists_from_generators_are_kept_and_bytes_refused(tmp_path: Path) -> None:
+    """A generator given for cpus= or gpus= was consumed by the check and dropped; b"0,1" became CPUs 44,48-49."""
+    from launcher.submitit import AffinityExecutor
+
+    cpu = _first(1)[0]
+    ex = AffinityExecutor(folder=tmp_path / "logs", cluster="local", cpus=(c for c in [cpu]), gpus=iter([1, 0]),
+                          reserve=range(0))
+    argv = ex.options.to_argv()
+    assert argv[argv.index("--cpus") + 1] == str(cpu) and argv[argv.index("--gpus") + 1] == "1,0"
+    ex.update_parameters(cpus=(c for c in [cpu]))
+    assert ex.options.cpus == str(cpu)
+    for keyword, value in (("cpus", b"0,1"), ("gpus", b"0"), ("reserve", 0), ("loader_cores", 1.0)):
+        with pytest.raises(ConfigError, match=f"^{keyword}="):
+            ex.update_parameters(**{keyword: value})
+        with pytest.raises(ConfigError, match=f"^{keyword}="):
+            AffinityExecutor(folder=tmp_path / "logs", cluster="local", **{keyword: value})
+    assert ex.options.cpus == str(cpu)  # a refused update changes nothing
+
+
+def test_python_front_ends_share_one_keyword_check() -> None:
+    """bind_rank and the executor say the same thing about the same wrong value (one check, from the table)."""
+    from launcher.keywords import check_keywords
+    from launcher.submitit import AffinityOptions
+
+    cases: list[tuple[str, Any]] = [("loader_cores", 1.5), ("cpus", b"0"), ("omp_bind", None)]
+    for keyword, value in cases:
+        with pytest.raises(ConfigError) as shared:
+            check_keywords({keyword: value})
+        with pytest.raises(ConfigError) as executor:
+            AffinityOptions.from_kwargs(**{keyword: value})
+        assert str(shared.value) == str(executor.value)
+
+
+# ------------------------------------------------------------------------------- class 11: affrun sbatch
+def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:
+    """``affrun sbatch ARGS -o FILE`` through the real CLI (a site profile when ``config`` is given)."""
+    script = tmp_path / "job.sbatch"
+    env = {"AFFRUN_CONFIG": ""}
+    if config:
+        (tmp_path / "site.yaml").write_text(config, encoding="utf-8")
+        env["AFFRUN_CONFIG"] = str(tmp_path / "site.yaml")
+    split = args.index("--")
+    return affrun("sbatch", *args[:split], "-o", str(script), *args[split:], env=env), script
+
+
+@pytest.mark.parametrize("command", [["-m"], ["--no-python"], ["-c", "x"], [""], ["-m", ""], ["-h"],
+                                     ["--no-python", "-m", "x"]],
+                         ids=["-m", "--no-python", "-c x", "empty", "-m empty", "-h", "--no-python -m"])
+def test_sbatch_refuses_a_command_affrun_torchrun_refuses_in_the_job(tmp_path: Path, command: list[str]) -> None:
+    """The job's own parse (affrun torchrun's) runs before the script is written: nothing is queued to fail."""
+    from tests.launch import require_torch
+
+    require_torch()
+    proc, script = sbatch(tmp_path, "--", *command)
+    refused(proc)
+    assert not script.exists()
+
+
+def test_sbatch_srun_style_refuses_an_empty_program(tmp_path: Path) -> None:
+    proc, script = sbatch(tmp_path, "--style", "srun", "--", "", "x")
+    refused(proc, "empty")
+    assert not script.exists()
+
+
+CONTROL = ["a\x85b", "a\x9bb", "a\u2028b", "a\u2029b", "a\x7fb", "a\x1bb", "a\x0bb"]
+# (a newline or a carriage return in a #SBATCH value was refused already; in a setup line it was not)
+CONTROL_CASES = [(key, text) for key in ("setup", "job-name", "partition", "sbatch-line", "mem") for text in CONTROL]
+CONTROL_CASES += [("setup", "a\rb"), ("setup", "a\nb")]
+
+
+@pytest.mark.parametrize("key,text", CONTROL_CASES, ids=[f"{k}-{t!a}" for k, t in CONTROL_CASES])
+def test_one_control_character_rule_for_the_command_line_and_the_profile(tmp_path: Path, key: str,
+                                                                        text: str) -> None:
+    """Unicode Cc, Zl and Zp (C1 controls and U+2028 too) are refused in every value written into the script,
+    whether it came from a flag or from a YAML site profile; a tab is fine."""
+    value = "--mail-type=END" + text if key == "sbatch-line" else text
+    proc, script = sbatch(tmp_path, "--style", "srun", f"--{key}", value, "--", "prog")
+    refused(proc, f"--{key}")
+    assert not script.exists()
+    escaped = value.encode("unicode_escape").decode().replace('"', '\\"')
+    proc, script = sbatch(tmp_path, "--style", "srun", "--", "prog", config=f'defaults:\n  {key}: "{escaped}"\n')
+    refused(proc, key)
+    assert not script.exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--nodes", "1" * 26), ("--nodes", "\u0661"), ("--rdzv-port", "1_0"),
+                                        ("--ntasks-per-node", " 2")])
+def test_the_command_line_refuses_counts_the_profile_refuses(tmp_path: Path, flag: str, value: str) -> None:
+    proc, script = sbatch(tmp_path, "--style", "srun", flag, value, "--", "prog")
+    refused(proc, flag)
+    assert not script.exists()
+    proc, script = sbatch(tmp_path, "--style", "srun", "--", "prog",
+                          config=f'defaults:\n  {flag[2:]}: {value if value.isascii() and value.isdigit() else repr(value)}\n')
+    refused(proc, flag[2:])
+
+
+@pytest.mark.parametrize("where", ["flag", "profile"])
+def test_the_value_written_is_the_value_checked(tmp_path: Path, where: str) -> None:
+    """gpus-per-node "4\\t" was checked as 4 and written with its tab; now it is 4, checked and written."""
+    if where == "flag":
+        proc, script = sbatch(tmp_path, "--style", "srun", "--gpus-per-node", "4\t", "--mem", " 4000 ", "--", "p")
+    else:
+        proc, script = sbatch(tmp_path, "--style", "srun", "--", "p",
+                              config='defaults:\n  gpus-per-node: "4\\t"\n  mem: " 4000 "\n')
+    assert proc.returncode == 0, proc.stderr
+    lines = script.read_text().splitlines()
+    assert "#SBATCH --gpus-per-node=4" in lines and "#SBATCH --mem=4000" in lines, lines[:12]
+    assert "#SBATCH --ntasks-per-node=4" in lines
+
+
+def test_affrun_torchrun_refuses_an_empty_script_name() -> None:
+    """The check sbatch borrows is affrun torchrun's own: '' is refused in one line, no worker started."""
+    from tests.launch import require_torch
+
+    require_torch()
+    refused(affrun("torchrun", "--nproc-per-node", "1", ""), "empty")

@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="affrun run [OPTIONS] -- COMMAND [ARGS...]",
     )
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
-                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU).")
+                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU, "
+                   "else 1).")
     p.add_argument("--top", choices=TOP_CHOICES, default="auto",
                    help="The first Python process without a rank variable: rank0 (the script is rank 0, as "
                    "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
@@ -77,7 +78,7 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None and args.nproc < 1:
         raise ConfigError(f"--nproc-per-node {args.nproc}: give at least 1")
     user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
-    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env)
+    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
     return parent
 
 

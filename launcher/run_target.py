@@ -300,9 +300,12 @@ def diagnose(target: Target) -> tuple[str, str]:
         flags = f"-{''.join(alone) or given}"  # the one that is the cause (-S, not -I) when one is
         return (f"COMMAND's Python {name} does not load affrun's startup hook with {flags} (affrun-startup.pth "
                 f"in site-packages), so no rank will be bound: drop {flags}"), ""
-    said = f" ({answer.detail})" if answer.detail.startswith("affrun:") else ""
+    if answer.detail.startswith("affrun:"):  # a hook that does not know the probe: another affrun's
+        return (f"COMMAND's Python {name} loads the startup hook of another affrun version, which does not "
+                f"answer this one ({answer.detail}): install this affrun into that interpreter "
+                f"({target.interpreter} -m pip install affrun)"), ""
     ours = f" (such as {sys.executable})" if sys.executable and has_hook_file() else ""
-    return (f"COMMAND's Python {name} does not load affrun's startup hook{said}, so no rank will be bound: run "
+    return (f"COMMAND's Python {name} does not load affrun's startup hook, so no rank will be bound: run "
             f"COMMAND with the python of an environment that has affrun{ours}, or install affrun into that "
             f"interpreter ({target.interpreter} -m pip install affrun)"), ""
 

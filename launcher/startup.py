@@ -31,6 +31,9 @@ starting process is (:func:`decide`, pure) and applies it (:func:`main`):
   already bound, left alone.
 - ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits).
 
+``AFFRUN_RUN=probe`` is no role: ``affrun run`` asking whether this interpreter loads the hook
+(:mod:`launcher.run_target`). The hook sets :data:`answered_probe` and does nothing else.
+
 A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2.
 """
 

@@ -31,6 +31,7 @@ from launcher.launcher_commands import command_is_launcher
 from launcher.localrank import task_identity
 from launcher.option_table import add_binding_arguments, non_negative
 from launcher.rank_line import mem_text
+from launcher.run_target import check_command
 from launcher.startup import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -45,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="affrun run [OPTIONS] -- COMMAND [ARGS...]",
     )
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
-                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU).")
+                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU, "
+                   "else 1).")
     p.add_argument("--top", choices=TOP_CHOICES, default="auto",
                    help="The first Python process without a rank variable: rank0 (the script is rank 0, as "
                    "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
@@ -54,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="Every process the hook binds prints its rank line (with its pid and why) on stderr.")
     p.add_argument("--dry-run", action="store_true", help="Print the plan and the environment; start nothing.")
+    p.add_argument("--strict", action="store_true",
+                   help="When COMMAND's Python interpreter does not load affrun's startup hook, exit 2 with an "
+                   "error and run nothing, instead of a warning (for CI).")
     return p
 
 
@@ -73,7 +78,7 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None and args.nproc < 1:
         raise ConfigError(f"--nproc-per-node {args.nproc}: give at least 1")
     user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
-    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env)
+    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
     return parent
 
 
@@ -88,9 +93,12 @@ def main(argv: Sequence[str]) -> int:
         raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
                           "run the launcher directly")
     parent = prepare(args, environ)
+    # Before anything is printed or run: whether COMMAND's interpreter loads the hook that binds (warning,
+    # or --strict's error). Without it the rank lines would report a binding that is never made.
+    bound = check_command(command, environ, strict=args.strict, verbose=args.verbose) if command else True
     role = top_role(command) if args.top == "auto" else args.top
     host = os.uname().nodename
-    for rank in parent.plan.ranks:
+    for rank in parent.plan.ranks if bound else ():
         print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host),
               file=sys.stderr)
     for warning in parent.plan.warnings:

@@ -31,6 +31,9 @@ starting process is (:func:`decide`, pure) and applies it (:func:`main`):
   already bound, left alone.
 - ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits).
 
+``AFFRUN_RUN=probe`` is no role: ``affrun run`` asking whether this interpreter loads the hook
+(:mod:`launcher.run_target`). The hook sets :data:`answered_probe` and does nothing else.
+
 A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2.
 """
 
@@ -50,6 +53,10 @@ if TYPE_CHECKING:
 
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
+# AFFRUN_RUN=probe: affrun run asks an interpreter whether it loads this hook (launcher.run_target). The hook
+# answers by setting ``answered_probe`` and does nothing else: it binds nothing and prints nothing.
+PROBE = "probe"
+answered_probe = False
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"  # written by every binding (launcher.env.affrun_variables)
 # The rank variables of the task affrun run started in, and their identity (launcher.localrank.task_identity), as
 # a JSON object: written by affrun run, only when there are some.
@@ -277,10 +284,13 @@ _done = False
 def main() -> None:
     """Run by ``affrun-startup.pth`` when ``AFFRUN_RUN`` is set (once per process: ``site`` may read the
     site-packages directory twice, through a ``lib64`` link)."""
-    global _done
+    global _done, answered_probe
     if _done:
         return
     _done = True
+    if os.environ.get(RUN_VARIABLE) == PROBE:
+        answered_probe = True
+        return
     from launcher.errors import AffrunError, error_line
 
     try:

@@ -93,7 +93,6 @@ def test_arguments_pid_and_exit_status_are_the_commands() -> None:
 @pytest.mark.parametrize(
     ("argv", "extra", "message"),
     [
-        (["--", "true"], {}, "no GPU is visible"),
         (["--nproc-per-node", "0", "--", "true"], {}, "at least 1"),
         (["--nproc-per-node", "1", "--", "true"], {"AFFRUN_RUN": "rank0"}, "already running"),
         (["--nproc-per-node", "99", "--", "true"], {}, ""),

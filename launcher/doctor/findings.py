@@ -115,6 +115,8 @@ CATALOGUE: dict[str, str] = {
     "cuda-device-order": "CUDA_DEVICE_ORDER is not PCI_BUS_ID on a machine with GPUs of different models",
     "collapse": "live: a rank's DataLoader workers are all confined to one CPU while the rank owns several",
     "rank-overlap": "live: the CPU masks of two ranks overlap",
+    "run-unbound": "live: a process under affrun run that its plan makes a rank runs outside that rank's CPUs: "
+                   "its interpreter did not load affrun's startup hook",
     "thread-migrations": "live: busy threads of a rank move between CPUs (unbound threads)",
     "gpu-low-utilisation": "live: a GPU used by the job was mostly idle during the sample",
 }

@@ -23,6 +23,7 @@ from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_sour
 from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.host_checks import check_double_binding
+from launcher.doctor.run_checks import planned_cpus, unbound_findings
 from launcher.env import BINDING_VARIABLES
 from launcher.runtimes import LoadedRuntime, openmp_names
 from launcher.topology.model import Topology
@@ -204,13 +205,17 @@ def _descends(p: ProcessRecord, ancestor: int, by_pid: Mapping[int, ProcessRecor
 
 
 def owned_cpus(rank: ProcessRecord) -> frozenset[int]:
-    """The CPUs a rank was given: ``AFFRUN_CPUS``; else what its threads and its launcher's threads span.
+    """The CPUs a rank was given: ``AFFRUN_CPUS``, or its rank's in the plan of ``affrun run``; else what its
+    threads and its launcher's threads span.
 
     The launcher's mask is left out under Slurm CPU binding, where srun binds each task below its parent's mask.
     """
     planned = exported_cpus(rank.environ)
     if planned:
         return planned
+    under_run = planned_cpus(rank)  # affrun run's hook binds in-process: AFFRUN_CPUS is not in /proc's environ
+    if under_run:
+        return under_run[1]
     own = rank.mask
     if slurm_bound(rank.environ) or not rank.launcher_mask:
         return own
@@ -245,6 +250,7 @@ def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) 
         findings.extend(collapse_findings(audit, rank))
         findings.extend(migration_findings(audit, rank))
     findings.extend(overlap_findings(ranks))
+    findings.extend(unbound_findings(audit.processes))
     findings.extend(gpu_findings(audit))
     return merge_subjects(findings)
 

@@ -1,0 +1,77 @@
+"""``affrun doctor --pid``: the processes of an ``affrun run`` job that carry its plan but were never bound.
+
+Under ``affrun run`` every Python process binds itself at interpreter start (the startup hook,
+:mod:`launcher.startup`). One whose interpreter lacks the hook (another venv, ``python -S``) still carries
+``AFFRUN_RUN`` and ``AFFRUN_PLAN`` in its environment, and runs wherever it was started. ``/proc/PID/environ``
+holds the environment the process started with, not what the hook wrote into ``os.environ``
+(``AFFRUN_LOCAL_RANK``), so the audit asks the hook's own rule (:func:`launcher.startup.decide`, pure) what the
+process is from that environment and its command line, and compares the CPUs of its threads with the planned
+rank's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from launcher.cpulist import format_cpulist
+from launcher.doctor.findings import Finding
+
+if TYPE_CHECKING:
+    from launcher.handoff import ParentPlan
+
+
+class Process(Protocol):
+    """What the check reads of a sampled process (:class:`launcher.doctor.live.ProcessRecord`)."""
+
+    pid: int
+    comm: str
+    cmdline: list[str]
+    environ: dict[str, str]
+
+    @property
+    def mask(self) -> frozenset[int]: ...
+
+    def label(self) -> str: ...
+
+
+def planned_cpus(process: Process) -> tuple[int, frozenset[int]] | None:
+    """The local rank and CPUs ``affrun run``'s hook binds ``process`` to (``None``: it binds none: no plan, a
+    launcher, a worker or helper of a bound rank, a plan that cannot be read)."""
+    from launcher.errors import AffrunError
+    from launcher.startup import PROBE, RUN_VARIABLE, decide, parent_plan
+
+    if not process.environ.get(RUN_VARIABLE) or process.environ.get(RUN_VARIABLE) == PROBE:
+        return None
+    try:
+        parent: ParentPlan = parent_plan(process.environ)
+        decision = decide(process.environ, process.cmdline, len(parent.plan.ranks), pid=process.pid)
+    except AffrunError:
+        return None  # the hook refused it with an error line: the process ended there
+    if decision.action != "rank" or decision.rank is None or not 0 <= decision.rank < len(parent.plan.ranks):
+        return None
+    return decision.rank, frozenset(parent.plan.ranks[decision.rank].cpus)
+
+
+def unbound_findings(processes: Iterable[Process]) -> list[Finding]:
+    """A process the plan makes a rank, some of whose threads may run outside that rank's CPUs: the hook did not
+    bind it (its interpreter does not load ``affrun-startup.pth``, or ``-S`` kept ``site`` from running)."""
+    out: list[Finding] = []
+    for process in processes:
+        planned = planned_cpus(process)
+        mask = process.mask
+        if planned is None or not mask or mask <= planned[1]:
+            continue
+        rank, cpus = planned
+        python = process.cmdline[0] if process.cmdline else process.comm
+        out.append(Finding(
+            "run-unbound", "error",
+            f"pid {process.pid} ({python}) carries affrun run's plan as local rank {rank} (CPUs "
+            f"{format_cpulist(cpus)}) but runs on CPUs {format_cpulist(mask)}: it was not bound",
+            "its interpreter did not load affrun's startup hook (a Python without affrun installed, or run with "
+            "-S), so it runs on the CPUs it started with, which other ranks may share",
+            f"run the job with the python of the environment that has affrun, or install affrun into {python}'s "
+            "environment; `affrun run --strict` refuses such a command before it starts",
+            process.label(),
+        ))
+    return out

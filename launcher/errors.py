@@ -71,13 +71,20 @@ class AffrunError(Exception):
 LINE_LIMIT = 480
 
 
+def one_line(text: str) -> str:
+    """``text`` with only printable characters, for an error or a warning line: a newline, carriage return or tab
+    becomes a space, any other character that is not printable (``\\v``, U+2028, an escape sequence a terminal
+    would act on) a ``?``. A warning that echoes a path or a variable passes through it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else " " if c in "\n\r\t" else "?" for c in text)
+
+
 def error_line(exc: AffrunError) -> str:
     """The one line every front end prints for ``exc``: ``affrun: error: ...``, on one line and bounded (the
     middle of an overlong message is cut, keeping what was refused and why). Characters that are not printable
     become a space (newline, tab) or ``?`` (``\\v``, U+2028, an escape sequence a terminal would act on)."""
-    text = str(exc)
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else " " if c in "\n\r\t" else "?" for c in text)
+    text = one_line(str(exc))
     if len(text) > LINE_LIMIT:
         half = (LINE_LIMIT - 5) // 2
         text = f"{text[:half]} ... {text[-half:]}"

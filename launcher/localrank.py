@@ -38,6 +38,16 @@ def _int(environ: Mapping[str, str], name: str) -> int:
     return number
 
 
+def _no_slurm_count(environ: Mapping[str, str]) -> str:
+    """Why no Slurm variable gave this node's task count: none is set, or those set list no entry for the node."""
+    given = [name for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if name in environ]
+    if not given:
+        return "SLURM_LOCALID is set but no SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE"
+    shown = ", ".join(f"{name}={clip(environ[name], 40)!r}" for name in given)
+    node = clip(environ.get("SLURM_NODEID", "0"), 20)
+    return f"SLURM_LOCALID is set but {shown} lists no task count for SLURM_NODEID={node}"
+
+
 def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
     """The first launcher whose rank variable is set wins; ``None`` when none is."""
     for rank_var, size_var in SOURCES:
@@ -47,9 +57,12 @@ def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
         if rank_var == "SLURM_LOCALID":
             from launcher.slurm_env import tasks_on_node
 
-            found = tasks_on_node(environ)
+            try:
+                found = tasks_on_node(environ)
+            except ValueError as exc:  # set but malformed: said so, never as "not set"
+                raise LocalRankError(f"SLURM_LOCALID is set but {exc}") from None
             if found is None:
-                raise LocalRankError("SLURM_LOCALID is set but no SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE")
+                raise LocalRankError(_no_slurm_count(environ))
             size = found
         elif size_var in environ:
             size = _int(environ, size_var)

@@ -71,6 +71,21 @@ def _count(part: str) -> tuple[int | None, int | None]:
     return ascii_uint(count), ascii_uint(repeat)
 
 
+def _count_of_node(value: str, node: int) -> int | bool | None:
+    """The ``node``-th count of a per-node count list, without expanding it (``1(x99999999999)`` is node 0's 1);
+    ``None`` when the list has no entry for ``node``, ``False`` when it is not such a list."""
+    found: int | None = None
+    first = 0  # the first node the part describes
+    for part in value.split(","):
+        count, repeat = _count(part)
+        if count is None or repeat is None:
+            return False
+        if found is None and first <= node < first + repeat:
+            found = count
+        first += repeat
+    return found
+
+
 def in_slurm_step(environ: Mapping[str, str]) -> bool:
     """True inside a task started by ``srun`` (not the batch script itself)."""
     return bool(environ.get("SLURM_STEP_ID")) and bool(environ.get("SLURM_LOCALID"))
@@ -79,21 +94,32 @@ def in_slurm_step(environ: Mapping[str, str]) -> bool:
 def tasks_on_node(environ: Mapping[str, str]) -> int | None:
     """Tasks of this step on this node: the ``SLURM_NODEID``-th entry of ``SLURM_STEP_TASKS_PER_NODE``.
 
-    Falls back to ``SLURM_TASKS_PER_NODE`` (same syntax), then to ``SLURM_NTASKS_PER_NODE`` (one number, only
-    set when ``--ntasks-per-node`` was given). ``None`` when none of them is usable.
+    Falls back to ``SLURM_TASKS_PER_NODE`` (same syntax) when it is not set or lists no entry for this node, then
+    to ``SLURM_NTASKS_PER_NODE`` (one number, only set when ``--ntasks-per-node`` was given). ``None`` when none of
+    them is set or covers this node. A variable that is set but malformed is never taken as missing: a
+    :class:`ValueError` names it and its (shortened) value.
     """
-    node = ascii_uint(environ.get("SLURM_NODEID", "0").strip()) or 0
+    node_text = environ.get("SLURM_NODEID")
+    node = 0 if node_text is None else ascii_uint(node_text.strip())
+    if node is None:
+        raise ValueError(f"SLURM_NODEID={clip(node_text or '', 40)!r} is not a node index")
     for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
         value = environ.get(name)
-        if not value:
+        if value is None:
             continue
-        try:
-            counts = expand_counts(value)
-        except ValueError:
-            continue
-        if 0 <= node < len(counts):
-            return counts[node]
-    return ascii_uint(environ.get("SLURM_NTASKS_PER_NODE", "").strip())
+        found = _count_of_node(value, node)
+        if found is False:
+            raise ValueError(f"{name}={clip(value, 40)!r} is not a Slurm per-node task count list "
+                             "(expected e.g. 4 or 2(x3),1)")
+        if found is not None:
+            return found
+    value = environ.get("SLURM_NTASKS_PER_NODE")
+    if value is None:
+        return None
+    count = ascii_uint(value.strip())
+    if count is None:
+        raise ValueError(f"SLURM_NTASKS_PER_NODE={clip(value, 40)!r} is not a number of tasks")
+    return count
 
 
 def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | None:

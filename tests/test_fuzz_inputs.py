@@ -137,7 +137,12 @@ number_text = st.one_of(
 )
 cpulist_text = st.lists(st.one_of(number_text, st.tuples(number_text, number_text).map("-".join)), max_size=4).map(",".join)
 hexmask_text = st.lists(st.text(alphabet="0123456789abcdefABCDEFx,", max_size=10), max_size=3).map(",".join)
+# A node's meminfo line with any spacing and value (issue 18: "MemTotal:16318356 kB" was a traceback).
+meminfo_text = st.tuples(st.sampled_from(["", " ", "\t", "   "]), number_text, st.sampled_from(["", " kB", "kB", " MB"]),
+                         st.booleans()).map(lambda t: ("Node 0 MemFree: 1 kB\n" if t[3] else "") +
+                                            f"Node 0 MemTotal:{t[0]}{t[1]}{t[2]}\n")
 file_content = st.one_of(
+    meminfo_text,
     cpulist_text.map(lambda t: t + "\n"),
     hexmask_text.map(lambda t: t + "\n"),
     number_text,

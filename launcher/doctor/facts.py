@@ -23,6 +23,7 @@ from launcher.inherited_mask import Collapse, read_collapse
 from launcher.runtimes import OPENMP, identify
 from launcher.slurm_env import parse_version
 from launcher.topology._files import read_text
+from launcher.topology.fsroot import within
 from launcher.topology.model import Topology
 
 
@@ -166,10 +167,11 @@ def slurm_version() -> tuple[int, int, int] | None:
 
 def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
     out: dict[str, str] = {}
-    for gpu in topology.gpus:
-        text = read_text(os.path.join(root, "sys/bus/pci/devices", gpu.pci, "device"))  # bounded, no FIFO
-        if text is not None:
-            out[gpu.pci] = text
+    with within(root):  # an fsroot's links are followed inside it
+        for gpu in topology.gpus:
+            text = read_text(os.path.join(root, "sys/bus/pci/devices", gpu.pci, "device"))  # bounded, no FIFO
+            if text is not None:
+                out[gpu.pci] = text
     return out
 
 

@@ -5,6 +5,9 @@ path and returns ``None`` when it is absent, a dangling or looping link, or unre
 ``os.open``/``os.read`` directly: a topology read opens about one file per core, and the buffered ``open()``
 costs twice as much per file.
 
+Under an ``--fsroot`` every path is resolved inside the tree (:mod:`launcher.topology.fsroot`): a link that
+points out of it is followed as a chroot would, never to the live machine.
+
 Every read is bounded: a FIFO in place of a file would block ``read`` forever and ``/dev/zero`` would fill
 memory, so files are opened non-blocking, anything but a regular file is refused (:class:`TopologyError`), and
 no more than ``limit`` bytes are read.
@@ -17,6 +20,7 @@ import stat
 
 from launcher.cpulist import CpuIdTooLarge, id_problem, parse_cpulist, parse_hexmask
 from launcher.errors import AffrunError, TopologyError
+from launcher.topology.fsroot import listdir, open_fd
 from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, short
 
 _CHUNK = 65536
@@ -43,8 +47,8 @@ def read_bytes(path: str, limit: int = SYSFS_LIMIT) -> bytes | None:
     Raises :class:`NotRegularFile` for a FIFO, device or socket and :class:`FileTooLarge` past ``limit`` bytes.
     """
     try:
-        fd = os.open(path, _O_FLAGS)
-    except OSError:
+        fd = open_fd(path, _O_FLAGS)
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
         return None
     try:
         mode = os.fstat(fd).st_mode
@@ -167,8 +171,8 @@ def numbered_entries(directory: str, prefix: str, kind: str | None = None) -> li
     naming the entry (a ``cpu99999999999`` directory would otherwise reach ``sched_setaffinity``).
     """
     try:
-        names = os.listdir(directory)
-    except OSError:
+        names = listdir(directory)
+    except (OSError, ValueError):
         return []
     plen = len(prefix)
     out: list[int] = []

@@ -8,7 +8,9 @@ from launcher.errors import TopologyError
 from launcher.records import replace
 from launcher.slurm_env import slurm_global_visible
 from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
+from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU
+from launcher.topology.pci import format_pci, pci_address, pci_order
 from launcher.untrusted import ascii_int, ascii_uint, clip, short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
@@ -22,17 +24,6 @@ EXCLUDED_VENDORS = {0x1A03: "ASPEED BMC VGA", 0x102B: "Matrox BMC VGA", 0x1013: 
 EXCLUDED_DEVICES = {(0x1002, 0x515E): "AMD Radeon ES1000 BMC VGA", (0x1002, 0x5159): "AMD Radeon 7000/VE (RV100) VGA"}
 
 
-def pci_order(bdf: str) -> tuple[int, ...]:
-    """Sort key of a PCI address (``0000:18:00.0``): domain, bus, device, function. GPUs are numbered in this
-    order (what NVML and CUDA_DEVICE_ORDER=PCI_BUS_ID do); an address that does not parse sorts last."""
-    try:
-        domain, bus, devfn = bdf.split(":")
-        dev, fn = devfn.split(".")
-        return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
-    except ValueError:
-        return (1 << 30,)
-
-
 def read_pci_gpus(
     root: str, all_cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None = None
 ) -> tuple[list[GPU], list[str]]:
@@ -41,24 +32,28 @@ def read_pci_gpus(
     ``all_cpus`` are the online CPUs; ``node_cpus`` maps each NUMA node to its online CPUs. When the kernel
     gives no ``numa_node`` (-1, or no file as in POWER9 captures) but ``local_cpulist`` lies inside exactly
     one node, that node is the GPU's (this is how hwloc places such devices).
+
+    Entries are PCI addresses (:func:`launcher.topology.pci.pci_address`): one that is not is skipped with a
+    warning, and two spellings of one address (``0000:3b:00.0``, ``0000:3B:00.0``) are one device, read from the
+    entry spelled as the kernel spells it when there is one.
     """
     base = os.path.join(root, "sys/bus/pci/devices")
     try:
-        names = os.listdir(base)
-    except OSError:
+        entries = listdir(base)
+    except (OSError, ValueError):
         return [], []
-    names.sort(key=pci_order)
+    warnings: list[str] = []
+    devices = _pci_entries(base, entries, warnings)
     nvidia_proc = os.path.join(root, "proc/driver/nvidia/gpus")
     found: list[GPU] = []
-    warnings: list[str] = []
-    for bdf in names:
-        dev = os.path.join(base, bdf)
+    for bdf, name in devices:
+        dev = os.path.join(base, name)
         klass = read_int(os.path.join(dev, "class"))
         if klass is None or (klass >> 8) not in GPU_CLASSES:
             continue
         vendor_id = read_int(os.path.join(dev, "vendor"))
         driver_dir = os.path.join(nvidia_proc, bdf)
-        if vendor_id is None and os.path.isdir(driver_dir):
+        if vendor_id is None and isdir(driver_dir):
             vendor_id = 0x10DE  # POWER9 trees keep only class/local_cpus; the driver's proc entry names it
         if vendor_id is None or vendor_id in EXCLUDED_VENDORS or vendor_id not in VENDORS:
             continue
@@ -78,7 +73,7 @@ def read_pci_gpus(
         found.append(
             GPU(
                 index=len(found),
-                pci=bdf.lower(),
+                pci=bdf,
                 vendor=VENDORS[vendor_id],
                 numa_node=numa,
                 cpus=cpus,
@@ -87,6 +82,35 @@ def read_pci_gpus(
             )
         )
     return _with_vendor_indexes(root, found), warnings
+
+
+def _pci_entries(base: str, entries: list[str], warnings: list[str]) -> list[tuple[str, str]]:
+    """(address, entry name) of each distinct PCI address among ``entries``, in PCI bus order."""
+    named: list[tuple[str, str]] = []
+    strange: list[str] = []
+    for name in entries:
+        address = pci_address(name)
+        if address is None:
+            strange.append(name)
+        else:
+            named.append((address, name))
+    named.sort(key=lambda an: (pci_order(an[0]), an[1] != an[0], an[1]))
+    out: list[tuple[str, str]] = []
+    twice: list[str] = []
+    for address, name in named:
+        if out and out[-1][0] == address:
+            twice.append(f"{short(name, 24)} is {out[-1][1]}")
+        else:
+            out.append((address, name))
+    if strange:
+        listed = ", ".join(short(n, 30) for n in sorted(strange)[:3]) + (", ..." if len(strange) > 3 else "")
+        warnings.append(f"{short(base, 120)}: {len(strange)} entr{'y is' if len(strange) == 1 else 'ies are'} not a "
+                        f"PCI address (dddd:bb:dd.f) and ignored: {listed}")
+    if twice:
+        warnings.append(f"{short(base, 120)}: {len(twice)} entr{'y names' if len(twice) == 1 else 'ies name'} a PCI "
+                        f"address already listed, in another spelling ({', '.join(twice[:3])}); each device is read "
+                        "once")
+    return out
 
 
 def _with_vendor_indexes(root: str, gpus: list[GPU]) -> list[GPU]:
@@ -123,7 +147,7 @@ def _kfd_order(root: str) -> dict[str, int]:
         location, domain = ascii_uint(props.get("location_id", "")), ascii_uint(props.get("domain", "0"))
         if location is None or domain is None:
             continue
-        bdf = f"{domain:04x}:{location >> 8:02x}:{(location >> 3) & 0x1F:02x}.{location & 0x7:x}"
+        bdf = format_pci(domain, (location >> 8) & 0xFF, (location >> 3) & 0x1F, location & 0x7)
         order[bdf] = len(order)
     return order
 

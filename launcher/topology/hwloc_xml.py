@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
-from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS, pci_order
+from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.pci import pci_address, pci_order
 from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
@@ -179,10 +180,11 @@ def _numa_node(element: ET.Element) -> _Node:
 def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
     """A ``PCIDev`` that is an NVIDIA/AMD/Intel GPU, else ``None``."""
     pci_type = element.get("pci_type", "")
-    busid = element.get("pci_busid", "").lower()
+    given = element.get("pci_busid", "")
     parts = pci_type.split()
-    if len(parts) < 2 or not busid:
+    if len(parts) < 2 or not given:
         return None
+    busid = pci_address(given) or given
     vendor_text, _, device_text = parts[1].strip("[]").partition(":")
     klass, vendor, device = ascii_hex(parts[0]), ascii_hex(vendor_text), ascii_hex(device_text or "0")
     if klass is None or vendor is None or device is None:
@@ -191,6 +193,8 @@ def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
         return None
     if (vendor, device) in EXCLUDED_DEVICES:
         return None
+    if pci_address(given) is None:
+        raise _Bad(f"pci_busid={short(given, 40)} of a GPU is not a PCI address (dddd:bb:dd.f)")
     uuid: str | None = None
     vendor_index: int | None = None
     for osdev in element.iter("object"):
@@ -324,7 +328,12 @@ def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> t
     node_ids = frozenset(n.os_index for n in nodes)
     with_cpus = frozenset(n.os_index for n in nodes if n.cpus)
     nvidia = 0
+    listed: set[str] = set()
     for pci in sorted(walk.gpus, key=lambda g: pci_order(g.busid)):
+        if pci.busid in listed:  # one address in two PCIDev objects (or two spellings of it): one GPU
+            warnings.append(f"GPU {pci.busid} is listed twice in the XML; it is one GPU")
+            continue
+        listed.add(pci.busid)
         vendor_index = pci.vendor_index
         if pci.vendor == 0x10DE:  # NVML numbers NVIDIA GPUs in PCI bus order
             vendor_index = nvidia if vendor_index is None else vendor_index

@@ -7,9 +7,10 @@ in the tuples below. Everything here is immutable and free of I/O.
 from __future__ import annotations
 
 from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
-from launcher.errors import TopologyError
+from launcher.errors import TopologyError, one_line
 from launcher.records import dataclass, field, replace
-from launcher.untrusted import clip
+from launcher.topology.pci import pci_address
+from launcher.untrusted import clip, short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
@@ -125,7 +126,8 @@ class Topology:
         return replace(self, allowed=self.allowed & cpus)
 
     def with_warnings(self, *extra: str) -> Topology:
-        return replace(self, warnings=self.warnings + tuple(extra))
+        """The same machine with ``extra`` warnings, each made one line (:func:`launcher.errors.one_line`)."""
+        return replace(self, warnings=self.warnings + tuple(one_line(w) for w in extra))
 
     # ------------------------------------------------------------------ output
     def to_json(self) -> dict[str, Any]:
@@ -178,6 +180,9 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
       looping ``thread_siblings`` file, one PU under two ``Core`` objects) stays in the first core, in order of
       the cores' first PU, and is dropped from the others, with a warning. A core left without PUs goes.
     * Core ``package`` and ``l3`` indexes point at existing packages and L3 groups (else refused).
+    * Each GPU's ``pci`` is an address in :func:`launcher.topology.pci.pci_address`'s spelling, and no two GPUs
+      have one address (each reader normalises and dedupes; anything else is refused).
+    * Warnings are one line each (:func:`launcher.errors.one_line`): they echo paths and values of the source.
 
     Messages start with ``where`` (default: the topology's ``source``).
     """
@@ -212,10 +217,17 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
         if core.l3 is not None and not 0 <= core.l3 < len(topo.l3_groups):
             raise TopologyError(f"{where}: a core of CPUs {format_cpulist(core.pus)} is in L3 group "
                                 f"L#{id_text(core.l3)}, which does not exist")
+    listed: set[str] = set()
+    for gpu in topo.gpus:
+        if pci_address(gpu.pci) != gpu.pci:
+            raise TopologyError(f"{where}: GPU {short(gpu.pci, 40)}: not a PCI address in dddd:bb:dd.f form")
+        if gpu.pci in listed:
+            raise TopologyError(f"{where}: two GPUs have the PCI address {gpu.pci}")
+        listed.add(gpu.pci)
     cores, twice = _one_core_per_pu(topo.cores)
-    if not twice and cores == topo.cores:
+    warnings = tuple(one_line(w) for w in topo.warnings)
+    if not twice and cores == topo.cores and warnings == topo.warnings:
         return topo
-    warnings = topo.warnings
     if twice:
         warnings += (f"CPUs {format_cpulist(twice)} are listed in more than one core (inconsistent sibling lists); "
                      "each is kept in the first core that lists it",)

@@ -11,6 +11,7 @@ from typing import Any
 
 from launcher.records import replace
 from launcher.topology.model import Topology
+from launcher.topology.pci import pci_address
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,9 @@ def _text(value: Any) -> str:
 
 
 def _sysfs_bdf(bus_id: str) -> str:
-    """NVML writes ``00000000:17:00.0`` (8-digit domain); sysfs writes ``0000:17:00.0``."""
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    try:
-        return f"{int(domain, 16):04x}:{rest}"
-    except ValueError:
-        return bus_id.strip().lower()
+    """NVML writes ``00000000:17:00.0`` (8-digit domain, upper case); sysfs writes ``0000:17:00.0``: both become
+    :func:`launcher.topology.pci.pci_address`'s spelling (a text that is no address is kept, lower-cased)."""
+    return pci_address(bus_id.strip()) or bus_id.strip().lower()
 
 
 def nvml_gpus() -> list[NvmlGpu] | None:
@@ -81,4 +79,4 @@ def with_nvml(topo: Topology, found: list[NvmlGpu] | None = None) -> Topology:
         gpus.append(replace(gpu, uuid=gpu.uuid or match.uuid))
     known = {g.pci for g in topo.gpus}
     warnings.extend(f"NVML GPU {g.index} ({g.pci}) was not found in sysfs" for g in found if g.pci not in known)
-    return replace(topo, gpus=tuple(gpus), warnings=topo.warnings + tuple(warnings))
+    return replace(topo, gpus=tuple(gpus)).with_warnings(*warnings)

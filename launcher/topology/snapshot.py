@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
-from launcher.errors import TopologyError
+from launcher.errors import TopologyError, one_line
 from launcher.records import replace
 from launcher.topology._files import read_document
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.pci import pci_address
 from launcher.untrusted import BadJSON, ascii_int, clip, load_json, short
 
 FORMAT = "affrun-topology/1"
@@ -162,15 +163,25 @@ def _build(data: dict[str, Any]) -> Topology:
             )
         )
     gpus = []
+    gpu_notes: list[str] = []
+    seen_pci: dict[str, int] = {}
     for i, g in enumerate(_list(data, "gpus")):
         g = _obj(g, f"gpus[{i}]")
         vendor = _str(g["vendor"], f"gpus[{i}].vendor")
         if vendor not in ("nvidia", "amd", "intel"):
             raise _Bad(f"gpus[{i}].vendor must be nvidia, amd or intel, not {short(vendor, 20)}")
+        given = _str(g["pci"], f"gpus[{i}].pci")
+        pci = pci_address(given)
+        if pci is None:
+            raise _Bad(f"gpus[{i}].pci {short(given, 40)} is not a PCI address (dddd:bb:dd.f)")
+        if pci in seen_pci:
+            gpu_notes.append(f"gpus[{i}] has the PCI address of gpus[{seen_pci[pci]}] ({pci}); it is one GPU, kept once")
+            continue
+        seen_pci[pci] = i
         gpus.append(
             GPU(
                 _int(g["index"], f"gpus[{i}].index"),
-                _str(g["pci"], f"gpus[{i}].pci"),
+                pci,
                 vendor,
                 _int(g.get("numa_node"), f"gpus[{i}].numa_node", optional=True),
                 _cpus(g["cpus"], f"gpus[{i}].cpus"),
@@ -201,9 +212,10 @@ def _build(data: dict[str, Any]) -> Topology:
         allowed_mems=None if mems is None else _cpus(mems, "allowed_mems"),
         gpus=tuple(gpus),
         source=_str(data.get("source", "snapshot"), "source"),
-        warnings=tuple(_str(w, "warnings[]") for w in warnings),
+        warnings=(*(_str(w, "warnings[]") for w in warnings), *gpu_notes),
         cpu_quota=_quota(data.get("cpu_quota")),
-        cpu_quota_source=None if data.get("cpu_quota_source") is None else _str(data["cpu_quota_source"], "cpu_quota_source"),
+        cpu_quota_source=None if data.get("cpu_quota_source") is None else one_line(_str(data["cpu_quota_source"],
+                                                                                          "cpu_quota_source")),
     )
 
 

@@ -12,9 +12,10 @@ from launcher.cpulist import format_cpulist
 from launcher.errors import TopologyError
 from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file, read_int, read_text
 from launcher.topology.cgroup import find_cpuset
+from launcher.topology.fsroot import isdir, within
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
-from launcher.untrusted import ascii_uint
+from launcher.untrusted import ascii_uint, short
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
@@ -32,12 +33,18 @@ def read_sysfs(
 
     ``allowed`` is the process's affinity (live reads pass ``os.sched_getaffinity(0)``); with ``None`` the
     allowed set is the online CPUs narrowed by the cpuset found under ``root``. ``environ`` supplies the GPU
-    visibility variables (``CUDA_VISIBLE_DEVICES``...); ``None`` means no restriction.
+    visibility variables (``CUDA_VISIBLE_DEVICES``...); ``None`` means no restriction. Every read stays inside
+    ``root`` (:mod:`launcher.topology.fsroot`).
     """
+    with within(root):
+        return _read_sysfs(root, allowed, environ, gpus)
+
+
+def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str, str] | None, gpus: bool) -> Topology:
     cpu_dir = os.path.join(root, "sys/devices/system/cpu")
     cpu_ids = numbered_entries(cpu_dir, "cpu", "cpu")
     if not cpu_ids:
-        if not os.path.isdir(cpu_dir):
+        if not isdir(cpu_dir):
             raise TopologyError(f"{cpu_dir}: no such directory (is {root!r} a sysfs tree with sys/ and proc/?)")
         raise TopologyError(f"{cpu_dir}: no cpuN entries")
     warnings: list[str] = []
@@ -165,7 +172,7 @@ class _CpuTopology:
             threads = core_file.read(topo)
             core_id = read_int(os.path.join(topo, "core_id"))
             if threads is None and core_id is None:
-                if not os.path.isdir(topo):  # only checked on this failure path: one stat, not one per CPU
+                if not isdir(topo):  # only checked on this failure path: one stat, not one per CPU
                     without_topology.add(cpu)
                     continue
                 core_file.forget_all()
@@ -220,7 +227,7 @@ def _find_l3_index(cache_dir: str) -> tuple[str | None, bool]:
     """(``indexN`` of the level-3 cache, keep searching?). Searching stops once a ``cache/`` dir was listed."""
     indexes = numbered_entries(cache_dir, "index")
     if not indexes:
-        return None, not os.path.isdir(cache_dir)
+        return None, not isdir(cache_dir)
     for idx in indexes:
         if read_int(os.path.join(cache_dir, f"index{idx}", "level")) == 3:
             return f"index{idx}", False
@@ -236,9 +243,9 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
     for nid in numbered_entries(node_dir, "node", "node"):
         ndir = os.path.join(node_dir, f"node{nid}")
         cpus = cpulist.read(ndir)
-        if cpus is None and not os.path.isdir(ndir):
+        if cpus is None and not isdir(ndir):
             continue  # dangling link to an offline node
-        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir)))
+        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir, warnings)))
     if not found:
         return [NumaNode(os_index=0, cpus=online, distances={0: 10})], warnings
     ids = [nid for nid, _, _ in found]
@@ -259,13 +266,23 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
     return nodes, warnings
 
 
-def _node_memory(ndir: str) -> int | None:
-    text = read_text(os.path.join(ndir, "meminfo"))
+def _node_memory(ndir: str, warnings: list[str]) -> int | None:
+    """``MemTotal`` of ``node<N>/meminfo`` in kB (``Node 0 MemTotal:   16318356 kB``, with any spacing or none);
+    ``None`` when the file or the line is absent, with a warning when the line is there but holds no number."""
+    path = os.path.join(ndir, "meminfo")
+    text = read_text(path)
     if not text:
         return None
     for line in text.splitlines():
-        if "MemTotal:" in line:
-            parts = line.split()
-            at = parts.index("MemTotal:") + 1
-            return ascii_uint(parts[at]) if at < len(parts) else None
+        _, found, value = line.partition("MemTotal:")
+        if not found:
+            continue
+        number = value.strip()
+        if number[-2:].lower() == "kb":
+            number = number[:-2].rstrip()
+        kb = ascii_uint(number)
+        if kb is None:
+            warnings.append(f"{short(path, 120)}: MemTotal is not a number of kB ({short(line.strip(), 60)}); "
+                            "the node's memory size is taken as unknown")
+        return kb
     return None

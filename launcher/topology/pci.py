@@ -1,0 +1,53 @@
+"""PCI addresses, in the one spelling every GPU source is turned into: ``dddd:bb:dd.f``, lower-case hex.
+
+sysfs names devices ``0000:3b:00.0``; NVML writes ``00000000:3B:00.0`` (an 8-digit domain, upper case); hwloc's
+``pci_busid`` and a hand-edited snapshot may use either case. Two spellings of one address are one device, and a
+name that is no PCI address at all (``GPU0``, ``0000:3b:00.0.bak``) is no device. Stdlib only, no I/O.
+"""
+
+from __future__ import annotations
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _hex(text: str, max_digits: int, top: int) -> int | None:
+    if not text or len(text) > max_digits or not _HEX.issuperset(text):
+        return None
+    value = int(text, 16)
+    return value if value <= top else None
+
+
+def pci_address(text: str) -> str | None:
+    """``text`` as ``dddd:bb:dd.f`` (domain, bus, device, function in lower-case hex), or ``None`` when it is not a
+    PCI address. Accepted: a domain of 1 to 8 hex digits (NVML writes 8; Linux VMD domains reach 5) or none
+    (``3b:00.0`` is domain 0), a bus of 1 or 2 digits, a device of 1 or 2 digits up to 1f and a function 0 to 7;
+    ASCII hex digits of either case only (no sign, space, ``0x`` or ``_``)."""
+    if len(text) > 20:
+        return None
+    head, dot, function = text.rpartition(".")
+    parts = head.split(":")
+    if not dot or len(parts) not in (2, 3):
+        return None
+    domain = _hex(parts[0], 8, 0xFFFFFFFF) if len(parts) == 3 else 0
+    bus = _hex(parts[-2], 2, 0xFF)
+    device = _hex(parts[-1], 2, 0x1F)
+    fn = _hex(function, 1, 7)
+    if domain is None or bus is None or device is None or fn is None:
+        return None
+    return format_pci(domain, bus, device, fn)
+
+
+def format_pci(domain: int, bus: int, device: int, function: int) -> str:
+    """The canonical spelling of an address given as numbers (what sysfs writes: ``%04x:%02x:%02x.%x``)."""
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
+
+
+def pci_order(address: str) -> tuple[int, ...]:
+    """Sort key of a PCI address: domain, bus, device, function. GPUs are numbered in this order (what NVML and
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` do); a text that is not an address sorts last."""
+    canonical = pci_address(address)
+    if canonical is None:
+        return (1 << 40,)
+    domain, bus, rest = canonical.split(":")
+    device, function = rest.split(".")
+    return (int(domain, 16), int(bus, 16), int(device, 16), int(function, 16))

@@ -19,7 +19,7 @@ from launcher.errors import LaunchError
 from launcher.handoff import BOOT
 from launcher.launcher_commands import python_program
 from launcher.localrank import SOURCES, TASK_IDENTITY, task_identity
-from launcher.startup import decide
+from launcher.startup import BoundCheck, decide
 from tests.conftest import ROOT
 
 PTH = ROOT / "build_backend" / "affrun-startup.pth"
@@ -41,6 +41,13 @@ def plan_env(*options: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- decisions (pure)
+def bound(environ: dict[str, str], nproc: int) -> tuple[dict[str, str], BoundCheck]:
+    """``environ`` whose binding marker (if any) is of the plan checked, and a check the process passes: it runs
+    within its rank's CPUs (tests/test_hostile_hook.py holds the cases where it does not)."""
+    marked = {**environ, "AFFRUN_PLAN_ID": "p"} if "AFFRUN_LOCAL_RANK" in environ else environ
+    return marked, BoundCheck("p", (frozenset(range(8)),) * nproc, frozenset({0}))
+
+
 @pytest.mark.parametrize(
     ("environ", "argv", "action", "rank"),
     [
@@ -63,7 +70,8 @@ def plan_env(*options: str) -> dict[str, str]:
     ],
 )
 def test_decisions(environ: dict[str, str], argv: list[str], action: str, rank: int | None) -> None:
-    decision = decide(environ, argv, 2)
+    marked, check = bound(environ, 2)
+    decision = decide(marked, argv, check)
     assert (decision.action, decision.rank) == (action, rank), decision.reason
 
 
@@ -111,7 +119,8 @@ DS_LAUNCH = [sys.executable, "-u", "-m", "deepspeed.launcher.launch", "--world_i
 )
 def test_decisions_below_a_launcher(environ: dict[str, str], argv: list[str], nproc: int, action: str,
                                     rank: int | None) -> None:
-    decision = decide(environ, argv, nproc, pid=200)
+    marked, check = bound(environ, nproc)
+    decision = decide(marked, argv, check, pid=200)
     assert (decision.action, decision.rank) == (action, rank), decision.reason
 
 
@@ -144,7 +153,7 @@ def test_python_program(argv: list[str], kind: str, value: str) -> None:
                                      {"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "zero"}])
 def test_bad_variables_are_errors(environ: dict[str, str]) -> None:
     with pytest.raises(LaunchError):
-        decide(environ, SCRIPT, 2)
+        decide(environ, SCRIPT, bound(environ, 2)[1])
 
 
 # ------------------------------------------------------------------------------------------- installed hook

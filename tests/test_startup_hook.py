@@ -23,6 +23,7 @@ from launcher.startup import BoundCheck, decide
 from tests.conftest import ROOT
 
 PTH = ROOT / "build_backend" / "affrun-startup.pth"
+MODULE = ROOT / "build_backend" / "_affrun_startup.py"
 HEAVY = ("click", "psutil", "yaml", "cpuinfo", "submitit", "torch", "numpy", "argparse")
 SPAWN = [sys.executable, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, pipe_handle=6)",
          "--multiprocessing-fork"]
@@ -161,6 +162,7 @@ def test_hook_is_installed_in_this_environment() -> None:
     """tests/run_all.sh installs affrun editable (pip install -e): the build backend put the .pth in site-packages."""
     installed = Path(sysconfig.get_paths()["purelib"]) / PTH.name
     assert installed.read_text() == PTH.read_text()
+    assert (installed.parent / MODULE.name).is_file()  # what the line imports, beside it
 
 
 def test_off_without_the_variable() -> None:
@@ -199,19 +201,21 @@ def test_garbage_is_one_line_and_exit_2(extra: dict[str, str]) -> None:
 def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
     """A regular (non-editable) wheel has the .pth at its top, listed in RECORD; installed in a fresh venv, it
     binds a process under affrun run's variables."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # pip --python would install elsewhere
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True)
+                    str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True, env=env)
     (wheel,) = tmp_path.glob("affrun-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        data = zf.read(PTH.name)
         (record,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
         lines = zf.read(record).decode().splitlines()
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    assert data == PTH.read_bytes() and f"{PTH.name},sha256={digest},{len(data)}" in lines
+        for source in (PTH, MODULE):
+            data = zf.read(source.name)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert data == source.read_bytes() and f"{source.name},sha256={digest},{len(data)}" in lines
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", str(wheel)], check=True, timeout=300, capture_output=True)
+                    "--no-deps", str(wheel)], check=True, timeout=300, capture_output=True, env=env)
     env = plan_env("--nproc-per-node", "1", "--cpus", "0")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
                          capture_output=True, text=True, timeout=60, env=clean_env(**env), check=True).stdout

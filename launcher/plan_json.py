@@ -204,10 +204,14 @@ def check_plan(plan: Plan) -> None:
     than compute cores, loader CPUs that are not apart from the compute ones, ``shared`` outside the shared modes,
     two ranks on one CPU unless both share it (``numa``, ``socket``) or the user mapped it so (``map``), memory
     nodes that are not the rank's. Every reader of ``AFFRUN_PLAN`` gets it through :func:`plan_from_json`."""
+    if plan.mode != "map":
+        _check_sharing(plan)
     for rank in plan.ranks:
         _check_rank(plan, rank)
-    if plan.mode == "map":
-        return
+
+
+def _check_sharing(plan: Plan) -> None:
+    """Outside ``map``, a CPU is in two ranks only when both share it (``numa``, ``socket``); a shared rank shares."""
     holders: dict[int, list[RankPlan]] = {}
     for rank in plan.ranks:
         for cpu in rank.cpus:

@@ -1,7 +1,8 @@
 """What the startup hook ``affrun-startup.pth`` costs every Python start, as ratios measured in the same run.
 
 Two throwaway virtual environments from the same interpreter, identical but for the hook: both can import affrun
-(a path ``.pth`` to this checkout), one also has ``affrun-startup.pth``. Timed, interleaved:
+(a path ``.pth`` to this checkout), one also has ``affrun-startup.pth`` and the ``_affrun_startup`` module it
+imports. Timed, interleaved:
 
 1. ``python -c pass`` with the hook, ``AFFRUN_RUN`` unset, vs without the hook   (goal: < 1 ms more, ratio ~1.0)
 2. the same with the hook switched on (``AFFRUN_RUN`` + a one-rank plan): what binding at start costs (information)
@@ -35,6 +36,12 @@ def make_venv(where: str, hook: bool) -> str:
     if hook:
         with open(PTH) as src, open(os.path.join(purelib, "affrun-startup.pth"), "w") as dst:
             dst.write(src.read())
+        # the module the line imports, as an editable wheel carries it: naming this checkout's package
+        sys.path.insert(0, os.path.join(ROOT, "build_backend"))
+        from affrun_build import startup_module
+
+        with open(os.path.join(purelib, "_affrun_startup.py"), "wb") as out:
+            out.write(startup_module(os.path.join(ROOT, "launcher")))
     return python
 
 

@@ -1,5 +1,5 @@
-"""affrun's PEP 517 build backend: setuptools' own, plus the startup hook ``affrun-startup.pth`` at the top of
-every wheel it builds, regular and editable alike.
+"""affrun's PEP 517 build backend: setuptools' own, plus the startup hook ``affrun-startup.pth`` and the module
+it imports, ``_affrun_startup.py``, at the top of every wheel it builds, regular and editable alike.
 
 Python's ``site`` runs the one line of each ``.pth`` file in site-packages at every interpreter start (coverage.py
 measures subprocesses this way); affrun's line binds a process to its rank under ``affrun run`` and does nothing
@@ -7,6 +7,11 @@ elsewhere. setuptools has no option to put a file at the top of site-packages, a
 what a custom ``build_py`` copies there (the lenient strategy maps packages only). So the finished wheel is
 rewritten instead: the file is added and listed in ``RECORD`` with its hash and size, as the wheel format asks.
 This uses only the PEP 517 hooks and the wheel format, no setuptools internals.
+
+The .pth line imports ``_affrun_startup``, never the generic name ``launcher`` (a user's ``launcher.py`` or
+``launcher`` package would take it): that module finds affrun's package by location. In a regular wheel the
+package lies beside it; in an editable wheel it is the source tree's, whose directory is written into the
+module's ``PACKAGE_DIR`` here.
 """
 
 from __future__ import annotations
@@ -20,8 +25,14 @@ from typing import Any
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F403  (every other hook unchanged)
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 PTH_NAME = "affrun-startup.pth"
-PTH_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), PTH_NAME)
+PTH_SOURCE = os.path.join(HERE, PTH_NAME)
+MODULE_NAME = "_affrun_startup.py"
+MODULE_SOURCE = os.path.join(HERE, MODULE_NAME)
+# The source tree's package, for editable wheels: build_backend/ sits beside launcher/.
+SOURCE_PACKAGE = os.path.join(os.path.dirname(HERE), "launcher")
+PACKAGE_DIR_LINE = b"PACKAGE_DIR: str | None = None\n"
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -29,22 +40,37 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def add_startup_hook(wheel_path: str, pth_source: str = PTH_SOURCE) -> None:
-    """Add ``affrun-startup.pth`` at the top of the wheel at ``wheel_path`` and list it in its RECORD."""
+def startup_module(package_dir: str | None = None, source: str = MODULE_SOURCE) -> bytes:
+    """``_affrun_startup.py`` as a wheel carries it: with ``package_dir`` (an editable wheel's source package)
+    written into its ``PACKAGE_DIR``, or as it is (the package lies beside it)."""
+    with open(source, "rb") as fh:
+        data = fh.read()
+    if package_dir is None:
+        return data
+    if data.count(PACKAGE_DIR_LINE) != 1:
+        raise RuntimeError(f"{source}: expected one line {PACKAGE_DIR_LINE!r}")
+    return data.replace(PACKAGE_DIR_LINE, f"PACKAGE_DIR: str | None = {os.path.abspath(package_dir)!r}\n".encode())
+
+
+def add_startup_hook(wheel_path: str, pth_source: str = PTH_SOURCE, package_dir: str | None = None) -> None:
+    """Add ``affrun-startup.pth`` and ``_affrun_startup.py`` (:func:`startup_module` of ``package_dir``) at the
+    top of the wheel at ``wheel_path`` and list them in its RECORD."""
     with open(pth_source, "rb") as fh:
-        pth = fh.read()
+        added = {PTH_NAME: fh.read(), MODULE_NAME: startup_module(package_dir)}
     tmp = wheel_path + ".tmp"
     with zipfile.ZipFile(wheel_path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
         records = [n for n in src.namelist() if n.endswith(".dist-info/RECORD")]
         if len(records) != 1:
             raise RuntimeError(f"{wheel_path}: expected one .dist-info/RECORD, found {len(records)}")
         for item in src.infolist():
-            if item.filename not in (records[0], PTH_NAME):
+            if item.filename != records[0] and item.filename not in added:
                 dst.writestr(item, src.read(item.filename))
-        dst.writestr(PTH_NAME, pth)
-        lines = [ln for ln in src.read(records[0]).decode().splitlines() if ln and not ln.startswith(PTH_NAME + ",")]
-        lines.insert(len(lines) - 1 if lines and lines[-1].startswith(records[0] + ",") else len(lines),
-                     _record_line(PTH_NAME, pth))
+        for name, data in added.items():
+            dst.writestr(name, data)
+        lines = [ln for ln in src.read(records[0]).decode().splitlines()
+                 if ln and ln.split(",", 1)[0] not in added]
+        at = len(lines) - 1 if lines and lines[-1].startswith(records[0] + ",") else len(lines)
+        lines[at:at] = [_record_line(name, data) for name, data in added.items()]
         dst.writestr(records[0], "\n".join(lines) + "\n")
     os.replace(tmp, wheel_path)
 
@@ -59,5 +85,5 @@ def build_wheel(wheel_directory: str, config_settings: dict[str, Any] | None = N
 def build_editable(wheel_directory: str, config_settings: dict[str, Any] | None = None,
                    metadata_directory: str | None = None) -> str:
     name: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
-    add_startup_hook(os.path.join(wheel_directory, name))
+    add_startup_hook(os.path.join(wheel_directory, name), package_dir=SOURCE_PACKAGE)
     return name

@@ -22,7 +22,14 @@ def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...
     The kernel takes a mask partly outside the process's cpuset and keeps only the part inside it, without an
     error. The plan starts from the real mask, so that happens only where the plan was made from another view
     of the machine (``--fsroot``, ``--topology``, a parent's plan) or the cpuset changed since: the rank is then
-    told, on one line, which CPUs it really got."""
+    told, on one line, which CPUs it really got. Memory nodes this machine does not have are refused first,
+    before the mask: the kernel would refuse the policy (EINVAL) and the fallback would drop it."""
+    from launcher.mempolicy import apply_mempolicy, missing_nodes
+
+    missing = missing_nodes(mem_nodes) if mem_policy != "none" else ()
+    if missing:
+        raise LaunchError(f"memory policy {mem_policy} names NUMA node(s) {','.join(map(str, missing))}, which this "
+                          "machine does not have: the plan was made for another machine")
     try:
         os.sched_setaffinity(0, cpus)
     except OSError as exc:
@@ -33,8 +40,6 @@ def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...
         print(f"affrun: warning: the kernel narrowed the CPUs {format_cpulist(cpus)} to "
               f"{format_cpulist(got)}: the plan was made for CPUs this process's cpuset does not allow",
               file=sys.stderr)
-    from launcher.mempolicy import apply_mempolicy
-
     return apply_mempolicy(mem_policy, mem_nodes, mem_backend)
 
 

@@ -17,7 +17,7 @@ import sys
 from launcher.apply import bind_process, exec_or_status
 from launcher.env import RankEnvironment, rank_environment
 from launcher.errors import LaunchError, error_line
-from launcher.handoff import PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
+from launcher.handoff import PLAN_ID_VARIABLE, PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
 from launcher.localrank import LocalRank
 from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, non_negative, plan_options_from
 from launcher.plan import RankPlan
@@ -131,6 +131,7 @@ def prepare(args: Args, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPla
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks), user_env=user_env, bind=parent.bind,
                             smt=parent.plan.smt, policy=parent.env_policy)
     renv.set[MEM_VARIABLE] = mem_text(parent.mem_policy, rank.mem_nodes)  # as planned; main() writes what took
+    renv.set[PLAN_ID_VARIABLE] = parent.identity()  # the hook's proof that this process is bound (startup.py)
     if detected is not None and PLAN_VARIABLE not in environ:
         # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
         from launcher.localrank import torch_distributed_env

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.env import ENV_POLICIES, EnvPolicy, effective_mem_policy
+from launcher.env import ENV_POLICIES, USER_VARIABLES, EnvPolicy, effective_mem_policy
 from launcher.errors import ConfigError, LaunchError
 from launcher.omp_syntax import BIND_MODES, OmpBind
 from launcher.option_table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
+# Written with AFFRUN_LOCAL_RANK by every binding made from a plan: ParentPlan.identity() of that plan. A process
+# is "already bound" only when it carries the identity of the plan it reads (launcher.startup): an inherited
+# AFFRUN_LOCAL_RANK of another binding (an outer affrun exec, a stale copy) is not proof.
+PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
 # Above this size the plan's JSON travels compressed (AFFRUN_PLAN=zlib+base64:...), still in the variable: one
 # environment string may not exceed 128 KiB (MAX_ARG_STRLEN), beyond which every worker's execve would fail.
 INLINE_PLAN_LIMIT = 32 * 1024
@@ -141,11 +145,18 @@ class ParentPlan:
                 choice(d.get("env_policy"), "env_policy", ENV_POLICIES),
                 choice(d.get("mem_policy"), "mem_policy", APPLIED_MEM_POLICIES),
                 choice(d.get("mem_backend"), "mem_backend", MEM_BACKENDS),
-                string_map(d.get("user_env", {}), "user_env"),
+                string_map(d.get("user_env", {}), "user_env", USER_VARIABLES),
                 verbose,
             )
         except (BadJSON, BadPlan) as exc:
             raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: {exc}") from None
+
+    def identity(self) -> str:
+        """A short fingerprint of this plan (CRC-32 of its JSON), the value of ``AFFRUN_PLAN_ID``: tells a binding
+        made from this plan from one made from another. Not a secret: it only has to differ between plans."""
+        import zlib  # a small C module (hashlib would load OpenSSL)
+
+        return f"{zlib.crc32(self.to_json().encode('utf-8', 'surrogateescape')):08x}"
 
 
 def _decompressed(data: str) -> str:

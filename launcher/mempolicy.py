@@ -4,7 +4,9 @@ The policy set with ``set_mempolicy(2)`` survives ``execve(2)``, so by default n
 the rank's program is exec'd directly, and its exit code and errors are its own (a missing command is 127).
 numactl wraps the program only where this machine has no known system call number (and numactl works), or
 when ``--mem-backend numactl`` asks for it. When the kernel refuses a policy (EPERM in containers without
-CAP_SYS_NICE, a node outside the cpuset's mems), it falls back membind/interleave -> preferred -> none.
+CAP_SYS_NICE, a node outside the cpuset's mems), it falls back membind/interleave -> preferred -> none. A plan
+whose memory nodes this machine does not have is refused before anything is applied (:func:`missing_nodes`,
+called by :func:`launcher.apply.bind_process`): the kernel's EINVAL would otherwise drop its policy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ MPOL_NUMBERS = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}
 # set_mempolicy syscall numbers by machine
 SYSCALLS = {"x86_64": 238, "aarch64": 237, "ppc64le": 261, "ppc64": 261, "s390x": 270, "riscv64": 237}
 FALLBACK = {"membind": "preferred", "interleave": "preferred", "preferred": "none"}
+ONLINE_NODES = "/sys/devices/system/node/online"
+
+
+def missing_nodes(nodes: tuple[int, ...], online_file: str = ONLINE_NODES) -> tuple[int, ...]:
+    """The nodes of ``nodes`` that this machine does not have (not in ``online_file``); ``()`` when it cannot
+    tell (no such file: a kernel without NUMA)."""
+    from launcher.cpulist import parse_cpulist
+
+    try:
+        with open(online_file, encoding="ascii") as fh:
+            online = parse_cpulist(fh.read().strip())
+    except (OSError, ValueError):
+        return ()
+    return tuple(n for n in nodes if n not in online)
 
 
 @dataclass(frozen=True)

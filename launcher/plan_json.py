@@ -10,6 +10,8 @@ its type and range before a CPU mask or memory policy is built from it: CPU ids 
 
 from __future__ import annotations
 
+import os
+
 from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID
 from launcher.plan import GPU_ORDERS, MODES, Plan, RankPlan
 from launcher.plan_spill import SPILLS
@@ -53,9 +55,24 @@ def _bool(value: Any, what: str) -> bool:
     return value
 
 
+def environment_string(value: str) -> bool:
+    """Whether ``value`` can go into the environment (``os.environ``, ``execve``): no NUL byte, and encodable
+    (a lone surrogate that JSON's ``\\ud800`` made is not)."""
+    if "\0" in value:
+        return False
+    try:
+        os.fsencode(value)  # what os.environ does with it
+    except UnicodeError:
+        return False
+    return True
+
+
 def _str(value: Any, what: str) -> str:
+    """A string of the plan. Any of them may reach the environment or an error line: none may hold NUL."""
     if not isinstance(value, str):
         raise BadPlan(f"{what} must be a string, not {short(value, 40)}")
+    if not environment_string(value):
+        raise BadPlan(f"{what} holds a NUL byte or a character the environment cannot hold: {short(value, 40)}")
     return value
 
 
@@ -84,9 +101,14 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     return tuple(_str(v, f"{what}[]") for v in _list(value, what))
 
 
-def string_map(value: Any, what: str) -> dict[str, str]:
+def string_map(value: Any, what: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
+    """An object of environment variables: every name one of ``names`` (when given), and a valid variable name
+    (not empty, no ``=``, no NUL); every value a string the environment can hold."""
     d = _obj(value, what)
     for k, v in d.items():
+        if not k or "=" in k or not environment_string(k) or (names is not None and k not in names):
+            raise BadPlan(f"{what}: {short(k, 40)} is not " + ("one of the variables affrun sets" if names is not None
+                                                               else "an environment variable name"))
         _str(v, f"{what}[{short(k, 40)}]")
     return dict(d)
 
@@ -131,16 +153,7 @@ def plan_from_json(value: Any) -> Plan:
         raise BadPlan(f"plan.ranks must hold 1 to {MAX_CPU_ID + 1} ranks, not {len(raw_ranks)}")
     ranks = tuple(_rank(r, i) for i, r in enumerate(raw_ranks))
     mode = choice(_get(d, "mode", "plan"), "plan.mode", MODES)
-    if mode != "map":
-        owner: dict[int, int] = {}
-        for rank in ranks:
-            if rank.shared:
-                continue
-            for cpu in rank.cpus:
-                if owner.setdefault(cpu, rank.local_rank) != rank.local_rank:
-                    raise BadPlan(f"ranks {owner[cpu]} and {rank.local_rank} both have CPU {cpu} but are not shared "
-                                  f"(plan.mode {mode})")
-    return Plan(
+    plan = Plan(
         ranks=ranks,
         mode=mode,
         smt=_bool(_get(d, "smt", "plan"), "plan.smt"),
@@ -149,3 +162,64 @@ def plan_from_json(value: Any) -> Plan:
         reserved=_ids(d.get("reserved", []), "plan.reserved", MAX_CPU_ID),
         spill=choice(d.get("spill", "none"), "plan.spill", SPILLS),
     )
+    check_plan(plan)
+    return plan
+
+
+def _check_rank(plan: Plan, rank: RankPlan) -> None:
+    """What :func:`launcher.plan.make_plan` guarantees of each rank (its module docstring, steps 3 to 6)."""
+    what = f"ranks[{rank.local_rank}]"
+    compute = [p for core in rank.compute_cores for p in core]
+    if not rank.compute_cores or not all(rank.compute_cores):
+        raise BadPlan(f"{what}.compute_cores is empty or holds an empty core: a rank computes on at least one core")
+    if len(set(compute)) != len(compute):
+        raise BadPlan(f"{what}.compute_cores lists a CPU in two cores")
+    if not set(compute).isdisjoint(rank.loader_cpus) or set(compute) | set(rank.loader_cpus) != set(rank.cpus):
+        raise BadPlan(f"{what}: compute_cores and loader_cpus must split the rank's cpus (no CPU in both, none in "
+                      "neither)")
+    units = len(compute) if plan.smt else len(rank.compute_cores)
+    if rank.threads > units:
+        raise BadPlan(f"{what}.threads is {rank.threads}, more than its {units} compute "
+                      f"{'hardware thread(s)' if plan.smt else 'core(s)'} (plan.smt {str(plan.smt).lower()})")
+    if rank.shared and plan.mode not in ("numa", "socket"):
+        raise BadPlan(f"{what}.shared is true in plan.mode {plan.mode}: only numa and socket ranks share CPUs")
+    spill = set(rank.spill_cpus)
+    if not spill <= set(rank.cpus) or (plan.spill == "none" and (spill or rank.spill_nodes)) or (
+            plan.spill == "loader" and not spill <= set(rank.loader_cpus)) or (
+            plan.spill == "compute" and not spill <= set(compute)):
+        raise BadPlan(f"{what}.spill_cpus must be {plan.spill} CPUs of the rank (plan.spill {plan.spill})"
+                      if plan.spill != "none" else f"{what}: spill CPUs or nodes in a plan with plan.spill none")
+    if not set(rank.cpus).isdisjoint(plan.reserved):
+        raise BadPlan(f"{what}.cpus holds CPUs of plan.reserved")
+    # A memory node is one of the rank's NUMA nodes, or the nearest node with memory that stands in for one of
+    # them that has none (which is then not among its memory nodes).
+    foreign = set(rank.mem_nodes) - set(rank.numa_nodes)
+    if len(foreign) > len(set(rank.numa_nodes) - set(rank.mem_nodes)):
+        raise BadPlan(f"{what}.mem_nodes names node(s) {','.join(map(str, sorted(foreign)))}, which stand in for "
+                      "none of its numa_nodes")
+
+
+def check_plan(plan: Plan) -> None:
+    """Refuse a plan that has the right form but that no planner could have made (:class:`BadPlan`): more threads
+    than compute cores, loader CPUs that are not apart from the compute ones, ``shared`` outside the shared modes,
+    two ranks on one CPU unless both share it (``numa``, ``socket``) or the user mapped it so (``map``), memory
+    nodes that are not the rank's. Every reader of ``AFFRUN_PLAN`` gets it through :func:`plan_from_json`."""
+    if plan.mode != "map":
+        _check_sharing(plan)
+    for rank in plan.ranks:
+        _check_rank(plan, rank)
+
+
+def _check_sharing(plan: Plan) -> None:
+    """Outside ``map``, a CPU is in two ranks only when both share it (``numa``, ``socket``); a shared rank shares."""
+    holders: dict[int, list[RankPlan]] = {}
+    for rank in plan.ranks:
+        for cpu in rank.cpus:
+            holders.setdefault(cpu, []).append(rank)
+    for cpu, ranks in holders.items():
+        if len(ranks) > 1 and not all(r.shared for r in ranks):
+            a, b = ranks[0].local_rank, ranks[1].local_rank
+            raise BadPlan(f"ranks {a} and {b} both have CPU {cpu} but are not shared (plan.mode {plan.mode})")
+    for rank in plan.ranks:
+        if rank.shared and all(len(holders[cpu]) == 1 for cpu in rank.cpus):
+            raise BadPlan(f"ranks[{rank.local_rank}].shared is true but no other rank has its CPUs")

@@ -39,8 +39,10 @@ HOOK_VARIABLES = (RUN_VARIABLE, PLAN_VARIABLE)
 PROBE_SECONDS = 10.0
 MAX_STEPS = 8  # env, #! lines and trampolines followed before giving up (Linux follows 4 interpreter levels)
 HEAD_BYTES = 1024  # a #! line is at most 256 bytes (BINPRM_BUF_SIZE); a trampoline's exec line follows it
-PROBE_CODE = ("import sys; m = sys.modules.get('launcher.startup'); "
-              "print('affrun-probe', int(bool(getattr(m, 'answered_probe', False))), getattr(m, '__file__', ''))")
+# The hook's loader (build_backend/_affrun_startup.py) stays in sys.modules under its own name and records the
+# answer there: affrun's package itself leaves no `launcher` entry behind (issue 18: a user's own `launcher`).
+PROBE_CODE = ("import sys; m = sys.modules.get('_affrun_startup'); "
+              "print('affrun-probe', int(bool(getattr(m, 'answered_probe', False))), getattr(m, 'hook_file', ''))")
 _PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?")
 # Interpreter options that decide whether site runs and which site-packages it reads: the probe passes them on.
 _SITE_FLAGS = "ISsE"

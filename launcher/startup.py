@@ -146,21 +146,69 @@ def below_launcher(environ: Mapping[str, str], argv: Sequence[str], nproc: int, 
     return ""
 
 
-def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int, *, pid: int | None = None) -> Decision:
+@dataclass(frozen=True)
+class BoundCheck:
+    """What tells whether a process is already bound to a rank of the plan it reads: the plan's identity
+    (``ParentPlan.identity``, which every binding writes into ``AFFRUN_PLAN_ID``), each rank's CPUs, and the
+    process's real CPU mask."""
+
+    plan_id: str
+    rank_cpus: tuple[frozenset[int], ...]
+    mask: frozenset[int]
+
+    @property
+    def nproc(self) -> int:
+        return len(self.rank_cpus)
+
+
+def bound_rank(environ: Mapping[str, str], check: BoundCheck) -> tuple[int | None, str]:
+    """The rank this process is verifiably bound to (``None``: none), and why an inherited marker does not count.
+
+    ``AFFRUN_LOCAL_RANK`` alone proves nothing: any variable can be inherited from another binding (an outer
+    ``affrun exec``, a copied environment). It counts when ``AFFRUN_PLAN_ID`` is this plan's identity and the real
+    mask lies within that rank's CPUs (a DataLoader worker on the loader CPUs included). A marker of this plan, or
+    of no plan, naming a rank outside it is an error."""
+    from launcher.errors import LaunchError
+    from launcher.handoff import PLAN_ID_VARIABLE
+    from launcher.untrusted import short
+
+    text = environ.get(BOUND_VARIABLE)
+    if text is None:
+        return None, ""
+    from launcher.untrusted import ascii_uint
+
+    bound = ascii_uint(text)
+    if bound is None:
+        raise LaunchError(f"{BOUND_VARIABLE}={short(text)} is not an integer")
+    plan_id = environ.get(PLAN_ID_VARIABLE)
+    if plan_id is not None and plan_id != check.plan_id:
+        return None, f"{BOUND_VARIABLE}={bound} of another plan ({PLAN_ID_VARIABLE}={short(plan_id, 20)}) ignored"
+    if bound >= check.nproc:
+        raise LaunchError(f"{BOUND_VARIABLE}={bound} is not a rank of affrun run's plan ({check.nproc} ranks): "
+                          f"unset it, or give affrun run --nproc-per-node to match")
+    if plan_id is None:
+        return None, f"{BOUND_VARIABLE}={bound} without {PLAN_ID_VARIABLE} (not bound by affrun) ignored"
+    if not check.mask or not check.mask <= check.rank_cpus[bound]:
+        return None, f"{BOUND_VARIABLE}={bound} ignored: the process does not run on that rank's CPUs"
+    return bound, ""
+
+
+def decide(environ: Mapping[str, str], argv: Sequence[str], check: BoundCheck, *, pid: int | None = None) -> Decision:
     """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``, whose
-    plan has ``nproc`` ranks. ``pid`` is the process's own (``None``: unknown).
+    plan and own mask ``check`` gives (:func:`bound_rank`). ``pid`` is the process's own (``None``: unknown).
 
     Raises :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank.
     """
     from launcher.errors import LaunchError
     from launcher.localrank import LocalRankError, detect_local_rank, same_task
-    from launcher.untrusted import ascii_uint, short
+    from launcher.untrusted import short
 
     role = environ.get(RUN_VARIABLE, "")
     if role not in ROLES:
         raise LaunchError(f"{RUN_VARIABLE}={short(role)} is not one of {', '.join(ROLES)} (set by affrun run)")
     if affrun_process(argv):
         return Decision("skip", None, "affrun's own process")
+    nproc = check.nproc
     ranked = environ
     outer: tuple[str, ...] = ()
     if role == "launcher":  # the task affrun run runs in (a Slurm batch script, an srun task) is not a rank
@@ -170,25 +218,23 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], nproc: int, *, pid: 
         detected = detect_local_rank(with_plan_size(ranked, nproc))
     except LocalRankError as exc:
         raise LaunchError(str(exc)) from None
-    bound: int | None = None
-    if BOUND_VARIABLE in environ:
-        bound = ascii_uint(environ[BOUND_VARIABLE])
-        if bound is None:
-            raise LaunchError(f"{BOUND_VARIABLE}={short(environ[BOUND_VARIABLE])} is not an integer")
+    bound, stale = bound_rank(environ, check)
+    stale = f"; {stale}" if stale else ""
     if detected is not None and detected.rank != bound:
         why = f"{detected.source}={detected.rank}"
-        return Decision("rank", detected.rank, why if bound is None else f"{why}, started by bound rank {bound}")
+        return Decision("rank", detected.rank,
+                        (why if bound is None else f"{why}, started by bound rank {bound}") + stale)
     if bound is not None:
         if multiprocessing_child(argv):
             return Decision("worker", bound, f"multiprocessing child of bound rank {bound}")
         return Decision("inherit", bound, f"already bound (rank {bound})")
     if role == "rank0":
-        return Decision("rank", 0, "first process without a rank variable (AFFRUN_RUN=rank0)")
+        return Decision("rank", 0, "first process without a rank variable (AFFRUN_RUN=rank0)" + stale)
     why = below_launcher(environ, argv, nproc, pid)
     if why:
-        return Decision("rank", 0, why)
+        return Decision("rank", 0, why + stale)
     ignored = f"; {', '.join(outer)} of affrun run's own task ignored" if outer else ""
-    return Decision("launcher", None, f"launcher process (AFFRUN_RUN=launcher){ignored}")
+    return Decision("launcher", None, f"launcher process (AFFRUN_RUN=launcher){ignored}{stale}")
 
 
 def rank_user_env(environ: Mapping[str, str], user_env: Mapping[str, str]) -> dict[str, str]:
@@ -224,6 +270,7 @@ def bind_running(parent: ParentPlan, rank: RankPlan, environ: Mapping[str, str])
     ``AFFRUN_MEM`` records. The caller applies the variables (``renv``) where it wants them."""
     from launcher.apply import bind_process
     from launcher.env import rank_environment
+    from launcher.handoff import PLAN_ID_VARIABLE
     from launcher.rank_line import MEM_VARIABLE, mem_text
 
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks),
@@ -233,6 +280,7 @@ def bind_running(parent: ParentPlan, rank: RankPlan, environ: Mapping[str, str])
     backend = "syscall" if parent.mem_backend in ("auto", "numactl") else parent.mem_backend
     mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, backend)
     renv.set[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
+    renv.set[PLAN_ID_VARIABLE] = parent.identity()  # the proof bound_rank() asks of the process's children
     return renv, mem
 
 
@@ -281,9 +329,46 @@ def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
 _done = False
 
 
+def bound_check(parent: ParentPlan) -> BoundCheck:
+    """This process's :class:`BoundCheck` against ``parent``: its plan's identity and its real mask."""
+    return BoundCheck(parent.identity(), tuple(frozenset(r.cpus) for r in parent.plan.ranks),
+                      frozenset(os.sched_getaffinity(0)))
+
+
+def hook() -> None:
+    """Decide what this process is and apply it; :class:`launcher.errors.AffrunError` for anything wrong."""
+    if affrun_process(sys.orig_argv):
+        return
+    parent = parent_plan(os.environ)
+    decision = decide(os.environ, sys.orig_argv, bound_check(parent), pid=os.getpid())
+    if decision.action == "launcher":
+        os.environ.setdefault(LAUNCHER_VARIABLE, str(os.getpid()))  # its children: a launcher is above
+    elif decision.action == "rank" and decision.rank is not None:
+        bind_as_rank(parent, decision.rank, os.environ, why=decision.reason)
+    elif decision.action == "worker" and decision.rank is not None:
+        bind_as_worker(decision.rank, os.environ)
+
+
+def fail(line: str, status: int) -> None:
+    """End the process with ``line`` on file descriptor 2 (when it is open: ``2>&-`` closes it) and ``status``;
+    never on stdout, never through ``SystemExit`` (``site`` would print it as a failed .pth line and go on to
+    run the user's code unbound)."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+    os._exit(status)
+
+
 def main() -> None:
-    """Run by ``affrun-startup.pth`` when ``AFFRUN_RUN`` is set (once per process: ``site`` may read the
-    site-packages directory twice, through a ``lib64`` link)."""
+    """Run by ``affrun-startup.pth`` (through ``_affrun_startup``) when ``AFFRUN_RUN`` is set, once per process
+    (``site`` may read the site-packages directory twice, through a ``lib64`` link). With stderr closed
+    (``sys.stderr`` is None) what the hook prints goes nowhere, not to stdout, as ``print`` would send it."""
     global _done, answered_probe
     if _done:
         return
@@ -291,20 +376,18 @@ def main() -> None:
     if os.environ.get(RUN_VARIABLE) == PROBE:
         answered_probe = True
         return
-    from launcher.errors import AffrunError, error_line
+    from launcher.errors import AffrunError, LaunchError, error_line
 
+    closed = sys.stderr is None
+    if closed:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # closed below
     try:
-        if affrun_process(sys.orig_argv):
-            return
-        parent = parent_plan(os.environ)
-        decision = decide(os.environ, sys.orig_argv, len(parent.plan.ranks), pid=os.getpid())
-        if decision.action == "launcher":
-            os.environ.setdefault(LAUNCHER_VARIABLE, str(os.getpid()))  # its children: a launcher is above
-        elif decision.action == "rank" and decision.rank is not None:
-            bind_as_rank(parent, decision.rank, os.environ, why=decision.reason)
-        elif decision.action == "worker" and decision.rank is not None:
-            bind_as_worker(decision.rank, os.environ)
+        hook()
     except AffrunError as exc:
-        print(error_line(exc), file=sys.stderr)
-        sys.stderr.flush()
-        os._exit(exc.exit_code)  # SystemExit would be reported by site as a failed .pth line, and ignored
+        fail(error_line(exc), exc.exit_code)
+    except Exception as exc:  # a fault of the hook itself: still one line, and no user code unbound
+        fail(error_line(LaunchError(f"the startup hook failed: {type(exc).__name__}: {exc}")), 2)
+    finally:
+        if closed:
+            sys.stderr.close()
+            sys.stderr = None

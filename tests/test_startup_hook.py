@@ -19,10 +19,11 @@ from launcher.errors import LaunchError
 from launcher.handoff import BOOT
 from launcher.launcher_commands import python_program
 from launcher.localrank import SOURCES, TASK_IDENTITY, task_identity
-from launcher.startup import decide
+from launcher.startup import BoundCheck, decide
 from tests.conftest import ROOT
 
 PTH = ROOT / "build_backend" / "affrun-startup.pth"
+MODULE = ROOT / "build_backend" / "_affrun_startup.py"
 HEAVY = ("click", "psutil", "yaml", "cpuinfo", "submitit", "torch", "numpy", "argparse")
 SPAWN = [sys.executable, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, pipe_handle=6)",
          "--multiprocessing-fork"]
@@ -41,6 +42,13 @@ def plan_env(*options: str) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- decisions (pure)
+def bound(environ: dict[str, str], nproc: int) -> tuple[dict[str, str], BoundCheck]:
+    """``environ`` whose binding marker (if any) is of the plan checked, and a check the process passes: it runs
+    within its rank's CPUs (tests/test_hostile_hook.py holds the cases where it does not)."""
+    marked = {**environ, "AFFRUN_PLAN_ID": "p"} if "AFFRUN_LOCAL_RANK" in environ else environ
+    return marked, BoundCheck("p", (frozenset(range(8)),) * nproc, frozenset({0}))
+
+
 @pytest.mark.parametrize(
     ("environ", "argv", "action", "rank"),
     [
@@ -63,7 +71,8 @@ def plan_env(*options: str) -> dict[str, str]:
     ],
 )
 def test_decisions(environ: dict[str, str], argv: list[str], action: str, rank: int | None) -> None:
-    decision = decide(environ, argv, 2)
+    marked, check = bound(environ, 2)
+    decision = decide(marked, argv, check)
     assert (decision.action, decision.rank) == (action, rank), decision.reason
 
 
@@ -111,7 +120,8 @@ DS_LAUNCH = [sys.executable, "-u", "-m", "deepspeed.launcher.launch", "--world_i
 )
 def test_decisions_below_a_launcher(environ: dict[str, str], argv: list[str], nproc: int, action: str,
                                     rank: int | None) -> None:
-    decision = decide(environ, argv, nproc, pid=200)
+    marked, check = bound(environ, nproc)
+    decision = decide(marked, argv, check, pid=200)
     assert (decision.action, decision.rank) == (action, rank), decision.reason
 
 
@@ -144,7 +154,7 @@ def test_python_program(argv: list[str], kind: str, value: str) -> None:
                                      {"AFFRUN_RUN": "rank0", "AFFRUN_LOCAL_RANK": "zero"}])
 def test_bad_variables_are_errors(environ: dict[str, str]) -> None:
     with pytest.raises(LaunchError):
-        decide(environ, SCRIPT, 2)
+        decide(environ, SCRIPT, bound(environ, 2)[1])
 
 
 # ------------------------------------------------------------------------------------------- installed hook
@@ -152,6 +162,7 @@ def test_hook_is_installed_in_this_environment() -> None:
     """tests/run_all.sh installs affrun editable (pip install -e): the build backend put the .pth in site-packages."""
     installed = Path(sysconfig.get_paths()["purelib"]) / PTH.name
     assert installed.read_text() == PTH.read_text()
+    assert (installed.parent / MODULE.name).is_file()  # what the line imports, beside it
 
 
 def test_off_without_the_variable() -> None:
@@ -190,19 +201,21 @@ def test_garbage_is_one_line_and_exit_2(extra: dict[str, str]) -> None:
 def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
     """A regular (non-editable) wheel has the .pth at its top, listed in RECORD; installed in a fresh venv, it
     binds a process under affrun run's variables."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # pip --python would install elsewhere
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True)
+                    str(tmp_path), str(ROOT)], check=True, timeout=300, capture_output=True, env=env)
     (wheel,) = tmp_path.glob("affrun-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        data = zf.read(PTH.name)
         (record,) = [n for n in zf.namelist() if n.endswith(".dist-info/RECORD")]
         lines = zf.read(record).decode().splitlines()
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    assert data == PTH.read_bytes() and f"{PTH.name},sha256={digest},{len(data)}" in lines
+        for source in (PTH, MODULE):
+            data = zf.read(source.name)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert data == source.read_bytes() and f"{source.name},sha256={digest},{len(data)}" in lines
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", str(wheel)], check=True, timeout=300, capture_output=True)
+                    "--no-deps", str(wheel)], check=True, timeout=300, capture_output=True, env=env)
     env = plan_env("--nproc-per-node", "1", "--cpus", "0")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
                          capture_output=True, text=True, timeout=60, env=clean_env(**env), check=True).stdout

@@ -39,13 +39,15 @@ def planned_cpus(process: Process) -> tuple[int, frozenset[int]] | None:
     """The local rank and CPUs ``affrun run``'s hook binds ``process`` to (``None``: it binds none: no plan, a
     launcher, a worker or helper of a bound rank, a plan that cannot be read)."""
     from launcher.errors import AffrunError
-    from launcher.startup import PROBE, RUN_VARIABLE, decide, parent_plan
+    from launcher.startup import PROBE, RUN_VARIABLE, BoundCheck, decide, parent_plan
 
     if not process.environ.get(RUN_VARIABLE) or process.environ.get(RUN_VARIABLE) == PROBE:
         return None
     try:
         parent: ParentPlan = parent_plan(process.environ)
-        decision = decide(process.environ, process.cmdline, len(parent.plan.ranks), pid=process.pid)
+        # What the hook decided at the process's start: its environment then (/proc/PID/environ), and its mask
+        check = BoundCheck(parent.identity(), tuple(frozenset(r.cpus) for r in parent.plan.ranks), process.mask)
+        decision = decide(process.environ, process.cmdline, check, pid=process.pid)
     except AffrunError:
         return None  # the hook refused it with an error line: the process ended there
     if decision.action != "rank" or decision.rank is None or not 0 <= decision.rank < len(parent.plan.ranks):

@@ -120,7 +120,7 @@ class Result:
 
 def installed_affrun_options() -> dict[str, tuple[tuple[str, ...] | None, object]]:
     """flag -> (choices, default) of the binding options the installed affrun has."""
-    from launcher.option_table import BINDING_OPTIONS
+    from launcher.options.table import BINDING_OPTIONS
 
     return {o.flag: (o.choices, o.default) for o in BINDING_OPTIONS}
 
@@ -169,9 +169,9 @@ def plan_for(affrun_args: tuple[str, ...], ranks: int) -> Any:
     """What each rank gets (CPUs, compute cores, loader CPUs, threads, GPU) from ``affrun torchrun`` here with
     ``affrun_args``, or None when they are not all planning options
     (an environment option such as --omp-bind changes what a rank runs with, not the plan)."""
-    from launcher.option_table import options_in
-    from launcher.options import PlanOptions
-    from launcher.plan import make_plan
+    from launcher.options.plan_options import PlanOptions
+    from launcher.options.table import options_in
+    from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
 
     specs = {s.flag: s for s in options_in("plan")}

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
 from launcher.doctor.live import JobAudit
 from launcher.doctor.sampling import sample_job
 from launcher.errors import AffrunError

@@ -30,7 +30,7 @@ NOOP = "import torch.distributed as dist\ndist.init_process_group('gloo')\ndist.
 
 def parent_plan(nproc: int) -> str:
     """The ``AFFRUN_PLAN`` that ``affrun torchrun --nproc-per-node NPROC`` gives its workers on this machine."""
-    from launcher.handoff import plan_job
+    from launcher.bind.handoff import plan_job
 
     return plan_job({}, nproc)[1].to_json()
 

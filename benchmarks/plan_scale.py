@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from _common import byte_compile_affrun, median_walls  # noqa: E402
 
-from launcher.env import rank_environment  # noqa: E402
-from launcher.options import PlanOptions  # noqa: E402
-from launcher.plan import make_plan  # noqa: E402
+from launcher.env.policy import rank_environment  # noqa: E402
+from launcher.options.plan_options import PlanOptions  # noqa: E402
+from launcher.plan.planner import make_plan  # noqa: E402
 from launcher.topology import load_topology  # noqa: E402
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree  # noqa: E402
 
@@ -52,8 +52,8 @@ SHAPES: dict[int, tuple[int, int, int, int, int]] = {
 }
 NPROC = 8
 LIBRARY_PATH = (
-    "from launcher.topology import load_topology; from launcher.plan import make_plan; "
-    "from launcher.options import PlanOptions; from launcher.env import rank_environment; "
+    "from launcher.topology import load_topology; from launcher.plan.planner import make_plan; "
+    "from launcher.options.plan_options import PlanOptions; from launcher.env.policy import rank_environment; "
     "t = load_topology(fsroot={root!r}, environ={{}}); p = make_plan(t, PlanOptions().request({n})); "
     "[rank_environment(r, local_world_size={n}, user_env={{}}) for r in p.ranks]"
 )

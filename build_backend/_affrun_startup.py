@@ -22,7 +22,7 @@ PACKAGE_DIR: str | None = None
 NAME = "launcher"
 
 _done = False
-# Under AFFRUN_RUN=probe (affrun run asking whether this interpreter loads the hook: launcher.run_target), what
+# Under AFFRUN_RUN=probe (affrun run asking whether this interpreter loads the hook: launcher.launch.run_target), what
 # the hook answered and the file it ran from: this module stays in sys.modules, affrun's package does not.
 answered_probe = False
 hook_file = ""

@@ -5,7 +5,7 @@ The public API is loaded lazily, so that ``import launcher`` stays cheap on the 
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from typing import Any
 
@@ -15,18 +15,18 @@ __version__ = "0.1.0"
 _LAZY = {
     "Topology": "launcher.topology.model",
     "load_topology": "launcher.topology",
-    "Request": "launcher.plan",
-    "Plan": "launcher.plan",
-    "RankPlan": "launcher.plan",
-    "make_plan": "launcher.plan",
-    "rank_environment": "launcher.env",
+    "Request": "launcher.plan.planner",
+    "Plan": "launcher.plan.planner",
+    "RankPlan": "launcher.plan.planner",
+    "make_plan": "launcher.plan.planner",
+    "rank_environment": "launcher.env.policy",
     "ensure_affinity": "launcher.ensure",
     "worker_init_fn": "launcher.torch",
     "AffrunError": "launcher.errors",
     "AffinityExecutor": "launcher.submitit",
-    "current_binding": "launcher.binding",
-    "bind_rank": "launcher.inprocess_bind",
-    "BindReport": "launcher.inprocess_bind",
+    "current_binding": "launcher.bind.readback",
+    "bind_rank": "launcher.bind.inprocess",
+    "BindReport": "launcher.bind.inprocess",
 }
 
 __all__ = ["__version__", *_LAZY]

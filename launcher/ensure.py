@@ -29,8 +29,8 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
+from launcher.context.runtimes import LoadedRuntime, controller_named
 from launcher.doctor.findings import Finding, worst_first
-from launcher.runtimes import LoadedRuntime, controller_named
 
 if TYPE_CHECKING:
     from launcher.topology.model import Topology
@@ -119,9 +119,9 @@ def ensure_affinity(
     """
     if policy not in ENSURE_POLICIES:
         raise ValueError(f"policy must be one of {', '.join(ENSURE_POLICIES)}, not {policy!r}")
+    from launcher.context.runtimes import loaded_runtimes, openmp_names
     from launcher.doctor.checks import check_environment
     from launcher.doctor.facts import gather_facts, launch_cpus
-    from launcher.runtimes import loaded_runtimes, openmp_names
 
     env = os.environ if environ is None else environ
     started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
@@ -167,7 +167,7 @@ def ensure_affinity(
             "ensure_affinity() before importing numpy or torch.")
         pinned = frozenset(os.sched_getaffinity(0))
         if pinned < started_with:
-            from launcher.cpulist import format_cpulist
+            from launcher.base.cpulist import format_cpulist
 
             report.advice.append(
                 f"this process's main thread is already pinned to CPU {format_cpulist(pinned)} of "
@@ -195,8 +195,8 @@ def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -
 
 def _topology(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Topology:
     """This machine's topology allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
+    from launcher.base.records import replace
     from launcher.errors import AffrunError
-    from launcher.records import replace
     from launcher.topology import load_topology
     from launcher.topology.model import Core, Topology
 

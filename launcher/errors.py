@@ -1,7 +1,7 @@
 """Typed errors. Every front end turns an :class:`AffrunError` into one line and a non-zero exit.
 
 A message that names an option holds it as data, an :class:`Opt` (the option's key in
-:mod:`launcher.option_table`), not as a flag written into the text: each front end spells it in its user's
+:mod:`launcher.options.table`), not as a flag written into the text: each front end spells it in its user's
 vocabulary (:meth:`AffrunError.use_vocabulary`). The command line reads ``--loader-cores 9``, the submitit executor
 ``loader_cores=9``, a YAML site profile ``loader-cores: 9``. ``str(exc)`` spells the command line's flags
 unless a front end said otherwise. No imports at load time (``affrun exec`` imports it); rendering an
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class Opt:
-    """An option named in a message, by its key (``dest``) in :mod:`launcher.option_table`, with the value it
+    """An option named in a message, by its key (``dest``) in :mod:`launcher.options.table`, with the value it
     was given when the message quotes it (``quoted``: the command line and a profile show it as Python's
     ``repr``, as Python callers always see it)."""
 
@@ -56,7 +56,7 @@ class AffrunError(Exception):
     def __str__(self) -> str:
         if all(isinstance(part, str) for part in self.parts):
             return "".join(self.parts)  # type: ignore[arg-type]
-        from launcher.option_table import spell  # the table knows how each front end writes each option
+        from launcher.options.table import spell  # the table knows how each front end writes each option
 
         default = self.vocabulary.get("", "cli")
         return "".join(

@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> None:
 def _dispatch(args: list[str]) -> int:
     if args and args[0] in ("exec", "run"):  # argparse, not click: run's options are exec's, from the same table
         if args[0] == "exec":
-            from launcher.exec_cmd import main as command_main
+            from launcher.launch.exec_cmd import main as command_main
         else:
-            from launcher.run_cmd import main as command_main
+            from launcher.launch.run_cmd import main as command_main
         from launcher.errors import AffrunError, error_line
 
         try:

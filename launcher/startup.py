@@ -32,7 +32,7 @@ starting process is (:func:`decide`, pure) and applies it (:func:`main`):
 - ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits).
 
 ``AFFRUN_RUN=probe`` is no role: ``affrun run`` asking whether this interpreter loads the hook
-(:mod:`launcher.run_target`). The hook sets :data:`answered_probe` and does nothing else.
+(:mod:`launcher.launch.run_target`). The hook sets :data:`answered_probe` and does nothing else.
 
 A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2.
 """
@@ -46,19 +46,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from launcher.env import RankEnvironment
-    from launcher.handoff import ParentPlan
-    from launcher.mempolicy import MemResult
-    from launcher.plan import RankPlan
+    from launcher.bind.handoff import ParentPlan
+    from launcher.bind.mempolicy import MemResult
+    from launcher.env.policy import RankEnvironment
+    from launcher.plan.planner import RankPlan
 
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
-# AFFRUN_RUN=probe: affrun run asks an interpreter whether it loads this hook (launcher.run_target). The hook
+# AFFRUN_RUN=probe: affrun run asks an interpreter whether it loads this hook (launcher.launch.run_target). The hook
 # answers by setting ``answered_probe`` and does nothing else: it binds nothing and prints nothing.
 PROBE = "probe"
 answered_probe = False
-BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"  # written by every binding (launcher.env.affrun_variables)
-# The rank variables of the task affrun run started in, and their identity (launcher.localrank.task_identity), as
+BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"  # written by every binding (launcher.env.policy.affrun_variables)
+# The rank variables of the task affrun run started in, and their identity (launcher.context.local_rank.task_identity), as
 # a JSON object: written by affrun run, only when there are some.
 TASK_VARIABLE = "AFFRUN_RUN_TASK"
 # The pid of the first unbound launcher process, written into its os.environ by its own hook: its children know
@@ -68,7 +68,7 @@ LAUNCHER_VARIABLE = "AFFRUN_LAUNCHER_PID"
 # starts the one training process with no rank variable.
 ACCELERATE_SIMPLE = "ACCELERATE_USE_CPU"
 # Variables a multiprocessing child of a bound rank must not inherit: they place OpenMP threads per place.
-# launcher.env.PLACE_VARIABLES, spelled here: a DataLoader worker's start must not import env and the planner.
+# launcher.env.policy.PLACE_VARIABLES, spelled here: a DataLoader worker's start must not import env and the planner.
 PLACEMENT_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 
 Action = Literal["rank", "worker", "inherit", "launcher", "skip"]
@@ -94,7 +94,7 @@ def multiprocessing_child(argv: Sequence[str]) -> bool:
 
 def affrun_process(argv: Sequence[str]) -> bool:
     """``affrun ...`` itself (console script) or ``affrun exec`` as ``affrun torchrun`` starts it."""
-    from launcher.handoff import BOOT
+    from launcher.bind.handoff import BOOT
 
     return (BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
             or list(argv[1:3]) == ["-m", "launcher"])
@@ -103,7 +103,7 @@ def affrun_process(argv: Sequence[str]) -> bool:
 def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:
     """``environ`` with the plan's rank count as the local size where a launcher set a rank but no size
     (Lightning sets ``LOCAL_RANK`` without ``LOCAL_WORLD_SIZE``)."""
-    from launcher.localrank import SOURCES
+    from launcher.context.local_rank import SOURCES
 
     out = dict(environ)
     for rank_var, size_var in SOURCES:
@@ -114,8 +114,8 @@ def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:
 
 def recorded_task(environ: Mapping[str, str]) -> dict[str, str]:
     """``AFFRUN_RUN_TASK``: the rank variables of the task ``affrun run`` started in (empty when unset)."""
+    from launcher.base.untrusted import BadJSON, load_json, short
     from launcher.errors import LaunchError
-    from launcher.untrusted import BadJSON, load_json, short
 
     text = environ.get(TASK_VARIABLE)
     if not text:
@@ -131,7 +131,7 @@ def recorded_task(environ: Mapping[str, str]) -> dict[str, str]:
 
 def below_launcher(environ: Mapping[str, str], argv: Sequence[str], nproc: int, pid: int | None) -> str:
     """Why the process is the one rank a launcher started without a rank variable, or ``""`` when it is not."""
-    from launcher.launcher_commands import program_is_launcher, python_program
+    from launcher.context.launchers import program_is_launcher, python_program
 
     above = environ.get(LAUNCHER_VARIABLE)
     if not above or (pid is not None and above == str(pid)):
@@ -168,14 +168,14 @@ def bound_rank(environ: Mapping[str, str], check: BoundCheck) -> tuple[int | Non
     ``affrun exec``, a copied environment). It counts when ``AFFRUN_PLAN_ID`` is this plan's identity and the real
     mask lies within that rank's CPUs (a DataLoader worker on the loader CPUs included). A marker of this plan, or
     of no plan, naming a rank outside it is an error."""
+    from launcher.base.untrusted import short
+    from launcher.bind.handoff import PLAN_ID_VARIABLE
     from launcher.errors import LaunchError
-    from launcher.handoff import PLAN_ID_VARIABLE
-    from launcher.untrusted import short
 
     text = environ.get(BOUND_VARIABLE)
     if text is None:
         return None, ""
-    from launcher.untrusted import ascii_uint
+    from launcher.base.untrusted import ascii_uint
 
     bound = ascii_uint(text)
     if bound is None:
@@ -199,9 +199,9 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], check: BoundCheck, *
 
     Raises :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank.
     """
+    from launcher.base.untrusted import short
+    from launcher.context.local_rank import LocalRankError, detect_local_rank, same_task
     from launcher.errors import LaunchError
-    from launcher.localrank import LocalRankError, detect_local_rank, same_task
-    from launcher.untrusted import short
 
     role = environ.get(RUN_VARIABLE, "")
     if role not in ROLES:
@@ -241,7 +241,7 @@ def rank_user_env(environ: Mapping[str, str], user_env: Mapping[str, str]) -> di
     """The environment whose values the env policy judges: ``environ`` with the variables affrun manages taken
     out (a launcher or a bound parent set them, not the user) and the user's own values, snapshot by the
     launcher, put back."""
-    from launcher.env import USER_VARIABLES
+    from launcher.env.policy import USER_VARIABLES
 
     out = {k: v for k, v in environ.items() if k not in USER_VARIABLES}
     out.update(user_env)
@@ -255,8 +255,8 @@ def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str]
 
 
 def parent_plan(environ: Mapping[str, str]) -> ParentPlan:
+    from launcher.bind.handoff import PLAN_VARIABLE, ParentPlan
     from launcher.errors import LaunchError
-    from launcher.handoff import PLAN_VARIABLE, ParentPlan
 
     text = environ.get(PLAN_VARIABLE)
     if not text:
@@ -268,10 +268,10 @@ def bind_running(parent: ParentPlan, rank: RankPlan, environ: Mapping[str, str])
     """What binding a process that is already running takes, for the hook and for ``bind_rank``: the rank's
     variables (judged against the user's own values), its mask and its memory policy, whose result
     ``AFFRUN_MEM`` records. The caller applies the variables (``renv``) where it wants them."""
-    from launcher.apply import bind_process
-    from launcher.env import rank_environment
-    from launcher.handoff import PLAN_ID_VARIABLE
-    from launcher.rank_line import MEM_VARIABLE, mem_text
+    from launcher.bind.apply import bind_process
+    from launcher.bind.handoff import PLAN_ID_VARIABLE
+    from launcher.env.policy import rank_environment
+    from launcher.env.rank_line import MEM_VARIABLE, mem_text
 
     renv = rank_environment(rank, local_world_size=len(parent.plan.ranks),
                             user_env=rank_user_env(environ, parent.user_env), bind=parent.bind,
@@ -286,9 +286,9 @@ def bind_running(parent: ParentPlan, rank: RankPlan, environ: Mapping[str, str])
 
 def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
     """Bind this process as local rank ``rank_index`` of ``parent``'s plan; return its notes."""
+    from launcher.bind.handoff import rank_line
+    from launcher.env.rank_line import mem_text
     from launcher.errors import LaunchError
-    from launcher.handoff import rank_line
-    from launcher.rank_line import mem_text
 
     if not 0 <= rank_index < len(parent.plan.ranks):
         raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
@@ -310,8 +310,8 @@ def bind_as_rank(parent: ParentPlan, rank_index: int, environ: MutableMapping[st
 
 def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
     """A multiprocessing child of bound rank ``bound``: its loader CPUs when the plan has some, no placement."""
-    from launcher.cpulist import parse_cpulist
-    from launcher.untrusted import short
+    from launcher.base.cpulist import parse_cpulist
+    from launcher.base.untrusted import short
 
     try:
         loader = parse_cpulist(environ.get("AFFRUN_LOADER_CPUS", ""))
@@ -320,7 +320,7 @@ def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
 
         raise LaunchError(f"AFFRUN_LOADER_CPUS={short(environ.get('AFFRUN_LOADER_CPUS'))} is not a cpu list") from None
     if loader:
-        from launcher.apply import bind_process
+        from launcher.bind.apply import bind_process
 
         bind_process(sorted(loader), "none", (), "syscall")
     apply_environment(environ, {}, PLACEMENT_VARIABLES)

@@ -30,21 +30,21 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from launcher.binding import TaskBinding, current_binding
+from launcher.base.records import dataclass, fields, replace  # PlanOptions is one of these
+from launcher.base.untrusted import short
+from launcher.bind.handoff import exec_prefix
+from launcher.bind.readback import TaskBinding, current_binding
 from launcher.errors import AffrunError, ConfigError, Opt
-from launcher.handoff import exec_prefix
-from launcher.option_table import default
-from launcher.options import PlanOptions
-from launcher.records import dataclass, fields, replace  # PlanOptions is one of these
-from launcher.untrusted import short
+from launcher.options.plan_options import PlanOptions
+from launcher.options.table import default
 
 if TYPE_CHECKING:
     import submitit
 
-    from launcher.env import EnvPolicy
-    from launcher.omp_syntax import OmpBind
-    from launcher.option_table import MemBackend
-    from launcher.options import MemPolicy
+    from launcher.env.omp_syntax import OmpBind
+    from launcher.env.policy import EnvPolicy
+    from launcher.options.plan_options import MemPolicy
+    from launcher.options.table import MemBackend
 
 __all__ = [
     "AFFRUN_OPTIONS",
@@ -73,7 +73,7 @@ SRUN_CPUS_SETUP = 'if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_P
 @dataclass(frozen=True)
 class AffinityOptions(PlanOptions):
     """affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``):
-    the planning options of :class:`~launcher.options.PlanOptions`, plus the topology source and env options.
+    the planning options of :class:`~launcher.options.plan_options.PlanOptions`, plus the topology source and env options.
 
     CPU and GPU lists may be given as strings (``"0,8"``) or as iterables of ints; ``cpu_map`` as ``"0-3;4-7"``
     or as a sequence of per-rank lists.
@@ -111,7 +111,7 @@ class AffinityOptions(PlanOptions):
             raise
 
     def _check(self) -> None:
-        from launcher.option_table import options_in
+        from launcher.options.table import options_in
 
         for spec in options_in("env", "apply"):
             value = getattr(self, spec.name("python"))
@@ -129,7 +129,7 @@ class AffinityOptions(PlanOptions):
 
     def to_argv(self) -> list[str]:
         """``affrun exec`` flags for these options (defaults left out), from the one option table."""
-        from launcher.option_table import options_in, to_argv
+        from launcher.options.table import options_in, to_argv
 
         specs = options_in("topology", "env", "apply")
         values = {spec.dest: getattr(self, spec.name("python")) for spec in specs}  # --topology: ``topology``
@@ -143,9 +143,9 @@ AFFRUN_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(AffinityOptions))
 
 
 def _normalise(name: str, value: Any) -> Any:
-    """One keyword's value: the option table's options through :func:`launcher.keywords.check_keyword` (the check
+    """One keyword's value: the option table's options through :func:`launcher.options.keywords.check_keyword` (the check
     ``bind_rank`` shares), ``verbose`` as a flag of this executor's own."""
-    from launcher.keywords import BY_KEYWORD, check_keyword
+    from launcher.options.keywords import BY_KEYWORD, check_keyword
 
     if name == "verbose":
         if not isinstance(value, bool):
@@ -201,9 +201,9 @@ def string_list(keyword: str, value: object, what: str) -> list[str]:
     One string is one item (``slurm_setup="module load cuda"`` is one line, ``slurm_srun_args="--mpi=pmix"`` one
     argument), never one item per character; an srun string with white space in it is refused, as it is unclear
     whether it is one argument or several. Items must be strings; a setup line (copied into the batch script as
-    shell code) and an srun argument hold no control character (:func:`launcher.untrusted.unwritable`). Anything else is one ConfigError naming
+    shell code) and an srun argument hold no control character (:func:`launcher.base.untrusted.unwritable`). Anything else is one ConfigError naming
     ``keyword``."""
-    from launcher.untrusted import unwritable
+    from launcher.base.untrusted import unwritable
 
     if value is None:
         return []

@@ -2,7 +2,7 @@
 
 ``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
 CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs.
-Under ``affrun`` the CPUs come from the rank's binding (:func:`launcher.binding.current_binding`); elsewhere from
+Under ``affrun`` the CPUs come from the rank's binding (:func:`launcher.bind.readback.current_binding`); elsewhere from
 the CPUs the parent process's threads span. torch is imported only when a worker starts.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from launcher.binding import current_binding
+from launcher.bind.readback import current_binding
 
 
 def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: Sequence[int]) -> list[int]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
 
 
 @dataclass

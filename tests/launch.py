@@ -225,7 +225,7 @@ def display_affinity_env() -> dict[str, str]:
 
 def thread_bindings(text: str) -> dict[int, dict[int, frozenset[int]]]:
     """pid -> OpenMP thread number -> the CPUs the runtime bound it to, from :data:`AFFINITY_FORMAT` lines."""
-    from launcher.cpulist import parse_cpulist
+    from launcher.base.cpulist import parse_cpulist
 
     out: dict[int, dict[int, frozenset[int]]] = {}
     for m in AFFINITY_LINE.finditer(text):

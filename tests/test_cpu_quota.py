@@ -13,9 +13,9 @@ import pytest
 
 from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import Facts
-from launcher.env import rank_environment
-from launcher.options import PlanOptions
-from launcher.plan import make_plan
+from launcher.env.policy import rank_environment
+from launcher.options.plan_options import PlanOptions
+from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.cgroup import find_cpu_quota
 from launcher.topology.model import Topology

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.cpulist import (
+from launcher.base.cpulist import (
     MAX_CPU_ID,
     CpuIdTooLarge,
     format_cpulist,

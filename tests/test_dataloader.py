@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
+from launcher.base.cpulist import parse_cpulist
 from launcher.torch import worker_cpus
 from tests.launch import (
     PROGRAMS,

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from launcher.base.slurm_step import parse_version, srun_inherits_cpus_per_task, version_text
 from launcher.cli import cli
+from launcher.context.runtimes import libraries_in_maps
 from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import (
     Facts,
@@ -30,8 +32,6 @@ from launcher.doctor.facts import (
 )
 from launcher.doctor.findings import CATALOGUE, Finding
 from launcher.doctor.omp_checks import main_thread_place
-from launcher.runtimes import libraries_in_maps
-from launcher.slurm_env import parse_version, srun_inherits_cpus_per_task, version_text
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.conftest import need

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
 from tests.conftest import need
@@ -465,7 +465,7 @@ def test_ancestors_are_the_real_parent_chain() -> None:
 
 
 def test_runtime_controllers_recognise_library_names() -> None:
-    from launcher.runtimes import identify, runtimes_from_paths
+    from launcher.context.runtimes import identify, runtimes_from_paths
 
     paths = ["/x/torch/lib/libgomp-a34b3233.so.1", "/usr/lib/libgomp.so.1", "/p/lib/libiomp5.so",
              "/p/lib/libiompstubs5.so", "/c/lib/libomp.so.5", "/c/lib/libomptarget.so",
@@ -486,7 +486,7 @@ def test_runtime_controllers_recognise_library_names() -> None:
 def test_thread_counts_asked_from_the_loaded_libraries() -> None:
     """In-process counts come from the libraries themselves (numpy's OpenBLAS, torch's libgomp)."""
     require_torch()
-    code = ("import json, numpy, torch; torch.set_num_threads(1); from launcher.runtimes import loaded_runtimes; "
+    code = ("import json, numpy, torch; torch.set_num_threads(1); from launcher.context.runtimes import loaded_runtimes; "
             "print(json.dumps({r.name: [r.threads, r.threads_from] for r in loaded_runtimes()}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=clean_env(OPENBLAS_NUM_THREADS="1"))

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
-from launcher.env import (
+from launcher.base.cpulist import parse_cpulist
+from launcher.base.records import replace
+from launcher.env.omp_syntax import omp_places, parse_places, parse_proclist
+from launcher.env.policy import (
     KMP_DEFAULT,
     effective_mem_policy,
     numactl_args,
@@ -21,10 +23,8 @@ from launcher.env import (
     rank_environment,
     variable_problem,
 )
-from launcher.omp_syntax import omp_places, parse_places, parse_proclist
-from launcher.plan import Plan, RankPlan, Request, make_plan
-from launcher.plan_json import plan_from_json
-from launcher.records import replace
+from launcher.plan.planner import Plan, RankPlan, Request, make_plan
+from launcher.plan.wire import plan_from_json
 from launcher.topology import load_topology
 from tests.conftest import need
 from tests.fakesys import uniform, write_tree
@@ -537,6 +537,6 @@ def test_real_runtime_binds_every_thread_inside_the_rank(
 )
 def test_gomp_cpu_affinity_syntax(value: str, expected: list[int] | None) -> None:
     """libgomp's own list syntax (strided ranges with ':'), in binding order."""
-    from launcher.omp_syntax import parse_gomp_cpu_affinity
+    from launcher.env.omp_syntax import parse_gomp_cpu_affinity
 
     assert parse_gomp_cpu_affinity(value) == expected

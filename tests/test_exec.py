@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
+from launcher.base.cpulist import parse_cpulist
 from tests.launch import GOMP_LINE, IOMP_LINE, affrun_argv, clean_env, compile_omp, rank_lines, run
 
 NCPU = len(os.sched_getaffinity(0))
@@ -128,7 +128,7 @@ def test_membind_is_applied_and_survives_exec() -> None:
 
 def test_the_rank_knows_its_binding_as_the_rank_line_gives_it() -> None:
     """``current_binding()`` inside the rank prints the same line affrun printed for it, memory policy included."""
-    code = "from launcher.binding import current_binding; print(current_binding())"
+    code = "from launcher.bind.readback import current_binding; print(current_binding())"
     proc = run(affrun_argv("exec", "--mem-policy", "membind", "--mem-backend", "syscall", "--verbose", "--",
                            sys.executable, "-c", code), check=True)
     (printed,) = [line for line in proc.stderr.splitlines() if line.startswith("affrun: rank ")]
@@ -138,7 +138,7 @@ def test_the_rank_knows_its_binding_as_the_rank_line_gives_it() -> None:
 
 def test_blocked_memory_policy_falls_back_without_failing_the_rank() -> None:
     code = (
-        "from launcher.mempolicy import apply_mempolicy\n"
+        "from launcher.bind.mempolicy import apply_mempolicy\n"
         "r = apply_mempolicy('membind', (63,), 'syscall')\n"  # node 63 does not exist: the kernel refuses
         "print(r.policy); print(*r.warnings, sep='\\n')\n"
     )
@@ -183,7 +183,7 @@ def test_explicit_rank_flags_win_over_half_set_variables() -> None:
 
 def test_exec_is_not_shadowed_by_a_launcher_module_in_the_working_directory(tmp_path: Path) -> None:
     (tmp_path / "launcher.py").write_text("raise SystemExit('the user launcher.py ran')\n")
-    from launcher.handoff import exec_prefix
+    from launcher.bind.handoff import exec_prefix
 
     proc = run([*exec_prefix(), "--", "echo", "bound"], cwd=tmp_path, check=True)
     assert proc.stdout.strip() == "bound"
@@ -204,7 +204,7 @@ def test_no_gpu_leaves_gpus_and_their_visibility_variables_alone(tmp_path: Path)
 def test_a_mask_the_kernel_narrows_is_reported_with_what_the_rank_really_got(tmp_path: Path) -> None:
     """A plan made from another view of the machine (here a tree with two CPUs this machine does not have) asks
     for CPUs outside the process's cpuset: the kernel keeps the part inside, silently. affrun says so."""
-    from launcher.cpulist import format_cpulist
+    from launcher.base.cpulist import format_cpulist
     from tests.fakesys import this_machine_with_gpus, write_tree
 
     real = sorted(os.sched_getaffinity(0))

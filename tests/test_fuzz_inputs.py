@@ -27,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.cpulist import MAX_CPU_ID, MAX_NODE_ID
-from launcher.env import rank_environment
+from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID
+from launcher.bind.handoff import ParentPlan
+from launcher.env.policy import rank_environment
 from launcher.errors import AffrunError
-from launcher.handoff import ParentPlan
-from launcher.plan import MODES, Plan, Request, make_plan
+from launcher.plan.planner import MODES, Plan, Request, make_plan
 from launcher.topology import Topology, load_topology
 from launcher.topology.hwloc_xml import hwloc_xml_topology
 from launcher.topology.snapshot import from_snapshot, snapshot_topology, to_snapshot
@@ -350,7 +350,7 @@ JSON_VALUES = st.recursive(
 @given(value=JSON_VALUES, before=st.sampled_from(["", " ", "\n\t"]), after=st.sampled_from(["", " \r\n", " x", "]", ","]))
 def test_load_json_reads_what_json_loads_reads(value: Any, before: str, after: str) -> None:
     """load_json (AFFRUN_PLAN, snapshots) takes and refuses what json.loads does, and refuses only with BadJSON."""
-    from launcher.untrusted import BadJSON, load_json
+    from launcher.base.untrusted import BadJSON, load_json
 
     text = before + json.dumps(value) + after
     try:
@@ -365,7 +365,7 @@ def test_load_json_reads_what_json_loads_reads(value: Any, before: str, after: s
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(alphabet='{}[]",:0123456789.eE+-truefalsnNaIiy \t\n\\u\x01'))
 def test_load_json_refuses_what_json_loads_refuses(text: str) -> None:
-    from launcher.untrusted import BadJSON, load_json
+    from launcher.base.untrusted import BadJSON, load_json
 
     try:
         expected: Any = json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
@@ -385,7 +385,7 @@ def test_slurm_per_node_counts_read_as_their_syntax_says(value: str) -> None:
     """expand_counts parses by hand (re would cost the exec path ~5 ms): it takes exactly the regular syntax."""
     import re
 
-    from launcher.slurm_env import MAX_NODES, expand_counts
+    from launcher.base.slurm_step import MAX_NODES, expand_counts
 
     matches = [re.match(SLURM_COUNT, part) for part in value.split(",")]
     if not all(matches) or sum(int(m.group(2) or 1) for m in matches if m) > MAX_NODES:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
-from launcher.option_table import BINDING_OPTIONS
+from launcher.base.cpulist import parse_cpulist
+from launcher.options.table import BINDING_OPTIONS
 from tests.conftest import ROOT, need
 from tests.launch import clean_env, require_torch
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
 from launcher.topology import load_topology
 from launcher.topology.nvml import NvmlGpu, nvml_gpus, with_nvml
 from launcher.topology.sysfs import read_sysfs

@@ -168,7 +168,7 @@ def test_executor_cpu_lists_from_generators_are_kept_and_bytes_refused(tmp_path:
 
 def test_python_front_ends_share_one_keyword_check() -> None:
     """bind_rank and the executor say the same thing about the same wrong value (one check, from the table)."""
-    from launcher.keywords import check_keywords
+    from launcher.options.keywords import check_keywords
     from launcher.submitit import AffinityOptions
 
     cases: list[tuple[str, Any]] = [("loader_cores", 1.5), ("cpus", b"0"), ("omp_bind", None)]

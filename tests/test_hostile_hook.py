@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from launcher.cpulist import parse_cpulist
-from launcher.handoff import ParentPlan
-from launcher.plan_json import BadPlan, plan_from_json
+from launcher.base.cpulist import parse_cpulist
+from launcher.bind.handoff import ParentPlan
+from launcher.plan.wire import BadPlan, plan_from_json
 from tests.conftest import ROOT, need
 from tests.launch import clean_env
 from tests.test_hostile_input import affrun, refused

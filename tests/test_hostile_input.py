@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from launcher.handoff import ParentPlan
-from launcher.plan import make_plan
+from launcher.bind.handoff import ParentPlan
+from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot
 from tests.fakesys import FakeGPU, uniform, write_tree
@@ -316,7 +316,7 @@ def test_snapshot_that_is_not_text(tmp_path: Path) -> None:
 
 
 def parent_plan(tree: Path) -> dict[str, Any]:
-    from launcher.plan import Request
+    from launcher.plan.planner import Request
 
     topo = load_topology(fsroot=str(tree), environ={})
     plan = make_plan(topo, Request(nproc=2))

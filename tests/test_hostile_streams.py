@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.handoff import INLINE_PLAN_LIMIT, ParentPlan
-from launcher.plan import Request, make_plan
+from launcher.bind.handoff import INLINE_PLAN_LIMIT, ParentPlan
+from launcher.plan.planner import Request, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
 from tests.fakesys import uniform, write_tree

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import TopologyError
 from launcher.topology import load_topology
 from launcher.topology.hwloc_xml import load_hwloc_xml

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.inherited_mask import judge
+from launcher.context.inherited_mask import judge
 from tests.launch import affrun_argv, clean_env, require_torch, run
 
 NCPU = len(os.sched_getaffinity(0))

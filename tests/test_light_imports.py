@@ -36,8 +36,8 @@ def test_exec_path_loads_no_heavy_package(argv: list[str]) -> None:
     assert "launcher" in loaded
 
 
-@pytest.mark.parametrize("module", ["launcher.plan", "launcher.env", "launcher.topology", "launcher", "launcher.exec_cmd",
-                                    "launcher.startup", "launcher.run_cmd", "launcher.inprocess_bind"])
+@pytest.mark.parametrize("module", ["launcher.plan.planner", "launcher.env.policy", "launcher.topology", "launcher", "launcher.launch.exec_cmd",
+                                    "launcher.startup", "launcher.launch.run_cmd", "launcher.bind.inprocess"])
 def test_core_modules_load_no_heavy_package(module: str) -> None:
     code = f"import sys, json, {module}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -45,7 +45,7 @@ def test_core_modules_load_no_heavy_package(module: str) -> None:
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
-# What the exec path left behind to get under 2x `python -c pass` (benchmarks/launch_overhead.py; launcher/records.py
+# What the exec path left behind to get under 2x `python -c pass` (benchmarks/launch_overhead.py; launcher/base/records.py
 # has the measurements). argparse is imported only where exec has options, json only for a plan it refuses.
 SLOW_STDLIB = ("typing", "dataclasses", "inspect", "argparse", "json", "re", "enum", "shutil", "shlex", "collections")
 RANK_PROBE = """
@@ -87,7 +87,7 @@ def test_a_standalone_rank_imports_none_of_the_slow_stdlib_modules() -> None:
 def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
     """affrun torchrun / affrun run: the rank reads AFFRUN_PLAN with json (and what json imports, read off a bare
     interpreter here), plans nothing and parses no options."""
-    from launcher.handoff import plan_job
+    from launcher.bind.handoff import plan_job
 
     _, parent = plan_job({}, 1)
     loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], {"AFFRUN_PLAN": parent.to_json(),
@@ -101,13 +101,13 @@ def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
 
 def test_exec_without_options_takes_the_parsers_defaults() -> None:
     """exec skips argparse when no option comes before `--`: what it uses instead must be what argparse gives."""
-    from launcher.exec_cmd import build_parser, default_args
+    from launcher.launch.exec_cmd import build_parser, default_args
 
     assert vars(default_args()) == vars(build_parser().parse_args([]))
 
 
-HOT_LITERALS = ("launcher.plan_request", "launcher.plan_spill", "launcher.env", "launcher.omp_syntax",
-                "launcher.option_table")
+HOT_LITERALS = ("launcher.plan.request", "launcher.plan.spill", "launcher.env.policy", "launcher.env.omp_syntax",
+                "launcher.options.table")
 
 
 @pytest.mark.parametrize("module", HOT_LITERALS)

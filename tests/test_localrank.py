@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.localrank import LocalRankError, detect_local_rank
+from launcher.context.local_rank import LocalRankError, detect_local_rank
 
 
 def test_first_launcher_wins() -> None:

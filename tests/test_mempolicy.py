@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import mempolicy
-from launcher.mempolicy import apply_mempolicy
+from launcher.bind import mempolicy
+from launcher.bind.mempolicy import apply_mempolicy
 from tests.conftest import need
 from tests.launch import affrun_argv, clean_env, run
 

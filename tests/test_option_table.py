@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
-from launcher.exec_cmd import build_parser
-from launcher.option_table import BINDING_OPTIONS, add_binding_arguments, options_in, plan_options_from
-from launcher.options import PlanOptions
-from launcher.records import fields
+from launcher.base.records import fields
+from launcher.launch.exec_cmd import build_parser
+from launcher.options.plan_options import PlanOptions
+from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, options_in, plan_options_from
 from launcher.submitit import AffinityOptions
 from tests.launch import affrun
 
@@ -56,9 +56,9 @@ def test_bad_values_are_refused_alike_by_exec_and_plan() -> None:
 
 
 def test_sbatch_table_fills_every_sbatch_spec_field_but_affrun_s_own() -> None:
-    from launcher.sbatch_options import SBATCH_OPTIONS
-    from launcher.sbatch_profile import KEYS
-    from launcher.sbatch_script import SbatchSpec
+    from launcher.slurm.options import SBATCH_OPTIONS
+    from launcher.slurm.profile import KEYS
+    from launcher.slurm.script import SbatchSpec
 
     filled = {o.field for o in SBATCH_OPTIONS if o.field is not None}
     affruns = {"command", "plan", "omp_bind", "env_policy", "mem_policy", "verbose"}
@@ -71,7 +71,7 @@ def test_sbatch_table_fills_every_sbatch_spec_field_but_affrun_s_own() -> None:
 
 def test_each_front_end_s_name_of_an_option_is_one_it_takes() -> None:
     """Errors spell options with :meth:`OptionSpec.name`: each name must be what that front end accepts."""
-    from launcher.sbatch_profile import KEYS
+    from launcher.slurm.profile import KEYS
     from launcher.submitit import AFFRUN_OPTIONS
 
     exec_help = affrun("exec", "--help").stdout
@@ -84,7 +84,7 @@ def test_each_front_end_s_name_of_an_option_is_one_it_takes() -> None:
 
 def test_a_planner_error_reads_in_the_vocabulary_of_its_front_end() -> None:
     from launcher.errors import PlanError
-    from launcher.plan import Request, validate_request
+    from launcher.plan.planner import Request, validate_request
 
     cases = [
         (Request(nproc=2, mode="map", cpu_map=(frozenset({0}),) * 3),

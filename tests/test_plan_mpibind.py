@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import format_cpulist, parse_cpulist
-from launcher.env import rank_environment
-from launcher.plan import Plan, Request, make_plan
+from launcher.base.cpulist import format_cpulist, parse_cpulist
+from launcher.env.policy import rank_environment
+from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology import load_topology
 from launcher.topology.hwloc_xml import load_hwloc_xml
 from launcher.topology.model import Topology

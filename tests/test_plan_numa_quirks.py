@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.cpulist import format_cpulist
-from launcher.options import PlanOptions
-from launcher.plan import make_plan
+from launcher.base.cpulist import format_cpulist
+from launcher.options.plan_options import PlanOptions
+from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
 from tests.fakesys import FakeMachine, write_tree

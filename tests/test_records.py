@@ -1,4 +1,4 @@
-"""launcher.records makes the exec path's classes without importing dataclasses: they must behave as the
+"""launcher.base.records makes the exec path's classes without importing dataclasses: they must behave as the
 dataclasses mypy checks them as, for what affrun uses."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from launcher import records
+from launcher.base import records
 
 
 def _pair(frozen: bool) -> tuple[type, type]:
@@ -57,7 +57,7 @@ def test_fields_and_replace_take_real_dataclasses_too() -> None:
 
 
 def test_a_subclass_inherits_the_fields_and_pickles() -> None:
-    from launcher.options import PlanOptions
+    from launcher.options.plan_options import PlanOptions
     from launcher.submitit import AffinityOptions
 
     opts = AffinityOptions(mode="numa", verbose=True)

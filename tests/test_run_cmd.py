@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.run_cmd import top_role
+from launcher.launch.run_cmd import top_role
 from tests.fakesys import this_machine_with_gpus, write_tree
 
 AFFRUN = [sys.executable, "-m", "launcher", "run"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.base.cpulist import format_cpulist, parse_cpulist
 from tests.conftest import ROOT, need
 
 PROGRAMS = ROOT / "tests" / "programs"

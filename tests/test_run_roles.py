@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
+from launcher.base.cpulist import parse_cpulist
 from tests.conftest import need
 from tests.test_run_launchers import BIN, PROGRAMS, assert_matches_plan, by_rank, have, plan_of, run_job
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError
-from launcher.sbatch_profile import KEYS, find_config, load_config, parse_config
+from launcher.slurm.profile import KEYS, find_config, load_config, parse_config
 
 SITE = """\
 defaults:

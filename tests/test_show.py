@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan import Plan, Request, make_plan
+from launcher.plan.planner import Plan, Request, make_plan
 from launcher.show import picture, svg, write_map
 from launcher.topology import load_topology
 from launcher.topology.model import Core, Topology
@@ -117,7 +117,7 @@ def test_each_core_shows_its_owner_and_loader_cores_differ(two_node: Topology) -
 
 
 def test_legend_lists_every_rank_with_cpus_gpu_and_threads(two_node: Topology) -> None:
-    from launcher.cpulist import format_cpulist
+    from launcher.base.cpulist import format_cpulist
 
     plan = plan_for(two_node, 4, loader_cores=1)
     lines = picture(two_node, plan, color=False).splitlines()

@@ -17,10 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.errors import ConfigError
-from launcher.options import PlanOptions
-from launcher.sbatch_script import TEMPLATE_VARIABLES, SbatchSpec, builtin_template, render
-from launcher.slurm_env import (
+from launcher.base.slurm_step import (
     cpu_bind_masks,
     expand_counts,
     parse_version,
@@ -30,6 +27,9 @@ from launcher.slurm_env import (
     step_cpus_for_planning,
     tasks_on_node,
 )
+from launcher.errors import ConfigError
+from launcher.options.plan_options import PlanOptions
+from launcher.slurm.script import TEMPLATE_VARIABLES, SbatchSpec, builtin_template, render
 from launcher.topology.gpus import resolve_visible
 from launcher.topology.model import GPU
 
@@ -496,7 +496,7 @@ def test_slurm_global_visible_keeps_non_numeric() -> None:
 
 def test_rank_gets_cores_near_its_own_gpu_in_a_constrained_step(tmp_path: Path) -> None:
     """The job was given global GPU 1 only; CUDA_VISIBLE_DEVICES=0. Rank 0 must sit by GPU 1, not GPU 0."""
-    from launcher.plan import make_plan
+    from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
     from tests.fakesys import FakeGPU, FakeMachine, write_tree
 

@@ -25,10 +25,10 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 import pytest
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import AffrunError, ConfigError
-from launcher.options import PlanOptions
-from launcher.plan import Plan, make_plan
+from launcher.options.plan_options import PlanOptions
+from launcher.plan.planner import Plan, make_plan
 from launcher.submitit import AffinityExecutor, AffinityOptions, current_binding, merge_srun_args, task_python
 from launcher.topology import load_topology
 from tests.conftest import ROOT, need

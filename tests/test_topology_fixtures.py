@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import format_cpulist, parse_cpulist
+from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.conftest import FIXTURES

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
-from launcher.handoff import exec_prefix
+from launcher.base.cpulist import parse_cpulist
+from launcher.bind.handoff import exec_prefix
 from tests.fakesys import this_machine_with_gpus, write_tree
 from tests.launch import (
     GOMP_LINE,
@@ -241,7 +241,7 @@ def test_dry_run_prints_rewritten_worker_command() -> None:
 
 
 def test_explicit_signals_to_handle_are_respected() -> None:
-    from launcher.torchrun import DEFAULT_SIGNALS, parse
+    from launcher.launch.torchrun import DEFAULT_SIGNALS, parse
 
     assert parse(["--nproc-per-node", "1", "x.py"]).signals_to_handle is None  # affrun adds SIGUSR1/2 later
     args = parse(["--signals-to-handle", DEFAULT_SIGNALS, "x.py"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from launcher.cpulist import parse_cpulist
+from launcher.base.cpulist import parse_cpulist
 from tests.launch import (
     PROGRAMS,
     TORCH_RUNTIMES,

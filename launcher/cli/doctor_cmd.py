@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
+from launcher.base.cpulist import format_cpulist
 from launcher.cli.options import topology_options
-from launcher.cpulist import format_cpulist
 from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
 
 SHOWN_VARIABLES = re.compile(

@@ -1,4 +1,4 @@
-"""Click options built from :data:`launcher.option_table.BINDING_OPTIONS`, the table ``affrun exec`` and
+"""Click options built from :data:`launcher.options.table.BINDING_OPTIONS`, the table ``affrun exec`` and
 ``affrun torchrun`` build their argparse arguments from, as plain decorators (as in sqlite-utils)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from launcher.option_table import OptionSpec, options_in
+from launcher.options.table import OptionSpec, options_in
 
 F = TypeVar("F", bound=Callable[..., Any])
 

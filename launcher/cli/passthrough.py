@@ -30,8 +30,8 @@ def passthrough(name: str, module: str, doc: str) -> click.Command:
 
 
 exec_ = passthrough(
-    "exec", "launcher.exec_cmd",
+    "exec", "launcher.launch.exec_cmd",
     "Bind one rank (local rank from LOCAL_RANK, SLURM_LOCALID, ...) and exec CMD: affrun exec -- CMD ARGS.")
 run = passthrough(
-    "run", "launcher.run_cmd",
+    "run", "launcher.launch.run_cmd",
     "Plan once and run any launcher (accelerate, deepspeed, Lightning, mp.spawn): affrun run -- CMD ARGS.")

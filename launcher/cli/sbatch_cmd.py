@@ -11,14 +11,14 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from launcher.base.records import fields
+from launcher.base.untrusted import ascii_uint, short
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
-from launcher.option_table import options_in
-from launcher.options import PlanOptions
-from launcher.records import fields
-from launcher.sbatch_options import SBATCH_OPTIONS, BadValue, SbatchOption, check_value, default_of, spec_values
-from launcher.sbatch_script import SbatchSpec, render
-from launcher.untrusted import ascii_uint, short
+from launcher.options.plan_options import PlanOptions
+from launcher.options.table import options_in
+from launcher.slurm.options import SBATCH_OPTIONS, BadValue, SbatchOption, check_value, default_of, spec_values
+from launcher.slurm.script import SbatchSpec, render
 
 # config key -> click parameter name, for affrun's own options (--map lands in cpu_map); other keys are
 # key.replace("-", "_")
@@ -35,7 +35,7 @@ def _param(key: str) -> str:
 def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """Command-line values over the profile over the defaults; repeatable options add to the file's lines.
     Also the parameters whose value is the file's (an error about them names the file's key, not the flag)."""
-    from launcher.sbatch_profile import KEYS
+    from launcher.slurm.profile import KEYS
 
     merged = dict(kwargs)
     from_file: set[str] = set()
@@ -77,8 +77,8 @@ WHOLE_NUMBER = _WholeNumber()
 
 def _check_command_line(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
     """The values given on the command line, through the validation a site profile's go through
-    (:func:`launcher.sbatch_options.check_value`): one rule for both, and the value written is the value checked."""
-    from launcher.sbatch_profile import KEYS
+    (:func:`launcher.slurm.options.check_value`): one rule for both, and the value written is the value checked."""
+    from launcher.slurm.profile import KEYS
 
     out = dict(values)
     for key, kind in KEYS.items():
@@ -115,7 +115,7 @@ def _click_option(option: SbatchOption) -> Callable[[F], F]:
 
 
 def sbatch_options(func: F) -> F:
-    """sbatch's own options (launcher.sbatch_options), as click options."""
+    """sbatch's own options (launcher.slurm.options), as click options."""
     for option in reversed(SBATCH_OPTIONS):
         func = _click_option(option)(func)
     return func
@@ -170,7 +170,7 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
     affrun sbatch --nodes 2 --gpus-per-node 4 --time 1:00:00 -- train.py --epochs 3
     affrun sbatch --style srun --profile gpu-a100 --submit --wait -- python train.py
     """
-    from launcher.sbatch_profile import load_config
+    from launcher.slurm.profile import load_config
 
     if kwargs["wait"] and not kwargs["submit"]:
         raise ConfigError("--wait needs --submit")

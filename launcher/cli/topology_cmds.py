@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
+from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.cli.options import env_options, plan_options, topology_options
-from launcher.env import plan_json, rank_environment
+from launcher.env.policy import plan_json, rank_environment
 from launcher.errors import AffrunError
-from launcher.handoff import ParentPlan, plan_job
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
 
@@ -39,7 +39,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
     if as_json:
         click.echo(json.dumps(topo.to_json(), indent=2))
         return
-    from launcher.cpulist import format_cpulist
+    from launcher.base.cpulist import format_cpulist
 
     data = topo.to_json()
     click.echo(f"source   {topo.origin}")

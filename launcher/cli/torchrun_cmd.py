@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from launcher.env import BINDING_VARIABLES
+from launcher.env.policy import BINDING_VARIABLES
 
 
 def import_torch_unbound() -> None:
@@ -39,13 +39,13 @@ def torchrun(args: tuple[str, ...]) -> None:
     """torchrun with each local rank bound by affrun (affrun's options go before the script)."""
     # After `import torch` the agent holds ~257,000 objects, and every full collection walks all of them (118 ms
     # a pass, measured on a 2-CPU machine whose CPUs the ranks need). The collector stays off until torchrun's
-    # agent starts; launcher.torchrun.main then freezes those objects and turns it back on. Ranks are untouched.
+    # agent starts; launcher.launch.torchrun.main then freezes those objects and turns it back on. Ranks are untouched.
     gc.disable()
     try:
         import_torch_unbound()
     except ImportError:
         click.echo("affrun: error: affrun torchrun needs torch (pip install torch)", err=True)
         sys.exit(2)
-    from launcher.torchrun import main as torchrun_main
+    from launcher.launch.torchrun import main as torchrun_main
 
     sys.exit(torchrun_main(list(args)))

@@ -16,12 +16,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from launcher.binders import OtherBinder, other_binders
-from launcher.binding import exported_cpus
+from launcher.base.slurm_step import parse_version
+from launcher.bind.readback import exported_cpus
+from launcher.context.binders import OtherBinder, other_binders
+from launcher.context.inherited_mask import Collapse, read_collapse
+from launcher.context.runtimes import OPENMP, identify
 from launcher.doctor.procfs import ancestors, parent_pid, threads_union
-from launcher.inherited_mask import Collapse, read_collapse
-from launcher.runtimes import OPENMP, identify
-from launcher.slurm_env import parse_version
 from launcher.topology._files import read_text
 from launcher.topology.fsroot import within
 from launcher.topology.model import Topology
@@ -43,10 +43,10 @@ class Facts:
     host_probed: bool = False  # numactl/membind below were looked at on the machine being audited
     numactl: str | None = None
     membind_error: str | None = None  # why set_mempolicy(MPOL_BIND) failed; None when it works
-    slurm_version: tuple[int, int, int] | None = None  # srun's, as launcher.slurm_env.parse_version reads it
+    slurm_version: tuple[int, int, int] | None = None  # srun's, as launcher.base.slurm_step.parse_version reads it
     gpu_device_ids: Mapping[str, str] = field(default_factory=dict)  # PCI address -> PCI device id (model)
     numa_binding: str | None = None  # where a torchrun --numa-binding was found
-    other_binders: tuple[OtherBinder, ...] = ()  # accelerate's and DeepSpeed's own binders (launcher.binders)
+    other_binders: tuple[OtherBinder, ...] = ()  # accelerate's and DeepSpeed's own binders (launcher.context.binders)
     inherited_collapse: Collapse | None = None  # this process's mask is a parent's collapsed one
 
 
@@ -143,7 +143,7 @@ def intel_openmp_version() -> str | None:
 
 def membind_error(nodes: Sequence[int]) -> str | None:
     """Try ``set_mempolicy(MPOL_BIND, nodes)`` on this thread and put the default back; why it failed, or None."""
-    from launcher.mempolicy import set_mempolicy
+    from launcher.bind.mempolicy import set_mempolicy
 
     rc = set_mempolicy("membind", tuple(nodes))
     if rc == 0:
@@ -208,7 +208,7 @@ def machine_cpus(topology: Topology, live: bool) -> frozenset[int]:
 
 def local_size(environ: Mapping[str, str], nproc: int | None, topology: Topology) -> tuple[int, str, bool]:
     """(local ranks, where the number comes from, is this process a rank)."""
-    from launcher.localrank import LocalRankError, detect_local_rank
+    from launcher.context.local_rank import LocalRankError, detect_local_rank
 
     try:
         detected = detect_local_rank(environ)

@@ -5,24 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from launcher.base.slurm_step import srun_inherits_cpus_per_task, version_text
 from launcher.doctor.checks import (
     host_check,
     make_finding,
 )
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
-from launcher.omp_syntax import (
+from launcher.env.omp_syntax import (
     thread_count,
 )
-from launcher.plan import quota_threads
-from launcher.slurm_env import srun_inherits_cpus_per_task, version_text
+from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 
 
 # --------------------------------------------------------------------------- host checks
 @host_check
 def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """This process starts on a parent's collapsed one-CPU mask (launcher.inherited_mask)."""
+    """This process starts on a parent's collapsed one-CPU mask (launcher.context.inherited_mask)."""
     collapse = facts.inherited_collapse
     if collapse is None:
         return []

@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.binders import other_binders
-from launcher.binding import exported_cpus
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
+from launcher.bind.readback import exported_cpus
+from launcher.context.binders import other_binders
+from launcher.context.runtimes import LoadedRuntime, openmp_names
 from launcher.doctor import procfs
 from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source, slurm_bound
@@ -24,8 +25,7 @@ from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.run_checks import planned_cpus, unbound_findings
-from launcher.env import BINDING_VARIABLES
-from launcher.runtimes import LoadedRuntime, openmp_names
+from launcher.env.policy import BINDING_VARIABLES
 from launcher.topology.model import Topology
 
 
@@ -160,7 +160,7 @@ def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- analysis (pure)
 def _rank_key(environ: Mapping[str, str]) -> tuple[str, int] | None:
-    from launcher.localrank import LocalRankError, detect_local_rank
+    from launcher.context.local_rank import LocalRankError, detect_local_rank
 
     try:
         found = detect_local_rank(environ)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import ascii_uint, short
 from launcher.doctor.checks import (
     AFFRUN_FIX,
     INTEL_RUNTIMES,
@@ -23,8 +24,7 @@ from launcher.doctor.checks import (
 )
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding, Severity
-from launcher.env import KMP_DEFAULT, PLACE_VARIABLES, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
-from launcher.omp_syntax import (
+from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
     KMP_TYPES,
     kmp_type,
@@ -33,9 +33,9 @@ from launcher.omp_syntax import (
     parse_proclist,
     thread_count,
 )
-from launcher.plan import quota_threads
+from launcher.env.policy import KMP_DEFAULT, PLACE_VARIABLES, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
+from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
-from launcher.untrusted import ascii_uint, short
 
 # every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
 KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))

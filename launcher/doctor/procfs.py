@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from launcher.cpulist import parse_cpulist
+from launcher.base.cpulist import parse_cpulist
 
 PROC = "/proc"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
 from launcher.doctor.findings import Finding, worst_first
 from launcher.doctor.live import JobAudit, ProcessRecord
 

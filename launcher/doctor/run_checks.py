@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
 from launcher.doctor.findings import Finding
 
 if TYPE_CHECKING:
-    from launcher.handoff import ParentPlan
+    from launcher.bind.handoff import ParentPlan
 
 
 class Process(Protocol):

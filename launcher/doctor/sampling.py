@@ -12,11 +12,11 @@ import os
 import time
 from typing import Any
 
+from launcher.context.runtimes import read_environ, runtimes_from_paths
 from launcher.doctor import procfs
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, job_findings
 from launcher.errors import AffrunError
-from launcher.runtimes import read_environ, runtimes_from_paths
 
 
 def _tree(root: Any) -> list[Any]:
@@ -58,7 +58,7 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:
-    from launcher.runtimes import mapped_libraries
+    from launcher.context.runtimes import mapped_libraries
 
     try:
         record.libraries = mapped_libraries(record.pid, proc)

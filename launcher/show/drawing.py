@@ -7,8 +7,8 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Sequence
 
-from launcher.cpulist import format_cpulist
-from launcher.plan import Plan
+from launcher.base.cpulist import format_cpulist
+from launcher.plan.planner import Plan
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, Style, Text, flow, framed, hjoin, text_line, vstack, wrap
 from launcher.show.model import GpuEntry, Model
 from launcher.topology.model import Core, NumaNode, Topology

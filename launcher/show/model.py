@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.plan import Plan
-from launcher.plan_homes import CLAIM_GPU_NODE, gpu_home
+from launcher.plan.homes import CLAIM_GPU_NODE, gpu_home
+from launcher.plan.planner import Plan
 from launcher.show.layout import CoreInfo, Style, Text
 from launcher.topology.model import GPU, Core, NumaNode, Topology
 
@@ -120,7 +120,7 @@ class Model:
         return min(known, key=lambda n: (dist[n], self.cpu_nodes.index(n)))
 
     def _gpu_anchor(self, g: GPU) -> tuple[int | None, str]:
-        """Where the planner homes ``g`` (:func:`launcher.plan_homes.gpu_home`), and why when it is not its node."""
+        """Where the planner homes ``g`` (:func:`launcher.plan.homes.gpu_home`), and why when it is not its node."""
         by_node: dict[int, list[Core]] = {}
         for c in self.cores:
             by_node.setdefault(c.numa_node if c.numa_node is not None else -1, []).append(c)

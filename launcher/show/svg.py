@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from xml.sax.saxutils import escape, quoteattr
 
-from launcher.cpulist import format_cpulist
-from launcher.plan import Plan
+from launcher.base.cpulist import format_cpulist
+from launcher.plan.planner import Plan
 from launcher.show.drawing import draw
 from launcher.show.layout import Frame, Text, rank_color
 from launcher.topology.model import Topology

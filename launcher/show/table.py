@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.cpulist import format_cpulist
-from launcher.plan import Plan
+from launcher.base.cpulist import format_cpulist
+from launcher.plan.planner import Plan
 from launcher.topology.model import Topology
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.plan import Plan
+from launcher.plan.planner import Plan
 from launcher.show.drawing import draw
 from launcher.show.layout import Block, Frame, Style, ansi_index
 from launcher.topology.model import Topology

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 
-from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
+from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
+from launcher.base.records import replace
+from launcher.base.untrusted import clip
 from launcher.errors import Opt, TopologyError
-from launcher.records import replace
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 from launcher.topology.numa_overlap import merge_overlapping_nodes
-from launcher.untrusted import clip
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -92,7 +92,7 @@ def load_topology(
 def _read_live(env: Mapping[str, str], gpus: bool) -> Topology:
     """The live machine. Inside a Slurm step that bound this task to part of the step's CPUs, every task plans
     over the same set (the step's cpuset), so that all tasks of a node compute the same plan."""
-    from launcher.slurm_env import in_slurm_step, step_cpus_for_planning
+    from launcher.base.slurm_step import in_slurm_step, step_cpus_for_planning
     from launcher.topology.cgroup import find_cpuset
     from launcher.topology.sysfs import read_sysfs
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 import stat
 
-from launcher.cpulist import CpuIdTooLarge, id_problem, parse_cpulist, parse_hexmask
+from launcher.base.cpulist import CpuIdTooLarge, id_problem, parse_cpulist, parse_hexmask
+from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, short
 from launcher.errors import AffrunError, TopologyError
 from launcher.topology.fsroot import listdir, open_fd
-from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, short
 
 _CHUNK = 65536
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for regular files.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.records import dataclass
+from launcher.base.records import dataclass
 from launcher.topology._files import read_cpulist, read_text
 from launcher.topology.fsroot import isdir, within
 

@@ -20,7 +20,7 @@ import os
 import stat
 from contextvars import ContextVar, Token
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from types import TracebackType
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 
+from launcher.base.records import replace
+from launcher.base.slurm_step import slurm_global_visible
+from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
-from launcher.records import replace
-from launcher.slurm_env import slurm_global_visible
 from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU
 from launcher.topology.pci import format_pci, pci_address, pci_order
-from launcher.untrusted import ascii_int, ascii_uint, clip, short
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -186,7 +186,7 @@ NO_DEVICE_VALUES = ("nodevfiles", "none", "void")  # what batch systems write wh
 
 class VisibleGPUs(tuple[tuple[int, ...] | None, str | None, str | None]):
     """(visible, variable, warning): a NamedTuple written out, because typing.NamedTuple would import typing on
-    ``affrun exec``'s path (launcher/records.py says what that costs)."""
+    ``affrun exec``'s path (launcher/base/records.py says what that costs)."""
 
     def __new__(cls, visible: tuple[int, ...] | None, variable: str | None, warning: str | None = None) -> VisibleGPUs:
         return super().__new__(cls, (visible, variable, warning))
@@ -223,7 +223,7 @@ def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleG
     (device cgroup constrained) or be the node's own ids (not constrained); ``SLURM_STEP_GPUS`` in an ``srun``
     step, or ``SLURM_JOB_GPUS`` in the batch step, hold the node-global ids (positions in PCI order, as
     ``gres.conf``'s ``File=/dev/nvidia[0-N]`` and NVML autodetection number them). See
-    :func:`launcher.slurm_env.slurm_global_visible`.
+    :func:`launcher.base.slurm_step.slurm_global_visible`.
     """
     vendors = {g.vendor for g in gpus}
     order = {

@@ -10,7 +10,7 @@ import math
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
-from launcher.untrusted import ascii_uint, short
+from launcher.base.untrusted import ascii_uint, short
 
 _LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from launcher.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
+from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
+from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.pci import pci_address, pci_order
-from launcher.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
 

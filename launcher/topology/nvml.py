@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.records import replace
+from launcher.base.records import replace
 from launcher.topology.model import Topology
 from launcher.topology.pci import pci_address
 

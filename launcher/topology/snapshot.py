@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
+from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
+from launcher.base.records import replace
+from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
-from launcher.records import replace
 from launcher.topology._files import read_document
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.pci import pci_address
-from launcher.untrusted import BadJSON, ascii_int, clip, load_json, short
 
 FORMAT = "affrun-topology/1"
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import os
 
-from launcher.cpulist import format_cpulist
+from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import TopologyError
 from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file, read_int, read_text
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.fsroot import isdir, within
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
-from launcher.untrusted import ascii_uint, short
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -1,0 +1,149 @@
+"""Parse and format Linux CPU lists (``0-7,64-71``) and hex CPU masks (``0000,00000033``).
+
+Pure functions, standard library only: this module sits on the ``affrun exec`` fast path.
+"""
+
+from __future__ import annotations
+
+from launcher.base.untrusted import ascii_hex, ascii_uint
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+# The largest CPU id accepted anywhere a CPU list, mask or OpenMP place is parsed. Linux's NR_CPUS is at most
+# 8192 (x86_64 MAXSMP, powerpc, arm64 4096), so 65535 leaves room while keeping a typo such as ``0-99999999``
+# from building a set of 100 million ids (minutes of CPU and gigabytes of memory) before anything can fail.
+# os.sched_setaffinity takes any id up to it (the kernel ignores bits above nr_cpu_ids). The same limit holds for
+# CPU ids from every source: list files, ``cpuN`` directory names, hwloc XML ``os_index``, snapshots, AFFRUN_PLAN.
+MAX_CPU_ID = (1 << 16) - 1
+# The largest NUMA node id: Linux's MAX_NUMNODES is 1 << NODES_SHIFT, at most 1 << 10 on x86_64, arm64 and
+# powerpc; set_mempolicy(2) refuses a mask with a set bit above it (EINVAL).
+MAX_NODE_ID = (1 << 10) - 1
+
+
+class CpuIdTooLarge(ValueError):
+    """A CPU id above :data:`MAX_CPU_ID`. The message names the id; callers prefix the option or file."""
+
+
+def check_cpu_id(cpu: int) -> int:
+    """``cpu`` if it is at most :data:`MAX_CPU_ID`, else :class:`CpuIdTooLarge`."""
+    if cpu > MAX_CPU_ID:
+        raise CpuIdTooLarge(f"cpu id {id_text(cpu)} is above {MAX_CPU_ID}, the largest affrun accepts")
+    return cpu
+
+
+def id_problem(value: int, kind: str = "cpu") -> str | None:
+    """Why ``value`` is not a valid CPU id (``kind="cpu"``) or NUMA node id (``"node"``); ``None`` when it is."""
+    limit = MAX_CPU_ID if kind == "cpu" else MAX_NODE_ID
+    if value < 0:
+        return f"{kind} id {id_text(value)} is negative"
+    if value > limit:
+        return f"{kind} id {id_text(value)} is above {limit}, the largest affrun accepts"
+    return None
+
+
+def id_text(value: int) -> str:
+    """An id for a message: the number itself, or its length when it is absurdly long."""
+    return str(value) if value.bit_length() < 128 else f"of {len(str(abs(value)))} digits"
+
+
+def _uint(text: str, whole: str) -> int:
+    """A number of a cpu list: ASCII digits only (``int()`` would take ``'١'``, ``'1_0'`` and ``'+1'``)."""
+    value = ascii_uint(text.strip())
+    if value is None:
+        raise ValueError(f"{text[:20]!r} is not a number in cpu list {whole[:60]!r}")
+    return value
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse ``"0-3,8,10-11"`` into a set of CPU ids, with the kernel's group syntax ``"0-1023:2/256"``
+    (in each group of 256 CPUs from 0 to 1023, the first 2).
+
+    Tolerates the trailing ``\\n\\0`` that some sysfs files carry. An empty string is the empty set.
+    Raises ``ValueError`` on anything else, and :class:`CpuIdTooLarge` for an id above :data:`MAX_CPU_ID`.
+    """
+    text = text.replace("\0", "").strip()
+    out: set[int] = set()
+    if not text:
+        return frozenset()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        used = group = 0
+        if ":" in part:
+            part, groups_text = part.split(":", 1)
+            used_text, slash, group_text = groups_text.partition("/")
+            if not slash or "-" not in part:
+                raise ValueError(f"bad group in cpu list {text[:60]!r} (expected e.g. 0-15:2/4)")
+            used, group = _uint(used_text, text), _uint(group_text, text)
+            if used < 1 or group < 1 or used > group:
+                raise ValueError(f"bad group {groups_text[:20]!r} in cpu list {text[:60]!r}")
+        if "-" in part:
+            lo_text, hi_text = part.split("-", 1)
+            lo, hi = _uint(lo_text, text), _uint(hi_text, text)
+            if hi < lo:
+                raise ValueError(f"bad range {part[:40]!r} in cpu list {text[:60]!r}")
+            check_cpu_id(hi)
+            if group:
+                out.update(c for c in range(lo, hi + 1) if (c - lo) % group < used)
+            else:
+                out.update(range(lo, hi + 1))
+        else:
+            out.add(check_cpu_id(_uint(part, text)))
+    return frozenset(out)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """Format CPU ids as the shortest range list: ``{0,1,2,3,8}`` -> ``"0-3,8"``."""
+    ids = sorted(set(cpus))
+    if not ids:
+        return ""
+    parts: list[str] = []
+    start = prev = ids[0]
+    for cpu in ids[1:]:
+        if cpu == prev + 1:
+            prev = cpu
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def parse_hexmask(text: str) -> frozenset[int]:
+    """Parse a sysfs cpumask (``"0000,00000033"``, most significant word first) or hwloc's ``0x...``.
+
+    hwloc XML writes ``0xffffffff,0x00000fff``; sysfs writes ``00000fff,ffffffff``. Both are comma-separated
+    32-bit words, most significant first. A set bit above :data:`MAX_CPU_ID` raises :class:`CpuIdTooLarge`.
+    """
+    text = text.replace("\0", "").strip()
+    if not text:
+        return frozenset()
+    words = []
+    # A word may hold any number of digits (hwloc writes 0x8000...0 for CPU 127): the highest set bit is checked
+    # below, before any shifting; int() of a hex string is linear in its length.
+    for word in text.split(","):
+        word = word.strip()
+        number = ascii_hex(word, len(word)) if word not in ("", "0x", "0X") else 0
+        if number is None:
+            raise ValueError(f"{word[:20]!r} is not a hex word of a cpu mask")
+        words.append(number)
+    # The highest set bit, checked before any shifting (leading zero words are fine: NR_CPUS-wide masks).
+    last = len(words) - 1
+    top = max(((last - i) * 32 + number.bit_length() - 1 for i, number in enumerate(words) if number), default=-1)
+    check_cpu_id(top)
+    value = 0
+    for number in words:
+        value = (value << 32) | number
+    bits = bin(value)[:1:-1]  # least significant bit first
+    return frozenset(i for i, bit in enumerate(bits) if bit == "1")
+
+
+def format_hexmask(cpus: Iterable[int]) -> str:
+    """Format CPU ids as a ``0x``-prefixed hex mask (the form ``srun --cpu-bind=mask_cpu`` takes)."""
+    value = 0
+    for cpu in cpus:
+        value |= 1 << cpu
+    return hex(value)

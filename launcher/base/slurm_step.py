@@ -1,0 +1,245 @@
+"""Facts about the Slurm step a process runs in, read from its environment (stdlib only, no I/O).
+
+Everything here is a pure function of an environment mapping, so ``affrun exec`` can use it on its light
+import path and tests can feed it the variables a real ``slurmstepd`` sets.
+
+Measured on Slurm 22.05.8 (the local test cluster, ``ConstrainDevices=yes``):
+
+* batch step: ``SLURM_JOB_GPUS=1``, ``CUDA_VISIBLE_DEVICES=0`` (no ``SLURM_STEP_ID``, no ``SLURM_STEP_GPUS``);
+* ``srun`` step: ``SLURM_STEP_GPUS=1``, ``CUDA_VISIBLE_DEVICES=0``; ``SLURM_JOB_GPUS`` is still there, but it is
+  the *batch node's* value inherited through the environment, wrong on every other node;
+* ``srun`` without ``--cpu-bind=none`` (``task/affinity``): each task's mask is one part of the step's CPUs,
+  ``SLURM_CPU_BIND_LIST=0x1,0x2`` lists the masks of all the node's tasks; with ``--cpu-bind=none`` the list is
+  empty and every task has the step's whole cpuset.
+"""
+
+from __future__ import annotations
+
+from launcher.base.cpulist import MAX_CPU_ID
+from launcher.base.untrusted import ascii_hex, ascii_uint, clip
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "cpu_bind_masks",
+    "expand_counts",
+    "in_slurm_step",
+    "parse_version",
+    "slurm_global_visible",
+    "slurm_gpu_ids",
+    "srun_inherits_cpus_per_task",
+    "step_cpus_for_planning",
+    "tasks_on_node",
+    "version_text",
+]
+
+# The most nodes a per-node count list may describe once expanded. The largest machines have about 10,000
+# nodes; without a bound, "1(x99999999999)" would build a list of 10^11 entries (MemoryError).
+MAX_NODES = 1 << 20
+
+
+def expand_counts(value: str) -> list[int]:
+    """Expand Slurm's compressed per-node counts: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
+
+    Used by ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_TASKS_PER_NODE`` and ``SLURM_JOB_CPUS_PER_NODE``.
+    Raises :class:`ValueError` on anything else, and for lists of more than :data:`MAX_NODES` nodes.
+    """
+    out: list[int] = []
+    for part in value.split(","):
+        count, repeat = _count(part)
+        if count is None or repeat is None:
+            raise ValueError(f"not a Slurm per-node count list: {clip(value)!r}")
+        if len(out) + repeat > MAX_NODES:
+            raise ValueError(f"{clip(value)!r} describes more than {MAX_NODES} nodes")
+        out.extend([count] * repeat)
+    return out
+
+
+def _count(part: str) -> tuple[int | None, int | None]:
+    """``" 2(x3)"`` -> ``(2, 3)``, ``"2"`` -> ``(2, 1)``: 1 to 20 ASCII digits each (``None`` for anything else).
+    Parsed by hand, not with ``re``, which would cost ``affrun exec`` under srun about 5 ms."""
+    count, paren, rest = part.strip().partition("(x")
+    repeat = "1"
+    if paren:
+        if not rest.endswith(")"):
+            return None, None
+        repeat = rest[:-1]
+    if len(count) > 20 or len(repeat) > 20:
+        return None, None
+    return ascii_uint(count), ascii_uint(repeat)
+
+
+def _count_of_node(value: str, node: int) -> int | bool | None:
+    """The ``node``-th count of a per-node count list, without expanding it (``1(x99999999999)`` is node 0's 1);
+    ``None`` when the list has no entry for ``node``, ``False`` when it is not such a list."""
+    found: int | None = None
+    first = 0  # the first node the part describes
+    for part in value.split(","):
+        count, repeat = _count(part)
+        if count is None or repeat is None:
+            return False
+        if found is None and first <= node < first + repeat:
+            found = count
+        first += repeat
+    return found
+
+
+def in_slurm_step(environ: Mapping[str, str]) -> bool:
+    """True inside a task started by ``srun`` (not the batch script itself)."""
+    return bool(environ.get("SLURM_STEP_ID")) and bool(environ.get("SLURM_LOCALID"))
+
+
+def tasks_on_node(environ: Mapping[str, str]) -> int | None:
+    """Tasks of this step on this node: the ``SLURM_NODEID``-th entry of ``SLURM_STEP_TASKS_PER_NODE``.
+
+    Falls back to ``SLURM_TASKS_PER_NODE`` (same syntax) when it is not set or lists no entry for this node, then
+    to ``SLURM_NTASKS_PER_NODE`` (one number, only set when ``--ntasks-per-node`` was given). ``None`` when none of
+    them is set or covers this node. A variable that is set but malformed is never taken as missing: a
+    :class:`ValueError` names it and its (shortened) value.
+    """
+    node_text = environ.get("SLURM_NODEID")
+    node = 0 if node_text is None else ascii_uint(node_text.strip())
+    if node is None:
+        raise ValueError(f"SLURM_NODEID={clip(node_text or '', 40)!r} is not a node index")
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        value = environ.get(name)
+        if value is None:
+            continue
+        found = _count_of_node(value, node)
+        if found is False:
+            raise ValueError(f"{name}={clip(value, 40)!r} is not a Slurm per-node task count list "
+                             "(expected e.g. 4 or 2(x3),1)")
+        if found is not None:
+            return found
+    value = environ.get("SLURM_NTASKS_PER_NODE")
+    if value is None:
+        return None
+    count = ascii_uint(value.strip())
+    if count is None:
+        raise ValueError(f"SLURM_NTASKS_PER_NODE={clip(value, 40)!r} is not a number of tasks")
+    return count
+
+
+def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | None:
+    """The node-global ids of the GPUs Slurm gave this step, and the variable they came from.
+
+    Inside an ``srun`` step only ``SLURM_STEP_GPUS`` counts: ``SLURM_JOB_GPUS`` there is inherited from the
+    batch script and describes the batch node. In the batch step (no ``SLURM_STEP_ID``) it is
+    ``SLURM_JOB_GPUS``. ``None`` when Slurm gave no GPU list or the list is not plain numbers
+    (for example MIG or sharding setups), in which case the visibility variables are taken as they are.
+    """
+    names = ("SLURM_STEP_GPUS",) if environ.get("SLURM_STEP_ID") else ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+    for name in names:
+        value = environ.get(name)
+        if value is None:
+            continue
+        ids = [ascii_uint(v.strip()) for v in value.split(",") if v.strip()]
+        if not ids or None in ids:
+            return None
+        return tuple(i for i in ids if i is not None), name
+    return None
+
+
+def slurm_global_visible(value: str, environ: Mapping[str, str], pool_size: int) -> str | None:
+    """Rewrite a ``CUDA_VISIBLE_DEVICES``-style index list as node-global GPU ids; ``None``: keep ``value``.
+
+    With ``ConstrainDevices=yes`` Slurm sets ``CUDA_VISIBLE_DEVICES=0`` for the job's GPU 3 (the device cgroup
+    leaves the job one device, and CUDA numbers what it sees from 0); without it, ``CUDA_VISIBLE_DEVICES=3``.
+    Slurm sets nothing else, so: equal to Slurm's ids -> already global; all below their count -> relative,
+    mapped through the ids. Where both readings fit (a user narrowed the list by hand), relative wins, since
+    device constraint is what Slurm recommends. Lists with UUIDs, or Slurm ids beyond the ``pool_size`` GPUs
+    this machine has, are left alone.
+    """
+    slurm = slurm_gpu_ids(environ)
+    if slurm is None:
+        return None
+    slurm_ids = slurm[0]
+    numbers = [ascii_uint(v.strip()) for v in value.split(",") if v.strip()]
+    if not numbers or None in numbers or any(i >= pool_size for i in slurm_ids):
+        return None
+    positions = [p for p in numbers if p is not None]
+    if positions == list(slurm_ids) or any(p >= len(slurm_ids) for p in positions):
+        return None
+    return ",".join(str(slurm_ids[p]) for p in positions)
+
+
+def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
+    """The per-task CPU masks ``task/affinity`` gave the tasks of this node (``SLURM_CPU_BIND_LIST``).
+
+    Returns ``None`` when Slurm did not bind the tasks (``--cpu-bind=none``, or no ``task/affinity``), or
+    when the binding is not a mask/map list. Their union is the step's CPU set on this node.
+    """
+    kind = environ.get("SLURM_CPU_BIND_TYPE", "")
+    value = environ.get("SLURM_CPU_BIND_LIST", "")
+    if not value or not kind.startswith(("mask_cpu", "map_cpu")):
+        return None
+    masks: list[frozenset[int]] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not kind.startswith("mask_cpu"):  # map_cpu: one CPU id per task
+            cpu = ascii_uint(item)
+            if cpu is None or cpu > MAX_CPU_ID:
+                return None
+            masks.append(frozenset({cpu}))
+            continue
+        number = ascii_hex(item, max_digits=(MAX_CPU_ID + 1) // 4)
+        if number is None or number.bit_length() > MAX_CPU_ID + 1:
+            return None
+        masks.append(frozenset(bit for bit in range(number.bit_length()) if number >> bit & 1))
+    return masks or None
+
+
+def step_cpus_for_planning(
+    environ: Mapping[str, str], task_mask: frozenset[int], cpuset: frozenset[int] | None
+) -> tuple[frozenset[int], str | None]:
+    """The CPU set every task of this node should plan over, and a note when it differs from ``task_mask``.
+
+    Inside an ``srun`` step without ``--cpu-bind=none``, ``task/affinity`` gives each task one part of the
+    step's CPUs, so tasks that planned over their own masks would each see a different machine. All tasks of
+    a node share the step's cpuset (``cpuset``, from the process's cgroup) and ``SLURM_CPU_BIND_LIST``, so
+    either gives every task the same plan; the Slurm mask is only an affinity, which the task may widen
+    within its cpuset (measured: a task bound to {0} sets {0,1} without error). Outside a step, or when
+    neither source covers the task's mask, the mask itself is used.
+    """
+    if not in_slurm_step(environ):
+        return task_mask, None
+    if cpuset is not None and task_mask < cpuset:
+        return cpuset, f"Slurm bound this task to CPUs {_fmt(task_mask)}; planning over the step's cpuset {_fmt(cpuset)}"
+    masks = cpu_bind_masks(environ)
+    if masks:
+        union = frozenset().union(*masks)
+        if task_mask < union:
+            return union, (f"Slurm bound this task to CPUs {_fmt(task_mask)}; planning over the step's CPUs "
+                           f"{_fmt(union)} (SLURM_CPU_BIND_LIST)")
+    return task_mask, None
+
+
+def _fmt(cpus: frozenset[int]) -> str:
+    from launcher.base.cpulist import format_cpulist
+
+    return format_cpulist(cpus)
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"slurm 22.05.8"`` (the output of ``srun --version``) -> ``(22, 5, 8)``; ``None`` if there is none."""
+    import re  # not at the top: affrun exec imports this module
+
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def version_text(version: tuple[int, int, int]) -> str:
+    """``(22, 5, 8)`` -> ``"22.05.8"``, as Slurm writes its versions."""
+    return f"{version[0]}.{version[1]:02d}.{version[2]}"
+
+
+def srun_inherits_cpus_per_task(version: tuple[int, int, int]) -> bool:
+    """False for Slurm 22.05.0 up to 23.02.4: their ``srun`` ignores the job's ``--cpus-per-task``.
+
+    Generated scripts pass ``-c`` and export ``SRUN_CPUS_PER_TASK`` anyway, so they work on every version.
+    """
+    return not ((22, 5, 0) <= version < (23, 2, 5))

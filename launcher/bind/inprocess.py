@@ -1,0 +1,166 @@
+"""``bind_rank(local_rank, nproc_per_node, **options)``: bind a rank from inside the process, for launchers that
+pass the rank as a function argument (``torch.multiprocessing.spawn``, detectron2's ``launch()``)::
+
+    def main(local_rank: int, world: int) -> None:
+        report = launcher.bind_rank(local_rank, world)  # first thing, before any parallel work
+        ...
+
+    torch.multiprocessing.spawn(main, args=(2,), nprocs=2)
+
+Under ``affrun run`` the plan is the one ``affrun run`` made (``AFFRUN_PLAN``) and ``options`` must be empty;
+elsewhere it is planned here with ``options`` (the names of ``affrun exec``'s options: ``loader_cores=2``,
+``mode="numa"``...), within the CPUs the process was started with.
+
+What it does, in this order:
+1. the CPU mask of the process and of every thread it already has (``sched_setaffinity`` per thread), so that
+   an OpenMP pool created afterwards inherits it and threads started before are moved into it;
+2. the memory policy (``set_mempolicy``: pages touched from now on);
+3. the OMP/KMP/MKL/OPENBLAS variables and ``AFFRUN_*`` in ``os.environ``: read by runtimes that are not loaded
+   yet (libiomp5 and libomp read them at their first parallel region) and by every child process;
+4. thread counts through the runtimes already loaded, where the variables come too late: ``torch.set_num_threads``
+   when torch is imported, else ``omp_set_num_threads``, ``openblas_set_num_threads`` and ``MKL_Set_Num_Threads``
+   in the loaded libraries (threadpoolctl's way, without loading anything).
+What it cannot do is returned in :attr:`BindReport.not_applied` and printed (unless ``quiet``): a runtime that
+read ``OMP_PLACES``/``OMP_PROC_BIND`` at load (GNU libgomp, loaded by ``import torch``) keeps the places it read,
+so per-thread places are not applied; the threads still stay inside the rank's mask.
+``LOCAL_RANK`` is not set (Lightning reads it as "launched externally").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import short
+from launcher.env.omp_syntax import thread_count
+from launcher.errors import AffrunError, ConfigError, LaunchError
+
+
+@dataclass(frozen=True)
+class BindReport:
+    local_rank: int
+    nproc_per_node: int
+    cpus: tuple[int, ...]
+    threads: int
+    applied: tuple[str, ...] = ()
+    not_applied: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        lines = [f"rank {self.local_rank}/{self.nproc_per_node}: cpus {format_cpulist(self.cpus)}, "
+                 f"{self.threads} thread(s)"]
+        lines += [f"  applied: {a}" for a in self.applied]
+        lines += [f"  not applied: {n}" for n in self.not_applied]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
+    """The :class:`~launcher.bind.handoff.ParentPlan` to bind from: ``affrun run``'s, or one made here."""
+    import argparse
+
+    from launcher.bind.handoff import PLAN_VARIABLE, ParentPlan, plan_job
+    from launcher.env.policy import USER_VARIABLES
+    from launcher.options.keywords import BY_KEYWORD, check_keywords
+    from launcher.options.table import add_binding_arguments
+    from launcher.startup import RUN_VARIABLE
+
+    if os.environ.get(RUN_VARIABLE) and os.environ.get(PLAN_VARIABLE):
+        if options:
+            raise ConfigError(f"bind_rank: under affrun run the plan is affrun run's: drop {', '.join(options)} "
+                              "(give them to affrun run)")
+        parent = ParentPlan.from_env(os.environ[PLAN_VARIABLE])
+        if len(parent.plan.ranks) != nproc:
+            raise ConfigError(f"bind_rank: nproc_per_node={nproc} but affrun run planned {len(parent.plan.ranks)} "
+                              f"ranks: give affrun run --nproc-per-node {nproc}")
+        return parent
+    parser = argparse.ArgumentParser(add_help=False)
+    add_binding_arguments(parser)
+    defaults = vars(parser.parse_args([]))
+    # Python's names (topology=, as the submitit executor takes it); the option's dest (topology_file=) as before.
+    specs = {**BY_KEYWORD, **{spec.dest: spec for spec in BY_KEYWORD.values()}}
+    unknown = sorted(set(options) - set(specs))
+    if unknown:
+        raise ConfigError(f"bind_rank: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(BY_KEYWORD))}")
+    options = {specs[name].dest: value for name, value in check_keywords(options, specs).items()}
+    # Values a bound parent process left behind (AFFRUN_CPUS is set) are affrun's, not the user's.
+    inherited = bool(os.environ.get("AFFRUN_CPUS"))
+    user_env = {} if inherited else {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
+    try:
+        return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1]
+    except AffrunError as exc:
+        exc.use_vocabulary("python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
+        raise
+
+
+def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
+    """Move every thread of this process into ``cpus``; (threads moved, problems)."""
+    problems: list[str] = []
+    moved = 0
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+            moved += 1
+        except OSError as exc:
+            if tid == os.getpid() or tid == 0:
+                raise LaunchError(f"bind_rank: cannot bind to CPUs {format_cpulist(cpus)}: {exc.strerror}") from None
+            problems.append(f"thread {tid}: {exc.strerror}")
+    return moved, problems
+
+
+def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
+    """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
+    from launcher.context.runtimes import OPENMP, controller_named, loaded_runtimes
+    from launcher.startup import apply_environment, bind_running
+
+    if (not isinstance(local_rank, int) or not isinstance(nproc_per_node, int) or isinstance(local_rank, bool)
+            or isinstance(nproc_per_node, bool) or not 0 <= local_rank < nproc_per_node):
+        raise ConfigError(f"bind_rank: local rank {short(local_rank)} is not in 0..{short(nproc_per_node)} - 1 (both "
+                          "are ints)")
+    parent = _parent_plan(local_rank, nproc_per_node, options)
+    rank = parent.plan.ranks[local_rank]
+    renv, mem = bind_running(parent, rank, os.environ)
+    applied: list[str] = []
+    not_applied: list[str] = []
+    moved, problems = _bind_threads(rank.cpus)
+    applied.append(f"CPU mask {format_cpulist(rank.cpus)} on {moved} thread(s)")
+    not_applied += problems
+    if mem.policy != "none":
+        applied.append(f"memory policy {mem.policy} on node(s) {','.join(map(str, mem.nodes))}")
+    not_applied += mem.warnings
+    apply_environment(os.environ, renv.set, renv.unset)
+    applied.append("OMP/KMP/MKL/OPENBLAS and AFFRUN_* variables in os.environ (for runtimes not started yet "
+                   "and for child processes)")
+    threads = renv.set.get("OMP_NUM_THREADS", str(rank.threads))
+    count = thread_count(threads) or rank.threads
+    runtimes = loaded_runtimes()
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(count)
+        applied.append(f"torch.set_num_threads({count})")
+    for runtime in runtimes:
+        controller = controller_named(runtime.name)
+        if controller is not None and controller.set_threads_in_process(runtime.path, count):
+            applied.append(f"{runtime.name}: {controller.set_symbols[0]}({count})")
+        if runtime.name == "libgomp":
+            not_applied.append(f"per-thread places (OMP_PLACES={renv.set.get('OMP_PLACES', '')}, "
+                               f"OMP_PROC_BIND={renv.set.get('OMP_PROC_BIND', '')}): libgomp read them when it was "
+                               f"loaded ({runtime.path}); its threads stay inside the mask, unpinned")
+        elif runtime.user_api == OPENMP:
+            not_applied.append(f"{runtime.name} reads OMP_PLACES/KMP_AFFINITY at its first parallel region: applied "
+                               "only if none has run in this process yet")
+    if parent.mem_backend == "numactl" and mem.policy != "none":
+        not_applied.append("--mem-backend numactl cannot wrap a running process: set_mempolicy was used")
+    report = BindReport(local_rank, nproc_per_node, rank.cpus, count, tuple(applied), tuple(not_applied),
+                        tuple(renv.notes))
+    if not quiet:
+        for item in report.not_applied:
+            print(f"affrun: note: bind_rank({local_rank}): not applied: {item}", file=sys.stderr)
+    return report

@@ -1,0 +1,109 @@
+"""The binding a process runs under, read back from the ``AFFRUN_*`` variables that ``affrun exec`` exports
+(:func:`launcher.env.policy.affrun_variables` writes them). Used by training code (``current_binding()``, re-exported by
+:mod:`launcher.submitit`) and by :mod:`launcher.torch`'s ``worker_init_fn``. Standard library only."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from launcher.base.cpulist import format_cpulist, parse_cpulist
+from launcher.base.untrusted import ascii_uint, short
+from launcher.env.rank_line import MEM_VARIABLE, rank_summary
+
+
+@dataclass(frozen=True)
+class TaskBinding:
+    """The plan entry a process runs under, as ``affrun exec`` exported it (``AFFRUN_*`` variables)."""
+
+    local_rank: int
+    local_world_size: int
+    cpus: frozenset[int]  # the process's CPU mask (compute + loader CPUs)
+    compute_cpus: frozenset[int]  # where the OpenMP/BLAS threads run
+    loader_cpus: frozenset[int]  # reserved for DataLoader workers (empty: none)
+    numa_nodes: tuple[int, ...]
+    mem_nodes: tuple[int, ...]
+    gpu: int | None  # visible GPU index (as CUDA_VISIBLE_DEVICES numbers it), None: no GPU
+    gpu_pci: str | None
+    threads: int  # OMP_NUM_THREADS / MKL_NUM_THREADS / OPENBLAS_NUM_THREADS affrun chose
+    omp_bind: str
+    host: str = field(default_factory=socket.gethostname)
+    mem: str = "none"  # the memory policy in effect, as the rank line writes it: membind:0, none
+
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly: CPU sets as cpulist strings."""
+        d = asdict(self)
+        for name in ("cpus", "compute_cpus", "loader_cpus"):
+            d[name] = format_cpulist(d[name])
+        d["numa_nodes"] = list(self.numa_nodes)
+        d["mem_nodes"] = list(self.mem_nodes)
+        return d
+
+    def __str__(self) -> str:
+        """The rank line (:mod:`launcher.env.rank_line`), without ``affrun:``."""
+        return rank_summary(self.local_rank, self.local_world_size, self.host, self.cpus, self.numa_nodes, self.gpu,
+                            self.gpu_pci, self.threads, self.loader_cpus, self.mem)
+
+
+def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> frozenset[int]:
+    """The CPU set affrun exported in ``name`` (``AFFRUN_CPUS``, ``AFFRUN_LOADER_CPUS``) of some process's
+    environment; empty when it is unset or malformed. For audits, which judge what they find rather than fail."""
+    try:
+        return parse_cpulist(environ.get(name, ""))
+    except ValueError:
+        return frozenset()
+
+
+def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | None:
+    """The binding ``affrun exec`` gave this process, or ``None`` when it was not started through affrun.
+
+    Reads the ``AFFRUN_*`` variables (not the live mask: a process may narrow its own threads later). Raises
+    ``ValueError`` naming the variable if one of them is malformed.
+    """
+    env = os.environ if environ is None else environ
+    if not env.get("AFFRUN_CPUS"):
+        return None
+
+    def cpus(name: str) -> frozenset[int]:
+        try:
+            return parse_cpulist(env.get(name, ""))
+        except ValueError:
+            raise ValueError(f"{name}={short(env.get(name))} is not a cpu list") from None
+
+    def ints(name: str) -> tuple[int, ...]:
+        values = [ascii_uint(v.strip()) for v in env.get(name, "").split(",") if v.strip()]
+        if None in values:
+            raise ValueError(f"{name}={short(env.get(name))} is not a list of integers")
+        return tuple(v for v in values if v is not None)
+
+    def one(name: str, default: int | None = None) -> int:
+        value = env.get(name, "")
+        if not value and default is not None:
+            return default
+        number = ascii_uint(value.strip())
+        if number is None:
+            raise ValueError(f"{name}={short(value)} is not an integer")
+        return number
+
+    all_cpus = cpus("AFFRUN_CPUS")
+    compute = cpus("AFFRUN_COMPUTE_CPUS") if "AFFRUN_COMPUTE_CPUS" in env else all_cpus
+    gpu_text = env.get("AFFRUN_GPU", "")
+    return TaskBinding(
+        local_rank=one("AFFRUN_LOCAL_RANK", 0),
+        local_world_size=one("AFFRUN_LOCAL_WORLD_SIZE", 1),
+        cpus=all_cpus,
+        compute_cpus=compute,
+        loader_cpus=cpus("AFFRUN_LOADER_CPUS"),
+        numa_nodes=ints("AFFRUN_NUMA_NODES"),
+        mem_nodes=ints("AFFRUN_MEM_NODES"),
+        gpu=one("AFFRUN_GPU") if gpu_text else None,
+        gpu_pci=env.get("AFFRUN_GPU_PCI") or None,
+        threads=one("AFFRUN_THREADS", len(compute)),
+        omp_bind=env.get("AFFRUN_OMP_BIND", "rank"),
+        mem=env.get(MEM_VARIABLE) or "none",
+    )
+

@@ -1,0 +1,102 @@
+"""Was the CPU mask this process inherited already collapsed onto one CPU before affrun ran?
+
+A launcher that loads an OpenMP runtime with a binding variable exported (torchrun's agent imports torch, and
+libgomp then pins the loading thread to its first place) hands that one CPU to every child: all its local ranks
+start on the same CPU, inside a cgroup cpuset that allows more. ``affrun exec`` warns when it starts on such a
+mask, and ``affrun doctor`` reports it (finding ``inherited-mask-collapsed``). Standard library and the pure core
+only: ``affrun exec`` calls :func:`read_collapse` before every rank, and it costs one ``sched_getaffinity`` call
+unless the mask is one CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+from launcher.base.cpulist import format_cpulist
+from launcher.base.records import dataclass
+from launcher.env.policy import BINDING_VARIABLES
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """A one-CPU mask inside a wider cpuset, with several local ranks, and what points at the cause."""
+
+    mask: frozenset[int]
+    cpuset: frozenset[int]
+    local_ranks: int
+    variables: tuple[str, ...]  # "NAME=value" of the binding variables in the environment
+    parent: str | None  # "PID 123 (python3) has libgomp loaded and is bound to CPU 0", when it is so
+
+    def message(self) -> str:
+        head = (f"this process may run on CPU {format_cpulist(self.mask)} only, inside a cgroup cpuset of CPUs "
+                f"{format_cpulist(self.cpuset)}, with {self.local_ranks} local ranks: the mask it inherited was "
+                "collapsed")
+        causes = []
+        if self.parent:
+            causes.append(f"its parent, {self.parent}")
+        if self.variables:
+            causes.append(f"{', '.join(self.variables)} is set, and an OpenMP runtime loaded with it (torch's libgomp "
+                          "at `import torch`, as in torchrun's agent) pins that process and every child to one CPU")
+        return f"{head}: {'; '.join(causes)}"
+
+    def fix(self) -> str:
+        names = " ".join(v.split("=", 1)[0] for v in self.variables) or "the binding variables"
+        return (f"unset {names} where the launcher starts (affrun gives each rank its own values), or launch "
+                "with `affrun torchrun`, which imports torch without them")
+
+
+def judge(
+    mask: frozenset[int],
+    cpuset: frozenset[int] | None,
+    local_ranks: int,
+    environ: Mapping[str, str],
+    parent: str | None,
+) -> Collapse | None:
+    """Pure: a :class:`Collapse` when a one-CPU ``mask`` sits in a wider ``cpuset`` with several ranks and a cause
+    shows (a binding variable, or a parent on that CPU with an OpenMP runtime); ``None`` otherwise. A task that
+    srun bound (``SLURM_CPU_BIND_TYPE``) has a one-CPU mask on purpose."""
+    if len(mask) != 1 or local_ranks < 2 or cpuset is None or not mask < cpuset:
+        return None
+    if environ.get("SLURM_CPU_BIND_TYPE", "none").split(",")[0].strip() not in ("", "none", "none:"):
+        return None
+    variables = tuple(f"{n}={environ[n]}" for n in BINDING_VARIABLES if environ.get(n))
+    if not variables and parent is None:
+        return None
+    return Collapse(mask, cpuset, local_ranks, variables, parent)
+
+
+def parent_openmp(pid: int, mask: frozenset[int], proc: str = "/proc") -> str | None:
+    """``"PID N (comm) has libgomp loaded and is bound to CPU C"`` when the parent of this process is on ``mask``
+    and has an OpenMP runtime mapped; ``None`` otherwise (or when it cannot be read)."""
+    from launcher.context.runtimes import OPENMP, identify, mapped_libraries
+
+    try:
+        if frozenset(os.sched_getaffinity(pid)) != mask:
+            return None
+        names = list(dict.fromkeys(c.name for c, _ in identify(mapped_libraries(pid, proc)) if c.user_api == OPENMP))
+        with open(os.path.join(proc, str(pid), "comm"), encoding="utf-8", errors="replace") as fh:
+            comm = fh.read().strip()
+    except OSError:
+        return None
+    if not names:
+        return None
+    return f"PID {pid} ({comm}), has {', '.join(names)} loaded and is bound to CPU {format_cpulist(mask)}"
+
+
+def read_collapse(environ: Mapping[str, str], local_ranks: Callable[[], int]) -> Collapse | None:
+    """:func:`judge` for this process: its mask, its cgroup cpuset and its parent (``local_ranks`` is asked only
+    when the mask is one CPU)."""
+    mask = frozenset(os.sched_getaffinity(0))
+    if len(mask) != 1:
+        return None  # the common case: nothing else is read
+    ranks = local_ranks()
+    if ranks < 2:
+        return None
+    from launcher.topology.cgroup import find_cpuset
+
+    cpuset = find_cpuset("/")
+    return judge(mask, cpuset.cpus if cpuset else None, ranks, environ, parent_openmp(os.getppid(), mask))

@@ -1,0 +1,75 @@
+"""Which commands, and which Python programs, are launchers: they start the ranks and are not one of them.
+
+``affrun run --top auto`` asks it of COMMAND; the startup hook asks it of a Python process it finds below a
+launcher (DeepSpeed's runner starts ``python -m deepspeed.launcher.launch``, which starts the ranks). Pure, and
+standard library only: the hook imports it at the start of every process under ``affrun run``.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Literal
+
+    ProgramKind = Literal["script", "module", "code", "stdin"]
+
+# Commands (console scripts) whose process starts the ranks and is not one of them.
+LAUNCHERS = ("torchrun", "accelerate", "accelerate-launch", "deepspeed", "ds", "mpirun", "mpiexec", "orterun",
+             "prterun", "srun", "lightning", "fabric", "hydra")
+# The same, run as ``python -m MODULE``.
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
+                    "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner", "deepspeed.launcher.launch")
+# Interpreter options that take the next word as their value (python --help).
+_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+
+
+def command_is_launcher(command: Sequence[str]) -> bool:
+    """COMMAND (as given to ``affrun run``) is a known launcher, directly, after ``env VAR=value``, or run by a
+    Python interpreter (``python -m MODULE``, ``python -mMODULE``, ``python /venv/bin/torchrun``: read as the
+    interpreter reads its argv, :func:`program_is_launcher`)."""
+    words = list(command)
+    while words and (os.path.basename(words[0]) == "env" or "=" in words[0]):
+        words = words[1:]  # env VAR=value CMD
+    if not words:
+        return False
+    if os.path.basename(words[0]) in LAUNCHERS:
+        return True
+    # the interpreter, also behind a runner such as `uv run python -m torch.distributed.run`
+    python = next((i for i, w in enumerate(words) if os.path.basename(w).startswith("python")), None)
+    return python is not None and program_is_launcher(words[python:])
+
+
+def python_program(argv: Sequence[str]) -> tuple[ProgramKind, str]:
+    """What the interpreter started with ``argv`` (``sys.orig_argv``) runs: a script (its path), a module
+    (``-m``), code (``-c``) or standard input."""
+    words = list(argv[1:])
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if word == "-" or not word.startswith("-"):
+            return ("stdin", "") if word == "-" else ("script", word)
+        if not word.startswith("--"):
+            for j, flag in enumerate(word[1:], start=1):  # combined flags: -u, -uB, -Bc CODE, -um MODULE
+                if flag in "cm":
+                    value = word[j + 1 :] or (words[i + 1] if i + 1 < len(words) else "")
+                    return ("code" if flag == "c" else "module"), value
+                if flag in "WX":
+                    if not word[j + 1 :]:
+                        i += 1  # the value is the next word
+                    break
+        i += 1
+    return "stdin", ""
+
+
+def program_is_launcher(argv: Sequence[str]) -> bool:
+    """The Python process started with ``argv`` runs a known launcher (its console script, or ``-m`` module)."""
+    kind, value = python_program(argv)
+    if kind == "module":
+        return value in LAUNCHER_MODULES
+    return kind == "script" and os.path.basename(value) in LAUNCHERS

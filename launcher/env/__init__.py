@@ -1,0 +1,1 @@
+"""Plan -> variables, pure: the environment policy, OpenMP place syntax, the rank line."""

@@ -1,0 +1,333 @@
+"""Plan entry -> environment for every OpenMP/BLAS runtime family, and numactl arguments. Pure: no I/O.
+
+This module is the policy; OpenMP's syntax (writing ``OMP_PLACES``, reading users' values) is
+:mod:`launcher.env.omp_syntax`.
+
+Policy for values the user already set (``policy="safe"``, the default): a value that is safe for this rank is
+kept, a dangerous or malformed one is replaced, and either way a note says so. ``override`` always writes
+affrun's values; ``keep`` keeps every user value (still noting the dangerous ones). Dangerous means:
+- a thread count (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``) that is not a positive
+  integer or exceeds the count affrun itself would set (``rank.threads``: the rank's compute cores, or its
+  compute hardware threads with ``--smt``, divided among the ranks sharing them in ``numa``/``l3`` modes). More
+  threads than that oversubscribe the cores: two ranks of 2 spinning libgomp threads on 2 cores ran 50 times
+  slower than one thread each (docs/design.md §4);
+- ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
+  value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or several
+  places whose first is narrower than the rank's compute CPUs (an abstract name such as ``cores`` included):
+  the main thread is bound to that place, the collapse below;
+- ``OMP_PROC_BIND`` not a valid value;
+- ``KMP_AFFINITY`` ``disabled``, empty, malformed, with two types, or a ``proclist`` outside the rank. A kept
+  value with a type (``compact``, ``none``...) makes libiomp5 ignore ``OMP_PLACES`` (warning #182): the note
+  says so;
+- ``GOMP_CPU_AFFINITY`` outside the rank, or, for a rank of several compute CPUs, at all: libgomp ignores it
+  once ``OMP_PLACES`` is set, but libiomp5 and LLVM libomp read it as an explicit proclist that overrides
+  ``OMP_PLACES`` and pin the main thread to its first CPU (removed rather than replaced).
+
+Binding (``bind``). In both modes the first place, which the main thread takes, holds the rank's whole set
+(compute and loader CPUs): a process forked after ``import torch`` (a DataLoader worker under fork, the
+forkserver, a spawn child's parent) inherits all of it, never a single CPU, so the DataLoader collapse (a pinned
+main thread whose workers inherit its one CPU) cannot happen, and loader CPUs reach the workers without a
+``worker_init_fn`` (which narrows each worker to the loader CPUs).
+- ``rank`` (default): the other threads may use all the rank's compute CPUs.
+- ``core``: every other thread is pinned to a core of its own (a PU with ``--smt``), ``OMP_PROC_BIND=close``:
+  ``{0,1,2,3},{1},{2},{3}`` for 4 threads. Measured with libgomp, libiomp5 and LLVM libomp 14 and 16.
+
+``KMP_AFFINITY`` is set to ``granularity=fine`` with no type: libiomp5/LLVM libomp then bind by ``OMP_PLACES``
+and ``OMP_PROC_BIND`` (a type would make them ignore both and print warning #182), and a dangerous inherited
+value such as ``disabled`` is gone.
+"""
+
+from __future__ import annotations
+
+from launcher.base.cpulist import CpuIdTooLarge, format_cpulist
+from launcher.base.records import dataclass
+from launcher.base.untrusted import ascii_uint, short
+from launcher.env.omp_syntax import (
+    ABSTRACT_PLACES,
+    BIND_MODES,
+    KMP_MODIFIERS,
+    KMP_TYPES,
+    PROC_BIND_VALUES,
+    OmpBind,
+    Tokens,
+    kmp_type,
+    omp_places,
+    parse_gomp_cpu_affinity,
+    place_list,
+    read_proclist,
+    thread_count,
+)
+from launcher.plan.planner import RankPlan
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Literal
+
+    EnvPolicy = Literal["safe", "override", "keep"]
+    ProblemCode = Literal["malformed", "empty", "oversubscribed", "outside", "collapse", "disabled"]
+else:
+    EnvPolicy = str
+    ProblemCode = str
+ENV_POLICIES: tuple[EnvPolicy, ...] = ("safe", "override", "keep")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
+# `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
+PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also read by libgomp
+BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
+# The variables affrun sets or judges whose user-set values a launcher snapshots before starting ranks
+# (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)
+KMP_DEFAULT = "granularity=fine"
+
+
+@dataclass(frozen=True)
+class RankEnvironment:
+    set: dict[str, str]
+    unset: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def apply_to(self, environ: Mapping[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in environ.items() if k not in self.unset}
+        env.update(self.set)
+        return env
+
+
+class Problem(str):
+    """Why a user's value is dangerous: the text people read, with a ``code`` that callers branch on (``affrun
+    doctor`` maps it to a finding id), so that rewording a message cannot change a finding."""
+
+    code: ProblemCode
+
+    def __new__(cls, code: ProblemCode, text: str) -> Problem:
+        self = super().__new__(cls, text)
+        self.code = code
+        return self
+
+
+def affrun_variables(rank: RankPlan, local_world_size: int, bind: OmpBind) -> dict[str, str]:
+    return {
+        "AFFRUN_LOCAL_RANK": str(rank.local_rank),
+        "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
+        "AFFRUN_CPUS": format_cpulist(rank.cpus),
+        "AFFRUN_COMPUTE_CPUS": format_cpulist(rank.compute_cpus),
+        "AFFRUN_LOADER_CPUS": format_cpulist(rank.loader_cpus),
+        "AFFRUN_NUMA_NODES": ",".join(map(str, rank.numa_nodes)),
+        "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
+        "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),
+        "AFFRUN_GPU_PCI": rank.gpu_pci or "",
+        "AFFRUN_THREADS": str(rank.threads),
+        "AFFRUN_OMP_BIND": bind,
+    }
+
+
+def rank_environment(
+    rank: RankPlan,
+    *,
+    local_world_size: int,
+    user_env: Mapping[str, str],
+    bind: OmpBind = "rank",
+    smt: bool = False,
+    policy: EnvPolicy = "safe",
+) -> RankEnvironment:
+    """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``."""
+    if bind not in BIND_MODES:
+        raise ValueError(f"unknown bind mode {bind!r}")
+    if policy not in ENV_POLICIES:
+        raise ValueError(f"unknown policy {policy!r}")
+    cpus = set(rank.cpus)
+    compute = set(rank.compute_cpus)
+    ours: dict[str, str] = {v: str(rank.threads) for v in THREAD_VARIABLES}
+    ours["OMP_PLACES"] = omp_places(rank, bind, smt)
+    ours["OMP_PROC_BIND"] = "close"
+    ours["KMP_AFFINITY"] = KMP_DEFAULT
+    out: dict[str, str] = {}
+    notes: list[str] = []
+    unset: list[str] = []
+    for name, value in ours.items():
+        user = user_env.get(name)
+        if user is None or user == value or policy == "override":
+            if user is not None and user != value:
+                notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
+            out[name] = value
+            continue
+        problem = _problem(name, user, cpus, compute=compute, threads=rank.threads)
+        if policy == "keep" or problem is None:
+            why = f"; {problem}" if problem else ""
+            if name == "KMP_AFFINITY" and kmp_type(user):
+                why += "; libiomp5 ignores OMP_PLACES and OMP_PROC_BIND when KMP_AFFINITY has a type (warning #182)"
+            notes.append(f"keeping {name}={user} set by the user (affrun would set {value}){why}")
+            out[name] = user
+        else:
+            notes.append(f"{name}={user} replaced by {value}: {problem}")
+            out[name] = value
+    gomp = user_env.get("GOMP_CPU_AFFINITY")
+    if gomp is not None:
+        problem = _problem("GOMP_CPU_AFFINITY", gomp, cpus, compute=compute)
+        if problem and policy != "keep":
+            unset.append("GOMP_CPU_AFFINITY")
+            notes.append(f"GOMP_CPU_AFFINITY={gomp} removed: {problem}")
+    out.update(affrun_variables(rank, local_world_size, bind))
+    return RankEnvironment(out, tuple(unset), tuple(notes))
+
+
+def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> Problem | None:
+    """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe); used by ``affrun doctor``."""
+    return _problem(name, value, set(cpus))
+
+
+def _problem(
+    name: str,
+    value: str,
+    cpus: set[int],
+    *,
+    compute: set[int] | None = None,
+    threads: int | None = None,
+) -> Problem | None:
+    """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
+
+    ``threads`` is the thread count the rank's cores take (``RankPlan.threads``: whole cores, or PUs with
+    ``--smt``, shared out in shared modes); a larger count oversubscribes them. Without it (``affrun doctor``,
+    which has no plan) the limit is the number of ``compute`` CPUs (default: ``cpus``). Several places whose
+    first is narrower than the ``compute`` CPUs (or an abstract name such as ``cores``) are a collapse risk in
+    both bind modes: the main thread is bound to that place, and workers forked later inherit it.
+    """
+    value = value.strip()
+    if name in THREAD_VARIABLES:
+        count = thread_count(value)
+        if count is None:
+            return Problem("malformed", "not a positive thread count")
+        if threads is not None:
+            if count > threads:
+                return Problem("oversubscribed", f"{count} threads oversubscribe the rank: its compute CPUs take {threads}")
+            return None
+        limit = len(cpus if compute is None else compute)
+        if count > limit:
+            return Problem("oversubscribed", f"{count} threads oversubscribe the rank's {limit} compute CPU(s)")
+        return None
+    if name == "OMP_PROC_BIND":
+        items = [v.strip().lower() for v in value.split(",")]
+        return None if items and all(v in PROC_BIND_VALUES for v in items) else Problem("malformed", "not a valid OMP_PROC_BIND value")
+    if name == "OMP_PLACES":
+        if not value:
+            return Problem("empty", "empty OMP_PLACES")
+        base = value.split("(")[0].strip().lower()
+        collapse = Problem("collapse", "pins the main thread to one place at import, and forked DataLoader workers inherit it")
+        if base in ABSTRACT_PLACES:
+            return collapse
+        try:
+            places = place_list(Tokens(value))
+        except CpuIdTooLarge as exc:
+            return Problem("malformed", f"not a valid OMP_PLACES value ({exc})")
+        except ValueError:
+            return Problem("malformed", "not a valid OMP_PLACES value")
+        outside = {p for place in places for p in place} - cpus
+        if outside:
+            return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs")
+        # The main thread takes the first place. One place is all threads' (a confinement the user chose); of
+        # several, a first place narrower than the compute CPUs pins the main thread apart: the collapse.
+        return None if len(places) == 1 or places[0] >= (cpus if compute is None else compute) else collapse
+    if name == "GOMP_CPU_AFFINITY":
+        listed = parse_gomp_cpu_affinity(value)
+        if listed is None:
+            return Problem("malformed", "not a valid CPU list")
+        ids = set(listed)
+        outside = ids - cpus
+        if outside:
+            return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs")
+        if compute is not None and len(compute) > 1:
+            # libiomp5/libomp read it as an explicit proclist (a type: OMP_PLACES is then ignored), one CPU a thread
+            return Problem("collapse", f"libiomp5 and libomp pin the main thread to CPU {listed[0]} (a proclist that "
+                           "overrides OMP_PLACES), and forked DataLoader workers inherit it")
+        return None
+    if name == "KMP_AFFINITY":
+        return kmp_affinity_problem(value, cpus)
+    return None
+
+
+def kmp_affinity_problem(value: str, cpus: set[int] | None) -> Problem | None:
+    """Check a ``KMP_AFFINITY`` value: ``disabled``, empty, malformed, or a proclist outside ``cpus``."""
+    text = value.strip()
+    if not text:
+        return Problem("empty", "empty KMP_AFFINITY")
+    proclist: set[int] | None = None
+    lowered = text.lower()
+    if "proclist=" in lowered:
+        start = lowered.index("proclist=")
+        open_bracket = text.find("[", start)
+        close_bracket = text.find("]", open_bracket)
+        if open_bracket < 0 or close_bracket < 0:
+            return Problem("malformed", "malformed proclist")
+        try:
+            places = read_proclist(Tokens(text[open_bracket + 1 : close_bracket]))
+        except CpuIdTooLarge as exc:
+            return Problem("malformed", f"malformed proclist ({exc})")
+        except ValueError:
+            return Problem("malformed", "malformed proclist")
+        proclist = {p for place in places for p in place}
+        text = text[:start] + text[close_bracket + 1 :]
+    tokens = [t.strip().lower() for t in text.split(",") if t.strip()]
+    types = [t for t in tokens if t in KMP_TYPES]
+    for tok in tokens:
+        if tok in KMP_TYPES or tok in KMP_MODIFIERS or ascii_uint(tok) is not None:
+            continue
+        if tok.startswith("granularity=") and tok.split("=", 1)[1] in ("fine", "thread", "core", "tile", "die",
+                                                                       "socket", "package", "numa", "cache"):
+            continue
+        return Problem("malformed", f"malformed KMP_AFFINITY token {short(tok)}")
+    if "disabled" in types:
+        return Problem("disabled", "disabled: threads are not bound and migrate")
+    if len(types) > 1:
+        return Problem("malformed", "more than one affinity type")
+    if proclist is not None and cpus is not None:
+        outside = proclist - cpus
+        if outside:
+            return Problem("outside", f"proclist CPUs {format_cpulist(outside)} are outside the rank's CPUs")
+    return None
+
+
+def numactl_memory_args(mem_policy: str, nodes: Sequence[int]) -> list[str]:
+    """numactl's memory-policy flag for ``nodes`` (``--membind=0,1``, ``--preferred=0``...), or none."""
+    if not nodes or mem_policy not in ("membind", "preferred", "interleave"):
+        return []
+    joined = ",".join(map(str, nodes))
+    return [{"membind": f"--membind={joined}", "preferred": f"--preferred={nodes[0]}",
+             "interleave": f"--interleave={joined}"}[mem_policy]]
+
+
+def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> list[str]:
+    """A ``numactl`` command equivalent to the rank's binding (``affrun plan --json``'s ``numactl``)."""
+    args = ["numactl"]
+    if bind_cpus:
+        args.append(f"--physcpubind={format_cpulist(rank.cpus)}")
+    return args + numactl_memory_args(mem_policy, rank.mem_nodes)
+
+
+def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
+    """``auto`` means ``preferred`` on a machine with several NUMA nodes with CPUs, else ``none``."""
+    if requested == "auto":
+        return "preferred" if nodes_with_cpus > 1 else "none"
+    return requested
+
+
+def plan_json(
+    plan_dict: dict[str, object],
+    envs: list[RankEnvironment],
+    mem_policy: str,
+) -> dict[str, object]:
+    """The documented ``affrun plan --json`` contract: the plan plus each rank's environment."""
+    ranks = []
+    for rank, env in zip(plan_dict["ranks"], envs):  # type: ignore[call-overload]
+        entry = dict(rank)
+        entry["env"] = dict(env.set)
+        entry["unset"] = list(env.unset)
+        entry["notes"] = list(env.notes)
+        entry["mem_policy"] = mem_policy if rank["mem_nodes"] else "none"
+        entry["numactl"] = ["numactl", f"--physcpubind={format_cpulist(rank['cpus'])}",
+                            *numactl_memory_args(mem_policy, rank["mem_nodes"])]
+        ranks.append(entry)
+    out = dict(plan_dict)
+    out["ranks"] = ranks
+    return out

@@ -1,0 +1,33 @@
+"""The one summary line of a rank: every front end prints it (``affrun: rank 0/2 host ...``) and a bound
+process's :class:`launcher.bind.readback.TaskBinding` is it as a string, in the same fields and order.
+
+    rank 0/2 host n1 cpus 0-15 numa 0 gpu 0 (0000:18:00.0) omp 14 loader 14-15 mem membind:0
+
+Standard library only: ``affrun exec`` and the training process import it.
+"""
+
+from __future__ import annotations
+
+from launcher.base.cpulist import format_cpulist
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+# The memory policy in effect for the rank, as the rank line writes it (membind:0, none): exported by whatever
+# bound the process (affrun exec, the affrun run hook, bind_rank), after the policy was applied.
+MEM_VARIABLE = "AFFRUN_MEM"
+
+
+def mem_text(policy: str, nodes: Sequence[int]) -> str:
+    """``membind:0,1`` or ``none``, as in the rank line."""
+    return f"{policy}:{','.join(map(str, nodes))}" if policy != "none" and nodes else "none"
+
+
+def rank_summary(local_rank: int, size: int, host: str, cpus: Iterable[int], numa_nodes: Sequence[int],
+                 gpu: int | None, gpu_pci: str | None, threads: int, loader_cpus: Iterable[int], mem: str) -> str:
+    """The rank line without its ``affrun:`` prefix."""
+    shown_gpu = "-" if gpu is None else f"{gpu} ({gpu_pci or '?'})"
+    return (f"rank {local_rank}/{size} host {host} cpus {format_cpulist(cpus)} "
+            f"numa {','.join(map(str, numa_nodes)) or '-'} gpu {shown_gpu} omp {threads} "
+            f"loader {format_cpulist(loader_cpus) or '-'} mem {mem}")

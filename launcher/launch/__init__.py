@@ -1,0 +1,1 @@
+"""The front ends that start ranks (argparse, light): affrun exec, affrun run, affrun torchrun."""

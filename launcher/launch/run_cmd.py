@@ -1,0 +1,129 @@
+"""``affrun run [OPTIONS] -- COMMAND ARGS...``: bind the ranks that any launcher starts.
+
+The plan is made once, here (``--nproc-per-node``, else one rank per ``--gpus``/``--map`` entry, else one per
+visible GPU), and handed to every descendant as ``affrun torchrun`` hands it to its workers: ``AFFRUN_PLAN``
+(:class:`launcher.bind.handoff.ParentPlan`). ``AFFRUN_RUN`` switches on the startup hook (:mod:`launcher.startup`),
+which binds each Python process to its local rank when its interpreter starts. COMMAND is then ``exec``'d in
+place: same PID, environment, exit status and signals.
+
+``--top`` says what the first Python process without a rank variable is: ``launcher`` (torchrun, accelerate,
+deepspeed, mpirun, srun: left unbound), or ``rank0`` (a script that is rank 0 itself, as Lightning's is; a
+single-process job). ``auto`` picks ``launcher`` for those launchers' commands and ``rank0`` for anything else.
+The rank variables already set here (``SLURM_LOCALID`` in a batch script or an srun task) belong to the task
+that runs ``affrun run``: they travel, with what identifies that task, in ``AFFRUN_RUN_TASK``, and under
+``--top launcher`` the hook does not take them for a rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+
+from launcher.bind.apply import exec_or_status
+from launcher.bind.handoff import PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
+from launcher.context.launchers import command_is_launcher
+from launcher.context.local_rank import task_identity
+from launcher.env.policy import USER_VARIABLES
+from launcher.env.rank_line import mem_text
+from launcher.errors import ConfigError, LaunchError
+from launcher.launch.run_target import check_command
+from launcher.options.table import add_binding_arguments, non_negative
+from launcher.startup import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
+
+TOP_CHOICES = ("auto", "rank0", "launcher")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="affrun run",
+        description="Plan once, then run COMMAND (accelerate launch, deepspeed, python train.py with Lightning or "
+        "torch.multiprocessing.spawn...): every Python process it starts binds itself to its local rank at "
+        "interpreter start (affrun's startup hook).",
+        usage="affrun run [OPTIONS] -- COMMAND [ARGS...]",
+    )
+    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
+                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU, "
+                   "else 1).")
+    p.add_argument("--top", choices=TOP_CHOICES, default="auto",
+                   help="The first Python process without a rank variable: rank0 (the script is rank 0, as "
+                   "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
+                   "deepspeed, mpirun, srun; rank0 otherwise).")
+    add_binding_arguments(p)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="Every process the hook binds prints its rank line (with its pid and why) on stderr.")
+    p.add_argument("--dry-run", action="store_true", help="Print the plan and the environment; start nothing.")
+    p.add_argument("--strict", action="store_true",
+                   help="When COMMAND's Python interpreter does not load affrun's startup hook, exit 2 with an "
+                   "error and run nothing, instead of a warning (for CI).")
+    return p
+
+
+def top_role(command: Sequence[str]) -> str:
+    """``launcher`` when COMMAND is a known launcher (directly or as ``python -m MODULE``), else ``rank0``."""
+    return "launcher" if command_is_launcher(command) else "rank0"
+
+
+def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = list(argv).index("--")
+        return list(argv[:i]), list(argv[i + 1 :])
+    return list(argv), []
+
+
+def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
+    if args.nproc is not None and args.nproc < 1:
+        raise ConfigError(f"--nproc-per-node {args.nproc}: give at least 1")
+    user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
+    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
+    return parent
+
+
+def main(argv: Sequence[str]) -> int:
+    before, command = _split(argv)
+    parser = build_parser()
+    args = parser.parse_args(before)
+    if not command and not args.dry_run:
+        parser.error("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
+    environ = dict(os.environ)
+    if environ.get(RUN_VARIABLE):
+        raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
+                          "run the launcher directly")
+    parent = prepare(args, environ)
+    # Before anything is printed or run: whether COMMAND's interpreter loads the hook that binds (warning,
+    # or --strict's error). Without it the rank lines would report a binding that is never made.
+    bound = check_command(command, environ, strict=args.strict, verbose=args.verbose) if command else True
+    role = top_role(command) if args.top == "auto" else args.top
+    host = os.uname().nodename
+    for rank in parent.plan.ranks if bound else ():
+        print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host),
+              file=sys.stderr)
+    for warning in parent.plan.warnings:
+        print(f"affrun: warning: {warning}", file=sys.stderr)
+    from launcher.context.binders import binders_in_command, binders_in_environment
+
+    for binder in (*binders_in_environment(environ), *binders_in_command(command)):
+        print(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder wins: "
+              f"{binder.fix}", file=sys.stderr)
+    identity = task_identity(environ)
+    task = json.dumps(identity, separators=(",", ":")) if identity else ""
+    if args.dry_run:
+        print(f"{RUN_VARIABLE}={role}")
+        print(f"{PLAN_VARIABLE}={parent.to_json()}")
+        if task:
+            print(f"{TASK_VARIABLE}={task}")
+        if command:
+            print("exec " + shlex.join(command))
+        return 0
+    environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
+    environ[RUN_VARIABLE] = role
+    environ.pop(LAUNCHER_VARIABLE, None)  # only the hook of a launcher below writes it
+    environ.pop(TASK_VARIABLE, None)
+    if task:
+        environ[TASK_VARIABLE] = task
+    sys.stderr.flush()
+    sys.stdout.flush()
+    return exec_or_status(command, environ)

@@ -1,0 +1,330 @@
+"""What ``affrun run``'s COMMAND starts, and whether that Python interpreter loads affrun's startup hook.
+
+Under ``affrun run`` only the startup hook binds (``affrun-startup.pth`` in the interpreter's site-packages,
+:mod:`launcher.startup`). A COMMAND whose interpreter lacks it (another venv, the system python, ``python -S``)
+runs with nothing bound, while the rank lines said each rank was. So before it execs, ``affrun run`` resolves
+COMMAND (:func:`resolve`) as ``execvp`` and the kernel would:
+
+- a Python interpreter by name (``python``, ``python3.11``, ``/venv/bin/python``, ``pypy3``), looked up on the
+  ``PATH`` COMMAND gets, as ``execvp`` does;
+- ``env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... COMMAND``: its changes to the environment are
+  applied (one that takes ``AFFRUN_RUN`` or ``AFFRUN_PLAN`` away is reported), then COMMAND is resolved;
+- a script: its ``#!`` line (``#!/venv/bin/python3``, ``#!/usr/bin/env python3``, ``#!/usr/bin/env -S python3
+  -u``), or the ``/bin/sh`` trampoline pip and uv write when the interpreter's path is long or has a space
+  (``'''exec' "/a venv/bin/python" "$0" "$@"``). Console scripts (torchrun, accelerate, deepspeed, lightning)
+  are such scripts.
+
+:func:`probe` then runs that interpreter once, as ``INTERPRETER [-I|-S|-s|-E] -c CODE`` under
+``AFFRUN_RUN=probe`` with the environment COMMAND gets: the hook answers (:data:`launcher.startup.PROBE`)
+without binding or printing; CODE reports whether it did. About one interpreter start (40 ms here).
+Anything else (``bash -c``, ``srun``, ``mpirun``, ``numactl``, a compiled program) cannot be checked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from launcher.bind.handoff import PLAN_VARIABLE
+from launcher.errors import LaunchError, error_line
+from launcher.startup import PROBE, RUN_VARIABLE
+
+# What the hook needs to find in a process's environment to bind it.
+HOOK_VARIABLES = (RUN_VARIABLE, PLAN_VARIABLE)
+PROBE_SECONDS = 10.0
+MAX_STEPS = 8  # env, #! lines and trampolines followed before giving up (Linux follows 4 interpreter levels)
+HEAD_BYTES = 1024  # a #! line is at most 256 bytes (BINPRM_BUF_SIZE); a trampoline's exec line follows it
+# The hook's loader (build_backend/_affrun_startup.py) stays in sys.modules under its own name and records the
+# answer there: affrun's package itself leaves no `launcher` entry behind (issue 18: a user's own `launcher`).
+PROBE_CODE = ("import sys; m = sys.modules.get('_affrun_startup'); "
+              "print('affrun-probe', int(bool(getattr(m, 'answered_probe', False))), getattr(m, 'hook_file', ''))")
+_PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?")
+# Interpreter options that decide whether site runs and which site-packages it reads: the probe passes them on.
+_SITE_FLAGS = "ISsE"
+_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+_ENV_FLAGS = "i0v"  # env options without a value
+_ENV_VALUED = {"u": "unset", "C": "chdir", "S": "split-string"}
+_ENV_LONG_FLAGS = ("ignore-environment", "null", "debug", "list-signal-handling")
+_ENV_LONG_OPTIONAL = ("ignore-signal", "default-signal", "block-signal")  # --NAME[=SIG]
+
+
+class Unchecked(Exception):
+    """COMMAND cannot be followed to a Python interpreter: why, in words."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Python ``interpreter`` COMMAND starts, with the ``options`` that decide whether ``site`` runs, the
+    environment and directory it starts in, and how it was found (``via``: "the #! line of /venv/bin/torchrun").
+    ``lost``: the hook's variables an ``env`` in COMMAND takes away, with how (``env -i``)."""
+
+    interpreter: str
+    options: tuple[str, ...]
+    environ: Mapping[str, str]
+    cwd: str
+    via: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    lost_by: str = ""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the probe found: ``loads`` (``None``: no answer), the hook's module or what went wrong, the time."""
+
+    loads: bool | None
+    detail: str
+    seconds: float
+
+
+def python_name(path: str) -> bool:
+    """``path`` names a Python interpreter (python, python3.11, pypy3, python3.13t), itself or by its link."""
+    names = {os.path.basename(path), os.path.basename(os.path.realpath(path))}
+    return any(_PYTHON_NAME.fullmatch(n) for n in names)
+
+
+def site_options(args: Sequence[str]) -> tuple[str, ...]:
+    """The options among an interpreter's ``args`` (before its script, ``-m`` or ``-c``) that decide whether
+    ``site`` runs and which site-packages it reads (``-I``, ``-S``, ``-s``, ``-E``), as one word."""
+    flags = ""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word in _OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if word.startswith("--") and word != "--":  # --version, --check-hash-based-pycs=always
+            i += 1
+            continue
+        if word in ("-", "--") or not word.startswith("-"):
+            break  # the script, stdin or the end of the options
+        for j, flag in enumerate(word[1:], start=1):
+            if flag in "cm":
+                return (f"-{flags}",) if flags else ()
+            if flag in "WX":
+                i += 0 if word[j + 1 :] else 1  # the value is the next word
+                break
+            if flag in _SITE_FLAGS and flag not in flags:
+                flags += flag
+        i += 1
+    return (f"-{flags}",) if flags else ()
+
+
+def find_program(name: str, environ: Mapping[str, str], cwd: str) -> str:
+    """Where ``execvp`` finds ``name`` with ``environ``'s PATH (``""``: nowhere)."""
+    candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in os.get_exec_path(dict(environ))]
+    for candidate in candidates:
+        path = os.path.join(cwd, candidate)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
+
+
+def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple[list[str], str, list[str], str]:
+    """Apply ``env ARGS`` (GNU coreutils' options) to ``environ`` in place; return the command it runs, its
+    directory, the hook's variables it takes away and how."""
+    words = list(args)
+    lost: list[str] = []
+    how = ""
+
+    def lose(names: Sequence[str], why: str) -> None:
+        nonlocal how
+        for name in names:
+            if name in HOOK_VARIABLES and name not in lost:
+                lost.append(name)
+                how = how or why
+
+    def apply(option: str, value: str) -> None:
+        nonlocal words, cwd
+        if option == "unset":
+            environ.pop(value, None)
+            lose([value], f"env -u {value}")
+        elif option == "chdir":
+            cwd = os.path.join(cwd, value)
+        else:
+            import shlex
+
+            try:
+                words = shlex.split(value) + words
+            except ValueError as exc:
+                raise Unchecked(f"env -S {value!r}: {exc}") from None
+
+    while words and words[0].startswith("-") and words[0] != "--":
+        word = words.pop(0)
+        if word == "-" or word[1:2] != "-":  # "-" is -i; then short options, maybe combined: -iu NAME, -S'...'
+            for j, flag in enumerate(word[1:] or "i", start=1):
+                if flag == "i":
+                    environ.clear()
+                    lose(HOOK_VARIABLES, "env -i")
+                elif flag in _ENV_VALUED:
+                    value = word[j + 1 :] or (words.pop(0) if words else "")
+                    apply(_ENV_VALUED[flag], value)
+                    break
+                elif flag not in _ENV_FLAGS:
+                    raise Unchecked(f"env option -{flag} is not one affrun knows")
+            continue
+        name, eq, value = word[2:].partition("=")
+        if name in _ENV_VALUED.values():
+            apply(name, value if eq else (words.pop(0) if words else ""))
+        elif name == "ignore-environment" and not eq:
+            environ.clear()
+            lose(HOOK_VARIABLES, "env --ignore-environment")
+        elif not (name in _ENV_LONG_FLAGS and not eq) and name not in _ENV_LONG_OPTIONAL:
+            raise Unchecked(f"env option --{name} is not one affrun knows")
+    if words and words[0] == "--":
+        words.pop(0)
+    while words and "=" in words[0]:
+        name, _, value = words.pop(0).partition("=")
+        environ[name] = value
+        lose([name], f"env {name}=...")
+    if not words:
+        raise Unchecked("env runs no command")
+    return words, cwd, lost, how
+
+
+def script_interpreter(head: bytes) -> tuple[list[str], str] | None:
+    """What the kernel runs for a file that starts with ``head``: the ``#!`` interpreter and its one argument
+    (``#!`` line), or, for pip's and uv's ``/bin/sh`` trampoline, the interpreter its ``exec`` line names
+    (``exec`` line); ``None``: no ``#!``."""
+    if not head.startswith(b"#!"):
+        return None
+    first, _, rest = head[2:].partition(b"\n")
+    interp, *more = re.split(r"[ \t]+", first.decode(errors="surrogateescape").strip(" \t"), maxsplit=1)
+    arg = more[0].rstrip(" \t") if more else ""
+    if os.path.basename(interp) in ("sh", "bash", "dash"):
+        import shlex
+
+        line = rest.split(b"\n", 1)[0].decode(errors="surrogateescape")
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            words = []
+        if len(words) >= 2 and words[0] == "exec" and words[2:3] == ["$0"]:  # '''exec' PYTHON "$0" "$@"
+            return [words[1]], "exec line"
+    return ([interp, arg] if arg else [interp]), "#! line"
+
+
+def resolve(command: Sequence[str], environ: Mapping[str, str], cwd: str | None = None) -> Target:
+    """The Python interpreter ``command`` starts with ``environ``; :class:`Unchecked` when it is no Python."""
+    words = list(command)
+    env = dict(environ)
+    here = cwd or os.getcwd()
+    via: list[str] = []
+    lost: list[str] = []
+    lost_by = ""
+    for _ in range(MAX_STEPS):
+        if not words:
+            raise Unchecked("no command")
+        if os.path.basename(words[0]) == "env":
+            words, here, gone, how = env_command(words[1:], env, here)
+            lost_by = lost_by or how
+            lost += [name for name in gone if name not in lost]
+            continue
+        path = find_program(words[0], env, here)
+        if not path:
+            raise Unchecked(f"{words[0]} is not found (or not executable)")
+        if python_name(path):
+            return Target(path, site_options(words[1:]), env, here, tuple(via), tuple(lost), lost_by)
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+        except OSError as exc:
+            raise Unchecked(f"{path} cannot be read ({exc.strerror})") from None
+        found = script_interpreter(head)
+        if found is None:
+            kind = "a compiled program" if head.startswith(b"\x7fELF") else "a file without a #! line"
+            raise Unchecked(f"{path} is {kind}, not Python" + (f" ({via[-1]})" if via else ""))
+        interp, line = found
+        via.append(f"the {line} of {path}")
+        words = [os.path.join(here, interp[0]), *interp[1:], path, *words[1:]]
+    raise Unchecked("too many levels of env and #! lines")
+
+
+def probe(interpreter: str, options: Sequence[str], environ: Mapping[str, str], cwd: str) -> Answer:
+    """Run ``interpreter`` once under ``AFFRUN_RUN=probe`` and see whether affrun's startup hook answered."""
+    env = {k: v for k, v in environ.items() if k != PLAN_VARIABLE}
+    env[RUN_VARIABLE] = PROBE
+    start = time.monotonic()
+    try:
+        child = subprocess.Popen([interpreter, *options, "-c", PROBE_CODE], env=env, cwd=cwd,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        return Answer(None, f"it could not be started ({exc.strerror})", 0.0)
+    try:
+        out, err = child.communicate(timeout=PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        return Answer(None, f"it gave no answer in {PROBE_SECONDS:g} s", time.monotonic() - start)
+    seconds = time.monotonic() - start
+    for line in out.decode(errors="replace").splitlines():
+        words = line.split(" ", 2)
+        if words[0] == "affrun-probe" and len(words) == 3:
+            return Answer(words[1] == "1", words[2], seconds)
+    said = [line for line in err.decode(errors="replace").splitlines() if line.startswith("affrun: error:")]
+    return Answer(False, said[0] if said else f"it exited with status {child.returncode}", seconds)
+
+
+def _line(kind: str, text: str) -> str:
+    """One bounded, printable line (as :func:`launcher.errors.error_line` makes them) of ``kind``."""
+    return f"affrun: {kind}: " + error_line(LaunchError(text)).split(": ", 2)[2]
+
+
+def has_hook_file() -> bool:
+    """This interpreter's site-packages hold affrun's startup hook (``affrun-startup.pth``)."""
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()] if hasattr(site, "getsitepackages") else []
+    return any(os.path.isfile(os.path.join(d, "affrun-startup.pth")) for d in dirs)
+
+
+def diagnose(target: Target) -> tuple[str, str]:
+    """Why ``target``'s interpreter will not bind (``""``: it will, or nobody can tell) and, for ``--verbose``,
+    what was found. Probes the interpreter, twice when its options may be the cause."""
+    name = target.interpreter + (f" ({', '.join(target.via)})" if target.via else "")
+    if target.lost:
+        return (f"{target.lost_by} in COMMAND takes {' and '.join(target.lost)} away from Python {name}, so no "
+                f"rank will be bound: drop it from COMMAND"), ""
+    answer = probe(target.interpreter, target.options, target.environ, target.cwd)
+    if answer.loads is None:
+        return "", f"COMMAND's Python {name} could not be checked for affrun's startup hook: {answer.detail}"
+    if answer.loads:
+        return "", (f"COMMAND's Python {name} loads affrun's startup hook ({answer.detail}; checked in "
+                    f"{answer.seconds * 1000:.0f} ms)")
+    if target.options and probe(target.interpreter, (), target.environ, target.cwd).loads:
+        given = target.options[0][1:]
+        alone = [f for f in given if len(given) > 1
+                 and probe(target.interpreter, (f"-{given.replace(f, '')}",), target.environ, target.cwd).loads]
+        flags = f"-{''.join(alone) or given}"  # the one that is the cause (-S, not -I) when one is
+        return (f"COMMAND's Python {name} does not load affrun's startup hook with {flags} (affrun-startup.pth "
+                f"in site-packages), so no rank will be bound: drop {flags}"), ""
+    if answer.detail.startswith("affrun:"):  # a hook that does not know the probe: another affrun's
+        return (f"COMMAND's Python {name} loads the startup hook of another affrun version, which does not "
+                f"answer this one ({answer.detail}): install this affrun into that interpreter "
+                f"({target.interpreter} -m pip install affrun)"), ""
+    ours = f" (such as {sys.executable})" if sys.executable and has_hook_file() else ""
+    return (f"COMMAND's Python {name} does not load affrun's startup hook, so no rank will be bound: run "
+            f"COMMAND with the python of an environment that has affrun{ours}, or install affrun into that "
+            f"interpreter ({target.interpreter} -m pip install affrun)"), ""
+
+
+def check_command(command: Sequence[str], environ: Mapping[str, str], *, strict: bool, verbose: bool) -> bool:
+    """Whether the ranks below ``command`` can be bound: ``False`` after one warning that names the
+    interpreter and the fix; :class:`LaunchError` instead under ``--strict``, before anything runs. A command
+    that cannot be followed to a Python interpreter passes, with a note under ``--verbose``."""
+    try:
+        problem, note = diagnose(resolve(command, environ))
+    except Unchecked as exc:
+        problem, note = "", (f"COMMAND could not be checked for affrun's startup hook: {exc}; the Python "
+                             "processes it starts are bound only if their interpreter has affrun installed")
+    if problem and strict:
+        raise LaunchError(f"--strict: {problem}; nothing was run")
+    if problem:
+        print(_line("warning", problem), file=sys.stderr)
+    elif verbose:
+        print(_line("note", note), file=sys.stderr)
+    return not problem

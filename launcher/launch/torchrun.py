@@ -1,0 +1,180 @@
+"""``affrun torchrun``: torchrun with every local rank started through ``affrun exec``.
+
+torchrun's own parser reads the arguments (affrun's options are added to it), the plan is computed once,
+and torchrun then runs in this process, unchanged, with each worker command rewritten to
+``affrun exec -- <the original worker command>`` (started by this interpreter, see
+``launcher.bind.handoff.exec_prefix``). The plan reaches the workers as JSON in
+``AFFRUN_PLAN``. Exit status, signal forwarding and logs are torchrun's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from launcher.bind.handoff import PLAN_VARIABLE, exec_prefix, option_values, plan_job, rank_line
+from launcher.env.policy import USER_VARIABLES
+from launcher.env.rank_line import mem_text
+from launcher.errors import ConfigError
+from launcher.options.table import add_binding_arguments
+
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
+
+
+def add_affrun_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
+    add_binding_arguments(group, prefix="affrun_")
+    group.add_argument("--affrun-verbose", dest="affrun_verbose", action="store_true",
+                       help="Each rank also prints its line and env notes from inside the worker.")
+    group.add_argument("--affrun-dry-run", dest="affrun_dry_run", action="store_true",
+                       help="Print the plan and the rewritten worker command, start nothing.")
+
+
+def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
+    """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
+
+    Only the words before the script are parsed: argparse would otherwise read the script's own arguments too,
+    matching prefixes (``--a`` against ``--affrun-verbose``, ``--n`` against ``--nnodes``) and failing or
+    taking them. Plain torchrun fails on ``train.py --n 1``; affrun passes it on. ``refuse``: what argparse
+    refuses is a :class:`ConfigError` (``affrun sbatch`` checks the job's command line before it is queued),
+    not argparse's usage and exit.
+    """
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    if refuse:
+        def error(message: str) -> NoReturn:
+            raise ConfigError(f"affrun torchrun would refuse it in the job: {message}")
+
+        parser.error = error  # type: ignore[method-assign]
+    parser.prog = "affrun torchrun"
+    add_affrun_options(parser)
+    # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).
+    parser.set_defaults(signals_to_handle=None)
+    head, script_args = split_at_script(parser, list(argv))
+    args = parser.parse_args(head)
+    if script_args:
+        args.training_script_args = script_args
+    return args
+
+
+def split_at_script(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the options and the script, the script's arguments): walk the options as argparse would, using its
+    table to know which take a value, and stop at the first word that is neither an option nor a value."""
+    actions = parser._option_string_actions
+    long_names = [name for name in actions if name.startswith("--")]
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[: i + 2], argv[i + 2 :]  # the script follows; torchrun's argparse drops the "--"
+        if not word.startswith("-") or word == "-":
+            return argv[: i + 1], argv[i + 1 :]
+        takes_value = False
+        if word.startswith("--"):
+            name, has_value, _ = word.partition("=")
+            action = actions.get(name)
+            if action is None and parser.allow_abbrev:  # argparse takes any unique prefix of a long option
+                matches = [n for n in long_names if n.startswith(name)]
+                action = actions[matches[0]] if len(matches) == 1 else None
+            takes_value = action is not None and action.nargs != 0 and not has_value
+        else:
+            action = actions.get(word[:2])
+            takes_value = action is not None and action.nargs != 0 and len(word) == 2  # "-r3" carries its value
+        i += 2 if takes_value else 1
+    return argv, []
+
+
+def worker_command(args: argparse.Namespace) -> list[str]:
+    """The command torchrun would start for each worker (before affrun's rewrite)."""
+    if args.no_python:
+        if args.module:
+            raise ConfigError("don't use both --no-python and --module (torchrun refuses it too)")
+        return [args.training_script]
+    cmd = [os.getenv("PYTHON_EXEC", sys.executable), "-u"]
+    if args.module:
+        cmd.append("-m")
+    return [*cmd, args.training_script]
+
+
+def rewrite_for_exec(args: argparse.Namespace) -> list[str]:
+    """Make torchrun start ``affrun exec -- <worker command> <script args>``; return that argv."""
+    original = worker_command(args)
+    args.no_python = True
+    args.module = False
+    prefix = exec_prefix()
+    args.training_script = prefix[0]
+    args.training_script_args = [*prefix[1:], "--", *original, *args.training_script_args]
+    return [args.training_script, *args.training_script_args]
+
+
+def check_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse what parses but cannot run bound: torchrun's own binding, ``--run-path``, ``--no-python`` with
+    ``--module``, an empty script or module name. ``affrun sbatch`` runs it on the job's command line too."""
+    if getattr(args, "numa_binding", None):
+        raise ConfigError("--numa-binding is torchrun's own CPU binding and would fight affrun's: use one of them "
+                          "(drop --numa-binding, or run plain torchrun)")
+    if getattr(args, "run_path", False):
+        raise ConfigError("--run-path runs the script inside torchrun's agent, where affrun cannot bind it: "
+                          "drop --run-path")
+    if not args.training_script:
+        what = "module" if args.module else "command" if args.no_python else "script"
+        raise ConfigError(f"the training {what} is an empty word ('')")
+    worker_command(args)
+    return args
+
+
+def main(argv: Sequence[str]) -> int:
+    args = check_args(parse(argv))
+    from torch.distributed.run import determine_local_world_size
+
+    try:
+        nproc = determine_local_world_size(args.nproc_per_node)
+    except ValueError as exc:
+        raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
+    user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
+    _, parent = plan_job(option_values(args, prefix="affrun_"), nproc, user_env=user_env)
+    plan, mem = parent.plan, parent.mem_policy
+    host = os.uname().nodename
+    for rank in plan.ranks:
+        print(rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host), file=sys.stderr)
+    for warning in plan.warnings:
+        print(f"affrun: warning: {warning}", file=sys.stderr)
+    if args.signals_to_handle is None:
+        # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too,
+        # unless the user chose the signals (--signals-to-handle or PET_SIGNALS_TO_HANDLE).
+        args.signals_to_handle = os.environ.get("PET_SIGNALS_TO_HANDLE") or DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
+    script = args.training_script  # what torchrun's failure report names (before the rewrite below)
+    worker = rewrite_for_exec(args)
+    if args.affrun_dry_run:
+        print("worker: " + shlex.join(worker))
+        return 0
+    os.environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
+    # torchrun would set OMP_NUM_THREADS=1 (and warn) when it is unset; each worker's affrun exec replaces it
+    # with that rank's own value anyway, so give torchrun the first rank's value to keep its warning away.
+    os.environ.setdefault("OMP_NUM_THREADS", str(plan.ranks[0].threads))
+    sys.stderr.flush()
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+    from torch.distributed.run import run
+
+    def run_torchrun(args: argparse.Namespace) -> None:
+        # torchrun names a failed worker by the first argument of its command that is not an option: here the
+        # `-c` code of exec_prefix. Name the user's script, as plain torchrun does (docs/design.md §9).
+        try:
+            run(args)  # type: ignore[no-untyped-call]
+        except ChildFailedError as exc:
+            raise ChildFailedError(name=script, failures=exc.failures) from None
+
+    # The collector was off while torch was imported (launcher.cli.torchrun_cmd): what exists now lives as long
+    # as the agent, so move it out of every future collection, and collect normally from here on.
+    gc.freeze()
+    gc.enable()
+    record(run_torchrun)(args)
+    return 0
+
+

@@ -1,0 +1,1 @@
+"""The one option table and the records parsed from it."""

@@ -1,0 +1,146 @@
+"""affrun's options given as Python keyword arguments (``bind_rank(0, 2, loader_cores=1)``,
+``AffinityExecutor(..., cpus=range(8))``): one check for every Python front end, driven by the option table.
+
+Each option's kind (:attr:`launcher.options.table.OptionSpec.kind`) says what a caller may give besides the string
+the command line takes: ``True``/``False`` for a flag, an ``int`` (never a ``bool``) for a count, one of the
+choices, a path (``str`` or ``os.PathLike``), or, for CPU and GPU lists, an iterable of ints (a list, a tuple, a
+``range``, a generator: read once, here). Anything else is one :class:`~launcher.errors.ConfigError` that names
+the keyword as the caller wrote it (``loader_cores=1.5: ...``), before anything is planned or bound. Bytes are
+refused: they iterate as ints (``b"0,1"`` would be CPUs 44,48-49). Standard library only.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from itertools import islice
+
+from launcher.base.cpulist import MAX_CPU_ID, format_cpulist, id_problem
+from launcher.base.untrusted import short
+from launcher.errors import ConfigError
+from launcher.options.table import BINDING_OPTIONS, OptionSpec
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+# A CPU or GPU list holds at most one entry per CPU id affrun accepts (an endless generator is refused, not read).
+MAX_ITEMS = MAX_CPU_ID + 1
+_EXPECTED = {
+    "flag": "True or False",
+    "count": "a whole number >= 0 (an int, not a bool)",
+    "path": "a path (str or os.PathLike)",
+    "cpus": "a cpu list string like '0,2-3' or an iterable of ints",
+    "gpus": "a GPU list string like '0,1' or a sequence of ints",
+    "cpu_map": "'LIST;LIST' or a sequence of per-rank cpu lists (strings or iterables of ints)",
+}
+BY_KEYWORD: dict[str, OptionSpec] = {o.name("python"): o for o in BINDING_OPTIONS}
+
+
+class _Bad(Exception):
+    """A value of the wrong kind: the message says what to give instead."""
+
+
+def check_keywords(values: Mapping[str, object], specs: Mapping[str, OptionSpec] = BY_KEYWORD) -> dict[str, Any]:
+    """``values`` (keyed by the Python keyword: ``cpu_map``, ``topology``) as the option table's strings, ints and
+    bools; ``None`` stays "not given". Raises one :class:`ConfigError` naming the first wrong keyword; a keyword
+    that ``specs`` does not hold is the caller's to judge (it is returned as given)."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        spec = specs.get(name)
+        out[name] = value if spec is None else check_keyword(spec, value)
+    return out
+
+
+def check_keyword(spec: OptionSpec, value: object) -> Any:
+    """One keyword's value, normalised as the command line would give it (see :func:`check_keywords`)."""
+    try:
+        return _normalise(spec, value)
+    except _Bad as exc:
+        raise ConfigError(f"{spec.name('python')}={short(value)}: {exc}") from None
+
+
+def _normalise(spec: OptionSpec, value: object) -> Any:
+    kind = spec.kind
+    if kind == "flag":
+        if not isinstance(value, bool):
+            raise _Bad("expected " + _EXPECTED[kind])
+        return value
+    if kind == "count":
+        number = _integer(value)
+        if number is None or number < 0:
+            raise _Bad("expected " + _EXPECTED[kind])
+        return number
+    if kind == "choice":
+        choices = spec.choices or ()
+        if not isinstance(value, str) or value not in choices:
+            raise _Bad(f"choose one of {', '.join(choices)}")
+        return value
+    if value is None:
+        return None
+    if kind == "path":
+        if not isinstance(value, (str, os.PathLike)):
+            raise _Bad("expected " + _EXPECTED[kind])
+        path = os.fspath(value)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise _Bad("expected a path (a non-empty str without NUL)")
+        return os.path.abspath(path)  # a task or a child may start in another directory
+    if isinstance(value, str):
+        return value  # the command line's own syntax: the planner checks it, naming the keyword
+    if kind == "cpus":
+        ids = _ints(value, _EXPECTED[kind], ordered=False)
+        if not ids and spec.dest == "cpus":
+            raise _Bad("expected at least one CPU (an empty list would leave the ranks none)")
+        return format_cpulist(ids)
+    if kind == "gpus":
+        return ",".join(map(str, _ints(value, _EXPECTED[kind], ordered=True)))
+    if kind == "cpu_map":
+        parts = _items(value, _EXPECTED[kind], ordered=True)
+        lists = [p if isinstance(p, str) else format_cpulist(_ints(p, _EXPECTED[kind], ordered=False)) for p in parts]
+        if not lists or any(not p.strip() for p in lists):
+            raise _Bad("expected one non-empty cpu list per rank")
+        if any(";" in p for p in lists):
+            raise _Bad("expected one cpu list per item (';' separates ranks only in the string form)")
+        return ";".join(lists)
+    raise AssertionError(kind)  # pragma: no cover: every kind of the table is handled above
+
+
+def _items(value: object, expected: str, ordered: bool) -> list[object]:
+    """The items of an iterable, read once and at most :data:`MAX_ITEMS` of them. Bytes and mappings are not lists;
+    neither is a set where the order means something (GPU i is rank i's)."""
+    if isinstance(value, (bytes, bytearray, memoryview, dict)) or not hasattr(value, "__iter__"):
+        raise _Bad("expected " + expected)
+    if ordered and isinstance(value, (set, frozenset)):
+        raise _Bad("expected " + expected + " in rank order (not a set)")
+    try:
+        items = list(islice(value, MAX_ITEMS + 1))
+    except TypeError:
+        raise _Bad("expected " + expected) from None
+    if len(items) > MAX_ITEMS:
+        raise _Bad(f"expected at most {MAX_ITEMS} items")
+    return items
+
+
+def _ints(value: object, expected: str, ordered: bool) -> list[int]:
+    ids: list[int] = []
+    for item in _items(value, expected, ordered):
+        number = _integer(item)
+        if number is None:
+            raise _Bad("expected " + expected)
+        problem = id_problem(number)
+        if problem:
+            raise _Bad(f"expected ids from 0 to {MAX_CPU_ID} ({problem})")
+        ids.append(number)
+    return ids
+
+
+def _integer(value: object) -> int | None:
+    """``value`` as a plain int if it is an integer (``int``, numpy's integers: anything with ``__index__``) and
+    not a bool (``True`` is no CPU and no count); else ``None``. Floats, strings and bytes are not integers."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:  # numpy's bool_ has __index__ and refuses it
+        return None

@@ -1,0 +1,185 @@
+"""The binding options, defined once: flags, destination, type, default and help, with their argparse side
+(:func:`add_binding_arguments`, :func:`plan_options_from`) and their way back to flags (:func:`to_argv`).
+
+``affrun exec`` and ``affrun torchrun`` build argparse arguments from this table
+(:func:`add_binding_arguments`); the click commands build click options from it
+(:mod:`launcher.cli.options`). Planning options are named like :class:`~launcher.options.plan_options.PlanOptions`'s fields.
+Standard library only: ``affrun exec`` imports it before every rank.
+"""
+
+from __future__ import annotations
+
+from launcher.base.records import dataclass, fields
+from launcher.env.omp_syntax import BIND_MODES
+from launcher.env.policy import ENV_POLICIES
+from launcher.plan.request import GPU_ORDERS, MODES, Request
+from launcher.plan.spill import SPILLS
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Mapping, Sequence
+    from typing import Any, Literal
+
+    from launcher.errors import Opt, Vocabulary
+    from launcher.options.plan_options import PlanOptions
+
+    MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
+    MemBackend = Literal["auto", "numactl", "syscall"]
+else:
+    MemPolicy = MemBackend = str
+MEM_POLICIES: tuple[MemPolicy, ...] = ("auto", "membind", "preferred", "interleave", "none")
+MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
+# The planner's defaults (launcher.plan.request.Request): the planning options' defaults are the planner's own.
+_PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    flag: str
+    dest: str
+    group: str  # topology | plan | env | apply (apply: only where a rank is started: exec, torchrun)
+    help: str
+    choices: tuple[str, ...] | None = None
+    default: str | int | bool | None = None
+    is_flag: bool = False
+    count: bool = False  # an integer >= 0
+    metavar: str | None = None
+    envvar: str | None = None  # click reads it; on the argparse side load_topology reads it from the environment
+    keyword: str | None = None  # the name Python callers give it (AffinityOptions), where that is not ``dest``
+    value: str = ""  # what a Python caller may give besides a string: "path", "cpus", "gpus", "cpu_map" (options/keywords.py)
+
+    @property
+    def kind(self) -> str:
+        """The kind of value the option takes: ``flag``, ``count``, ``choice``, or :attr:`value`'s
+        (``path``, ``cpus``, ``gpus``, ``cpu_map``); :mod:`launcher.options.keywords` checks Python callers' values by it."""
+        return "flag" if self.is_flag else "count" if self.count else "choice" if self.choices else self.value
+
+    def name(self, vocabulary: Vocabulary) -> str:
+        """The option as ``vocabulary`` writes it: the flag (``--map``), the Python keyword (``cpu_map``), or the
+        key of a YAML site profile (``map``: the flag without its dashes)."""
+        if vocabulary == "cli":
+            return self.flag
+        if vocabulary == "python":
+            return self.keyword or self.dest
+        return self.flag[2:]
+
+
+BINDING_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--fsroot", "fsroot", "topology", "Read sys/ and proc/ under DIR instead of / (default: $AFFRUN_FSROOT; "
+               "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT", value="path"),
+    OptionSpec("--topology", "topology_file", "topology", "Load a saved topology: affrun JSON snapshot or hwloc XML "
+               "(lstopo --of xml).", metavar="FILE", keyword="topology", value="path"),
+    OptionSpec("--cpus", "cpus", "topology", "Restrict the allowed CPUs further (cpulist, e.g. 0-7,64-71).",
+               metavar="LIST", value="cpus"),
+    OptionSpec("--mode", "mode", "plan", "exclusive: disjoint cores per rank; numa/socket: share the GPU's "
+               "node/package; l3: whole L3 groups; map: explicit --map.", choices=MODES, default=_PLANNER["mode"]),
+    OptionSpec("--smt", "smt", "plan", "Count every hardware thread in OMP_NUM_THREADS.", is_flag=True, default=False),
+    OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST", value="cpus"),
+    OptionSpec("--loader-cores", "loader_cores", "plan", "Cores of each rank set aside for DataLoader workers.",
+               count=True, default=_PLANNER["loader_cores"], metavar="N"),
+    OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
+               "CPU region and its GPU.", choices=GPU_ORDERS, default=_PLANNER["gpu_order"]),
+    OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
+               "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS", value="cpu_map"),
+    OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST", value="gpus"),
+    OptionSpec("--spill", "spill", "plan", "Cores of NUMA nodes that host no rank go to the nearest ranks: loader: "
+               "as DataLoader cores (OMP_NUM_THREADS unchanged); compute: as compute cores; none: left idle.",
+               choices=SPILLS, default=_PLANNER["spill"]),
+    OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", is_flag=True,
+               default=False),
+    OptionSpec("--omp-bind", "omp_bind", "env", "rank: every OpenMP thread on the rank's compute CPUs; core: "
+               "every thread but the main one pinned to a core of its own. Either way the main thread (and DataLoader "
+               "workers it forks) keeps the whole rank.", choices=BIND_MODES, default="rank"),
+    OptionSpec("--env-policy", "env_policy", "env", "What to do with OMP/KMP/MKL variables the user already set.",
+               choices=ENV_POLICIES, default="safe"),
+    OptionSpec("--mem-policy", "mem_policy", "env", "Memory policy of each rank (auto: preferred on multi-NUMA "
+               "machines, else none).", choices=MEM_POLICIES, default="auto"),
+    OptionSpec("--mem-backend", "mem_backend", "apply", "How the memory policy is applied (auto: the set_mempolicy "
+               "system call, numactl where Python knows no call number).", choices=MEM_BACKENDS, default="auto"),
+)
+
+
+_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in BINDING_OPTIONS}
+
+
+def default(dest: str) -> Any:
+    """The default of the option landing in ``dest``, for the front ends' own records of option values
+    (:class:`~launcher.options.plan_options.PlanOptions`, ``AffinityOptions``, ``SbatchSpec``): defaults are stated here."""
+    return _BY_DEST[dest].default
+
+
+def options_in(*groups: str) -> tuple[OptionSpec, ...]:
+    return tuple(o for o in BINDING_OPTIONS if o.group in groups)
+
+
+def spell(option: Opt, vocabulary: Vocabulary) -> str:
+    """An option named in an error message, as ``vocabulary`` writes it, with its value where the message
+    quotes one: ``--loader-cores 9``, ``loader_cores=9``, ``loader-cores: 9`` (bare: ``--loader-cores``,
+    ``loader_cores=``, ``loader-cores``). Python callers see values as ``repr``."""
+    from launcher.base.untrusted import short
+
+    spec = _BY_DEST.get(option.key)
+    name = spec.name(vocabulary) if spec is not None else option.key  # not an option of the table: as given
+    if vocabulary == "python":
+        return f"{name}=" if option.value is None else f"{name}={short(option.value)}"
+    if option.value is None:
+        return name
+    text = short(option.value) if option.quoted else str(option.value)
+    return f"{name} {text}" if vocabulary == "cli" else f"{name}: {text}"
+
+
+def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_OPTIONS) -> list[str]:
+    """The flags that give ``values`` (keyed by ``dest``) back, for generated scripts and child commands.
+
+    Defaults and unset values are left out; a key that ``values`` lacks is not an option of the caller."""
+    argv: list[str] = []
+    for spec in specs:
+        if spec.dest not in values:
+            continue
+        value = values[spec.dest]
+        if spec.is_flag:
+            if value:
+                argv.append(spec.flag)
+        elif value is not None and value != "" and value != spec.default:
+            argv += [spec.flag, str(value)]
+    return argv
+
+
+def non_negative(text: str) -> int:
+    """argparse ``type`` for counts and ranks: ASCII digits only (``int()`` also takes '٣', ' 3' and '1_0')."""
+    from launcher.base.untrusted import ascii_uint, short
+
+    value = ascii_uint(text)
+    if value is None:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number >= 0")
+    return value
+
+
+def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
+    """The topology, planning, environment and memory options of ``exec`` and ``torchrun``, argparse side, from
+    :data:`launcher.options.table.BINDING_OPTIONS` (click builds its options from the same table). Each value lands
+    in ``prefix + dest``; the planning ones are named like :class:`~launcher.options.plan_options.PlanOptions`'s fields (see
+    :func:`plan_options_from`)."""
+    for spec in BINDING_OPTIONS:
+        kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
+        if spec.is_flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(default=spec.default, metavar=spec.metavar)
+            if spec.choices:
+                kwargs["choices"] = spec.choices
+            if spec.count:
+                kwargs["type"] = non_negative
+        group.add_argument(spec.flag, **kwargs)
+
+
+def plan_options_from(args: object, prefix: str = "") -> PlanOptions:
+    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args`` (or :func:`launcher.launch.exec_cmd.default_args`)."""
+    from launcher.options.plan_options import PlanOptions
+
+    return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

@@ -1,0 +1,1 @@
+"""Request -> per-rank plan, pure: homes, closest order, spill, the wire format."""

@@ -1,0 +1,376 @@
+"""The planner: ``Topology`` + ``Request`` -> ``Plan``. Pure: no I/O, no ``os.environ``.
+
+How it decides (also in the README and, with sources, in docs/planner.md):
+
+1. Candidate cores are the allowed cores (any allowed PU) minus the cores of ``reserve`` (a reserved CPU takes
+   its whole core out, siblings included). Only allowed PUs count.
+2. Each rank gets a GPU and a *home* NUMA node (:mod:`launcher.plan.homes`). ``rank`` order: rank *i* -> visible
+   GPU *i* -> its node. ``closest`` (mpibind): ranks in CPU order; fewer ranks than GPUs are spread over the GPU
+   domains (packages, then nodes); more ranks than GPUs go to the GPU nodes in proportion to their GPUs, and the
+   ranks of a domain share its GPUs. In whole-core modes each node's count is first fitted to its cores (the
+   excess goes to the nearest nodes with room), and only then are ranks numbered and GPUs chosen, so no closest
+   rank is moved off its GPU afterwards. A GPU on a CPU-less node (HBM, Grace Hopper) or on a node with no usable
+   CPUs takes the nearest node with CPUs by the distance table, with a warning; a GPU with no node takes the
+   node holding most of its ``local_cpus``; otherwise, and for ranks without GPU, ranks are spread over the
+   nodes with CPUs in proportion to their free cores, in blocks. Otherwise (rank order, ``--gpus``), a node with
+   more ranks than cores gives the excess to the nearest node with spare cores: spread ranks move first, then ranks placed by distance or
+   ``local_cpus``, and ranks whose GPU is on the node last.
+3. ``exclusive``: a node's cores are cut into balanced, contiguous chunks (sizes differ by at most one), in
+   L3-group order, one per rank homed there. ``l3`` hands out whole L3 groups. ``numa``/``socket`` give every
+   rank of the node (package) the whole node (package). ``map`` takes the user's CPU lists.
+4. Spill (:mod:`launcher.plan.spill`): the cores of nodes that host no rank go to the ranks of the nearest node
+   that hosts ranks (distance table, then package), in balanced contiguous blocks. ``spill="loader"`` (default)
+   makes them loader cores, ``"compute"`` compute cores; ``"none"`` leaves them idle.
+5. The last ``loader_cores`` cores of each home chunk are kept for DataLoader workers too. ``threads`` counts
+   the compute cores (their PUs with ``smt``), divided among the ranks sharing them in ``numa``/``socket``.
+   Under a CPU quota (cgroup ``cpu.max``) below the allowed CPUs, ``threads`` is capped so that ranks x threads
+   fits the quota, with a warning.
+6. The memory policy names the home nodes; a memory-less node is replaced by the nearest node with memory.
+"""
+
+from __future__ import annotations
+
+from launcher.base.cpulist import format_cpulist
+from launcher.base.records import dataclass, field, replace
+from launcher.errors import Opt, PlanError
+from launcher.plan.homes import assign_homes, balanced_chunks, nname, package_of
+from launcher.plan.request import GPU_ORDERS, MODES, GpuOrder, Mode, Request, validate_request
+from launcher.plan.spill import Spill, SpillChoice, spill_cores
+from launcher.topology.model import GPU, Core, Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+# The request side (what may be asked, and what is refused before planning) is launcher.plan.request's;
+# these names are the planner's interface too.
+__all__ = [
+    "GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "quota_threads",
+    "validate_request",
+]
+
+@dataclass(frozen=True)
+class RankPlan:
+    local_rank: int
+    cpus: tuple[int, ...]  # every PU the rank may use (compute + loader)
+    compute_cores: tuple[tuple[int, ...], ...]  # cores (PU tuples) for OpenMP threads
+    loader_cpus: tuple[int, ...]
+    gpu: int | None  # visible index (torch.cuda.set_device)
+    gpu_pci: str | None
+    numa_nodes: tuple[int, ...]
+    mem_nodes: tuple[int, ...]
+    threads: int
+    shared: bool = False  # numa/socket modes: other ranks use the same CPUs
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
+    spill_nodes: tuple[int, ...] = ()  # the nodes they come from
+
+    @property
+    def compute_cpus(self) -> tuple[int, ...]:
+        return tuple(sorted(p for core in self.compute_cores for p in core))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "local_rank": self.local_rank,
+            "cpus": list(self.cpus),
+            "compute_cores": [list(c) for c in self.compute_cores],
+            "loader_cpus": list(self.loader_cpus),
+            "gpu": self.gpu,
+            "gpu_pci": self.gpu_pci,
+            "numa_nodes": list(self.numa_nodes),
+            "mem_nodes": list(self.mem_nodes),
+            "threads": self.threads,
+            "shared": self.shared,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "spill_cpus": list(self.spill_cpus),
+            "spill_nodes": list(self.spill_nodes),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    ranks: tuple[RankPlan, ...]
+    mode: Mode
+    smt: bool
+    gpu_order: GpuOrder
+    warnings: tuple[str, ...] = field(default=())
+    reserved: tuple[int, ...] = field(default=())  # PUs of the cores taken out by --reserve (whole cores)
+    spill: SpillChoice = "none"  # what the cores of nodes without ranks became: loader | compute | none
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "smt": self.smt,
+            "gpu_order": self.gpu_order,
+            "spill": self.spill,
+            "ranks": [r.to_dict() for r in self.ranks],
+            "warnings": list(self.warnings),
+            "reserved": list(self.reserved),
+        }
+
+
+def _reserved_pus(topo: Topology, req: Request) -> set[int]:
+    """A reserved CPU takes its whole core out, even when only a sibling of it is allowed."""
+    return {p for c in topo.cores if not req.reserve.isdisjoint(c.pus) for p in c.pus}
+
+
+def make_plan(topo: Topology, req: Request) -> Plan:
+    """Plan ``req.nproc`` local ranks on ``topo``. Raises :class:`PlanError` for impossible requests."""
+    validate_request(req, topo)
+    warnings: list[str] = list(topo.warnings)
+    reserved_cores = 0
+    cores: list[Core] = []
+    reserved_pus = _reserved_pus(topo, req)
+    for core in topo.allowed_cores():
+        if reserved_pus and not reserved_pus.isdisjoint(core.pus):
+            reserved_cores += 1
+            continue
+        cores.append(core)
+    missing = req.reserve - topo.online - topo.offline
+    if missing:
+        warnings.append(f"--reserve names CPUs {format_cpulist(missing)}, which this machine does not have")
+    if not cores:
+        detail = f" after reserving {reserved_cores} core(s)" if reserved_cores else ""
+        raise PlanError(f"no usable CPU{detail}: allowed CPUs are {format_cpulist(topo.allowed) or 'none'}")
+    if req.mode == "map":
+        return _plan_map(topo, req, cores, warnings)
+    if req.nproc > len(cores) and req.mode in ("exclusive", "l3"):
+        raise PlanError(
+            f"{req.nproc} ranks but only {len(cores)} whole core(s) are available "
+            f"(allowed CPUs {format_cpulist(topo.allowed)}{', reserved ' + format_cpulist(req.reserve) if req.reserve else ''}); "
+            "use fewer ranks, ", Opt("mode", "numa"), ", or a larger CPU set"
+        )
+
+    by_node: dict[int, list[Core]] = {}
+    for core in cores:
+        by_node.setdefault(core.numa_node if core.numa_node is not None else -1, []).append(core)
+    for node_cores in by_node.values():
+        node_cores.sort(key=lambda c: (c.l3 if c.l3 is not None else -1, c.pus[0]))
+    node_order = sorted(by_node, key=lambda n: by_node[n][0].pus[0] if n == -1 else min(p for c in by_node[n] for p in c.pus))
+
+    homes = assign_homes(topo, req, by_node, node_order, warnings)
+    members: dict[int, list[int]] = {}
+    for rank in range(req.nproc):
+        members.setdefault(homes.home_of[rank], []).append(rank)
+    chunks = _cut_chunks(req, cores, by_node, members, homes.home_of, warnings)
+    spills = {} if req.spill == "none" else spill_cores(topo, by_node, node_order, members, chunks)
+
+    shared_counts: dict[tuple[int, ...], int] = {}
+    for rank in range(req.nproc):
+        key = tuple(c.pus[0] for c in chunks[rank][0])
+        shared_counts[key] = shared_counts.get(key, 0) + 1
+    visible = topo.visible_gpus()
+    ranks: list[RankPlan] = []
+    for rank in range(req.nproc):
+        chunk, shared, why = chunks[rank]
+        sharers = shared_counts[tuple(c.pus[0] for c in chunk)]
+        gpu = homes.gpu_of.get(rank)
+        gpu_obj = visible[gpu] if gpu is not None else None
+        reasons = [*homes.reasons.get(rank, []), why]
+        ranks.append(
+            _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
+        )
+    return Plan(
+        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        tuple(sorted(reserved_pus)), req.spill,
+    )
+
+
+def _cut_chunks(
+    req: Request,
+    cores: list[Core],
+    by_node: dict[int, list[Core]],
+    members: dict[int, list[int]],
+    home_of: dict[int, int],
+    warnings: list[str],
+) -> dict[int, tuple[list[Core], bool, str]]:
+    """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (module docstring, step 3)."""
+    chunks: dict[int, tuple[list[Core], bool, str]] = {}
+    for node, ranks_here in members.items():
+        node_cores = by_node[node]
+        if req.mode == "exclusive":
+            for rank, chunk in zip(ranks_here, balanced_chunks(node_cores, len(ranks_here))):
+                chunks[rank] = (chunk, False, f"{len(chunk)} of node {nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
+        elif req.mode == "l3":
+            groups = _l3_groups(node_cores)
+            if len(groups) >= len(ranks_here):
+                for rank, glist in zip(ranks_here, balanced_chunks(groups, len(ranks_here))):
+                    chunk = [c for g in glist for c in g]
+                    chunks[rank] = (chunk, False, f"{len(glist)} whole L3 group(s) of node {nname(node)}")
+            else:
+                warnings.append(
+                    f"node {nname(node)}: {len(ranks_here)} ranks but {len(groups)} L3 group(s); splitting cores instead"
+                )
+                for rank, chunk in zip(ranks_here, balanced_chunks(node_cores, len(ranks_here))):
+                    chunks[rank] = (chunk, False, f"{len(chunk)} cores of node {nname(node)} (fewer L3 groups than ranks)")
+        elif req.mode == "numa":
+            for rank in ranks_here:
+                chunks[rank] = (node_cores, len(ranks_here) > 1, f"whole node {nname(node)}, shared by {len(ranks_here)} rank(s)")
+        else:  # socket
+            pkg = package_of(node_cores)
+            pkg_cores = [c for c in cores if c.package == pkg]
+            sharing = [r for r in range(req.nproc) if package_of(by_node[home_of[r]]) == pkg]
+            for rank in ranks_here:
+                chunks[rank] = (pkg_cores, len(sharing) > 1, f"whole package L#{pkg}, shared by {len(sharing)} rank(s)")
+    return chunks
+
+
+def quota_threads(topo: Topology, ranks: int) -> int | None:
+    """The most threads each of ``ranks`` local ranks may run under the CPU quota: quota // ranks, at least 1;
+    ``None`` when there is no quota below the allowed CPUs. The planner caps ``threads`` with it, and ``affrun
+    doctor`` caps the thread counts it suggests, so both give the same figure."""
+    quota = topo.cpu_quota
+    if quota is None or quota >= len(topo.allowed):
+        return None
+    return max(1, int(quota // max(ranks, 1)))
+
+
+def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
+    """Under a CPU quota below the allowed CPUs, cap each rank's threads so that ranks x threads fits the quota."""
+    quota = topo.cpu_quota
+    cap = quota_threads(topo, len(ranks))
+    if quota is None or cap is None:
+        return tuple(ranks)
+    wanted = sum(r.threads for r in ranks)
+    if wanted <= quota:
+        return tuple(ranks)
+    where = f" ({topo.cpu_quota_source})" if topo.cpu_quota_source else ""
+    fits = "" if cap * len(ranks) <= quota else "; even 1 thread per rank exceeds it, expect throttling"
+    warnings.append(
+        f"CPU quota of {quota:g} CPUs{where} is below the {len(topo.allowed)} allowed CPUs: threads capped at {cap} "
+        f"per rank ({len(ranks)} ranks x {cap} = {len(ranks) * cap}, was {wanted}){fits}"
+    )
+    return tuple(r if r.threads <= cap else replace(r, threads=cap) for r in ranks)
+
+
+def _l3_groups(cores: Sequence[Core]) -> list[list[Core]]:
+    groups: dict[int, list[Core]] = {}
+    for i, c in enumerate(cores):
+        groups.setdefault(c.l3 if c.l3 is not None else -1 - i, []).append(c)
+    return list(groups.values())
+
+
+def _rank_plan(
+    topo: Topology,
+    req: Request,
+    rank: int,
+    chunk: Sequence[Core],
+    spill: Spill | None,
+    gpu: int | None,
+    gpu_obj: GPU | None,
+    shared: bool,
+    sharers: int,
+    reasons: list[str],
+    plan_warnings: list[str],
+) -> RankPlan:
+    rank_warnings: list[str] = []
+    loader: list[Core] = []
+    compute = list(chunk)
+    if req.loader_cores:
+        if shared:
+            rank_warnings.append("--loader-cores is ignored in shared modes (numa, socket)")
+        elif req.loader_cores >= len(chunk):
+            raise PlanError(Opt("loader_cores", req.loader_cores),
+                            f" leaves rank {rank} no compute core (it has {len(chunk)} core(s))")
+        else:
+            loader = compute[-req.loader_cores :]
+            compute = compute[: -req.loader_cores]
+    spilled = list(spill.cores) if spill else []
+    if spill:
+        role = "compute" if req.spill == "compute" else "loader"
+        (compute if role == "compute" else loader).extend(spilled)
+        reasons = [*reasons, f"{len(spilled)} {role} core(s) of node(s) {','.join(map(nname, spill.nodes)) or '?'}, "
+                   "which host no rank"]
+    units = sum(len(c.pus) for c in compute) if req.smt else len(compute)
+    threads = max(1, units // sharers) if shared else units
+    cpus = tuple(sorted(p for c in (*chunk, *spilled) for p in c.pus))
+    nodes = tuple(sorted({c.numa_node for c in chunk if c.numa_node is not None}))
+    mem_nodes = _memory_nodes(topo, nodes, rank_warnings)
+    plan_warnings.extend(f"rank {rank}: {w}" for w in rank_warnings)
+    return RankPlan(
+        local_rank=rank,
+        cpus=cpus,
+        compute_cores=tuple(c.pus for c in compute),
+        loader_cpus=tuple(sorted(p for c in loader for p in c.pus)),
+        gpu=gpu,
+        gpu_pci=gpu_obj.pci if gpu_obj else None,
+        numa_nodes=nodes,
+        mem_nodes=mem_nodes,
+        threads=threads,
+        shared=shared,
+        reasons=tuple(reasons),
+        warnings=tuple(rank_warnings),
+        spill_cpus=tuple(sorted(p for c in spilled for p in c.pus)),
+        spill_nodes=spill.nodes if spill else (),
+    )
+
+
+def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
+    """The nodes the rank's memory policy names: its home nodes, a memory-less one replaced by the nearest node
+    with memory (distance table), and none the cpuset forbids. Warnings say which case it was."""
+    allowed = topo.allowed_mems
+    out: list[int] = []
+    forbidden: list[int] = []
+    for n in nodes:
+        node = topo.node(n)
+        if node is None or node.memory_kb != 0:
+            if allowed is None or n in allowed:
+                out.append(n)
+            else:
+                forbidden.append(n)
+            continue
+        with_memory = [
+            m.os_index for m in topo.numa_nodes
+            if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
+        ]
+        if not with_memory:
+            rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
+                                 "no memory policy for it")
+            continue
+        target = min(with_memory, key=lambda m: (node.distances[m], m))
+        rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
+                             f"memory (distance {node.distances[target]})")
+        if target not in out:
+            out.append(target)
+    if forbidden and not out:
+        rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
+    return tuple(sorted(out))
+
+
+def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[str]) -> Plan:
+    assert req.cpu_map is not None
+    pu_core: dict[int, Core] = {p: c for c in cores for p in c.pus}
+    visible = topo.visible_gpus() if req.use_gpus else ()
+    if req.gpus is not None:
+        for g in req.gpus:
+            if g < 0 or g >= len(visible):
+                raise PlanError(f"GPU {g} does not exist: {len(visible)} GPU(s) are visible")
+    seen: dict[int, int] = {}
+    ranks: list[RankPlan] = []
+    for rank, wanted in enumerate(req.cpu_map):
+        outside = wanted - set(pu_core)
+        if outside:
+            reserved = f", reserved {format_cpulist(req.reserve)}" if req.reserve else ""
+            raise PlanError(Opt("cpu_map"), f" rank {rank}: CPUs {format_cpulist(outside)} are not usable here "
+                            f"(allowed: {format_cpulist(topo.allowed)}{reserved})")
+        for p in wanted:
+            if p in seen:
+                warnings.append(f"--map: CPU {p} is given to ranks {seen[p]} and {rank}")
+            seen.setdefault(p, rank)
+        chunk_cores: dict[int, list[int]] = {}
+        for p in sorted(wanted):
+            chunk_cores.setdefault(pu_core[p].pus[0], []).append(p)
+        chunk = [
+            Core(pu_core[first].os_index, tuple(pus), pu_core[first].package, pu_core[first].numa_node, pu_core[first].l3)
+            for first, pus in sorted(chunk_cores.items())
+        ]
+        gpu = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
+        gpu_obj = visible[gpu] if gpu is not None else None
+        ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
+    return Plan(
+        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        tuple(sorted(_reserved_pus(topo, req))), "none",
+    )

@@ -1,0 +1,84 @@
+"""What a user may ask the planner for: the :class:`Request`, and :func:`validate_request`, which refuses a
+request no plan can satisfy before any planning work. Pure: no I/O, no ``os.environ``.
+
+``affrun sbatch`` calls :func:`validate_request` without a topology to refuse, before the queue wait, options
+that would fail on every node; :func:`launcher.plan.planner.make_plan` calls it with the topology it plans on.
+Errors name options as data (:class:`~launcher.errors.Opt`), so that each front end spells them its own way.
+"""
+
+from __future__ import annotations
+
+from launcher.base.records import dataclass
+from launcher.errors import AffrunError, Opt, PlanError, RankCountMismatch
+from launcher.plan.spill import SPILLS, SpillChoice
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from typing import Literal
+
+    from launcher.topology.model import Topology
+
+    Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
+    GpuOrder = Literal["rank", "closest"]
+else:
+    Mode = GpuOrder = str
+MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
+GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
+_CHOICES: dict[str, tuple[str, ...]] = {"mode": MODES, "gpu_order": GPU_ORDERS, "spill": SPILLS}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asks for. The defaults are the planner's own; :mod:`launcher.options.table` shows them to
+    every front end (it reads them from here)."""
+
+    nproc: int
+    mode: Mode = "exclusive"
+    smt: bool = False
+    reserve: frozenset[int] = frozenset()
+    loader_cores: int = 0
+    gpu_order: GpuOrder = "rank"
+    cpu_map: tuple[frozenset[int], ...] | None = None  # mode "map": one CPU set per local rank
+    gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
+    use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
+    spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
+
+
+def check_choices(error: type[AffrunError], **values: object) -> None:
+    """Raise ``error`` naming the first of ``values`` (``mode``, ``gpu_order``, ``spill``) that is not one of its
+    choices: the one check behind a request (:func:`validate_request`) and the options it is made from."""
+    for key, value in values.items():
+        choices: tuple[str, ...] = _CHOICES[key]
+        if value not in choices:
+            raise error(Opt(key, value, quoted=True), f": choose one of {', '.join(choices)}")
+
+
+def validate_request(req: Request, topo: Topology | None = None) -> None:
+    """Raise :class:`PlanError` for a request that no topology (``topo``: this one) can satisfy: no ranks, an
+    unknown mode, order or spill, a negative loader count, ``map`` mode without CPU lists, or ``--map`` /
+    ``--gpus`` lists of another length than the rank count (:class:`RankCountMismatch`)."""
+    if req.nproc < 1:
+        raise PlanError(f"--nproc-per-node must be at least 1 (got {req.nproc})")
+    if topo is not None and req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
+        # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
+        # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
+        # per rank: make_plan says so, as fast, before any per-rank work.
+        count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
+        raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
+                        f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
+    check_choices(PlanError, mode=req.mode, gpu_order=req.gpu_order, spill=req.spill)
+    if req.loader_cores < 0:
+        raise PlanError(Opt("loader_cores"), f" must be >= 0 (got {req.loader_cores})")
+    if req.mode == "map":
+        if not req.cpu_map:
+            raise PlanError(Opt("mode", "map"), " needs ", Opt("cpu_map"),
+                            " with one CPU list per rank (e.g. '0-7;8-15')")
+        if len(req.cpu_map) != req.nproc:
+            raise RankCountMismatch("cpu_map", len(req.cpu_map), req.nproc)
+        empty = [str(rank) for rank, cpus in enumerate(req.cpu_map) if not cpus]
+        if empty:
+            raise PlanError(Opt("cpu_map"), f" gives rank(s) {','.join(empty)} an empty CPU list")
+    if req.gpus is not None and len(req.gpus) != req.nproc:
+        raise RankCountMismatch("gpus", len(req.gpus), req.nproc)

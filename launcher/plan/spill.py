@@ -1,0 +1,90 @@
+"""Spill: the cores that no rank's home chunk holds (the cores of nodes that host no rank) go to the nearest ranks,
+so that no allowed core is idle. Pure; a part of :mod:`launcher.plan.planner`.
+
+Each such *idle* node goes whole to one *receiving* node, a node that hosts ranks: the nearest by the distance
+table, then one in the same package, then the one whose ranks have received the fewest spill cores each so far,
+then the first in CPU order. The spill of a receiving node (the cores of its idle nodes, the nearest nodes first,
+then in CPU order) is cut into balanced, contiguous blocks, one per rank homed there, in the order the node's
+chunks were handed out. In the shared modes (``numa``, ``socket``) every rank that shares the receiving ranks'
+chunk gets the whole spill, shared as well.
+
+``--spill loader`` (the default) makes the spill the rank's loader cores: compute stays next to the GPU and
+``OMP_NUM_THREADS`` counts only the compute cores. ``--spill compute`` adds it to the compute cores. ``--spill
+none`` leaves those cores idle, as the planner did before it spilled.
+"""
+
+from __future__ import annotations
+
+from launcher.base.records import dataclass
+from launcher.plan.homes import balanced_chunks, distance, package_of
+from launcher.topology.model import Core, Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
+# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
+if TYPE_CHECKING:
+    from typing import Literal
+
+    SpillChoice = Literal["loader", "compute", "none"]
+else:
+    SpillChoice = str
+SPILLS: tuple[SpillChoice, ...] = ("loader", "compute", "none")
+
+
+@dataclass(frozen=True)
+class Spill:
+    """The spill cores one rank receives, and the NUMA nodes they come from."""
+
+    cores: tuple[Core, ...]
+    nodes: tuple[int, ...]
+
+
+def spill_cores(
+    topo: Topology,
+    by_node: dict[int, list[Core]],
+    node_order: list[int],
+    members: dict[int, list[int]],
+    chunks: dict[int, tuple[list[Core], bool, str]],
+) -> dict[int, Spill]:
+    """Rank -> its spill (ranks that receive none are left out). ``members``: home node -> its ranks, in the
+    order their chunks were cut; ``chunks``: rank -> (cores, shared, why)."""
+    used = {c.pus[0] for chunk, _, _ in chunks.values() for c in chunk}
+    idle = {n: [c for c in by_node[n] if c.pus[0] not in used] for n in node_order}
+    idle = {n: cores for n, cores in idle.items() if cores}
+    receivers = [n for n in node_order if n in members]
+    if not idle or not receivers:
+        return {}
+    pos = {n: i for i, n in enumerate(node_order)}
+    pkg = {n: package_of(by_node[n]) for n in node_order}
+    load = {n: 0.0 for n in receivers}
+    sources: dict[int, list[int]] = {n: [] for n in receivers}
+    for n in node_order:
+        if n not in idle:
+            continue
+        to = min(receivers, key=lambda d: (distance(topo, n, d), pkg[d] != pkg[n], load[d], pos[d]))
+        sources[to].append(n)
+        load[to] += len(idle[n]) / len(members[to])
+    got: dict[int, list[Core]] = {}
+    for to, from_nodes in sources.items():
+        if not from_nodes:
+            continue
+        from_nodes.sort(key=lambda n: (distance(topo, to, n), pkg[n] != pkg[to], pos[n]))
+        pool = [c for n in from_nodes for c in idle[n]]
+        ranks = members[to]
+        first_chunk, shared, _ = chunks[ranks[0]]
+        if shared:
+            key = _key(first_chunk)
+            for rank in sorted(r for r, (chunk, _, _) in chunks.items() if _key(chunk) == key):
+                got.setdefault(rank, []).extend(pool)
+        else:
+            for rank, block in zip(ranks, balanced_chunks(pool, len(ranks))):
+                if block:
+                    got.setdefault(rank, []).extend(block)
+    return {
+        rank: Spill(tuple(cores), tuple(sorted({c.numa_node for c in cores if c.numa_node is not None})))
+        for rank, cores in got.items()
+    }
+
+
+def _key(chunk: list[Core]) -> tuple[int, ...]:
+    return tuple(c.pus[0] for c in chunk)

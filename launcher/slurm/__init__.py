@@ -1,0 +1,1 @@
+"""affrun sbatch: the batch script, site profiles, and its options."""

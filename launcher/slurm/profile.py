@@ -1,0 +1,180 @@
+"""Site defaults and named profiles for ``affrun sbatch``, from a YAML file.
+
+The file is found as ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
+(``~/.config/affrun/config.yaml``). Its layout::
+
+    defaults:            # applied to every job
+      account: proj42
+      setup: [module load cuda/12.4]
+    profiles:
+      gpu-a100:          # --profile gpu-a100: applied over the defaults
+        partition: a100
+        gpus-per-node: 4
+        cpus-per-task: 64
+        time: "02:00:00"
+
+Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or ``gpus_per_node``). Unknown keys and
+wrong types are errors that name the file and the key. The file is read with ``yaml.safe_load`` only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.base.untrusted import clip, short
+from launcher.errors import ConfigError
+from launcher.options.table import options_in
+from launcher.slurm.options import SBATCH_OPTIONS, BadValue, check_value
+
+# key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
+# one: mem: 4000), "time" (a string only: YAML reads 1:00:00 as the number 3600), "bool", "lines" (a string or a
+# list of strings), or a tuple of allowed strings. sbatch's own options, as launcher.slurm.options lists them:
+KEYS: dict[str, Any] = {option.key: option.kind for option in SBATCH_OPTIONS}
+# affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job: the same
+# flags as on the command line (launcher.options.table), with the kind their values take. --gpus may be written
+# as a YAML number (gpus: 0).
+KEYS.update({spec.name("profile"): spec.choices or ("bool" if spec.is_flag else "count" if spec.count else "str")
+             for spec in options_in("plan", "env")})
+KEYS["gpus"] = "strint"
+TOP_LEVEL = ("defaults", "profiles")
+# A site configuration is a few KB; PyYAML (pure Python) needs seconds per MB.
+CONFIG_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    path: str | None  # None: no file was found (and none was asked for)
+    defaults: dict[str, Any]
+    profiles: dict[str, dict[str, Any]]
+
+    def settings(self, profile: str | None) -> dict[str, Any]:
+        """The defaults with ``profile`` applied over them (keys in canonical dashed form)."""
+        merged = dict(self.defaults)
+        if profile is not None:
+            if profile not in self.profiles:
+                where = self.path or "no configuration file"
+                names = sorted(self.profiles)
+                known = ", ".join(clip(n, 40) for n in names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
+                raise ConfigError(f"--profile {clip(profile, 40)}: no such profile in {where} (profiles: {known or 'none'})")
+            for key, value in self.profiles[profile].items():
+                if KEYS[key] == "lines":
+                    merged[key] = [*merged.get(key, []), *value]
+                else:
+                    merged[key] = value
+        return merged
+
+
+def default_path(environ: Mapping[str, str]) -> Path:
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "affrun" / "config.yaml"
+
+
+def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
+    """The file to read and whether it must exist (given by ``--config`` or ``$AFFRUN_CONFIG``)."""
+    env = os.environ if environ is None else environ
+    if explicit:
+        return explicit, True
+    if env.get("AFFRUN_CONFIG"):
+        return env["AFFRUN_CONFIG"], True
+    path = default_path(env)
+    return (str(path), False) if path.is_file() else (None, False)
+
+
+def load_config(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> SiteConfig:
+    path, required = find_config(explicit, environ)
+    if path is None:
+        return SiteConfig(None, {}, {})
+    if not required and not os.path.lexists(path):
+        return SiteConfig(None, {}, {})
+    if required and not os.path.lexists(path):
+        raise ConfigError(f"{path}: configuration file not found")
+    from launcher.topology._files import read_document
+
+    data = read_document(path, "a YAML configuration file", ConfigError, limit=CONFIG_LIMIT)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    return parse_config(text, path)
+
+
+def _loader() -> type:
+    """``yaml.SafeLoader`` without the implicit timestamp rule: ``job-name: 2001-02-30`` or ``begin: 2026-12-01``
+    are strings to Slurm, where safe_load makes a ``date`` (or raises ``ValueError`` for a day that does not exist)."""
+    import yaml
+
+    class ProfileLoader(yaml.SafeLoader):
+        pass
+
+    ProfileLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    return ProfileLoader
+
+
+def parse_config(text: str, path: str) -> SiteConfig:
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_loader())  # a SafeLoader subclass: nothing but plain data
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        # safe_load's constructors raise these for explicit tags (!!int abc, !!bool abc), integers of more than
+        # 4,300 digits and impossible dates: one line, as for any other value that is not YAML affrun reads.
+        problem = f"{short(exc.args[0], 40)} is not a value of its tag" if isinstance(exc, KeyError) else (
+            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise ConfigError(f"{path}: a value YAML cannot build: {clip(problem)}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {clip(problem)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
+    if data is None:
+        return SiteConfig(path, {}, {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'defaults' and/or 'profiles' at the top")
+    for key in data:
+        if key not in TOP_LEVEL:
+            raise ConfigError(f"{path}: {clip(key, 40) if isinstance(key, str) else short(key, 40)}: unknown key (valid at the top: {', '.join(TOP_LEVEL)})")
+    defaults = _section(data.get("defaults"), path, "defaults")
+    profiles_raw = data.get("profiles")
+    profiles: dict[str, dict[str, Any]] = {}
+    if profiles_raw is not None:
+        if not isinstance(profiles_raw, dict):
+            raise ConfigError(f"{path}: profiles: expected a mapping of profile names to settings")
+        for name, body in profiles_raw.items():
+            if not isinstance(name, str):
+                raise ConfigError(f"{path}: profiles: profile name {short(name, 40)} is not a string")
+            profiles[name] = _section(body, path, f"profiles.{clip(name, 40)}")
+    return SiteConfig(path, defaults, profiles)
+
+
+def _section(body: object, path: str, where: str) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise ConfigError(f"{path}: {where}: expected a mapping of option names to values")
+    out: dict[str, Any] = {}
+    for raw_key, value in body.items():
+        name = clip(raw_key, 40) if isinstance(raw_key, str) else short(raw_key, 40)  # str() of a huge int raises
+        key = raw_key.replace("_", "-") if isinstance(raw_key, str) else name
+        if key not in KEYS:
+            raise ConfigError(f"{path}: {where}.{name}: unknown key (valid: {', '.join(sorted(KEYS))})")
+        out[key] = _check(value, KEYS[key], path, f"{where}.{name}")
+        if key == "template" and not os.path.isabs(out[key]):
+            out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file
+    return out
+
+
+def _check(value: object, kind: Any, path: str, where: str) -> object:
+    """A profile's value, through the one validation the command line's values go through too."""
+    try:
+        return check_value(value, kind)
+    except BadValue as exc:
+        raise ConfigError(f"{path}: {where}: {exc}, got {short(value)}") from None

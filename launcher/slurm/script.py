@@ -1,0 +1,330 @@
+"""Render Slurm batch scripts from the templates in ``templates/`` (pure: text in, text out).
+
+A template is a bash script with ``{{name}}`` placeholders. Every value that comes from the user is made safe
+for its place before it is substituted: the training command's words are shell-quoted one by one (they reach
+the training process byte for byte), and ``#SBATCH`` values are checked and double-quoted where sbatch needs
+it. Only ``setup`` lines (modules, venv activation) are copied as shell code, because that is what they are.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+from launcher import __version__
+from launcher.base.untrusted import short, unwritable
+from launcher.env.omp_syntax import OmpBind
+from launcher.env.policy import EnvPolicy
+from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
+from launcher.options.plan_options import MemPolicy, PlanOptions, make_request
+from launcher.options.table import default, options_in, to_argv
+from launcher.plan.request import validate_request
+
+Style = Literal["torchrun", "srun"]
+STYLES: tuple[Style, ...] = get_args(Style)
+
+# Documented in templates/README.md; a template may use any of them, and nothing else.
+TEMPLATE_VARIABLES: dict[str, str] = {
+    "shebang": "the interpreter line, #!/bin/bash",
+    "sbatch_directives": "all #SBATCH lines (options, then the extra lines), one per line",
+    "setup": "the environment setup lines (module load, venv activation), verbatim",
+    "style": "the template style: torchrun or srun",
+    "nodes": "number of nodes (integer)",
+    "gpus_per_node": "GPUs per node (integer, 0 when the job asks for none)",
+    "ranks_per_node": "training processes per node: torchrun's --nproc-per-node, or srun's --ntasks-per-node",
+    "cpus_per_task": "the srun -c value: an integer, or a shell expression on $SLURM_CPUS_ON_NODE",
+    "rdzv_port": "the c10d rendezvous / MASTER_PORT port: an integer, or a shell expression on $SLURM_JOB_ID",
+    "affrun": "the affrun command inside the job, shell-quoted",
+    "affrun_options": "affrun's planning and environment options, shell-quoted (may be empty)",
+    "command": "the training command (every word after --), shell-quoted word by word",
+    "version": "affrun's version",
+}
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]{1,9})", re.ASCII)
+
+
+@dataclass(frozen=True)
+class SbatchSpec:
+    """Everything a batch script is rendered from. ``None`` means "do not ask Slurm for it"."""
+
+    command: tuple[str, ...]
+    style: Style = "torchrun"
+    nodes: int = 1
+    gpus_per_node: str | None = None  # "4" or "a100:4", as sbatch takes it
+    ntasks_per_node: int | None = None  # ranks per node; default: one per GPU, else 1
+    cpus_per_task: int | None = None  # default: every CPU the job has on the node, shared out
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    job_name: str | None = None
+    output: str | None = None
+    error: str | None = None
+    mem: str | None = None
+    exclusive: bool = False
+    sbatch_lines: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    rdzv_port: int | None = None  # default: 20000 + SLURM_JOB_ID % 10000
+    affrun: str = "affrun"
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    omp_bind: OmpBind = default("omp_bind")
+    env_policy: EnvPolicy = default("env_policy")
+    mem_policy: MemPolicy = default("mem_policy")
+    verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
+
+    def gpu_count(self) -> int:
+        if self.gpus_per_node is None:
+            return 0
+        m = _GPUS.fullmatch(self.gpus_per_node)  # as written: the command line and a profile strip it first
+        if not m:
+            raise ConfigError(f"--gpus-per-node {short(self.gpus_per_node)}: expected a count, or TYPE:COUNT (a100:4)")
+        return int(m.group(1))
+
+    def ranks_per_node(self) -> int:
+        """--ntasks-per-node, else one rank per GPU, else one per --gpus or --map entry (as ``affrun plan``), else 1."""
+        if self.ntasks_per_node is not None:
+            return self.ntasks_per_node
+        return self.gpu_count() or self.plan.rank_count() or 1
+
+
+# ---------------------------------------------------------------------------- #SBATCH lines
+
+
+def directive_value(option: str, value: str) -> str:
+    """One ``#SBATCH`` value, checked. sbatch reads a directive up to the line's end and splits it on
+    white space unless the value is in double quotes, and it has no escape for a quote inside quotes."""
+    bad = unwritable(value)
+    if bad is not None:
+        raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain {bad}")
+    if '"' in value:
+        raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain a double quote")
+    if value == "" or re.search(r"\s", value):
+        return f'"{value}"'
+    return value
+
+
+def extra_directive(line: str) -> str:
+    """An extra ``#SBATCH`` line as the user gave it, with or without the ``#SBATCH`` prefix."""
+    text = line.strip()
+    bad = unwritable(text)
+    if bad is not None:
+        raise ConfigError(f"--sbatch-line {short(line)}: one #SBATCH line cannot contain {bad}")
+    if text.startswith("#SBATCH"):
+        text = text[len("#SBATCH"):].strip()
+    if not text.startswith("-"):
+        raise ConfigError(f"--sbatch-line {short(line)}: expected an sbatch option such as --mail-type=END")
+    return f"#SBATCH {text}"
+
+
+def sbatch_directives(spec: SbatchSpec) -> list[str]:
+    ranks = spec.ranks_per_node()
+    tasks = 1 if spec.style == "torchrun" else ranks
+    lines: list[tuple[str, str | None]] = [
+        ("job-name", spec.job_name),
+        ("nodes", str(spec.nodes)),
+        ("ntasks-per-node", str(tasks)),
+        ("cpus-per-task", None if spec.cpus_per_task is None else str(spec.cpus_per_task)),
+        ("gpus-per-node", spec.gpus_per_node if spec.gpu_count() else None),
+        ("time", spec.time),
+        ("partition", spec.partition),
+        ("account", spec.account),
+        ("qos", spec.qos),
+        ("constraint", spec.constraint),
+        ("mem", spec.mem),
+        ("output", spec.output),
+        ("error", spec.error),
+    ]
+    out = [f"#SBATCH --{name}={directive_value(name, value)}" for name, value in lines if value is not None]
+    if spec.exclusive:
+        out.append("#SBATCH --exclusive")
+    out.extend(extra_directive(line) for line in spec.sbatch_lines)
+    return out
+
+
+# ---------------------------------------------------------------------------- variables
+
+
+def affrun_options(spec: SbatchSpec) -> list[str]:
+    """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
+    env = options_in("env")
+    argv = [*spec.plan.to_argv(), *to_argv({o.dest: getattr(spec, o.dest) for o in env}, env)]
+    if spec.verbose and spec.style == "srun":
+        argv.append("--verbose")
+    return argv
+
+
+def quote_words(words: Sequence[str]) -> str:
+    """Shell-quote every word: the shell turns the result back into exactly these words, running nothing."""
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def affrun_words(spec: SbatchSpec) -> list[str]:
+    """The --affrun command as words (``python -m launcher``), split as a shell would."""
+    try:
+        words = shlex.split(spec.affrun)
+        bad = unwritable(spec.affrun)
+        if bad is not None:
+            raise ValueError(f"it cannot contain {bad}")
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ConfigError(f"--affrun {short(spec.affrun)}: not a valid shell command: {exc}") from None
+    if not words:
+        raise ConfigError("--affrun: empty command")
+    return words
+
+
+def check_spec(spec: SbatchSpec) -> None:
+    if spec.style not in STYLES:
+        raise ConfigError(f"--style {short(spec.style)}: choose one of {', '.join(STYLES)}")
+    if not spec.command:
+        raise ConfigError("no training command: put it after --, e.g. affrun sbatch -- train.py --epochs 3")
+    for name, value in (("nodes", spec.nodes), ("ntasks-per-node", spec.ntasks_per_node),
+                        ("cpus-per-task", spec.cpus_per_task)):
+        if value is not None and value < 1:
+            raise ConfigError(f"--{name} {value}: must be at least 1")
+    if spec.rdzv_port is not None and not 1 <= spec.rdzv_port <= 65535:
+        raise ConfigError(f"--rdzv-port {spec.rdzv_port}: not a TCP port")
+    for line in spec.setup:
+        bad = unwritable(line)
+        if bad is not None:
+            raise ConfigError(f"--setup {short(line)}: a setup line cannot contain {bad}")
+    affrun_words(spec)
+    check_plan_options(spec)
+    if spec.style == "torchrun":
+        first = Path(spec.command[0]).name
+        if re.fullmatch(r"python[0-9.]*", first):
+            raise ConfigError(
+                f"--style torchrun: torchrun runs the script with Python itself; give `-- {shlex.join(spec.command[1:2]) or 'train.py'} ...`"
+                " (or `-- --no-python CMD ...`, or use --style srun for a full command)"
+            )
+    check_job_command(spec)
+
+
+def check_job_command(spec: SbatchSpec) -> None:
+    """Refuse, before the queue wait, a training command the job itself would refuse. ``--style torchrun``: the
+    job's ``affrun torchrun`` command line (affrun's options, the template's rendezvous flags, then the command)
+    goes through the parse ``affrun torchrun`` runs in the job (:func:`launcher.launch.torchrun.parse` and
+    :func:`~launcher.launch.torchrun.check_args`): ``-- -m`` or ``-- --no-python`` with no script, ``-- -c x``, an empty
+    script. It needs torch, as the job does; where torch is not installed (a login node without it) the job checks
+    it. ``--style srun``: ``affrun exec`` cannot run an empty command name."""
+    if spec.style != "torchrun":
+        if not spec.command[0]:
+            raise ConfigError("the training command is an empty word (''): give the program to run after --")
+        return
+    try:
+        import torch.distributed.run  # noqa: F401  # what parse() builds its parser from
+
+        from launcher.launch.torchrun import check_args, parse
+    except ImportError:
+        return
+    argv = [*affrun_options(spec), f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.ranks_per_node()}",
+            "--rdzv-backend=c10d", "--rdzv-endpoint=node:29500", "--rdzv-id=1", *spec.command]
+    import contextlib
+    import io
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # -h prints torchrun's help and exits
+            args = parse(argv, refuse=True)
+    except SystemExit:
+        raise ConfigError("affrun torchrun would only print its help in the job (-h in the command): "
+                          "give the training script") from None
+    check_args(args)
+
+
+def check_plan_options(spec: SbatchSpec) -> None:
+    """Refuse, before the queue wait, planning options that would fail on every node: a bad --reserve or --map,
+    conflicting options, or more or fewer --map / --gpus entries than ranks per node."""
+    ranks = spec.ranks_per_node()
+    request = make_request(ranks, spec.plan)
+    try:
+        validate_request(request)  # the planner's own checks, without a topology
+    except RankCountMismatch as exc:  # the job's ranks are per node, and come from sbatch's options
+        raise PlanError(Opt(exc.key), f" gives {exc.given} entries for {exc.ranks} rank(s) per node "
+                        "(--ntasks-per-node, else one per GPU): give one per rank") from None
+    missing = sorted(g for g in request.gpus or () if g >= spec.gpu_count() > 0)
+    if missing:
+        raise PlanError(Opt("gpus"), f" names GPU {missing[0]}, but the job asks for {spec.gpu_count()} GPU(s) "
+                        f"per node (visible indices 0-{spec.gpu_count() - 1})")
+
+
+def template_variables(spec: SbatchSpec) -> dict[str, str]:
+    check_spec(spec)
+    ranks = spec.ranks_per_node()
+    if spec.cpus_per_task is not None:
+        cpus = str(spec.cpus_per_task)
+    elif spec.style == "torchrun":
+        cpus = '"$SLURM_CPUS_ON_NODE"'
+    else:
+        cpus = f'"$(( SLURM_CPUS_ON_NODE / {ranks} ))"'
+    port = str(spec.rdzv_port) if spec.rdzv_port is not None else '"$(( 20000 + SLURM_JOB_ID % 10000 ))"'
+    return {
+        "shebang": "#!/bin/bash",
+        "sbatch_directives": "\n".join(sbatch_directives(spec)),
+        "setup": "\n".join(spec.setup) if spec.setup else "# (no setup lines)",
+        "style": spec.style,
+        "nodes": str(spec.nodes),
+        "gpus_per_node": str(spec.gpu_count()),
+        "ranks_per_node": str(ranks),
+        "cpus_per_task": cpus,
+        "rdzv_port": port,
+        "affrun": quote_words(affrun_words(spec)),
+        "affrun_options": quote_words(affrun_options(spec)),
+        "command": quote_words(spec.command),
+        "version": __version__,
+    }
+
+
+# ---------------------------------------------------------------------------- templates
+
+
+TEMPLATE_LIMIT = 1 << 20  # a batch script template is a few KB
+
+
+def builtin_template(style: str) -> Path:
+    """The shipped template of a style: ``templates/<style>.sbatch`` (package ``launcher.templates``)."""
+    if style not in STYLES:
+        raise ConfigError(f"--style {short(style)}: choose one of {', '.join(STYLES)}")
+    try:
+        from importlib.resources import files
+
+        path = Path(str(files("launcher.templates").joinpath(f"{style}.sbatch")))
+        if path.is_file():
+            return path
+    except ModuleNotFoundError:
+        pass
+    return Path(__file__).resolve().parents[1] / "templates" / f"{style}.sbatch"  # a source checkout
+
+
+def read_template(path: str | Path) -> str:
+    from launcher.topology._files import read_document  # bounded, regular files only (a FIFO would hang)
+
+    try:
+        data = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT)
+    except ConfigError as exc:
+        raise ConfigError(f"--template {exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"--template {path}: not UTF-8 text") from None
+
+
+def fill(template: str, variables: dict[str, str], source: str) -> str:
+    """Substitute every ``{{name}}``; an unknown name is an error naming the template and the valid names."""
+    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template)} - set(variables))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown template variable {{{{{unknown[0]}}}}} (valid: {', '.join(sorted(variables))})"
+        )
+    return _PLACEHOLDER.sub(lambda m: variables[m.group(1)], template)
+
+
+def render(spec: SbatchSpec, template: str | Path | None = None) -> str:
+    """The batch script for ``spec`` from ``template`` (a file), else the style's shipped template."""
+    path = Path(template) if template is not None else builtin_template(spec.style)
+    text = fill(read_template(path), template_variables(spec), str(path))
+    return text if text.endswith("\n") else text + "\n"

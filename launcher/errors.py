@@ -3,20 +3,23 @@
 A message that names an option holds it as data, an :class:`Opt` (the option's key in
 :mod:`launcher.options.table`), not as a flag written into the text: each front end spells it in its user's
 vocabulary (:meth:`AffrunError.use_vocabulary`). The command line reads ``--loader-cores 9``, the submitit executor
-``loader_cores=9``, a YAML site profile ``loader-cores: 9``. ``str(exc)`` spells the command line's flags
-unless a front end said otherwise. No imports at load time (``affrun exec`` imports it); rendering an
-:class:`Opt` reads the option table.
+``loader_cores=9``, a YAML site profile ``loader-cores: 9``. The front end that reports the error spells it
+(:func:`launcher.options.table.spell_error` gives it the table's speller); an error no front end spelled names an
+option by its key. A leaf: no imports at load time (``affrun exec`` imports it), and no affrun import at all.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as true)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Literal
 
     # Who reads the message: the command line (flags), Python callers (keyword arguments: the submitit
     # executor), or a YAML site profile of affrun sbatch (its keys).
     Vocabulary = Literal["cli", "python", "profile"]
+    # How a front end writes an option named in a message: launcher.options.table.spell.
+    Speller = Callable[["Opt", Vocabulary], str]
 
 
 class Opt:
@@ -44,6 +47,7 @@ class AffrunError(Exception):
         super().__init__(*parts)
         self.parts = parts
         self.vocabulary: dict[str, Vocabulary] = {}  # option key -> vocabulary; "" for every other option
+        self.speller: Speller | None = None  # set by the front end that reports the error
 
     def use_vocabulary(self, vocabulary: Vocabulary, keys: frozenset[str] | set[str] | None = None) -> None:
         """Spell the options of this message (only those of ``keys``, when given) in ``vocabulary``. A front end
@@ -56,13 +60,17 @@ class AffrunError(Exception):
     def __str__(self) -> str:
         if all(isinstance(part, str) for part in self.parts):
             return "".join(self.parts)  # type: ignore[arg-type]
-        from launcher.options.table import spell  # the table knows how each front end writes each option
-
+        spell = self.speller or _by_key
         default = self.vocabulary.get("", "cli")
         return "".join(
             part if isinstance(part, str) else spell(part, self.vocabulary.get(part.key, default))
             for part in self.parts
         )
+
+
+def _by_key(option: Opt, vocabulary: Vocabulary) -> str:
+    """An option no front end spelled: its key, and its value where the message quotes one."""
+    return option.key if option.value is None else f"{option.key}={option.value!r}"
 
 
 # An error line holds at most this many characters of message: what affrun echoes (a path, a value, a list of

@@ -66,7 +66,9 @@ def _dispatch(args: list[str]) -> int:
         try:
             return command_main(args[1:])
         except AffrunError as exc:
-            print(error_line(exc), file=sys.stderr)
+            from launcher.options.table import spell_error
+
+            print(error_line(spell_error(exc)), file=sys.stderr)
             return exc.exit_code
     from launcher.cli import main as cli_main
 

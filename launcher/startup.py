@@ -384,7 +384,9 @@ def main() -> None:
     try:
         hook()
     except AffrunError as exc:
-        fail(error_line(exc), exc.exit_code)
+        from launcher.options.table import spell_error
+
+        fail(error_line(spell_error(exc)), exc.exit_code)
     except Exception as exc:  # a fault of the hook itself: still one line, and no user code unbound
         fail(error_line(LaunchError(f"the startup hook failed: {type(exc).__name__}: {exc}")), 2)
     finally:

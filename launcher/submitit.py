@@ -36,7 +36,7 @@ from launcher.bind.handoff import exec_prefix
 from launcher.bind.readback import TaskBinding, current_binding
 from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.options.plan_options import PlanOptions
-from launcher.options.table import default
+from launcher.options.table import default, spell_error
 
 if TYPE_CHECKING:
     import submitit
@@ -107,7 +107,7 @@ class AffinityOptions(PlanOptions):
         try:
             self._check()
         except AffrunError as exc:
-            exc.use_vocabulary("python")
+            spell_error(exc, "python")
             raise
 
     def _check(self) -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from launcher.base.records import fields
 from launcher.launch.exec_cmd import build_parser
-from launcher.options.plan_options import PlanOptions
-from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, options_in, plan_options_from
+from launcher.options.plan_options import PlanOptions, plan_options_from
+from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, options_in
 from launcher.submitit import AffinityOptions
 from tests.launch import affrun
 
@@ -84,6 +84,7 @@ def test_each_front_end_s_name_of_an_option_is_one_it_takes() -> None:
 
 def test_a_planner_error_reads_in_the_vocabulary_of_its_front_end() -> None:
     from launcher.errors import PlanError
+    from launcher.options.table import spell_error
     from launcher.plan.planner import Request, validate_request
 
     cases = [
@@ -98,8 +99,8 @@ def test_a_planner_error_reads_in_the_vocabulary_of_its_front_end() -> None:
     for request, (cli, python, profile) in cases:
         with pytest.raises(PlanError) as caught:
             validate_request(request)
-        assert str(caught.value).startswith(cli), str(caught.value)
-        caught.value.use_vocabulary("python")
+        assert str(spell_error(caught.value)).startswith(cli), str(caught.value)
+        spell_error(caught.value, "python")
         assert str(caught.value).startswith(python), str(caught.value)
-        caught.value.use_vocabulary("profile", {"cpu_map", "mode", "loader_cores"})
+        spell_error(caught.value, "profile", {"cpu_map", "mode", "loader_cores"})
         assert str(caught.value).startswith(profile), str(caught.value)

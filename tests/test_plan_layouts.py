@@ -7,14 +7,16 @@ GPU, its NUMA node and its ``OMP_NUM_THREADS``. The comment above each one says 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from launcher.base.cpulist import format_cpulist
 from launcher.env.policy import rank_environment
-from launcher.errors import ConfigError, PlanError
+from launcher.errors import AffrunError, ConfigError, PlanError
 from launcher.options.plan_options import PlanOptions
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology import load_topology
@@ -25,6 +27,19 @@ from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
 
 Row = tuple[str, int | None, int | None, int]  # (cpus, visible GPU, NUMA node, OMP_NUM_THREADS)
 
+
+
+@contextmanager
+def refused_on_cli(kind: type[Exception], pattern: str) -> Iterator[None]:
+    """The error as the command line prints it: the planner names options by key, and the front end spells them
+    (launcher.options.table.spell_error)."""
+    from launcher.options.table import spell_error
+
+    with pytest.raises(kind) as caught:
+        yield
+    assert isinstance(caught.value, AffrunError)
+    text = str(spell_error(caught.value))
+    assert re.search(pattern, text), text
 
 def read(tmp_path: Path, machine: FakeMachine, environ: Mapping[str, str] | None = None) -> Topology:
     root = write_tree(tmp_path / "root", machine)
@@ -719,7 +734,7 @@ def test_gpu_index_out_of_range(tree: Callable[..., Topology]) -> None:
     topo = tree("dgx_h100")
     with pytest.raises(PlanError, match=r"^GPU 8 does not exist: 8 GPU\(s\) are visible$"):
         plan_of(topo, 2, gpus="0,8")
-    with pytest.raises(PlanError, match=r"^--gpus gives 2 GPU\(s\) for 3 ranks$"):
+    with refused_on_cli(PlanError, r"^--gpus gives 2 GPU\(s\) for 3 ranks$"):
         plan_of(topo, 3, gpus="0,1")
     with pytest.raises(ConfigError, match="expected visible GPU indices"):
         plan_of(topo, 2, gpus="0,x")
@@ -729,23 +744,23 @@ def test_empty_map_entry(tmp_path: Path) -> None:
     topo = read(tmp_path, two_nodes())
     with pytest.raises(ConfigError, match="a rank has an empty cpu list"):
         plan_of(topo, 2, cpu_map="0-3;;")
-    with pytest.raises(PlanError, match=r"^--map gives rank\(s\) 1 an empty CPU list$"):
+    with refused_on_cli(PlanError, r"^--map gives rank\(s\) 1 an empty CPU list$"):
         make_plan(topo, Request(nproc=2, mode="map", cpu_map=(frozenset({0}), frozenset())))
-    with pytest.raises(PlanError, match=r"^--map gives 1 CPU list\(s\) for 2 ranks$"):
+    with refused_on_cli(PlanError, r"^--map gives 1 CPU list\(s\) for 2 ranks$"):
         plan_of(topo, 2, cpu_map="0-3")
-    with pytest.raises(PlanError, match=r"^--map rank 1: CPUs 16 are not usable here"):
+    with refused_on_cli(PlanError, r"^--map rank 1: CPUs 16 are not usable here"):
         plan_of(topo, 2, cpu_map="0-3;16")
 
 
 def test_map_with_a_reserved_cpu_says_so(tmp_path: Path) -> None:
     topo = read(tmp_path, two_nodes())
-    with pytest.raises(PlanError, match=r"^--map rank 0: CPUs 0 are not usable here.*reserved 0"):
+    with refused_on_cli(PlanError, r"^--map rank 0: CPUs 0 are not usable here.*reserved 0"):
         plan_of(topo, 1, cpu_map="0-3", reserve="0")
 
 
 def test_loader_cores_leave_no_compute_core(tmp_path: Path) -> None:
     topo = read(tmp_path, two_nodes())
-    with pytest.raises(PlanError, match=r"^--loader-cores 4 leaves rank 0 no compute core \(it has 4 core\(s\)\)$"):
+    with refused_on_cli(PlanError, r"^--loader-cores 4 leaves rank 0 no compute core \(it has 4 core\(s\)\)$"):
         plan_of(topo, 4, loader_cores=4)
 
 
@@ -756,7 +771,7 @@ def test_everything_reserved(tmp_path: Path) -> None:
 
 
 def test_map_with_another_mode_is_refused() -> None:
-    with pytest.raises(ConfigError, match="--map"):
+    with refused_on_cli(ConfigError, "--map"):
         PlanOptions(mode="numa", cpu_map="0-3").request(1)
 
 
@@ -775,7 +790,7 @@ def test_rank_count(opts: PlanOptions, count: int | None) -> None:
 
 
 def test_gpus_with_no_gpu_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"--gpus .* --no-gpu"):
+    with refused_on_cli(ConfigError, r"--gpus .* --no-gpu"):
         PlanOptions(gpus="0", no_gpu=True).request(1)
 
 

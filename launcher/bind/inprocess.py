@@ -65,7 +65,7 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     from launcher.bind.handoff import PLAN_VARIABLE, ParentPlan, plan_job
     from launcher.env.policy import USER_VARIABLES
     from launcher.options.keywords import BY_KEYWORD, check_keywords
-    from launcher.options.table import add_binding_arguments
+    from launcher.options.table import add_binding_arguments, spell_error
     from launcher.startup import RUN_VARIABLE
 
     if os.environ.get(RUN_VARIABLE) and os.environ.get(PLAN_VARIABLE):
@@ -92,7 +92,7 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     try:
         return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1]
     except AffrunError as exc:
-        exc.use_vocabulary("python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
+        spell_error(exc, "python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
         raise
 
 

@@ -10,6 +10,7 @@ import click
 
 from launcher import __version__
 from launcher.errors import AffrunError, error_line
+from launcher.options.table import spell_error
 
 # command name -> "module:attribute"; modules are imported lazily so that `affrun plan` never loads torch/yaml.
 COMMANDS: dict[str, str] = {
@@ -30,7 +31,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except AffrunError as exc:
-            click.echo(error_line(exc), err=True)
+            click.echo(error_line(spell_error(exc)), err=True)
             ctx.exit(exc.exit_code)
 
     def list_commands(self, ctx: click.Context) -> list[str]:

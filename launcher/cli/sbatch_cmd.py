@@ -16,7 +16,7 @@ from launcher.base.untrusted import ascii_uint, short
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.options.plan_options import PlanOptions
-from launcher.options.table import options_in
+from launcher.options.table import options_in, spell_error
 from launcher.slurm.options import SBATCH_OPTIONS, BadValue, SbatchOption, check_value, default_of, spec_values
 from launcher.slurm.script import SbatchSpec, render
 
@@ -180,7 +180,7 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
     try:
         script = render(spec, values["template"])
     except AffrunError as exc:  # affrun's options that the profile set are named as its keys
-        exc.use_vocabulary("profile", from_file)
+        spell_error(exc, "profile", from_file)
         raise
     if spec.cpus_per_task is None and not spec.exclusive and not values["template"]:
         click.echo("affrun: note: no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs "

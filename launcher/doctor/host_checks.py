@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from launcher.base.slurm_step import srun_inherits_cpus_per_task, version_text
-from launcher.doctor.checks import (
-    host_check,
+from launcher.doctor.check_base import (
     make_finding,
 )
 from launcher.doctor.facts import Facts
@@ -20,7 +19,6 @@ from launcher.topology.model import Topology
 
 
 # --------------------------------------------------------------------------- host checks
-@host_check
 def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """This process starts on a parent's collapsed one-CPU mask (launcher.context.inherited_mask)."""
     collapse = facts.inherited_collapse
@@ -33,7 +31,6 @@ def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: 
         "DataLoader worker there", collapse.fix())]
 
 
-@host_check
 def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     under_affrun = bool(environ.get("AFFRUN_CPUS") or environ.get("AFFRUN_RUN"))
     out = [make_finding(
@@ -54,7 +51,6 @@ def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: 
         if environ.get("PET_NUMA_BINDING") else {})]
 
 
-@host_check
 def check_srun_cpus_per_task(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     per_task = environ.get("SLURM_CPUS_PER_TASK")
     if not per_task or environ.get("SRUN_CPUS_PER_TASK") or not facts.slurm_version:
@@ -70,7 +66,6 @@ def check_srun_cpus_per_task(environ: Mapping[str, str], topology: Topology, fac
         env_fix={"SRUN_CPUS_PER_TASK": per_task})]
 
 
-@host_check
 def check_numactl(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not facts.host_probed or facts.numactl:
         return []
@@ -83,7 +78,6 @@ def check_numactl(environ: Mapping[str, str], topology: Topology, facts: Facts) 
         "install it: apt-get install numactl (dnf/yum install numactl)")]
 
 
-@host_check
 def check_membind(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not facts.host_probed or not facts.membind_error:
         return []
@@ -98,7 +92,6 @@ def check_membind(environ: Mapping[str, str], topology: Topology, facts: Facts) 
         "set_mempolicy/mbind), or accept --mem-policy none")]
 
 
-@host_check
 def check_gpu_numa(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     unknown = [g for g in topology.gpus if g.numa_node is None]
     if not unknown:
@@ -116,7 +109,6 @@ def check_gpu_numa(environ: Mapping[str, str], topology: Topology, facts: Facts)
         "affrun --map 'CPUS;CPUS;...' or --gpus")]
 
 
-@host_check
 def check_cuda_device_order(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     nvidia = [g.pci for g in topology.gpus if g.vendor == "nvidia"]
     models = {facts.gpu_device_ids[p] for p in nvidia if p in facts.gpu_device_ids}
@@ -132,7 +124,6 @@ def check_cuda_device_order(environ: Mapping[str, str], topology: Topology, fact
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID", env_fix={"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})]
 
 
-@host_check
 def check_cpu_quota(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """A CFS quota (cgroup cpu.max or cpu.cfs_quota_us) below the allowed CPUs: the mask does not show it."""
     quota = topology.cpu_quota

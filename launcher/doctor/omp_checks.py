@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
-from launcher.doctor.checks import (
+from launcher.doctor.check_base import (
     AFFRUN_FIX,
     INTEL_RUNTIMES,
     cores_in,
@@ -19,7 +19,6 @@ from launcher.doctor.checks import (
     intel_possible,
     kmp_readers,
     make_finding,
-    process_check,
     runtime_text,
 )
 from launcher.doctor.facts import Facts
@@ -129,7 +128,6 @@ def _kmp_first_place(value: str, cpus: frozenset[int], topology: Topology) -> fr
 
 
 # --------------------------------------------------------------------------- process checks
-@process_check
 def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """KMP_AFFINITY disabled, empty, malformed or naming CPUs outside the rank (when libiomp5/libomp may read it)."""
     value = environ.get("KMP_AFFINITY")
@@ -172,7 +170,6 @@ def _major(version: str) -> int:
     return ascii_uint(head) or 0
 
 
-@process_check
 def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """OMP/MKL/OPENBLAS thread counts: invalid, oversubscribing, unset with shared CPUs, or 1 on a big rank."""
     out: list[Finding] = []
@@ -231,7 +228,6 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
     return out
 
 
-@process_check
 def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """OMP_PLACES / OMP_PROC_BIND / GOMP_CPU_AFFINITY that are malformed or name CPUs outside the rank."""
     out: list[Finding] = []
@@ -256,7 +252,6 @@ def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: 
     return out
 
 
-@process_check
 def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """An OpenMP binding variable pins the main thread to a place narrower than the rank's CPUs (docs/design.md §2)."""
     found = main_thread_place(environ, facts.rank_cpus, topology, facts)
@@ -310,7 +305,6 @@ KMP_COUNTERPARTS = {
 }
 
 
-@process_check
 def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """KMP_* variables that do something in libiomp5, while the only OpenMP runtime is libgomp."""
     if not gnu_only(facts):
@@ -342,7 +336,6 @@ def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Fac
         "; ".join(dict.fromkeys(fixes)))]
 
 
-@process_check
 def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not ("libgomp" in facts.openmp and any(r in INTEL_RUNTIMES for r in facts.openmp)):
         return []

@@ -21,7 +21,8 @@ from launcher.context.local_rank import LocalRank
 from launcher.env.policy import RankEnvironment, rank_environment
 from launcher.env.rank_line import MEM_VARIABLE, mem_text
 from launcher.errors import LaunchError, error_line
-from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, non_negative, plan_options_from
+from launcher.options.plan_options import plan_options_from
+from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, non_negative
 from launcher.plan.planner import RankPlan
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why

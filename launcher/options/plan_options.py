@@ -95,3 +95,8 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
         use_gpus=not opts.no_gpu,
         spill=opts.spill,
     )
+
+
+def plan_options_from(args: object, prefix: str = "") -> PlanOptions:
+    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args`` (or :func:`launcher.launch.exec_cmd.default_args`)."""
+    return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

@@ -1,5 +1,5 @@
 """The binding options, defined once: flags, destination, type, default and help, with their argparse side
-(:func:`add_binding_arguments`, :func:`plan_options_from`) and their way back to flags (:func:`to_argv`).
+(:func:`add_binding_arguments`; :func:`launcher.options.plan_options.plan_options_from` reads them back) and their way back to flags (:func:`to_argv`).
 
 ``affrun exec`` and ``affrun torchrun`` build argparse arguments from this table
 (:func:`add_binding_arguments`); the click commands build click options from it
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any, Literal
 
-    from launcher.errors import Opt, Vocabulary
-    from launcher.options.plan_options import PlanOptions
+    from launcher.errors import AffrunError, Opt, Vocabulary
 
     MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
     MemBackend = Literal["auto", "numactl", "syscall"]
@@ -131,6 +130,17 @@ def spell(option: Opt, vocabulary: Vocabulary) -> str:
     return f"{name} {text}" if vocabulary == "cli" else f"{name}: {text}"
 
 
+def spell_error(exc: AffrunError, vocabulary: Vocabulary | None = None,
+                keys: frozenset[str] | set[str] | None = None) -> AffrunError:
+    """``exc``, whose options will be spelled by this table, as ``vocabulary`` writes them (only those of ``keys``,
+    when given; options no front end gave a vocabulary are spelled as the command line writes them). Every front
+    end calls it on an error on its way out, before printing or re-raising it."""
+    if vocabulary is not None:
+        exc.use_vocabulary(vocabulary, keys)
+    exc.speller = spell
+    return exc
+
+
 def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_OPTIONS) -> list[str]:
     """The flags that give ``values`` (keyed by ``dest``) back, for generated scripts and child commands.
 
@@ -164,7 +174,7 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
     """The topology, planning, environment and memory options of ``exec`` and ``torchrun``, argparse side, from
     :data:`launcher.options.table.BINDING_OPTIONS` (click builds its options from the same table). Each value lands
     in ``prefix + dest``; the planning ones are named like :class:`~launcher.options.plan_options.PlanOptions`'s fields (see
-    :func:`plan_options_from`)."""
+    :func:`launcher.options.plan_options.plan_options_from`)."""
     for spec in BINDING_OPTIONS:
         kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
         if spec.is_flag:
@@ -176,10 +186,3 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
             if spec.count:
                 kwargs["type"] = non_negative
         group.add_argument(spec.flag, **kwargs)
-
-
-def plan_options_from(args: object, prefix: str = "") -> PlanOptions:
-    """The :class:`PlanOptions` that :func:`add_binding_arguments` parsed into ``args`` (or :func:`launcher.launch.exec_cmd.default_args`)."""
-    from launcher.options.plan_options import PlanOptions
-
-    return PlanOptions(**{f.name: getattr(args, prefix + f.name) for f in fields(PlanOptions)})

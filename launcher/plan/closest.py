@@ -17,7 +17,7 @@ GPU only when every GPU is in use, with a warning.
 
 from __future__ import annotations
 
-from launcher.plan.homes import (
+from launcher.plan.geometry import (
     CLAIM_GPU_NODE,
     CLAIM_NEAR,
     Homes,

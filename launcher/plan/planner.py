@@ -33,7 +33,8 @@ from __future__ import annotations
 from launcher.base.cpulist import format_cpulist
 from launcher.base.records import dataclass, field, replace
 from launcher.errors import Opt, PlanError
-from launcher.plan.homes import assign_homes, balanced_chunks, nname, package_of
+from launcher.plan.geometry import balanced_chunks, nname, package_of
+from launcher.plan.homes import assign_homes
 from launcher.plan.request import GPU_ORDERS, MODES, GpuOrder, Mode, Request, validate_request
 from launcher.plan.spill import Spill, SpillChoice, spill_cores
 from launcher.topology.model import GPU, Core, Topology

@@ -16,7 +16,7 @@ none`` leaves those cores idle, as the planner did before it spilled.
 from __future__ import annotations
 
 from launcher.base.records import dataclass
-from launcher.plan.homes import balanced_chunks, distance, package_of
+from launcher.plan.geometry import balanced_chunks, distance, package_of
 from launcher.topology.model import Core, Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.plan.homes import CLAIM_GPU_NODE, gpu_home
+from launcher.plan.geometry import CLAIM_GPU_NODE
+from launcher.plan.homes import gpu_home
 from launcher.plan.planner import Plan
 from launcher.show.layout import CoreInfo, Style, Text
 from launcher.topology.model import GPU, Core, NumaNode, Topology

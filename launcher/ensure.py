@@ -195,7 +195,8 @@ def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -
 
 def _topology(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Topology:
     """This machine's topology allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
-    from launcher.base.records import replace
+    from dataclasses import replace
+
     from launcher.errors import AffrunError
     from launcher.topology import load_topology
     from launcher.topology.model import Core, Topology

@@ -10,7 +10,7 @@ option by its key. A leaf: no imports at load time (``affrun exec`` imports it),
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy treats the name as true)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Literal

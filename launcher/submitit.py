@@ -27,10 +27,10 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, fields, replace  # PlanOptions is one of these
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from launcher.base.records import dataclass, fields, replace  # PlanOptions is one of these
 from launcher.base.untrusted import short
 from launcher.bind.handoff import exec_prefix
 from launcher.bind.readback import TaskBinding, current_binding

@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from launcher.base.cpulist import parse_cpulist
-from launcher.base.records import replace
 from launcher.env.omp_syntax import omp_places, parse_places, parse_proclist
 from launcher.env.policy import (
     KMP_DEFAULT,

@@ -45,7 +45,7 @@ def test_core_modules_load_no_heavy_package(module: str) -> None:
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
-# What the exec path left behind to get under 2x `python -c pass` (benchmarks/launch_overhead.py; launcher/base/records.py
+# What the exec path left behind to get under 2x `python -c pass` (benchmarks/launch_overhead.py; docs/design.md §11
 # has the measurements). argparse is imported only where exec has options, json only for a plan it refuses.
 SLOW_STDLIB = ("typing", "dataclasses", "inspect", "argparse", "json", "re", "enum", "shutil", "shlex", "collections")
 RANK_PROBE = """

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
 import pytest
 
-from launcher.base.records import fields
 from launcher.launch.exec_cmd import build_parser
 from launcher.options.plan_options import PlanOptions, plan_options_from
 from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, options_in

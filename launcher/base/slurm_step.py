@@ -18,7 +18,7 @@ from __future__ import annotations
 from launcher.base.cpulist import MAX_CPU_ID
 from launcher.base.untrusted import ascii_hex, ascii_uint, clip
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

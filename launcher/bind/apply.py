@@ -9,7 +9,7 @@ import sys
 from launcher.base.cpulist import format_cpulist
 from launcher.errors import LaunchError, error_line
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
-from launcher.base.records import dataclass, fields
 from launcher.base.untrusted import BadJSON, clip, load_json, short
 from launcher.env.omp_syntax import BIND_MODES, OmpBind
 from launcher.env.policy import ENV_POLICIES, USER_VARIABLES, EnvPolicy, effective_mem_policy
@@ -21,7 +22,6 @@ from launcher.options.plan_options import MEM_POLICIES, PlanOptions
 from launcher.options.table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
 from launcher.plan.planner import Plan, RankPlan
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

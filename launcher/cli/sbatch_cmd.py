@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from launcher.base.records import fields
 from launcher.base.untrusted import ascii_uint, short
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError

@@ -13,23 +13,26 @@ from __future__ import annotations
 import os
 
 from launcher.base.cpulist import format_cpulist
-from launcher.base.records import dataclass
 from launcher.env.policy import BINDING_VARIABLES
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 
-@dataclass(frozen=True)
 class Collapse:
-    """A one-CPU mask inside a wider cpuset, with several local ranks, and what points at the cause."""
+    """A one-CPU mask inside a wider cpuset, with several local ranks, and what points at the cause. A plain
+    class: a rank imports this module (docs/design.md §11)."""
 
-    mask: frozenset[int]
-    cpuset: frozenset[int]
-    local_ranks: int
-    variables: tuple[str, ...]  # "NAME=value" of the binding variables in the environment
-    parent: str | None  # "PID 123 (python3) has libgomp loaded and is bound to CPU 0", when it is so
+    __slots__ = ("cpuset", "local_ranks", "mask", "parent", "variables")
+
+    def __init__(self, mask: frozenset[int], cpuset: frozenset[int], local_ranks: int, variables: tuple[str, ...],
+                 parent: str | None) -> None:
+        self.mask = mask
+        self.cpuset = cpuset
+        self.local_ranks = local_ranks
+        self.variables = variables  # "NAME=value" of the binding variables in the environment
+        self.parent = parent  # "PID 123 (python3) has libgomp loaded and is bound to CPU 0", when it is so
 
     def message(self) -> str:
         head = (f"this process may run on CPU {format_cpulist(self.mask)} only, inside a cgroup cpuset of CPUs "

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from launcher.base.records import dataclass
 from launcher.base.untrusted import ascii_int, clip
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -19,11 +18,19 @@ SOURCES: tuple[tuple[str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
 class LocalRank:
-    rank: int
-    size: int
-    source: str  # which variable gave the rank, or "--local-rank"
+    """A process's local rank, its node's local ranks, and where the rank came from. A plain class: a rank imports
+    this module (docs/design.md §11)."""
+
+    __slots__ = ("rank", "size", "source")
+
+    def __init__(self, rank: int, size: int, source: str) -> None:
+        self.rank = rank
+        self.size = size
+        self.source = source  # which variable gave the rank, or "--local-rank"
+
+    def __repr__(self) -> str:
+        return f"LocalRank({self.rank}, {self.size}, {self.source!r})"
 
 
 class LocalRankError(ValueError):

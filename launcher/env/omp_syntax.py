@@ -6,12 +6,13 @@ What to do with a user's value is :mod:`launcher.env.policy`'s policy; this modu
 
 from __future__ import annotations
 
+# How a rank's OpenMP threads are placed (--omp-bind): see omp_places.
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id
 from launcher.base.untrusted import ascii_uint
 from launcher.plan.planner import RankPlan
 
-# How a rank's OpenMP threads are placed (--omp-bind): see omp_places.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 # The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
 # the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:

@@ -39,8 +39,10 @@ value such as ``disabled`` is gone.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import CpuIdTooLarge, format_cpulist
-from launcher.base.records import dataclass
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
@@ -59,7 +61,6 @@ from launcher.env.omp_syntax import (
 )
 from launcher.plan.planner import RankPlan
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 # The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
 # the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from launcher.base.cpulist import format_cpulist
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 

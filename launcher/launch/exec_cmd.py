@@ -4,7 +4,7 @@ A thin front end: the plan comes from the parent (:mod:`launcher.bind.handoff`, 
 (:func:`launcher.bind.handoff.plan_job`), the environment from :mod:`launcher.env.policy`, and :mod:`launcher.bind.apply` binds
 and execs. This module is the hot path: it runs before every rank. It imports the pure core and as little of
 the standard library as it can: argparse only when there are options to parse, json only to read
-``AFFRUN_PLAN``, no typing or dataclasses (launcher/base/records.py), and no click, psutil, yaml, cpuinfo, submitit
+``AFFRUN_PLAN``, no typing or dataclasses (docs/design.md §11), and no click, psutil, yaml, cpuinfo, submitit
 or torch.
 tests/test_light_imports.py holds that.
 """
@@ -25,7 +25,7 @@ from launcher.options.plan_options import plan_options_from
 from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, non_negative
 from launcher.plan.planner import RankPlan
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence

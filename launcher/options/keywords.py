@@ -14,13 +14,13 @@ from __future__ import annotations
 import operator
 import os
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import MAX_CPU_ID, format_cpulist, id_problem
 from launcher.base.untrusted import short
 from launcher.errors import ConfigError
 from launcher.options.table import BINDING_OPTIONS, OptionSpec
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

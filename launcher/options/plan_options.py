@@ -5,8 +5,9 @@ Turning option values into a :class:`~launcher.plan.planner.Request` lives here,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from launcher.base.cpulist import CpuIdTooLarge, parse_cpulist
-from launcher.base.records import dataclass, fields
 from launcher.base.untrusted import ascii_uint
 from launcher.errors import ConfigError, Opt
 from launcher.options.table import MEM_POLICIES, MemPolicy, default

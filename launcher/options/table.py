@@ -9,13 +9,14 @@ Standard library only: ``affrun exec`` imports it before every rank.
 
 from __future__ import annotations
 
-from launcher.base.records import dataclass, fields
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
 from launcher.env.omp_syntax import BIND_MODES
 from launcher.env.policy import ENV_POLICIES
 from launcher.plan.request import GPU_ORDERS, MODES, Request
 from launcher.plan.spill import SPILLS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 # The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
 # the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:

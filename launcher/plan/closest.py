@@ -17,6 +17,8 @@ GPU only when every GPU is in use, with a warning.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.plan.geometry import (
     CLAIM_GPU_NODE,
     CLAIM_NEAR,
@@ -29,7 +31,6 @@ from launcher.plan.geometry import (
 )
 from launcher.topology.model import Core, Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -4,10 +4,11 @@ the :class:`Homes` record that the GPU orders fill. Pure."""
 
 from __future__ import annotations
 
-from launcher.base.records import dataclass, field
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from launcher.topology.model import Core, Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TypeVar

@@ -9,13 +9,14 @@ GPU orders:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import format_cpulist
 from launcher.errors import PlanError
 from launcher.plan.closest import closest_order
 from launcher.plan.geometry import CLAIM_GPU_NODE, CLAIM_NEAR, CLAIM_SPREAD, Homes, nearest, nname, proportional
 from launcher.topology.model import GPU, Core, Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
 
     from launcher.plan.planner import Request

@@ -30,8 +30,10 @@ How it decides (also in the README and, with sources, in docs/planner.md):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import format_cpulist
-from launcher.base.records import dataclass, field, replace
 from launcher.errors import Opt, PlanError
 from launcher.plan.geometry import balanced_chunks, nname, package_of
 from launcher.plan.homes import assign_homes
@@ -39,7 +41,6 @@ from launcher.plan.request import GPU_ORDERS, MODES, GpuOrder, Mode, Request, va
 from launcher.plan.spill import Spill, SpillChoice, spill_cores
 from launcher.topology.model import GPU, Core, Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any

@@ -8,11 +8,12 @@ Errors name options as data (:class:`~launcher.errors.Opt`), so that each front 
 
 from __future__ import annotations
 
-from launcher.base.records import dataclass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from launcher.errors import AffrunError, Opt, PlanError, RankCountMismatch
 from launcher.plan.spill import SPILLS, SpillChoice
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 # The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
 # the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:

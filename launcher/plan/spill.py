@@ -15,11 +15,12 @@ none`` leaves those cores idle, as the planner did before it spilled.
 
 from __future__ import annotations
 
-from launcher.base.records import dataclass
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from launcher.plan.geometry import balanced_chunks, distance, package_of
 from launcher.topology.model import Core, Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 # The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
 # the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:

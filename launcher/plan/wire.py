@@ -11,13 +11,13 @@ its type and range before a CPU mask or memory policy is built from it: CPU ids 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID
 from launcher.base.untrusted import short
 from launcher.plan.planner import GPU_ORDERS, MODES, Plan, RankPlan
 from launcher.plan.spill import SPILLS
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 

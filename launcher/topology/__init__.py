@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
-from launcher.base.records import replace
 from launcher.base.untrusted import clip
 from launcher.errors import Opt, TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 from launcher.topology.numa_overlap import merge_overlapping_nodes
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -5,8 +5,8 @@ for the quota."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from launcher.base.records import dataclass
 from launcher.topology._files import read_cpulist, read_text
 from launcher.topology.fsroot import isdir, within
 

@@ -19,8 +19,8 @@ import errno
 import os
 import stat
 from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from types import TracebackType
 

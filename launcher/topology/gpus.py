@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from launcher.base.records import replace
 from launcher.base.slurm_step import slurm_global_visible
 from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
@@ -13,7 +14,6 @@ from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU
 from launcher.topology.pci import format_pci, pci_address, pci_order
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -186,7 +186,7 @@ NO_DEVICE_VALUES = ("nodevfiles", "none", "void")  # what batch systems write wh
 
 class VisibleGPUs(tuple[tuple[int, ...] | None, str | None, str | None]):
     """(visible, variable, warning): a NamedTuple written out, because typing.NamedTuple would import typing on
-    ``affrun exec``'s path (launcher/base/records.py says what that costs)."""
+    ``affrun exec``'s path (docs/design.md §11 says what that costs)."""
 
     def __new__(cls, visible: tuple[int, ...] | None, variable: str | None, warning: str | None = None) -> VisibleGPUs:
         return super().__new__(cls, (visible, variable, warning))

@@ -6,13 +6,14 @@ in the tuples below. Everything here is immutable and free of I/O.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
-from launcher.base.records import dataclass, field, replace
 from launcher.base.untrusted import clip, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology.pci import pci_address
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from typing import Any
 

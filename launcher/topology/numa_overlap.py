@@ -5,8 +5,9 @@ every CPU, one node is left: the machine is planned as one NUMA node."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from launcher.base.cpulist import format_cpulist
-from launcher.base.records import replace
 from launcher.topology.model import Topology
 
 

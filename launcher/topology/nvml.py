@@ -6,10 +6,9 @@ Used only when asked (``load_topology(..., nvml=True)``); never imported on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher.base.records import replace
 from launcher.topology.model import Topology
 from launcher.topology.pci import pci_address
 

@@ -7,10 +7,10 @@ resolved again from the environment of the process that loads the snapshot.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
-from launcher.base.records import replace
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology._files import read_document

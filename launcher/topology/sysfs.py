@@ -7,6 +7,7 @@ The reader follows hwloc's Linux backend: a CPU's package and core are read once
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
@@ -17,7 +18,6 @@ from launcher.topology.fsroot import isdir, within
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/base/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -41,10 +41,7 @@ from launcher.options.table import default, spell_error
 if TYPE_CHECKING:
     import submitit
 
-    from launcher.env.omp_syntax import OmpBind
-    from launcher.env.policy import EnvPolicy
-    from launcher.options.plan_options import MemPolicy
-    from launcher.options.table import MemBackend
+    from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, OmpBind
 
 __all__ = [
     "AFFRUN_OPTIONS",

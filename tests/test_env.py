@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from launcher.base.cpulist import parse_cpulist
+from launcher.bind.handoff import ParentPlan
 from launcher.env.omp_syntax import omp_places, parse_places, parse_proclist
 from launcher.env.policy import (
     KMP_DEFAULT,
@@ -24,11 +25,10 @@ from launcher.env.policy import (
     variable_problem,
 )
 from launcher.plan.planner import Plan, RankPlan, Request, make_plan
-from launcher.plan.wire import plan_from_json
 from launcher.topology import load_topology
 from tests.conftest import need
 from tests.fakesys import uniform, write_tree
-from tests.launch import compile_omp
+from tests.launch import compile_omp, job_matches
 
 # A rank of a machine whose SMT siblings are c and c+64: cores 0-3, the last one kept for DataLoader workers.
 RANK = RankPlan(
@@ -395,7 +395,7 @@ def test_plan_json_adds_env_per_rank() -> None:
     assert rank["mem_policy"] == "preferred"
     # The hand-off reader checks what it reads: rank i of a plan is local rank i (RANK above is local rank 1).
     whole = Plan((replace(RANK, local_rank=0),), "exclusive", False, "rank")
-    assert plan_from_json(whole.to_dict()) == whole
+    assert job_matches(ParentPlan(whole, "rank", "safe", "none", "auto", {}, False).job(), whole)
 
 
 # ---------------------------------------------------------------------------------------------- real runtimes

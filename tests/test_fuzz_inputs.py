@@ -27,15 +27,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.base.choices import MODES
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID
 from launcher.bind.handoff import ParentPlan
+from launcher.bind.wire import read_job
 from launcher.env.policy import rank_environment
 from launcher.errors import AffrunError
-from launcher.plan.planner import MODES, Plan, Request, make_plan
+from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology import Topology, load_topology
 from launcher.topology.hwloc_xml import hwloc_xml_topology
 from launcher.topology.snapshot import from_snapshot, snapshot_topology, to_snapshot
 from tests.conftest import FIXTURES, extract_tarball, need
+from tests.launch import job_matches
 
 LONG = int(os.environ.get("AFFRUN_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=LONG or 25, derandomize=not LONG, deadline=None, database=None,
@@ -67,7 +70,7 @@ def check_plan(topo: Topology, plan: Plan) -> None:
                 f"CPU {cpu} in ranks {owner[cpu]} and {rank.local_rank} ({plan.mode})")
     # What affrun torchrun writes, every worker's affrun exec accepts, unchanged.
     parent = ParentPlan(plan, "rank", "safe", "none", "auto", {}, False)
-    assert ParentPlan.from_json(parent.to_json()).plan == plan
+    assert job_matches(parent.job(), plan)
 
 
 def check_topology(topo: Topology) -> None:
@@ -319,11 +322,11 @@ def test_corrupted_affrun_plan(trees: dict[str, Path], data: st.DataObject, tree
 
     def read_back() -> None:
         try:
-            parent = ParentPlan.from_json(json.dumps(value))
+            job = read_job(json.dumps(value))
         except AffrunError as exc:
             one_line(exc)
             return
-        check_plan_alone(parent.plan)
+        check_plan_alone(job)
 
     bounded(read_back)
 

@@ -21,9 +21,10 @@ from hypothesis import given
 
 from launcher.base.cpulist import parse_cpulist
 from launcher.bind.handoff import ParentPlan
-from launcher.plan.wire import BadPlan, plan_from_json
+from launcher.bind.wire import read_job
+from launcher.errors import LaunchError
 from tests.conftest import ROOT, need
-from tests.launch import clean_env
+from tests.launch import clean_env, job_matches
 from tests.test_hostile_input import affrun, refused
 from tests.test_plan_properties import SETTINGS, cases, plan_or_error
 
@@ -112,7 +113,7 @@ def test_a_marker_of_this_plan_on_other_cpus_is_not_proof() -> None:
     """Even the right plan's identity proves nothing when the process does not run on that rank's CPUs (a copied
     environment): it is bound afresh."""
     env = two_ranks()
-    plan_id = ParentPlan.from_env(env["AFFRUN_PLAN"]).identity()
+    plan_id = read_job(env["AFFRUN_PLAN"]).identity
     proc = python(PROBE, {**env, "AFFRUN_LOCAL_RANK": "0", "AFFRUN_PLAN_ID": plan_id})
     assert proc.returncode == 0, proc.stderr
     rank0 = json.loads(env["AFFRUN_PLAN"])["plan"]["ranks"][0]
@@ -347,8 +348,8 @@ IMPOSSIBLE: dict[str, Callable[[dict[str, Any]], None]] = {
 @pytest.mark.parametrize("change", list(IMPOSSIBLE.values()), ids=list(IMPOSSIBLE))
 def test_a_plan_no_planner_could_make_is_refused(change: Callable[[dict[str, Any]], None]) -> None:
     env = mutate(two_ranks(), change)
-    with pytest.raises(BadPlan):
-        plan_from_json(json.loads(env["AFFRUN_PLAN"])["plan"])
+    with pytest.raises(LaunchError, match="not a plan written by affrun"):
+        read_job(env["AFFRUN_PLAN"])
     proc = python(PROBE, env)  # the hook
     refused(proc, "AFFRUN_PLAN")
     assert proc.stdout == ""
@@ -397,4 +398,4 @@ def test_every_plan_the_planner_makes_passes_the_check(case: Any) -> None:
     machine, request = case
     plan = plan_or_error(machine.topo, request)
     if plan is not None:
-        assert plan_from_json(json.loads(json.dumps(plan.to_dict()))) == plan
+        assert job_matches(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False).job(), plan)

@@ -75,13 +75,39 @@ def _loaded_by_exec(argv: list[str], env: dict[str, str]) -> set[str]:
     return set(ast.literal_eval(loaded))
 
 
-def test_a_standalone_rank_imports_none_of_the_slow_stdlib_modules() -> None:
+# A standalone rank plans, and the planner's records are the standard library's dataclasses (issue 19: about 15 ms,
+# against the rank's own `import torch` of about a second); what it still leaves out is what it does not use.
+STANDALONE_UNUSED = ("argparse", "shutil", "shlex")
+
+
+def test_a_standalone_rank_imports_none_of_the_modules_it_does_not_use() -> None:
     """srun/mpirun/submitit: `affrun exec -- CMD` reads the topology and plans by itself."""
     for env in ({}, {"SLURM_STEP_ID": "0", "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
                      "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}):
         loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], env)
         assert "launcher" in loaded
-        assert loaded.isdisjoint(SLOW_STDLIB), sorted(loaded & set(SLOW_STDLIB))
+        assert loaded.isdisjoint(STANDALONE_UNUSED), sorted(loaded & set(STANDALONE_UNUSED))
+
+
+def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> None:
+    """The one channel (launcher.bind.wire): a rank applies its parent's record and re-derives nothing."""
+    from launcher.bind.handoff import plan_job
+
+    _, parent = plan_job({}, 1)
+    code = RANK_PROBE.replace('{{m.split(".")[0] for m in set(sys.modules) - before}}',
+                              '{{m for m in set(sys.modules) - before if m.startswith("launcher")}}')
+    code = code.format(argv=["exec", "--", "/nonexistent/affrun-probe"],
+                       env={"AFFRUN_PLAN": parent.to_env(), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "SLURM_", "OMPI_", "PMI_"))}
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**clean, "PYTHONPATH": ROOT}, cwd=ROOT)
+    status, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
+    assert status == "127", proc.stderr
+    modules = set(ast.literal_eval(loaded))
+    assert "launcher.bind.wire" in modules
+    heavy = {m for m in modules if m.startswith(("launcher.plan", "launcher.topology", "launcher.options",
+                                                  "launcher.bind.handoff", "launcher.env.policy"))}
+    assert not heavy, sorted(heavy)
 
 
 def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
@@ -102,12 +128,17 @@ def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
 def test_exec_without_options_takes_the_parsers_defaults() -> None:
     """exec skips argparse when no option comes before `--`: what it uses instead must be what argparse gives."""
     from launcher.launch.exec_cmd import build_parser, default_args
+    from launcher.options.table import BINDING_OPTIONS
 
-    assert vars(default_args()) == vars(build_parser().parse_args([]))
+    parsed = vars(build_parser().parse_args([]))
+    given = vars(default_args())
+    assert given == {k: parsed[k] for k in given}
+    # the binding options it leaves out are what plan_job fills in: the table's defaults, as argparse has them
+    assert {k: v for k, v in parsed.items() if k not in given} == {
+        s.dest: False if s.is_flag else s.default for s in BINDING_OPTIONS}
 
 
-HOT_LITERALS = ("launcher.plan.request", "launcher.plan.spill", "launcher.env.policy", "launcher.env.omp_syntax",
-                "launcher.options.table")
+HOT_LITERALS = ("launcher.base.choices",)
 
 
 @pytest.mark.parametrize("module", HOT_LITERALS)

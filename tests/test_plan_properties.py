@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.base.choices import MODES
 from launcher.errors import PlanError
-from launcher.plan.planner import MODES, Plan, RankPlan, Request, make_plan
+from launcher.plan.planner import Plan, RankPlan, Request, make_plan
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 
 # 200 examples per property run in a few seconds; AFFRUN_HYPOTHESIS_EXAMPLES=5000 searches deeper.

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
+from launcher.base.choices import SpillChoice
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.options.plan_options import PlanOptions
 from launcher.plan.planner import RankPlan, make_plan
-from launcher.plan.spill import SpillChoice
 from launcher.topology import load_topology
 from tests.conftest import need
 from tests.fakesys import FakeGPU, FakeMachine, write_tree

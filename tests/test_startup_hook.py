@@ -18,8 +18,8 @@ from launcher.base.cpulist import parse_cpulist
 from launcher.bind.handoff import BOOT
 from launcher.context.launchers import python_program
 from launcher.context.local_rank import SOURCES, TASK_IDENTITY, task_identity
+from launcher.context.run_role import BoundCheck, decide
 from launcher.errors import LaunchError
-from launcher.startup import BoundCheck, decide
 from tests.conftest import ROOT
 
 PTH = ROOT / "build_backend" / "affrun-startup.pth"
@@ -224,7 +224,6 @@ def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
 
 
 def test_the_hook_removes_the_same_place_variables_as_the_env_policy_names() -> None:
-    from launcher.env.policy import PLACE_VARIABLES
-    from launcher.startup import PLACEMENT_VARIABLES
+    from launcher.env.variables import PLACE_VARIABLES, PLACEMENT_VARIABLES
 
     assert PLACEMENT_VARIABLES == PLACE_VARIABLES

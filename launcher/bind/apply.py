@@ -11,9 +11,10 @@ from launcher.errors import LaunchError, error_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping, MutableMapping, Sequence
 
     from launcher.bind.mempolicy import MemResult
+    from launcher.bind.wire import Job, RankRecord
 
 
 def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str) -> MemResult:
@@ -58,3 +59,40 @@ def exec_or_status(argv: Sequence[str], env: Mapping[str, str]) -> int:
         print(error_line(LaunchError(f"{argv[0]}: {exc.strerror}")), file=sys.stderr)
         return 126
     return 0  # pragma: no cover - execvpe does not return
+
+
+def rank_variables(job: Job, rank: RankRecord) -> dict[str, str]:
+    """Every variable affrun sets for ``rank``: the OpenMP/BLAS ones its parent decided, ``AFFRUN_*``, and
+    ``AFFRUN_PLAN_ID``, the proof of this binding that the startup hook asks of the rank's children."""
+    from launcher.env.variables import PLAN_ID_VARIABLE
+
+    return {**job.variables(rank), PLAN_ID_VARIABLE: job.identity}
+
+
+def rank_environ(job: Job, rank: RankRecord, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment ``rank``'s command is exec'd with: ``environ`` without what the policy removes and without
+    ``AFFRUN_PLAN`` (the rank's binding is applied: its children need no plan), plus :func:`rank_variables`."""
+    from launcher.bind.wire import PLAN_VARIABLE
+
+    env = {k: v for k, v in environ.items() if k not in rank.unset and k != PLAN_VARIABLE}
+    env.update(rank_variables(job, rank))
+    return env
+
+
+def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str], unset: Sequence[str]) -> None:
+    for name in unset:
+        environ.pop(name, None)
+    environ.update(set_)
+
+
+def bind_running(job: Job, rank: RankRecord, environ: MutableMapping[str, str]) -> MemResult:
+    """Bind the running process as ``rank`` (the startup hook, ``bind_rank``): its mask, its memory policy with
+    the system call (numactl cannot wrap a process that is already running), and its variables in ``environ``,
+    ``AFFRUN_MEM`` recording the policy that took."""
+    from launcher.env.rank_line import MEM_VARIABLE, mem_text
+
+    backend = "syscall" if job.mem_backend in ("auto", "numactl") else job.mem_backend
+    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, backend)
+    apply_environment(environ, {**rank_variables(job, rank), MEM_VARIABLE: mem_text(mem.policy, mem.nodes)},
+                      rank.unset)
+    return mem

@@ -1,25 +1,22 @@
-"""The plan's trip from the process that plans (``affrun torchrun``, ``affrun run``, ``affrun exec`` on its own)
-to each rank: :func:`plan_job` makes the plan once, :class:`ParentPlan` carries it in ``AFFRUN_PLAN``, and
-:func:`rank_line` is the one summary line of a rank that every front end prints (:mod:`launcher.env.rank_line`
-formats it).
-
-Standard library and the pure core only: ``affrun exec`` imports it before every rank.
+"""The parent's side of the plan's trip to each rank: :func:`plan_job` makes the plan once (``affrun torchrun``,
+``affrun run``, ``affrun exec`` on its own, ``bind_rank``), and :class:`ParentPlan` computes every rank's final
+environment and writes it all into ``AFFRUN_PLAN`` (:meth:`ParentPlan.to_env`), which each rank reads with
+:func:`launcher.bind.wire.read_job` and nothing of the planner. :func:`rank_line` is the one summary line of a
+rank that the planning front ends print (:mod:`launcher.env.rank_line` formats it).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from launcher.base.untrusted import BadJSON, clip, load_json, short
-from launcher.env.omp_syntax import BIND_MODES, OmpBind
-from launcher.env.policy import ENV_POLICIES, USER_VARIABLES, EnvPolicy, effective_mem_policy
-from launcher.env.rank_line import rank_summary
+from launcher.base.choices import EnvPolicy, MemBackend, OmpBind
+from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, read_job
+from launcher.env.policy import effective_mem_policy, rank_environment
 from launcher.errors import ConfigError, LaunchError
-from launcher.options.plan_options import MEM_POLICIES, PlanOptions
-from launcher.options.table import BINDING_OPTIONS, MEM_BACKENDS, MemBackend
+from launcher.options.plan_options import PlanOptions
+from launcher.options.table import BINDING_OPTIONS
 from launcher.plan.planner import Plan, RankPlan
 
 if TYPE_CHECKING:
@@ -28,23 +25,13 @@ if TYPE_CHECKING:
 
     from launcher.topology.model import Topology
 
-PLAN_VARIABLE = "AFFRUN_PLAN"
-# Written with AFFRUN_LOCAL_RANK by every binding made from a plan: ParentPlan.identity() of that plan. A process
-# is "already bound" only when it carries the identity of the plan it reads (launcher.startup): an inherited
-# AFFRUN_LOCAL_RANK of another binding (an outer affrun exec, a stale copy) is not proof.
-PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
 # Above this size the plan's JSON travels compressed (AFFRUN_PLAN=zlib+base64:...), still in the variable: one
 # environment string may not exceed 128 KiB (MAX_ARG_STRLEN), beyond which every worker's execve would fail.
 INLINE_PLAN_LIMIT = 32 * 1024
-COMPRESSED_PREFIX = "zlib+base64:"
 # The longest AFFRUN_PLAN written, well under MAX_ARG_STRLEN (128 KiB for "NAME=value"), leaving room in the 2 MiB
 # that execve allows for arguments and environment together. A plan of 512 ranks on 1,024 CPUs is 185 KB of JSON,
 # 8 KB compressed.
 ENV_PLAN_LIMIT = 96 * 1024
-# The most a compressed plan may expand to when it is read (a value of ENV_PLAN_LIMIT could hold gigabytes).
-PLAN_TEXT_LIMIT = 16 << 20
-# The memory policies a plan carries: resolved, never "auto".
-APPLIED_MEM_POLICIES = tuple(p for p in MEM_POLICIES if p != "auto")
 # How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
 # from the user's working directory first. `-c` puts '' (the cwd) at sys.path[0]; drop it before importing.
 BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
@@ -53,13 +40,6 @@ BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
 def exec_prefix() -> list[str]:
     """The argv that starts ``affrun exec`` with this interpreter, safe from modules in the working directory."""
     return [sys.executable, "-c", BOOT, "exec"]
-
-
-def rank_line(rank: RankPlan, size: int, mem: str, host: str) -> str:
-    """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``):
-    :func:`launcher.env.rank_line.rank_summary` of the plan's entry, after ``affrun:``."""
-    return "affrun: " + rank_summary(rank.local_rank, size, host, rank.cpus, rank.numa_nodes, rank.gpu,
-                                     rank.gpu_pci, rank.threads, rank.loader_cpus, mem)
 
 
 @dataclass(frozen=True)
@@ -86,9 +66,19 @@ class ParentPlan:
                 "mem_backend": self.mem_backend,
                 "user_env": self.user_env,
                 "verbose": self.verbose,
+                "env": [self._environment(rank) for rank in self.plan.ranks],
             },
             separators=(",", ":"),
         )
+
+    def _environment(self, rank: RankPlan) -> dict[str, Any]:
+        """The OpenMP/BLAS variables ``rank`` gets, as the env policy judges the user's own values: computed here,
+        once, so that a rank applies them without the planner. Its ``AFFRUN_*`` variables are written by the rank
+        from its fields (:meth:`launcher.bind.wire.Job.variables`)."""
+        renv = rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
+                                smt=self.plan.smt, policy=self.env_policy)
+        return {"set": {k: v for k, v in renv.set.items() if not k.startswith("AFFRUN_")},
+                "unset": list(renv.unset), "notes": list(renv.notes)}
 
     def to_env(self) -> str:
         """The value of ``AFFRUN_PLAN``: the JSON itself, or, above :data:`INLINE_PLAN_LIMIT`, the JSON compressed.
@@ -113,127 +103,16 @@ class ParentPlan:
                               "plan fewer ranks")
         return value
 
-    @classmethod
-    def from_env(cls, value: str) -> ParentPlan:
-        """Read ``AFFRUN_PLAN``: the JSON, the compressed JSON (:meth:`to_env`), or ``@FILE``, a file that holds the
-        JSON (affrun no longer writes one, but reads what a user or an older affrun wrote)."""
-        if value.startswith(COMPRESSED_PREFIX):
-            value = _decompressed(value[len(COMPRESSED_PREFIX):])
-        elif value.startswith("@"):
-            value = _plan_file(value[1:])
-        kind = _not_an_object(value)
-        if kind:
-            raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: it holds {kind} where a plan "
-                              "object ({...}) is expected")
-        return cls.from_json(value)
-
-    @classmethod
-    def from_json(cls, text: str) -> ParentPlan:
-        """Parse and check ``AFFRUN_PLAN`` like any input: one :class:`LaunchError` line for anything wrong."""
-        from launcher.plan.wire import BadPlan, choice, plan_from_json, string_map
-
-        try:
-            d = load_json(text)
-            if not isinstance(d, dict):
-                raise BadPlan(f"expected an object, not {short(d, 40)}")
-            verbose = d.get("verbose", False)
-            if not isinstance(verbose, bool):
-                raise BadPlan(f"verbose must be true or false, not {short(verbose, 40)}")
-            return cls(
-                plan_from_json(d.get("plan")),
-                choice(d.get("bind"), "bind", BIND_MODES),
-                choice(d.get("env_policy"), "env_policy", ENV_POLICIES),
-                choice(d.get("mem_policy"), "mem_policy", APPLIED_MEM_POLICIES),
-                choice(d.get("mem_backend"), "mem_backend", MEM_BACKENDS),
-                string_map(d.get("user_env", {}), "user_env", USER_VARIABLES),
-                verbose,
-            )
-        except (BadJSON, BadPlan) as exc:
-            raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: {exc}") from None
-
     def identity(self) -> str:
-        """A short fingerprint of this plan (CRC-32 of its JSON), the value of ``AFFRUN_PLAN_ID``: tells a binding
-        made from this plan from one made from another. Not a secret: it only has to differ between plans."""
-        import zlib  # a small C module (hashlib would load OpenSSL)
+        """What every binding made from this plan records in ``AFFRUN_PLAN_ID`` (:func:`launcher.bind.wire.identity`
+        of the JSON the ranks read)."""
+        return identity(self.to_json())
 
-        return f"{zlib.crc32(self.to_json().encode('utf-8', 'surrogateescape')):08x}"
-
-
-def _decompressed(data: str) -> str:
-    import binascii
-    import zlib
-
-    what = f"{PLAN_VARIABLE}={COMPRESSED_PREFIX}... is damaged"
-    try:
-        packed = binascii.a2b_base64(data.encode("ascii"), strict_mode=True)
-    except (UnicodeEncodeError, binascii.Error, ValueError):
-        raise LaunchError(f"{what}: not base64 text (affrun writes the plan's compressed JSON there)") from None
-    inflate = zlib.decompressobj()
-    try:
-        raw = inflate.decompress(packed, PLAN_TEXT_LIMIT)
-    except zlib.error:
-        raise LaunchError(f"{what}: not zlib data (affrun writes the plan's compressed JSON there)") from None
-    if inflate.unconsumed_tail:
-        raise LaunchError(f"{what}: it expands to more than {PLAN_TEXT_LIMIT >> 20} MiB, which no plan does")
-    if not inflate.eof:
-        raise LaunchError(f"{what}: the compressed data is cut short")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LaunchError(f"{what}: it does not expand to UTF-8 text") from None
-
-
-def _plan_file(path: str) -> str:
-    """The text of the plan file ``AFFRUN_PLAN=@path`` names; one line for a name or a file that cannot be one."""
-    import stat
-
-    shown = f"{PLAN_VARIABLE}=@{path}"  # error_line bounds the line: a long name keeps its start and its end
-    if not path.strip():
-        blank = "an empty file name" if not path else "a file name of only blanks"
-        raise LaunchError(f"{PLAN_VARIABLE}={short('@' + path)} names no plan file: {blank} after @")
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            reason = "no such file (removed since the job started, or from another machine?)"
-        else:
-            reason = getattr(exc, "strerror", None) or "not a usable file name"
-        raise LaunchError(f"{shown}: the plan file cannot be read: {reason}") from None
-    if stat.S_ISDIR(mode):
-        raise LaunchError(f"{shown}: a directory, where a plan file is expected")
-    if not stat.S_ISREG(mode):
-        raise LaunchError(f"{shown}: not a regular file (a device, FIFO or socket), where a plan file is expected")
-    from launcher.topology._files import read_document
-
-    data = read_document(path, "the plan file AFFRUN_PLAN names", LaunchError)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LaunchError(f"{shown}: the plan file is not UTF-8 text") from None
-
-
-def _not_an_object(text: str) -> str:
-    """What ``text`` holds when it is JSON but no object (``a number``, ``a list``...); ``""`` otherwise (an object,
-    or not JSON: :meth:`ParentPlan.from_json` says so)."""
-    head = text.lstrip(" \t\r\n")
-    if head.startswith("{"):
-        return ""
-    if not head:
-        return "nothing (an empty value)"
-    import json
-
-    try:
-        value = json.loads(head, parse_constant=float)  # NaN, Infinity: numbers too, to the user
-    except RecursionError:
-        return "a list nested too deeply" if head[0] == "[" else ""
-    except json.JSONDecodeError:
-        return ""
-    except ValueError:  # an integer of more than 4,300 digits
-        return f"a number ({clip(head, 40)})"
-    if isinstance(value, bool) or value is None:
-        return head.split(None, 1)[0][:5]
-    kind = "a string" if isinstance(value, str) else "a list" if isinstance(value, list) else "a number"
-    return f"{kind} ({clip(head.rstrip(), 40)})"
+    def job(self) -> Job:
+        """The :class:`~launcher.bind.wire.Job` the ranks read from :meth:`to_env`: read back from the same JSON, so
+        that a process that plans for itself (``affrun exec`` under srun, ``bind_rank``) applies its binding
+        exactly as a rank of ``affrun torchrun`` does, checks included."""
+        return read_job(self.to_json())
 
 
 def plan_job(

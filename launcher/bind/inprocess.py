@@ -31,12 +31,15 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import short
 from launcher.env.omp_syntax import thread_count
 from launcher.errors import AffrunError, ConfigError, LaunchError
+
+if TYPE_CHECKING:
+    from launcher.bind.wire import Job
 
 
 @dataclass(frozen=True)
@@ -58,25 +61,26 @@ class BindReport:
         return "\n".join(lines)
 
 
-def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
-    """The :class:`~launcher.bind.handoff.ParentPlan` to bind from: ``affrun run``'s, or one made here."""
+def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
+    """The :class:`~launcher.bind.wire.Job` to bind from: ``affrun run``'s, or one planned here."""
     import argparse
 
-    from launcher.bind.handoff import PLAN_VARIABLE, ParentPlan, plan_job
-    from launcher.env.policy import USER_VARIABLES
+    from launcher.bind.handoff import plan_job
+    from launcher.bind.wire import PLAN_VARIABLE, read_job
+    from launcher.context.run_role import RUN_VARIABLE
+    from launcher.env.variables import USER_VARIABLES
     from launcher.options.keywords import BY_KEYWORD, check_keywords
     from launcher.options.table import add_binding_arguments, spell_error
-    from launcher.startup import RUN_VARIABLE
 
     if os.environ.get(RUN_VARIABLE) and os.environ.get(PLAN_VARIABLE):
         if options:
             raise ConfigError(f"bind_rank: under affrun run the plan is affrun run's: drop {', '.join(options)} "
                               "(give them to affrun run)")
-        parent = ParentPlan.from_env(os.environ[PLAN_VARIABLE])
-        if len(parent.plan.ranks) != nproc:
-            raise ConfigError(f"bind_rank: nproc_per_node={nproc} but affrun run planned {len(parent.plan.ranks)} "
+        job = read_job(os.environ[PLAN_VARIABLE])
+        if job.size != nproc:
+            raise ConfigError(f"bind_rank: nproc_per_node={nproc} but affrun run planned {job.size} "
                               f"ranks: give affrun run --nproc-per-node {nproc}")
-        return parent
+        return job
     parser = argparse.ArgumentParser(add_help=False)
     add_binding_arguments(parser)
     defaults = vars(parser.parse_args([]))
@@ -90,7 +94,7 @@ def _parent_plan(local_rank: int, nproc: int, options: dict[str, Any]) -> Any:
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
     try:
-        return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1]
+        return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1].job()
     except AffrunError as exc:
         spell_error(exc, "python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
         raise
@@ -117,16 +121,16 @@ def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
 
 def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
+    from launcher.bind.apply import bind_running
     from launcher.context.runtimes import OPENMP, controller_named, loaded_runtimes
-    from launcher.startup import apply_environment, bind_running
 
     if (not isinstance(local_rank, int) or not isinstance(nproc_per_node, int) or isinstance(local_rank, bool)
             or isinstance(nproc_per_node, bool) or not 0 <= local_rank < nproc_per_node):
         raise ConfigError(f"bind_rank: local rank {short(local_rank)} is not in 0..{short(nproc_per_node)} - 1 (both "
                           "are ints)")
-    parent = _parent_plan(local_rank, nproc_per_node, options)
-    rank = parent.plan.ranks[local_rank]
-    renv, mem = bind_running(parent, rank, os.environ)
+    job = _job(local_rank, nproc_per_node, options)
+    rank = job.ranks[local_rank]
+    mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ
     applied: list[str] = []
     not_applied: list[str] = []
     moved, problems = _bind_threads(rank.cpus)
@@ -135,10 +139,9 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     if mem.policy != "none":
         applied.append(f"memory policy {mem.policy} on node(s) {','.join(map(str, mem.nodes))}")
     not_applied += mem.warnings
-    apply_environment(os.environ, renv.set, renv.unset)
     applied.append("OMP/KMP/MKL/OPENBLAS and AFFRUN_* variables in os.environ (for runtimes not started yet "
                    "and for child processes)")
-    threads = renv.set.get("OMP_NUM_THREADS", str(rank.threads))
+    threads = rank.set.get("OMP_NUM_THREADS", str(rank.threads))
     count = thread_count(threads) or rank.threads
     runtimes = loaded_runtimes()
     torch = sys.modules.get("torch")
@@ -150,16 +153,16 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
         if controller is not None and controller.set_threads_in_process(runtime.path, count):
             applied.append(f"{runtime.name}: {controller.set_symbols[0]}({count})")
         if runtime.name == "libgomp":
-            not_applied.append(f"per-thread places (OMP_PLACES={renv.set.get('OMP_PLACES', '')}, "
-                               f"OMP_PROC_BIND={renv.set.get('OMP_PROC_BIND', '')}): libgomp read them when it was "
+            not_applied.append(f"per-thread places (OMP_PLACES={rank.set.get('OMP_PLACES', '')}, "
+                               f"OMP_PROC_BIND={rank.set.get('OMP_PROC_BIND', '')}): libgomp read them when it was "
                                f"loaded ({runtime.path}); its threads stay inside the mask, unpinned")
         elif runtime.user_api == OPENMP:
             not_applied.append(f"{runtime.name} reads OMP_PLACES/KMP_AFFINITY at its first parallel region: applied "
                                "only if none has run in this process yet")
-    if parent.mem_backend == "numactl" and mem.policy != "none":
+    if job.mem_backend == "numactl" and mem.policy != "none":
         not_applied.append("--mem-backend numactl cannot wrap a running process: set_mempolicy was used")
     report = BindReport(local_rank, nproc_per_node, rank.cpus, count, tuple(applied), tuple(not_applied),
-                        tuple(renv.notes))
+                        rank.notes)
     if not quiet:
         for item in report.not_applied:
             print(f"affrun: note: bind_rank({local_rank}): not applied: {item}", file=sys.stderr)

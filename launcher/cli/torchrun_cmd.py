@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from launcher.env.policy import BINDING_VARIABLES
+from launcher.env.variables import BINDING_VARIABLES
 
 
 def import_torch_unbound() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from launcher.base.cpulist import format_cpulist
-from launcher.env.policy import BINDING_VARIABLES
+from launcher.env.variables import BINDING_VARIABLES
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:

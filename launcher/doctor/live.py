@@ -25,7 +25,7 @@ from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.run_checks import planned_cpus, unbound_findings
-from launcher.env.policy import BINDING_VARIABLES
+from launcher.env.variables import BINDING_VARIABLES
 from launcher.topology.model import Topology
 
 

@@ -32,7 +32,8 @@ from launcher.env.omp_syntax import (
     parse_proclist,
     thread_count,
 )
-from launcher.env.policy import KMP_DEFAULT, PLACE_VARIABLES, THREAD_VARIABLES, kmp_affinity_problem, variable_problem
+from launcher.env.policy import KMP_DEFAULT, kmp_affinity_problem, variable_problem
+from launcher.env.variables import PLACE_VARIABLES, THREAD_VARIABLES
 from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 

@@ -12,13 +12,10 @@ rank's.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from launcher.base.cpulist import format_cpulist
 from launcher.doctor.findings import Finding
-
-if TYPE_CHECKING:
-    from launcher.bind.handoff import ParentPlan
 
 
 class Process(Protocol):
@@ -38,21 +35,22 @@ class Process(Protocol):
 def planned_cpus(process: Process) -> tuple[int, frozenset[int]] | None:
     """The local rank and CPUs ``affrun run``'s hook binds ``process`` to (``None``: it binds none: no plan, a
     launcher, a worker or helper of a bound rank, a plan that cannot be read)."""
+    from launcher.context.run_role import PROBE, RUN_VARIABLE, BoundCheck, decide
     from launcher.errors import AffrunError
-    from launcher.startup import PROBE, RUN_VARIABLE, BoundCheck, decide, parent_plan
+    from launcher.startup import job_of
 
     if not process.environ.get(RUN_VARIABLE) or process.environ.get(RUN_VARIABLE) == PROBE:
         return None
     try:
-        parent: ParentPlan = parent_plan(process.environ)
+        job = job_of(dict(process.environ))
         # What the hook decided at the process's start: its environment then (/proc/PID/environ), and its mask
-        check = BoundCheck(parent.identity(), tuple(frozenset(r.cpus) for r in parent.plan.ranks), process.mask)
+        check = BoundCheck(job.identity, tuple(frozenset(r.cpus) for r in job.ranks), process.mask)
         decision = decide(process.environ, process.cmdline, check, pid=process.pid)
     except AffrunError:
         return None  # the hook refused it with an error line: the process ended there
-    if decision.action != "rank" or decision.rank is None or not 0 <= decision.rank < len(parent.plan.ranks):
+    if decision.action != "rank" or decision.rank is None or not 0 <= decision.rank < job.size:
         return None
-    return decision.rank, frozenset(parent.plan.ranks[decision.rank].cpus)
+    return decision.rank, frozenset(job.ranks[decision.rank].cpus)
 
 
 def unbound_findings(processes: Iterable[Process]) -> list[Finding]:

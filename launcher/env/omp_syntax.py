@@ -9,20 +9,13 @@ from __future__ import annotations
 # How a rank's OpenMP threads are placed (--omp-bind): see omp_places.
 from typing import TYPE_CHECKING
 
+from launcher.base.choices import OmpBind
 from launcher.base.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id
 from launcher.base.untrusted import ascii_uint
 from launcher.plan.planner import RankPlan
 
-# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
-# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Literal
-
-    OmpBind = Literal["rank", "core"]
-else:
-    OmpBind = str
-BIND_MODES: tuple[OmpBind, ...] = ("rank", "core")
 ABSTRACT_PLACES = ("threads", "cores", "sockets", "ll_caches", "numa_domains")
 PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
 KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")

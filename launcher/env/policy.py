@@ -42,15 +42,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.base.choices import BIND_MODES, ENV_POLICIES, EnvPolicy, OmpBind
 from launcher.base.cpulist import CpuIdTooLarge, format_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
-    BIND_MODES,
     KMP_MODIFIERS,
     KMP_TYPES,
     PROC_BIND_VALUES,
-    OmpBind,
     Tokens,
     kmp_type,
     omp_places,
@@ -59,28 +58,14 @@ from launcher.env.omp_syntax import (
     read_proclist,
     thread_count,
 )
+from launcher.env.variables import THREAD_VARIABLES, affrun_variables
 from launcher.plan.planner import RankPlan
 
-# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
-# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Literal
 
-    EnvPolicy = Literal["safe", "override", "keep"]
     ProblemCode = Literal["malformed", "empty", "oversubscribed", "outside", "collapse", "disabled"]
-else:
-    EnvPolicy = str
-    ProblemCode = str
-ENV_POLICIES: tuple[EnvPolicy, ...] = ("safe", "override", "keep")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-# The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
-# `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
-PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also read by libgomp
-BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
-# The variables affrun sets or judges whose user-set values a launcher snapshots before starting ranks
-# (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
-USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)
 KMP_DEFAULT = "granularity=fine"
 
 
@@ -106,22 +91,6 @@ class Problem(str):
         self = super().__new__(cls, text)
         self.code = code
         return self
-
-
-def affrun_variables(rank: RankPlan, local_world_size: int, bind: OmpBind) -> dict[str, str]:
-    return {
-        "AFFRUN_LOCAL_RANK": str(rank.local_rank),
-        "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
-        "AFFRUN_CPUS": format_cpulist(rank.cpus),
-        "AFFRUN_COMPUTE_CPUS": format_cpulist(rank.compute_cpus),
-        "AFFRUN_LOADER_CPUS": format_cpulist(rank.loader_cpus),
-        "AFFRUN_NUMA_NODES": ",".join(map(str, rank.numa_nodes)),
-        "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
-        "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),
-        "AFFRUN_GPU_PCI": rank.gpu_pci or "",
-        "AFFRUN_THREADS": str(rank.threads),
-        "AFFRUN_OMP_BIND": bind,
-    }
 
 
 def rank_environment(

@@ -14,6 +14,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank i
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from launcher.env.variables import RankFields
+
 # The memory policy in effect for the rank, as the rank line writes it (membind:0, none): exported by whatever
 # bound the process (affrun exec, the affrun run hook, bind_rank), after the policy was applied.
 MEM_VARIABLE = "AFFRUN_MEM"
@@ -31,3 +33,10 @@ def rank_summary(local_rank: int, size: int, host: str, cpus: Iterable[int], num
     return (f"rank {local_rank}/{size} host {host} cpus {format_cpulist(cpus)} "
             f"numa {','.join(map(str, numa_nodes)) or '-'} gpu {shown_gpu} omp {threads} "
             f"loader {format_cpulist(loader_cpus) or '-'} mem {mem}")
+
+
+def rank_line(rank: RankFields, size: int, mem: str, host: str) -> str:
+    """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``), after
+    ``affrun:``: of a plan's entry in the planning parent, of a rank's record in the rank."""
+    return "affrun: " + rank_summary(rank.local_rank, size, host, rank.cpus, rank.numa_nodes, rank.gpu,
+                                     rank.gpu_pci, rank.threads, rank.loader_cpus, mem)

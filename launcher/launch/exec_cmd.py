@@ -15,15 +15,12 @@ import os
 import sys
 
 from launcher.base.untrusted import short
-from launcher.bind.apply import bind_process, exec_or_status
-from launcher.bind.handoff import PLAN_ID_VARIABLE, PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
+from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank_variables
+from launcher.bind.wire import PLAN_VARIABLE, Job, RankRecord, read_job
 from launcher.context.local_rank import LocalRank
-from launcher.env.policy import RankEnvironment, rank_environment
-from launcher.env.rank_line import MEM_VARIABLE, mem_text
+from launcher.env.rank_line import MEM_VARIABLE, mem_text, rank_line
+from launcher.env.variables import USER_VARIABLES
 from launcher.errors import LaunchError, error_line
-from launcher.options.plan_options import plan_options_from
-from launcher.options.table import BINDING_OPTIONS, add_binding_arguments, non_negative
-from launcher.plan.planner import RankPlan
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
@@ -36,6 +33,8 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
+
+    from launcher.options.table import add_binding_arguments, non_negative
 
     p = argparse.ArgumentParser(
         prog="affrun exec",
@@ -54,13 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_args() -> SimpleNamespace:
-    """What ``build_parser().parse_args([])`` gives (a test holds the two equal), without importing argparse: a
-    rank started with no options (every ``affrun torchrun`` worker, most srun tasks) skips the 4 ms that argparse,
-    gettext and locale cost it."""
+    """What ``build_parser().parse_args([])`` gives for exec's own options, without importing argparse or the
+    option table: a rank started with no options (every ``affrun torchrun`` worker, most srun tasks) skips them.
+    The binding options are left out: :func:`launcher.bind.handoff.plan_job` takes the table's default for each
+    one missing (a test holds the two equal)."""
     from types import SimpleNamespace
 
-    values = {spec.dest: False if spec.is_flag else spec.default for spec in BINDING_OPTIONS}
-    return SimpleNamespace(local_rank=None, nproc=None, **values, verbose=False, dry_run=False, command=[])
+    return SimpleNamespace(local_rank=None, nproc=None, verbose=False, dry_run=False, command=[])
 
 
 def parse_args(before: Sequence[str]) -> Args:
@@ -74,9 +73,9 @@ def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(argv), []
 
 
-def _parent_or_standalone(
-    args: Args, environ: Mapping[str, str]
-) -> tuple[ParentPlan, RankPlan, LocalRank | None]:
+def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankRecord, LocalRank | None]:
+    """The job this rank belongs to, its record, and the launcher's rank variables (when they were read): the
+    parent's ``AFFRUN_PLAN`` (no planner is imported), or a plan made here (srun, mpirun, submitit)."""
     from launcher.context.local_rank import LocalRankError, detect_local_rank
 
     detected: LocalRank | None = None
@@ -85,28 +84,32 @@ def _parent_or_standalone(
             detected = detect_local_rank(environ)
         except LocalRankError as exc:
             raise LaunchError(str(exc)) from None
+    rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
     parent_text = environ.get(PLAN_VARIABLE)
     if parent_text:
-        parent = ParentPlan.from_env(parent_text)
-        rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
+        job = read_job(parent_text)
         if rank is None:
             raise LaunchError(f"{PLAN_VARIABLE} is set but no local rank: pass --local-rank")
-        if not 0 <= rank < len(parent.plan.ranks):
-            raise LaunchError(f"local rank {rank} is not in the plan ({len(parent.plan.ranks)} ranks)")
-        return parent, parent.plan.ranks[rank], detected
+        if not 0 <= rank < job.size:
+            raise LaunchError(f"local rank {rank} is not in the plan ({job.size} ranks)")
+        return job, job.ranks[rank], detected
+    from launcher.bind.handoff import option_values, plan_job
+    from launcher.options.plan_options import plan_options_from
 
     nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
-    rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
     if rank is None or nproc is None:
         if rank is None and nproc is None:
-            rank, nproc = 0, plan_options_from(args).rank_count() or 1
+            # one rank, or one per --gpus/--map entry (default_args() has no binding options: none were given)
+            rank, nproc = 0, (plan_options_from(args).rank_count() if hasattr(args, "gpus") else None) or 1
         else:
             raise LaunchError("give both --local-rank and --nproc-per-node, or neither (then LOCAL_RANK, "
                               "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or PMI_LOCAL_RANK)")
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
-    _, parent = plan_job(option_values(args), nproc, environ=environ)
-    return parent, parent.plan.ranks[rank], detected
+    user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
+    _, parent = plan_job(option_values(args), nproc, environ=environ, user_env=user_env)
+    job = parent.job()
+    return job, job.ranks[rank], detected
 
 
 def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
@@ -122,26 +125,6 @@ def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
     return detected.size if detected else 1
 
 
-def prepare(args: Args, environ: Mapping[str, str]) -> tuple[ParentPlan, RankPlan, RankEnvironment]:
-    parent, rank, detected = _parent_or_standalone(args, environ)
-    # The policy judges what the *user* set: in a torchrun child, OMP_NUM_THREADS=1 came from torchrun, not the user.
-    user_env = dict(environ)
-    if parent.user_env or PLAN_VARIABLE in environ:
-        user_env.pop("OMP_NUM_THREADS", None)
-        user_env.update(parent.user_env)
-    renv = rank_environment(rank, local_world_size=len(parent.plan.ranks), user_env=user_env, bind=parent.bind,
-                            smt=parent.plan.smt, policy=parent.env_policy)
-    renv.set[MEM_VARIABLE] = mem_text(parent.mem_policy, rank.mem_nodes)  # as planned; main() writes what took
-    renv.set[PLAN_ID_VARIABLE] = parent.identity()  # the hook's proof that this process is bound (startup.py)
-    if detected is not None and PLAN_VARIABLE not in environ:
-        # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
-        from launcher.context.local_rank import torch_distributed_env
-
-        for name, value in torch_distributed_env(environ, detected).items():
-            renv.set.setdefault(name, value)
-    return parent, rank, renv
-
-
 def main(argv: Sequence[str]) -> int:
     before, command = _split_command(argv)
     args = parse_args(before)
@@ -155,31 +138,37 @@ def main(argv: Sequence[str]) -> int:
     collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
     if collapse is not None:
         print(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}", file=sys.stderr)
-    parent, rank, renv = prepare(args, environ)
-    verbose = args.verbose or parent.verbose
-    env = renv.apply_to(environ)
-    env.pop(PLAN_VARIABLE, None)
+    job, rank, detected = _job_and_rank(args, environ)
+    verbose = args.verbose or job.verbose
+    env = rank_environ(job, rank, environ)
+    env[MEM_VARIABLE] = mem_text(job.mem_policy, rank.mem_nodes)  # as planned; what took is written below
+    if detected is not None and PLAN_VARIABLE not in environ:
+        # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
+        from launcher.context.local_rank import torch_distributed_env
+
+        for name, value in torch_distributed_env(environ, detected).items():
+            env.setdefault(name, value)
     host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
     if args.dry_run:
-        print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host))
-        for name in sorted(renv.set):
-            print(f"{name}={renv.set[name]}")
-        for name in renv.unset:
+        print(rank_line(rank, job.size, mem_text(job.mem_policy, rank.mem_nodes), host))
+        for name in sorted({*rank_variables(job, rank), MEM_VARIABLE}):
+            print(f"{name}={env[name]}")
+        for name in rank.unset:
             print(f"unset {name}")
-        for note in (*renv.notes, *rank.warnings):
+        for note in (*rank.notes, *rank.warnings):
             print(f"note: {note}")
         if command:
             import shlex
 
             print("exec " + shlex.join(command))
         return 0
-    mem = bind_process(rank.cpus, parent.mem_policy, rank.mem_nodes, parent.mem_backend)
+    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend)
     env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:
         print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
     if verbose:
-        print(rank_line(rank, len(parent.plan.ranks), mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
-        for note in renv.notes:
+        print(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
+        for note in rank.notes:
             print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()

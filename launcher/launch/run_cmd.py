@@ -24,15 +24,16 @@ import sys
 from collections.abc import Sequence
 
 from launcher.bind.apply import exec_or_status
-from launcher.bind.handoff import PLAN_VARIABLE, ParentPlan, option_values, plan_job, rank_line
+from launcher.bind.handoff import ParentPlan, option_values, plan_job
+from launcher.bind.wire import PLAN_VARIABLE
 from launcher.context.launchers import command_is_launcher
 from launcher.context.local_rank import task_identity
-from launcher.env.policy import USER_VARIABLES
-from launcher.env.rank_line import mem_text
+from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
+from launcher.env.rank_line import mem_text, rank_line
+from launcher.env.variables import USER_VARIABLES
 from launcher.errors import ConfigError, LaunchError
 from launcher.launch.run_target import check_command
 from launcher.options.table import add_binding_arguments, non_negative
-from launcher.startup import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
 

@@ -30,9 +30,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from launcher.bind.handoff import PLAN_VARIABLE
+from launcher.bind.wire import PLAN_VARIABLE
+from launcher.context.run_role import PROBE, RUN_VARIABLE
 from launcher.errors import LaunchError, error_line
-from launcher.startup import PROBE, RUN_VARIABLE
 
 # What the hook needs to find in a process's environment to bind it.
 HOOK_VARIABLES = (RUN_VARIABLE, PLAN_VARIABLE)

@@ -17,9 +17,10 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from launcher.bind.handoff import PLAN_VARIABLE, exec_prefix, option_values, plan_job, rank_line
-from launcher.env.policy import USER_VARIABLES
-from launcher.env.rank_line import mem_text
+from launcher.bind.handoff import exec_prefix, option_values, plan_job
+from launcher.bind.wire import PLAN_VARIABLE
+from launcher.env.rank_line import mem_text, rank_line
+from launcher.env.variables import USER_VARIABLES
 from launcher.errors import ConfigError
 from launcher.options.table import add_binding_arguments
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from launcher.base.choices import MEM_POLICIES, GpuOrder, MemPolicy, Mode, SpillChoice
 from launcher.base.cpulist import CpuIdTooLarge, parse_cpulist
 from launcher.base.untrusted import ascii_uint
 from launcher.errors import ConfigError, Opt
-from launcher.options.table import MEM_POLICIES, MemPolicy, default
-from launcher.plan.request import GpuOrder, Mode, Request, check_choices
-from launcher.plan.spill import SpillChoice
+from launcher.options.table import default
+from launcher.plan.request import Request, check_choices
 
 __all__ = ["MEM_POLICIES", "MemPolicy", "PlanOptions", "make_request"]  # the memory policies: option_table's
 

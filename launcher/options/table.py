@@ -12,26 +12,28 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from launcher.env.omp_syntax import BIND_MODES
-from launcher.env.policy import ENV_POLICIES
-from launcher.plan.request import GPU_ORDERS, MODES, Request
-from launcher.plan.spill import SPILLS
+from launcher.base.choices import (
+    BIND_MODES,
+    ENV_POLICIES,
+    GPU_ORDERS,
+    MEM_BACKENDS,
+    MEM_POLICIES,
+    MODES,
+    SPILLS,
+    MemBackend,
+    MemPolicy,
+)
+from launcher.plan.request import Request
 
-# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
-# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
-    from typing import Any, Literal
+    from typing import Any
 
     from launcher.errors import AffrunError, Opt, Vocabulary
 
-    MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
-    MemBackend = Literal["auto", "numactl", "syscall"]
 else:
     MemPolicy = MemBackend = str
-MEM_POLICIES: tuple[MemPolicy, ...] = ("auto", "membind", "preferred", "interleave", "none")
-MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
 # The planner's defaults (launcher.plan.request.Request): the planning options' defaults are the planner's own.
 _PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 

@@ -33,12 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
 from launcher.errors import Opt, PlanError
 from launcher.plan.geometry import balanced_chunks, nname, package_of
 from launcher.plan.homes import assign_homes
-from launcher.plan.request import GPU_ORDERS, MODES, GpuOrder, Mode, Request, validate_request
-from launcher.plan.spill import Spill, SpillChoice, spill_cores
+from launcher.plan.request import Request, validate_request
+from launcher.plan.spill import Spill, spill_cores
 from launcher.topology.model import GPU, Core, Topology
 
 if TYPE_CHECKING:

@@ -11,22 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.base.choices import GPU_ORDERS, MODES, SPILLS, GpuOrder, Mode, SpillChoice
 from launcher.errors import AffrunError, Opt, PlanError, RankCountMismatch
-from launcher.plan.spill import SPILLS, SpillChoice
 
-# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
-# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
-    from typing import Literal
 
     from launcher.topology.model import Topology
 
-    Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
-    GpuOrder = Literal["rank", "closest"]
 else:
     Mode = GpuOrder = str
-MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
-GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
 _CHOICES: dict[str, tuple[str, ...]] = {"mode": MODES, "gpu_order": GPU_ORDERS, "spill": SPILLS}
 
 

@@ -21,15 +21,8 @@ from typing import TYPE_CHECKING
 from launcher.plan.geometry import balanced_chunks, distance, package_of
 from launcher.topology.model import Core, Topology
 
-# The Literal types exist for mypy; at run time each is str, and the tuple beside it lists the values (a test holds
-# the two equal). typing, which get_args() needs, costs affrun exec about 10 ms.
 if TYPE_CHECKING:
-    from typing import Literal
-
-    SpillChoice = Literal["loader", "compute", "none"]
-else:
-    SpillChoice = str
-SPILLS: tuple[SpillChoice, ...] = ("loader", "compute", "none")
+    pass
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from launcher import __version__
+from launcher.base.choices import EnvPolicy, MemPolicy, OmpBind
 from launcher.base.untrusted import short, unwritable
-from launcher.env.omp_syntax import OmpBind
-from launcher.env.policy import EnvPolicy
 from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
-from launcher.options.plan_options import MemPolicy, PlanOptions, make_request
+from launcher.options.plan_options import PlanOptions, make_request
 from launcher.options.table import default, options_in, to_argv
 from launcher.plan.request import validate_request
 

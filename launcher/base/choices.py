@@ -1,0 +1,36 @@
+"""Every enumerated string of affrun's options and plans, in one place: its ``Literal`` type (for mypy) and the
+tuple of its values (at run time). The planner, the environment policy, the option table and the rank's reader of
+``AFFRUN_PLAN`` all take them from here.
+
+The ``Literal`` types exist for mypy only: at run time each is ``str``, because ``typing`` costs a rank about 10 ms
+(docs/design.md §11); a test holds each type equal to its tuple. No imports: a rank imports this module.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Mode = Literal["exclusive", "numa", "socket", "l3", "map"]
+    GpuOrder = Literal["rank", "closest"]
+    SpillChoice = Literal["loader", "compute", "none"]
+    OmpBind = Literal["rank", "core"]
+    EnvPolicy = Literal["safe", "override", "keep"]
+    MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
+    AppliedMemPolicy = Literal["membind", "preferred", "interleave", "none"]
+    MemBackend = Literal["auto", "numactl", "syscall"]
+else:
+    Mode = GpuOrder = SpillChoice = OmpBind = EnvPolicy = MemPolicy = AppliedMemPolicy = MemBackend = str
+
+MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
+GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
+SPILLS: tuple[SpillChoice, ...] = ("loader", "compute", "none")
+BIND_MODES: tuple[OmpBind, ...] = ("rank", "core")
+ENV_POLICIES: tuple[EnvPolicy, ...] = ("safe", "override", "keep")
+MEM_POLICIES: tuple[MemPolicy, ...] = ("auto", "membind", "preferred", "interleave", "none")
+# The memory policies a plan carries: resolved, never "auto".
+APPLIED_MEM_POLICIES: tuple[AppliedMemPolicy, ...] = ("membind", "preferred", "interleave", "none")
+MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
+# Modes whose ranks may share CPUs: every rank of the GPU's NUMA node or package shares them.
+SHARED_MODES: tuple[str, ...] = ("numa", "socket")

@@ -1,0 +1,63 @@
+"""The variables affrun manages, by name, and affrun's own ``AFFRUN_*`` variables of a rank, written from the
+rank's fields. Pure, standard library only: a rank imports this module (docs/design.md §11)."""
+
+from __future__ import annotations
+
+from launcher.base.cpulist import format_cpulist
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class RankFields(Protocol):
+        """What affrun's variables are written from: a plan's entry (RankPlan) or a rank's record (RankRecord)."""
+
+        @property
+        def local_rank(self) -> int: ...
+        @property
+        def cpus(self) -> tuple[int, ...]: ...
+        @property
+        def compute_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def loader_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def numa_nodes(self) -> tuple[int, ...]: ...
+        @property
+        def mem_nodes(self) -> tuple[int, ...]: ...
+        @property
+        def gpu(self) -> int | None: ...
+        @property
+        def gpu_pci(self) -> str | None: ...
+        @property
+        def threads(self) -> int: ...
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
+# `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
+PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also read by libgomp
+BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
+# The variables whose user values the env policy judges, and the only ones a plan's environment may set or unset
+# (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)
+# Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.Job):
+# a process is "already bound" only when it carries the identity of the plan it reads (launcher.context.run_role).
+BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
+PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
+
+
+def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict[str, str]:
+    """``AFFRUN_LOCAL_RANK``, ``AFFRUN_CPUS``... of ``rank``: what :func:`launcher.bind.readback.current_binding`
+    reads back in the training process."""
+    return {
+        BOUND_VARIABLE: str(rank.local_rank),
+        "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
+        "AFFRUN_CPUS": format_cpulist(rank.cpus),
+        "AFFRUN_COMPUTE_CPUS": format_cpulist(rank.compute_cpus),
+        "AFFRUN_LOADER_CPUS": format_cpulist(rank.loader_cpus),
+        "AFFRUN_NUMA_NODES": ",".join(map(str, rank.numa_nodes)),
+        "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
+        "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),
+        "AFFRUN_GPU_PCI": rank.gpu_pci or "",
+        "AFFRUN_THREADS": str(rank.threads),
+        "AFFRUN_OMP_BIND": bind,
+    }

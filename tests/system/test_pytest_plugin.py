@@ -12,7 +12,7 @@ import pytest
 from launcher.pytest_plugin import assert_launch_environment_safe, load_env_file
 from tests.launch import clean_env
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ci_guard"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ci_guard"
 
 
 def project(tmp_path: Path) -> Path:

@@ -213,20 +213,6 @@ def mutate(path: Path, kind: str, value: str) -> None:
         path.symlink_to("/dev/zero")
 
 
-@FUZZ
-@given(data=st.data(), tree=st.sampled_from(TREES), request=requests)
-def test_corrupted_sysfs_trees(trees: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
-                               tree: str, request: tuple[list[int], list[str]]) -> None:
-    source = trees[tree]
-    entries = tree_entries(source)
-    copy = tmp_path_factory.mktemp("fuzzed") / "t"
-    shutil.copytree(source, copy, symlinks=True, copy_function=os.link)
-    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
-        entry = data.draw(st.sampled_from(entries), label="entry")
-        kind, value = data.draw(MUTATIONS, label="mutation")
-        mutate(copy / entry, kind, value)
-    bounded(lambda: plan_all(lambda: load_topology(fsroot=str(copy), environ={}), *request))
-    shutil.rmtree(copy.parent)
 
 
 # ---------------------------------------------------------------------------------------------- hwloc XML

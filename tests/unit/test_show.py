@@ -16,7 +16,6 @@ from launcher.show import picture, svg, write_map
 from launcher.topology import load_topology
 from launcher.topology.model import Core, Topology
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
-from tests.launch import affrun
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 CELL = re.compile(r"\[\s*(\d+) ([0-9A-Za-z.+\-]+)\s*\]")  # a core in the plain picture: [first CPU, owner]
@@ -219,21 +218,6 @@ def test_reserved_cores_are_drawn_as_reserved_not_free(two_node: Topology) -> No
     assert marked == {c.pus[0] for c in reserved_cores}
 
 
-def test_reserved_cpus_in_plan_json_and_table(tmp_path: Path) -> None:
-    import json
-
-    root = two_node_four_gpus(tmp_path / "m")
-    shown = affrun("plan", "--fsroot", str(root), "--nproc-per-node", "2", "--reserve", "0", "--json")
-    assert shown.returncode == 0, shown.stderr
-    data = json.loads(shown.stdout)
-    topo = load_topology(fsroot=str(root), environ={})
-    (core0,) = [c for c in topo.cores if 0 in c.pus]
-    assert data["reserved"] == sorted(core0.pus)
-    assert not set(data["reserved"]) & {p for r in data["ranks"] for p in r["cpus"]}
-    table = affrun("plan", "--fsroot", str(root), "--nproc-per-node", "2", "--reserve", "0")
-    assert f"reserved {','.join(map(str, sorted(core0.pus)))}" in table.stdout
-    plain = json.loads(affrun("plan", "--fsroot", str(root), "--nproc-per-node", "2", "--json").stdout)
-    assert plain["reserved"] == []
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -342,30 +326,10 @@ def test_pure_same_input_same_output(two_node: Topology) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def test_cli_show_writes_the_svg(tmp_path: Path) -> None:
-    root = two_node_four_gpus(tmp_path / "m")
-    out = tmp_path / "out.svg"
-    proc = affrun("show", "--fsroot", str(root), "--nproc-per-node", "4", "--svg", str(out), "--no-color")
-    assert proc.returncode == 0, proc.stderr
-    assert "\x1b[" not in proc.stdout
-    topo = load_topology(fsroot=str(root), environ={})
-    assert_every_core_under_its_owner(topo, plan_for(topo, 4), proc.stdout)
-    assert len(rects(svg_root(out.read_text(encoding="utf-8")), "core")) == len(topo.cores)
-    assert f"wrote {out}" in proc.stdout
 
 
-def test_cli_show_bad_svg_path_is_one_clear_error(tmp_path: Path) -> None:
-    root = two_node_four_gpus(tmp_path / "m")
-    proc = affrun("show", "--fsroot", str(root), "--svg", str(tmp_path / "missing" / "x.svg"), "--no-color")
-    assert proc.returncode != 0
-    assert proc.stderr.startswith("affrun: error: ") and "Traceback" not in proc.stderr
 
 
-def test_cli_show_color_emits_ansi_even_into_a_pipe(tmp_path: Path) -> None:
-    root = two_node_four_gpus(tmp_path / "m")
-    proc = affrun("show", "--fsroot", str(root), "--nproc-per-node", "4", "--color")
-    assert proc.returncode == 0, proc.stderr
-    assert "\x1b[48;5;" in proc.stdout
 
 
 def test_crossing_packages_and_nodes_are_drawn_as_parts(tmp_path: Path) -> None:

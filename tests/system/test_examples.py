@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.launch import affrun_argv, clean_env, require_torch, run
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_train_ddp_under_affrun_torchrun() -> None:

@@ -36,7 +36,7 @@ from tests.fakesys import FakeGPU, FakeMachine, write_tree
 
 pytestmark = pytest.mark.slurm
 
-REPORT = Path(__file__).resolve().parent / "data" / "slurm" / "report.py"
+REPORT = Path(__file__).resolve().parents[1] / "data" / "slurm" / "report.py"
 AFFRUN = f"{shlex.quote(sys.executable)} -m launcher"  # the checkout under test, inside the job too
 JOB_TIMEOUT = 150
 WALL: dict[str, float] = {}
@@ -334,7 +334,7 @@ def test_affrun_run_in_a_batch_script_binds_the_ranks_not_the_launcher(cluster: 
     its two ranks as planned; `affrun run -- srun -n 2 python` binds srun's two tasks, task 0 included (a new
     step: its SLURM_LOCALID=0 is a rank, not the batch script's)."""
     need(importlib.util.find_spec("torch") is not None, "torch is not installed (pip install -e '.[test]')")
-    programs = Path(__file__).resolve().parent / "programs"
+    programs = Path(__file__).resolve().parents[1] / "programs"
     bin_dir = Path(sys.executable).parent
     run = f"{AFFRUN} run --nproc-per-node 2 --mem-policy none"
     probe = {name: outdir / name for name in ("torchrun", "srun")}

@@ -30,7 +30,7 @@ from tests.launch import affrun_argv, clean_env, require_torch
 
 BOUND = 60.0  # seconds for one affrun process on a loaded 2-CPU machine; the real figure is well under one
 TREE = "16em64t-4s2c2t-offlines"
-ARGV_PROBE = Path(__file__).resolve().parent / "programs" / "argv_probe.py"
+ARGV_PROBE = Path(__file__).resolve().parents[1] / "programs" / "argv_probe.py"
 CPU = "sys/devices/system/cpu"
 NODE = "sys/devices/system/node"
 # Words that a launcher must pass on untouched, in this order: click drops a first "--", argparse matches "--a" and

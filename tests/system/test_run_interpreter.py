@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import need
 from tests.fakesys import this_machine_with_gpus, write_tree
 from tests.launch import affrun_argv, clean_env, rank_lines
-from tests.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun, refused
 
 CPUS = frozenset(os.sched_getaffinity(0))
 HERE = str(Path(sys.executable).parent)  # this venv's bin: its python loads the hook
@@ -210,7 +210,7 @@ def test_cpu_only_without_nproc_plans_one_rank_and_binds_it(tmp_path: Path) -> N
 
 def test_doctor_reports_a_rank_that_carries_the_plan_unbound(bare: Path) -> None:
     """A job under affrun run whose interpreter lacks the hook: the audit finds its one rank off its CPUs."""
-    from tests.test_doctor_live import audit, findings, running
+    from tests.system.test_doctor_live import audit, findings, running
 
     need(len(CPUS) >= 2, "an unbound rank differs from a bound one with at least 2 allowed CPUs")
     cpu = min(CPUS)

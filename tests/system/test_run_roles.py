@@ -17,7 +17,7 @@ import pytest
 
 from launcher.base.cpulist import parse_cpulist
 from tests.conftest import need
-from tests.test_run_launchers import BIN, PROGRAMS, assert_matches_plan, by_rank, have, plan_of, run_job
+from tests.system.test_run_launchers import BIN, PROGRAMS, assert_matches_plan, by_rank, have, plan_of, run_job
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

@@ -59,7 +59,7 @@ try:
 except SystemExit as exc:
     print(exc.code, sorted({{m.split(".")[0] for m in set(sys.modules) - before}}), file=sys.stderr)
 """
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _loaded_by_exec(argv: list[str], env: dict[str, str]) -> set[str]:

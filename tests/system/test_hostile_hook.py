@@ -25,8 +25,8 @@ from launcher.bind.wire import read_job
 from launcher.errors import LaunchError
 from tests.conftest import ROOT, need
 from tests.launch import clean_env, job_matches
-from tests.test_hostile_input import affrun, refused
-from tests.test_plan_properties import SETTINGS, cases, plan_or_error
+from tests.system.test_hostile_input import affrun, refused
+from tests.unit.test_plan_properties import SETTINGS, cases, plan_or_error
 
 ALLOWED = frozenset(os.sched_getaffinity(0))
 PROBE = ("import json, os\n"
@@ -134,7 +134,7 @@ def test_a_marker_naming_a_rank_outside_the_plan_is_an_error(marker: dict[str, s
 def test_lightning_under_affrun_exec_ranks_do_not_overlap(tmp_path: Path) -> None:
     """Lightning's rank 0 is the script; it starts ranks 1..N-1. Under an outer ``affrun exec`` rank 0 once kept
     every CPU while rank 1 bound itself onto part of them."""
-    from tests.test_run_launchers import PROGRAMS, have
+    from tests.system.test_run_launchers import PROGRAMS, have
 
     need(have("pytorch_lightning"), "pytorch-lightning is not installed")
     two_ranks()

@@ -17,7 +17,7 @@ import pytest
 from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
-from tests.test_hostile_input import affrun, planned, refused
+from tests.system.test_hostile_input import affrun, planned, refused
 
 NODE = "sys/devices/system/node"
 CGROUP = "sys/fs/cgroup"

@@ -1,0 +1,60 @@
+"""``affrun run``'s own behaviour: the plan it hands down, the role of the first process, what reaches COMMAND."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher.launch.run_cmd import top_role
+
+AFFRUN = [sys.executable, "-m", "launcher", "run"]
+
+
+def env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "OMP_", "KMP_"))}
+    return {**base, **extra}
+
+
+def dry_run(*options: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    out = subprocess.run([*AFFRUN, *options, "--dry-run", "--", "x"], capture_output=True, text=True, timeout=60,
+                         check=True, env=env(**(extra or {}))).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if line.startswith("AFFRUN_"))
+
+
+
+
+@pytest.mark.parametrize(
+    ("command", "role"),
+    [
+        (["accelerate", "launch", "train.py"], "launcher"),
+        (["/venv/bin/torchrun", "--nproc-per-node", "2", "t.py"], "launcher"),
+        (["deepspeed", "--num_gpus", "2", "t.py"], "launcher"),
+        (["env", "A=1", "mpirun", "-n", "2", "python", "t.py"], "launcher"),
+        (["python", "-m", "torch.distributed.run", "t.py"], "launcher"),
+        (["python", "train.py"], "rank0"),
+        (["python", "-m", "mypkg.train"], "rank0"),
+        # read as the interpreter reads its argv: -mMODULE, a launcher's console script run by python, a runner
+        (["python3", "-mtorch.distributed.run", "t.py"], "launcher"),
+        (["python", "/venv/bin/torchrun", "t.py"], "launcher"),
+        (["uv", "run", "python", "-u", "-m", "deepspeed.launcher.runner", "t.py"], "launcher"),
+        (["python", "-c", "import t", "-m", "torch.distributed.run"], "rank0"),  # -c runs the code; -m is its argv
+        (["python", "train.py", "-m", "torch.distributed.run"], "rank0"),
+    ],
+)
+def test_top_role(command: list[str], role: str) -> None:
+    assert top_role(command) == role
+
+
+
+
+
+
+
+
+
+
+
+

@@ -91,7 +91,7 @@ class Topology:
     loaded_from: str | None = field(default=None, compare=False)
     # Core kinds of the online CPUs (hybrid CPUs: P/E cores, big.LITTLE), fastest first; empty on a homogeneous
     # machine. :meth:`kinds` narrows them to the allowed CPUs, which is what the planner and the output use.
-    core_kinds: CoreKinds = CoreKinds()
+    core_kinds: CoreKinds = field(default_factory=CoreKinds)
 
     def kinds(self) -> CoreKinds:
         """The core kinds of the allowed CPUs, fastest first (empty or one kind: homogeneous)."""

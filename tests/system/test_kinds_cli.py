@@ -148,3 +148,21 @@ def test_hostile_snapshot_kinds_give_a_warning_and_a_homogeneous_plan(raptor: st
     data["core_kinds"] = kinds
     snap.write_text(json.dumps(data))
     homogeneous_plan(["--topology", str(snap)])
+
+
+# ---------------------------------------------------------------------------------------------- doctor
+def doctor_ids(root: str, **env: str) -> list[dict]:  # type: ignore[type-arg]
+    proc = affrun("doctor", "--fsroot", root, "--nproc-per-node", "1", "--json", env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return [f for f in json.loads(proc.stdout)["findings"] if f["id"] == "core-kinds-mixed"]
+
+
+def test_doctor_finds_a_team_that_spans_kinds(raptor: str, hwloc_root) -> None:  # type: ignore[no-untyped-def]
+    (found,) = doctor_ids(raptor, OMP_NUM_THREADS="14")
+    assert found["severity"] == "warning"
+    assert "OMP_NUM_THREADS=6" in found["fix"] and "affrun" in found["fix"]
+    (found,) = doctor_ids(raptor, OMP_NUM_THREADS="4", OMP_PLACES="{0:20},{10},{11},{12}")
+    assert "OMP_NUM_THREADS=6" in found["fix"]
+    assert doctor_ids(raptor, OMP_NUM_THREADS="6") == []
+    assert doctor_ids(raptor, OMP_NUM_THREADS="4", OMP_PLACES="{0:20},{2},{4},{6}") == []
+    assert doctor_ids(str(hwloc_root(HOMOGENEOUS)), OMP_NUM_THREADS="64") == []

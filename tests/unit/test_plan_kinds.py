@@ -6,7 +6,6 @@ and a rank that computes on a slower kind than the machine's fastest is warned."
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -74,7 +73,7 @@ def test_loader_cores_come_from_the_slowest_kind_first(raptor: Topology) -> None
     # more loader cores than the slower kind has: the rest come from the tail of the fastest kind
     (r,) = plan(raptor, 1, loader_cores=10).ranks
     assert r.compute_cores == P[:4] and r.loader_cpus == cpus(*P[4:], *E)
-    with pytest.raises(PlanError, match="loader_cores|loader-cores"):
+    with pytest.raises(PlanError, match=r"loader.cores"):
         plan(raptor, 1, loader_cores=14)
 
 

@@ -25,6 +25,7 @@ PROCESS_CHECKS: tuple[Check, ...] = (
     omp_checks.check_collapse_risk,
     omp_checks.check_kmp_ignored,
     omp_checks.check_mixed_runtimes,
+    omp_checks.check_core_kinds_mixed,
 )
 HOST_CHECKS: tuple[Check, ...] = (
     host_checks.check_inherited_mask,

@@ -94,6 +94,8 @@ CATALOGUE: dict[str, str] = {
     "omp-threads-invalid": "OMP_NUM_THREADS (or MKL_/OPENBLAS_NUM_THREADS) is not a positive integer",
     "omp-oversubscribed": "threads per rank × ranks sharing the CPUs exceed the CPUs (error) or the cores (warning)",
     "omp-threads-unset": "OMP_NUM_THREADS is unset while several ranks share the CPUs: each starts one thread per CPU",
+    "core-kinds-mixed": "on a hybrid CPU (P/E cores, big.LITTLE) the rank's OpenMP team spans core kinds: the "
+                        "slower cores gate every parallel region",
     "omp-threads-one": "OMP_NUM_THREADS=1 (torchrun's or a container's default) on a rank that owns several cores",
     "collapse-risk": "an OpenMP binding variable pins the main thread to one place of a wider mask: DataLoader "
                      "workers (and, without a per-rank mask, every rank) inherit that one place",

@@ -249,6 +249,7 @@ def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) 
             findings.append(_with_subject(f, subject))
         findings.extend(collapse_findings(audit, rank))
         findings.extend(migration_findings(audit, rank))
+        findings.extend(kind_findings(audit, rank, topology))
     findings.extend(overlap_findings(ranks))
     findings.extend(unbound_findings(audit.processes))
     findings.extend(gpu_findings(audit))
@@ -315,6 +316,31 @@ def migration_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
         f"{audit.interval:g} s)",
         "unbound threads lose their caches at each move and can land on another rank's cores",
         "bind the rank: launch with `affrun torchrun` / `affrun exec`",
+        rank.label(),
+    )]
+
+
+def kind_findings(audit: JobAudit, rank: ProcessRecord, topology: Topology) -> list[Finding]:
+    """Busy threads of one rank (its OpenMP team) that ran on two core kinds during the sample (hybrid CPUs)."""
+    kinds = topology.kinds()
+    if not kinds.hybrid or audit.duration <= 0:
+        return []
+    on: dict[str, list[int]] = {}
+    for t in rank.threads.values():
+        if t.seen and t.cpu_percent(audit.duration) >= BUSY_PERCENT:
+            cpu = max(t.seen, key=lambda c: (t.seen[c], -c))
+            kind = kinds.kind_of(cpu)
+            on.setdefault(kind.name if kind else "?", []).append(t.tid)
+    if len(on) < 2:
+        return []
+    fast = kinds.kinds[0]
+    where = "; ".join(f"{len(tids)} on {name} CPUs" for name, tids in on.items())
+    return [Finding(
+        "core-kinds-mixed", "warning",
+        f"live: {sum(map(len, on.values()))} busy threads of the rank ran on two core kinds ({where})",
+        "an OpenMP parallel region ends when its slowest thread does: the slower cores gate every region",
+        f"bind the team to the {fast.name} CPUs ({format_cpulist(fast.cpus & rank.owned) or format_cpulist(fast.cpus)})"
+        f" with OMP_NUM_THREADS set to their count: launch with `affrun torchrun` / `affrun exec`",
         rank.label(),
     )]
 

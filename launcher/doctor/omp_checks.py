@@ -34,6 +34,7 @@ from launcher.env.omp_syntax import (
 )
 from launcher.env.policy import KMP_DEFAULT, kmp_affinity_problem, variable_problem
 from launcher.env.variables import PLACE_VARIABLES, THREAD_VARIABLES
+from launcher.plan.kinds import plural
 from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 
@@ -346,3 +347,38 @@ def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: 
         "variables libgomp pins the main thread first and libiomp5 then sees one CPU for all its threads",
         "use one runtime: drop the LD_PRELOAD of libiomp5 for torch (its wheels use libgomp), or set "
         "MKL_THREADING_LAYER=GNU for MKL")]
+
+
+def check_core_kinds_mixed(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
+    """On a hybrid CPU, the rank's OpenMP team must span kinds: more threads than the fastest kind's cores in the
+    rank's CPUs (``OMP_NUM_THREADS``, or one per CPU when unset), or explicit places past the main thread's that
+    hold CPUs of two kinds. A parallel region ends when its slowest thread does (docs/planner.md "Core kinds")."""
+    kinds = topology.kinds().restricted(facts.rank_cpus)
+    if not kinds.hybrid:
+        return []
+    fast = kinds.kinds[0]
+    sharing = max(facts.ranks_sharing, 1)
+    per_rank = max(1, cores_in(fast.cpus, topology) // sharing)
+    named = f"{fast.name} CPUs {format_cpulist(fast.cpus)}"
+    fix = (f"export OMP_NUM_THREADS={per_rank} and bind the team to the {named}, or {AFFRUN_FIX} (one kind per "
+           "team, slower cores for DataLoader workers)")
+    why = "an OpenMP parallel region ends when its slowest thread does: the slower cores gate every region"
+    value = environ.get("OMP_NUM_THREADS")
+    threads = len(facts.rank_cpus) if value is None else thread_count(value)
+    out: list[Finding] = []
+    if threads is not None and threads > per_rank:
+        what = f"OMP_NUM_THREADS={value}" if value is not None else f"OMP_NUM_THREADS unset ({threads} threads)"
+        out.append(make_finding(
+            "core-kinds-mixed", "warning",
+            f"{what} on a rank whose CPUs {format_cpulist(facts.rank_cpus)} hold {plural(per_rank, fast.name)} per rank "
+            f"({', '.join(f'{k.name} {format_cpulist(k.cpus)}' for k in kinds.kinds)}): the team spans core kinds",
+            why, fix, env_fix={"OMP_NUM_THREADS": str(per_rank)}))
+    places = parse_places(environ.get("OMP_PLACES", "")) if "OMP_PLACES" in environ else None
+    team = places[1:(threads or len(places))] if places and len(places) > 1 else places or []
+    used = {k.name for place in team for cpu in place if (k := kinds.kind_of(cpu))}
+    if len(used) > 1 and not out:
+        out.append(make_finding(
+            "core-kinds-mixed", "warning",
+            f"OMP_PLACES puts the team's threads on {' and '.join(sorted(used))} CPUs: the team spans core kinds",
+            why, fix, env_fix={"OMP_NUM_THREADS": str(per_rank)}))
+    return out

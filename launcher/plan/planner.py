@@ -38,8 +38,10 @@ from launcher.base.cpulist import format_cpulist
 from launcher.errors import Opt, PlanError
 from launcher.plan.geometry import balanced_chunks, nname, package_of
 from launcher.plan.homes import assign_homes
+from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
+from launcher.topology.kinds import CoreKinds
 from launcher.topology.model import GPU, Core, Topology
 
 if TYPE_CHECKING:
@@ -158,7 +160,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
     members: dict[int, list[int]] = {}
     for rank in range(req.nproc):
         members.setdefault(homes.home_of[rank], []).append(rank)
-    chunks = _cut_chunks(req, cores, by_node, members, homes.home_of, warnings)
+    chunks = _cut_chunks(req, cores, by_node, members, homes.home_of, warnings, plan_kinds(topo))
     spills = {} if req.spill == "none" else spill_cores(topo, by_node, node_order, members, chunks)
 
     shared_counts: dict[tuple[int, ...], int] = {}
@@ -189,13 +191,14 @@ def _cut_chunks(
     members: dict[int, list[int]],
     home_of: dict[int, int],
     warnings: list[str],
+    kinds: CoreKinds | None = None,
 ) -> dict[int, tuple[list[Core], bool, str]]:
     """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (module docstring, step 3)."""
     chunks: dict[int, tuple[list[Core], bool, str]] = {}
     for node, ranks_here in members.items():
         node_cores = by_node[node]
         if req.mode == "exclusive":
-            for rank, chunk in zip(ranks_here, balanced_chunks(node_cores, len(ranks_here))):
+            for rank, chunk in zip(ranks_here, kind_chunks(node_cores, kinds, len(ranks_here))):
                 chunks[rank] = (chunk, False, f"{len(chunk)} of node {nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
         elif req.mode == "l3":
             groups = _l3_groups(node_cores)
@@ -207,7 +210,7 @@ def _cut_chunks(
                 warnings.append(
                     f"node {nname(node)}: {len(ranks_here)} ranks but {len(groups)} L3 group(s); splitting cores instead"
                 )
-                for rank, chunk in zip(ranks_here, balanced_chunks(node_cores, len(ranks_here))):
+                for rank, chunk in zip(ranks_here, kind_chunks(node_cores, kinds, len(ranks_here))):
                     chunks[rank] = (chunk, False, f"{len(chunk)} cores of node {nname(node)} (fewer L3 groups than ranks)")
         elif req.mode == "numa":
             for rank in ranks_here:
@@ -272,6 +275,7 @@ def _rank_plan(
     rank_warnings: list[str] = []
     loader: list[Core] = []
     compute = list(chunk)
+    asked = 0
     if req.loader_cores:
         if shared:
             rank_warnings.append("--loader-cores is ignored in shared modes (numa, socket)")
@@ -279,8 +283,18 @@ def _rank_plan(
             raise PlanError(Opt("loader_cores", req.loader_cores),
                             f" leaves rank {rank} no compute core (it has {len(chunk)} core(s))")
         else:
+            asked = req.loader_cores
             loader = compute[-req.loader_cores :]
             compute = compute[: -req.loader_cores]
+    kinds = plan_kinds(topo)
+    idle: set[int] = set()
+    if kinds is not None:
+        roles = kind_roles(chunk, kinds, req.spill, asked)
+        compute, loader = roles.compute, roles.loader
+        idle = {p for c in roles.idle for p in c.pus}
+        reasons = [*reasons, roles.reason]
+        if roles.warning:
+            rank_warnings.append(roles.warning)
     spilled = list(spill.cores) if spill else []
     if spill:
         role = "compute" if req.spill == "compute" else "loader"
@@ -289,8 +303,8 @@ def _rank_plan(
                    "which host no rank"]
     units = sum(len(c.pus) for c in compute) if req.smt else len(compute)
     threads = max(1, units // sharers) if shared else units
-    cpus = tuple(sorted(p for c in (*chunk, *spilled) for p in c.pus))
-    nodes = tuple(sorted({c.numa_node for c in chunk if c.numa_node is not None}))
+    cpus = tuple(sorted(p for c in (*chunk, *spilled) for p in c.pus if p not in idle))
+    nodes = tuple(sorted({c.numa_node for c in chunk if c.numa_node is not None and c.pus[0] not in idle}))
     mem_nodes = _memory_nodes(topo, nodes, rank_warnings)
     plan_warnings.extend(f"rank {rank}: {w}" for w in rank_warnings)
     return RankPlan(

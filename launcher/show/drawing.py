@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from launcher.base.cpulist import format_cpulist
 from launcher.plan.planner import Plan
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, Style, Text, flow, framed, hjoin, text_line, vstack, wrap
-from launcher.show.model import GpuEntry, Model
+from launcher.show.model import GpuEntry, Model, kind_letters
 from launcher.topology.model import Core, NumaNode, Topology
 
 
@@ -215,7 +215,8 @@ def _header(model: Model, width: int) -> list[Block]:
 
 def _legend(model: Model, width: int, color: bool) -> list[Block]:
     plan = model.plan
-    out: list[Block] = [text_line(("Legend", BOLD), ("  each core is [first CPU id, owner]", DIM))]
+    kinds = "" if not model.kind_letter else " (the letter after the id is the core's kind)"
+    out: list[Block] = [text_line(("Legend", BOLD), (f"  each core is [first CPU id, owner]{kinds}", DIM))]
     roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
     key: list[tuple[str, str]] = []
     if roles & {"compute", "loader"}:
@@ -234,6 +235,10 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         key.append(("x", "not allowed (cgroup, affinity, --cpus)"))
     if "offline" in roles:
         key.append(("-", "offline"))
+    letters = kind_letters(model.kinds)
+    for i, kind in enumerate(model.kinds.kinds):
+        speed = " (fastest)" if i == 0 else " (slowest)" if i == len(model.kinds.kinds) - 1 else ""
+        key.append((letters[kind.name], f"{kind.name}{speed}"))
     row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
     out.append(hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0))
     headers = ("rank", "gpu", "pci", "omp", "numa", "cpus")

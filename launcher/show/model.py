@@ -9,6 +9,7 @@ from launcher.plan.geometry import CLAIM_GPU_NODE
 from launcher.plan.homes import gpu_home
 from launcher.plan.planner import Plan
 from launcher.show.layout import CoreInfo, Style, Text
+from launcher.topology.kinds import CoreKinds
 from launcher.topology.model import GPU, Core, NumaNode, Topology
 
 SHARED_LABEL_MAX = 5  # "0+1", "0-3", "0+2+4"; longer sharer sets get an alias (S1, S2, ...)
@@ -20,6 +21,17 @@ class GpuEntry:
     visible: int | None  # visible index, None when CUDA_VISIBLE_DEVICES & co hide it
     ranks: tuple[int, ...]
     note: str  # how the GPU's place was decided, when it is not its own NUMA node
+
+
+def kind_letters(kinds: CoreKinds) -> dict[str, str]:
+    """One letter per core kind, fastest first: the kind name's first letter (P, E; b, l for big/little cores),
+    or A, B, C... when those would repeat. Empty on a homogeneous machine."""
+    if not kinds.hybrid:
+        return {}
+    firsts = [(next((ch for ch in k.name if ch.isalnum()), "?")) for k in kinds.kinds]
+    if len(set(firsts)) != len(firsts):
+        firsts = [chr(ord("A") + i) if i < 26 else "?" for i in range(len(firsts))]
+    return {k.name: f for k, f in zip(kinds.kinds, firsts)}
 
 
 class Model:
@@ -39,6 +51,10 @@ class Model:
         self.shared_alias: dict[tuple[int, ...], str] = {}
         self.cores = list(topo.cores)
         self.offline = sorted(topo.offline)
+        self.kinds = topo.kinds()
+        letters = kind_letters(self.kinds)
+        self.kind_letter = {c.pus[0]: letters[k.name] if (k := self.kinds.kind_of(c.pus[0])) else " "
+                            for c in self.cores} if letters else {}
         self.core_marks = {c.pus[0]: self._mark(c) for c in self.cores}
         markers = [m for m, _, _ in self.core_marks.values()] + (["-"] if self.offline else [])
         self.marker_w = max((len(m) for m in markers), default=1)
@@ -90,7 +106,7 @@ class Model:
         return self._cell(cpu, "-", Style("offline"), CoreInfo(cpu, (cpu,), (), "offline"), color)
 
     def _cell(self, cpu: int, marker: str, style: Style, info: CoreInfo, color: bool) -> Text:
-        body = f"{cpu:>{self.id_w}} {marker:<{self.marker_w}}"
+        body = f"{cpu:>{self.id_w}}{self.kind_letter.get(cpu, '')} {marker:<{self.marker_w}}"
         # Coloured cells are the colour block itself; plain ones need brackets to read as boxes.
         text = f" {body} " if color and style.kind in ("rank", "shared") else f"[{body}]"
         return Text(0, 0, text, style, core=info)

@@ -27,6 +27,7 @@ from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
+from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.pci import pci_address, pci_order
 
@@ -231,6 +232,7 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
     l3_groups, l3_of_pu = _l3_groups(walk, online)
     cores = _cores(walk, online, package_of_pu, node_of_pu, l3_of_pu)
     gpus, warnings = _gpus(walk, online, nodes)
+    kinds = kinds_from_hwloc_xml(top, online, path)
     node_ids = frozenset(n.os_index for n in nodes)
     allowed_nodeset = _mask(machine, "allowed_nodeset")
     allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids
@@ -245,7 +247,8 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
         gpus=gpus,
         source=f"hwloc-xml {path}",
         allowed_mems=allowed_mems,
-        warnings=warnings,
+        warnings=(*warnings, *kinds.warnings),
+        core_kinds=CoreKinds(kinds.kinds),
     )
 
 

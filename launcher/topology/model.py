@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
 from launcher.base.untrusted import clip, short
 from launcher.errors import TopologyError, one_line
+from launcher.topology.kinds import CoreKinds, kinds_to_json
 from launcher.topology.pci import pci_address
 
 if TYPE_CHECKING:
@@ -88,6 +89,13 @@ class Topology:
     # The snapshot file this topology was loaded from (``source`` stays what the snapshot recorded, so that
     # ``--json`` is lossless); not part of the machine, so not compared.
     loaded_from: str | None = field(default=None, compare=False)
+    # Core kinds of the online CPUs (hybrid CPUs: P/E cores, big.LITTLE), fastest first; empty on a homogeneous
+    # machine. :meth:`kinds` narrows them to the allowed CPUs, which is what the planner and the output use.
+    core_kinds: CoreKinds = field(default_factory=CoreKinds)
+
+    def kinds(self) -> CoreKinds:
+        """The core kinds of the allowed CPUs, fastest first (empty or one kind: homogeneous)."""
+        return self.core_kinds.restricted(self.allowed) if self.core_kinds.kinds else self.core_kinds
 
     @property
     def origin(self) -> str:
@@ -167,6 +175,7 @@ class Topology:
             "warnings": list(self.warnings),
             "cpu_quota": self.cpu_quota,
             "cpu_quota_source": self.cpu_quota_source,
+            "core_kinds": kinds_to_json(self.kinds()),
         }
 
 
@@ -227,6 +236,9 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
         listed.add(gpu.pci)
     cores, twice = _one_core_per_pu(topo.cores)
     warnings = tuple(one_line(w) for w in topo.warnings)
+    stray = frozenset().union(*(k.cpus for k in topo.core_kinds.kinds)) - topo.online
+    if stray:
+        raise TopologyError(f"{where}: core kinds name CPUs {format_cpulist(stray)} that are not online")
     if not twice and cores == topo.cores and warnings == topo.warnings:
         return topo
     if twice:

@@ -14,6 +14,7 @@ from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, id_problem, par
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology._files import read_document
+from launcher.topology.kinds import CoreKinds, kinds_from_json, kinds_to_json
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.pci import pci_address
 
@@ -48,6 +49,7 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
         "warnings": list(topo.warnings),
         "cpu_quota": topo.cpu_quota,
         "cpu_quota_source": topo.cpu_quota_source,
+        "core_kinds": kinds_to_json(topo.core_kinds),
     }
 
 
@@ -201,6 +203,7 @@ def _build(data: dict[str, Any]) -> Topology:
         raise _Bad(f"cores list CPUs {format_cpulist(stray)} that are not online")
     mems = data.get("allowed_mems")
     warnings = _list(data, "warnings") if "warnings" in data else []
+    kinds = kinds_from_json(data.get("core_kinds"), online)
     return Topology(
         packages=tuple(packages),
         numa_nodes=tuple(nodes),
@@ -212,7 +215,8 @@ def _build(data: dict[str, Any]) -> Topology:
         allowed_mems=None if mems is None else _cpus(mems, "allowed_mems"),
         gpus=tuple(gpus),
         source=_str(data.get("source", "snapshot"), "source"),
-        warnings=(*(_str(w, "warnings[]") for w in warnings), *gpu_notes),
+        warnings=(*(_str(w, "warnings[]") for w in warnings), *gpu_notes, *kinds.warnings),
+        core_kinds=CoreKinds(kinds.kinds),
         cpu_quota=_quota(data.get("cpu_quota")),
         cpu_quota_source=None if data.get("cpu_quota_source") is None else one_line(_str(data["cpu_quota_source"],
                                                                                           "cpu_quota_source")),

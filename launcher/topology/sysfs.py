@@ -16,6 +16,8 @@ from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.fsroot import isdir, within
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
+from launcher.topology.kinds import CoreKinds
+from launcher.topology.kinds_sysfs import kinds_from_sysfs
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
 
 if TYPE_CHECKING:
@@ -104,6 +106,8 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
             f"process's affinity ({format_cpulist(allowed or ())})"
         )
 
+    kinds = kinds_from_sysfs(root, online)
+    warnings.extend(kinds.warnings)
     node_cpus = {n.os_index: n.cpus for n in nodes if n.cpus}
     found, gpu_warnings = read_pci_gpus(root, online, node_cpus) if gpus else ([], [])
     warnings.extend(gpu_warnings)
@@ -126,6 +130,7 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
         source="live" if root == "/" else f"fsroot {root}",
         allowed_mems=None if cpuset is None else cpuset.mems,
         warnings=tuple(warnings),
+        core_kinds=CoreKinds(kinds.kinds),
     ))
 
 

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.test_hostile_input import affrun
 
 from tests.conftest import FIXTURES
+from tests.system.test_hostile_input import affrun
 
 RAPTOR = "20em64t-hybrid-1p6c2t+2ca4co1t"  # cpufreq is its only evidence: no PMU lists, no cpu_capacity
 HOMOGENEOUS = "16em64t-4s2c2t-offlines"

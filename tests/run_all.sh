@@ -35,9 +35,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   python3 -m venv "$VENV"
 fi
-log "installing affrun and its test and benchmarks extras into $VENV"
-# benchmarks: matplotlib, for the GPU-feed benchmark's chart, which its smoke test draws.
-"$VENV/bin/python" -m pip install -q -e '.[test,benchmarks]'
+log "installing affrun and its test, benchmarks and docs extras into $VENV"
+# benchmarks: matplotlib, for the GPU-feed benchmark's chart, which its smoke test draws. docs: mkdocs.
+"$VENV/bin/python" -m pip install -q -e '.[test,benchmarks,docs]'
 # An editable install has no .pyc files, and with PYTHONDONTWRITEBYTECODE=1 none would be written: write them
 # now, as pip does for a regular install, or every affrun process the tests start compiles its modules again.
 "$VENV/bin/python" -m compileall -q launcher >/dev/null
@@ -62,6 +62,11 @@ log "ruff"
 ruff check launcher tests benchmarks examples build_backend
 log "mypy"
 mypy
+# ---------------------------------------------------------------- the manual: no broken link or reference
+log "mkdocs build --strict"
+site_dir=$(mktemp -d)
+mkdocs build --strict --quiet -d "$site_dir"
+rm -rf "$site_dir"
 
 # ---------------------------------------------------------------- Slurm (real, local, 2 virtual nodes)
 slurm_started=0

@@ -17,7 +17,15 @@ from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.options.plan_options import PlanOptions
 from launcher.options.table import options_in, spell_error
-from launcher.slurm.options import SBATCH_OPTIONS, BadValue, SbatchOption, check_value, default_of, spec_values
+from launcher.slurm.options import (
+    SBATCH_OPTIONS,
+    BadValue,
+    SbatchOption,
+    check_value,
+    default_of,
+    spec_values,
+    this_affrun,
+)
 from launcher.slurm.script import SbatchSpec, render
 
 # config key -> click parameter name, for affrun's own options (--map lands in cpu_map); other keys are
@@ -51,9 +59,12 @@ def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any])
 
 
 def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
+    spec = spec_values(values)
+    if spec["affrun"] is None:  # neither --affrun-command nor the profile: this affrun, by absolute path
+        spec["affrun"] = this_affrun()
     return SbatchSpec(
         command=command,
-        **spec_values(values),
+        **spec,
         plan=PlanOptions(**{f.name: values[f.name] for f in fields(PlanOptions)}),  # --gpus is a str or None
         omp_bind=values["omp_bind"],
         env_policy=values["env_policy"],

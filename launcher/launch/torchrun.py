@@ -10,9 +10,11 @@ and torchrun then runs in this process, unchanged, with each worker command rewr
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import os
 import shlex
+import stat
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -36,6 +38,29 @@ def add_affrun_options(parser: argparse.ArgumentParser) -> None:
                        help="Print the plan and the rewritten worker command, start nothing.")
 
 
+# torchrun's options that affrun refuses (check_args): kept in the parser, so that they are refused by name, but
+# not listed in --help nor offered as a spelling.
+REFUSED_OPTIONS = ("--numa-binding", "--numa_binding", "--run-path", "--run_path")
+USAGE_HINT = "affrun torchrun --help gives the full usage"
+
+
+def option_error(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's complaint as one line: the nearest spelling of an unknown option, and where the usage is."""
+    known = sorted(name for name, action in parser._option_string_actions.items()
+                   if name.startswith("--") and action.help != argparse.SUPPRESS)
+    prefix = "unrecognized arguments: "
+    if message.startswith(prefix):
+        unknown = [word for word in message[len(prefix):].split() if word.startswith("-")]
+        for word in unknown:
+            name = word.partition("=")[0]
+            close = difflib.get_close_matches(name.replace("_", "-"), known, n=1, cutoff=0.6)
+            if close:
+                return f"unknown option {name}: did you mean {close[0]}? ({USAGE_HINT})"
+        if unknown:
+            return f"unknown option {unknown[0].partition('=')[0]} ({USAGE_HINT})"
+    return f"{message} ({USAGE_HINT})"
+
+
 def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
 
@@ -48,13 +73,18 @@ def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
-    if refuse:
-        def error(message: str) -> NoReturn:
-            raise ConfigError(f"affrun torchrun would refuse it in the job: {message}")
-
-        parser.error = error  # type: ignore[method-assign]
     parser.prog = "affrun torchrun"
     add_affrun_options(parser)
+    for name in REFUSED_OPTIONS:
+        if name in parser._option_string_actions:
+            parser._option_string_actions[name].help = argparse.SUPPRESS
+
+    def error(message: str) -> NoReturn:
+        if refuse:
+            raise ConfigError(f"affrun torchrun would refuse it in the job: {message}")
+        raise ConfigError(option_error(parser, message))  # one line, not torchrun's 30-line usage
+
+    parser.error = error  # type: ignore[method-assign]
     # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).
     parser.set_defaults(signals_to_handle=None)
     head, script_args = split_at_script(parser, list(argv))
@@ -130,8 +160,30 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def check_script(args: argparse.Namespace) -> None:
+    """The training script exists and can be read, before any rank starts: else one line, not a rank's
+    traceback and torchrun's failure report. Not for ``-m`` or ``--no-python``: torchrun resolves those (a
+    module on the workers' path, a program on their PATH). A directory or a zip file runs its ``__main__.py``."""
+    if args.module or args.no_python:
+        return
+    script = args.training_script
+    try:
+        info = os.stat(script)
+        if stat.S_ISDIR(info.st_mode):
+            if not os.path.isfile(os.path.join(script, "__main__.py")):
+                raise ConfigError(f"the training script {script!r} is a directory without __main__.py")
+            return
+        os.close(os.open(script, os.O_RDONLY | os.O_NONBLOCK))
+    except FileNotFoundError:
+        where = "" if os.path.isabs(script) else f" (from {os.getcwd()})"
+        raise ConfigError(f"the training script {script!r} does not exist{where}") from None
+    except OSError as exc:
+        raise ConfigError(f"the training script {script!r} cannot be read: {exc.strerror or exc}") from None
+
+
 def main(argv: Sequence[str]) -> int:
     args = check_args(parse(argv))
+    check_script(args)
     from torch.distributed.run import determine_local_world_size
 
     try:
@@ -143,7 +195,10 @@ def main(argv: Sequence[str]) -> int:
     plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename
     for rank in plan.ranks:
-        print(rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host), file=sys.stderr)
+        # "starting": the line is the plan a rank is about to start with, printed before any rank runs (a rank
+        # that then fails gets torchrun's own report); affrun exec --verbose prints the same line once bound.
+        line = rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host)
+        print(line.replace("affrun: rank ", "affrun: starting rank ", 1), file=sys.stderr)
     for warning in plan.warnings:
         print(f"affrun: warning: {warning}", file=sys.stderr)
     if args.signals_to_handle is None:

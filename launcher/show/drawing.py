@@ -215,8 +215,18 @@ def _header(model: Model, width: int) -> list[Block]:
 
 def _legend(model: Model, width: int, color: bool) -> list[Block]:
     plan = model.plan
+    # the first box of the picture, read aloud: "[0 0] is the core whose first CPU is 0: a compute core of rank 0"
+    first_box = ""
+    if model.core_marks:
+        box_cpu = min(model.core_marks)
+        box_mark, _, box_info = model.core_marks[box_cpu]
+        box_ranks = ", ".join(map(str, box_info.ranks))
+        what = {"compute": f"a compute core of rank {box_ranks}", "loader": f"a DataLoader core of rank {box_ranks}",
+                "shared": f"shared by ranks {box_ranks}", "free": "free", "reserved": "reserved (--reserve)",
+                "disallowed": "not allowed"}.get(box_info.role, box_info.role)
+        first_box = f": [{box_cpu} {box_mark}] is the core whose first CPU is {box_cpu}, {what}"
     kinds = "" if not model.kind_letter else " (the letter after the id is the core's kind)"
-    out: list[Block] = [text_line(("Legend", BOLD), (f"  each core is [first CPU id, owner]{kinds}", DIM))]
+    out: list[Block] = [*wrap(f"Legend  each core is [first CPU id, owner]{kinds}{first_box}", width, DIM)]
     roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
     key: list[tuple[str, str]] = []
     if roles & {"compute", "loader"}:

@@ -80,16 +80,35 @@ SBATCH_OPTIONS: tuple[SbatchOption, ...] = (
                  metavar="LINE", field="setup"),
     SbatchOption(("--rdzv-port",), "port", "Rendezvous / MASTER_PORT port. Default: 20000 + SLURM_JOB_ID % 10000.",
                  field="rdzv_port"),
-    SbatchOption(("--affrun",), "str", "How the job runs affrun (e.g. '/path/venv/bin/affrun' or "
-                 "'python -m launcher').", metavar="CMD", field="affrun", show_default=True),
+    SbatchOption(("--affrun-command", "--affrun"), "str", "How the job runs affrun, a shell command (e.g. "
+                 "'/path/venv/bin/affrun' or 'python -m launcher'). Default: the absolute path of the affrun "
+                 "writing the script, so the job needs no affrun on its PATH.", metavar="CMD", field="affrun"),
 )
+
+
+def this_affrun() -> str:
+    """The absolute path of the affrun that runs now, as a shell word: the ``affrun`` script it was started as
+    (``sys.argv[0]``), else the one beside this interpreter (a venv's ``bin/affrun``), else ``python -m launcher``
+    with this interpreter's absolute path. ``affrun sbatch`` writes it into the job unless told otherwise."""
+    import os
+    import shlex
+    import sys
+
+    started_as = sys.argv[0] if sys.argv else ""
+    candidates = [started_as] if os.path.basename(started_as) == "affrun" else []
+    candidates.append(os.path.join(os.path.dirname(sys.executable), "affrun"))
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return shlex.quote(os.path.abspath(path))
+    return shlex.join([os.path.abspath(sys.executable), "-m", "launcher"])
 
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(SbatchSpec)}
 
 
 def default_of(option: SbatchOption) -> Any:
-    """The option's default: its SbatchSpec field's (``()`` for repeatable options), else none."""
-    if option.field is None:
+    """The option's default: its SbatchSpec field's (``()`` for repeatable options), else none; none for the
+    affrun command too, which :func:`this_affrun` fills in when neither a flag nor a profile gave it."""
+    if option.field is None or option.field == "affrun":
         return None
     return _SPEC_DEFAULTS[option.field]
 

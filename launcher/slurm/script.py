@@ -164,16 +164,16 @@ def quote_words(words: Sequence[str]) -> str:
 
 
 def affrun_words(spec: SbatchSpec) -> list[str]:
-    """The --affrun command as words (``python -m launcher``), split as a shell would."""
+    """The --affrun-command command as words (``python -m launcher``), split as a shell would."""
     try:
         words = shlex.split(spec.affrun)
         bad = unwritable(spec.affrun)
         if bad is not None:
             raise ValueError(f"it cannot contain {bad}")
     except ValueError as exc:  # "No closing quotation", "No escaped character"
-        raise ConfigError(f"--affrun {short(spec.affrun)}: not a valid shell command: {exc}") from None
+        raise ConfigError(f"--affrun-command {short(spec.affrun)}: not a valid shell command: {exc}") from None
     if not words:
-        raise ConfigError("--affrun: empty command")
+        raise ConfigError("--affrun-command: empty command")
     return words
 
 

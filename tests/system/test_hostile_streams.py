@@ -107,9 +107,9 @@ def test_every_torchrun_worker_works_with_a_closed_stream(tmp_path: Path, closed
         # each worker sees the stream closed, as under plain torchrun
         assert (stdout_none, stderr_none) == (("True", "False") if closed == "stdout" else ("False", "True"))
     if closed == "stderr":
-        assert "affrun: rank" not in proc.stdout, proc.stdout  # the rank lines go nowhere
+        assert "rank" not in proc.stdout, proc.stdout  # the rank lines go nowhere
     else:
-        assert proc.stderr.count("affrun: rank ") == 2, proc.stderr
+        assert proc.stderr.count("affrun: starting rank ") == 2, proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------- class 10: full stdout
@@ -139,7 +139,7 @@ def test_a_stdout_that_cannot_be_written_is_one_error_line(args: list[str], targ
 
 def test_a_torchrun_dry_run_to_a_full_stdout_is_one_error_line() -> None:
     require_torch()
-    proc = shell("> /dev/full", affrun_argv("torchrun", "--affrun-dry-run", "--nproc-per-node", "1", "s.py"),
+    proc = shell("> /dev/full", affrun_argv("torchrun", "--affrun-dry-run", "--nproc-per-node", "1", __file__),
                  timeout=180)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")] == [

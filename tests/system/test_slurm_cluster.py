@@ -318,6 +318,28 @@ def test_failing_job_exit_code_propagates_through_submit_wait(cluster: Cluster, 
     assert missing.returncode == 127, f"{missing.stderr}\n{job_log(outdir)}"
 
 
+def test_the_default_script_runs_this_affrun_with_none_on_the_jobs_path(cluster: Cluster, outdir: Path) -> None:
+    """No --affrun-command: the script names the affrun that wrote it by absolute path (issue 21), and the job runs
+    it with a PATH that has no affrun at all. With --affrun-command the given command is what the job runs."""
+    script = outdir / "default.sbatch"
+    bare_path = "export PATH=/usr/bin:/bin:/usr/sbin:/sbin"
+    proc = submit("default-affrun", ["--style", "srun", "--nodes", "1", "--ntasks-per-node", "1", "--no-gpu",
+                                     "--mem-policy", "none", "--setup", bare_path, "-o", str(script),
+                                     "--", sys.executable, "-c", "import os; print('bound to', os.environ['AFFRUN_CPUS'])"],
+                  outdir)
+    assert proc.returncode == 0, f"{proc.stderr}\n{job_log(outdir)}"
+    text = script.read_text()
+    written = next(line.split()[0] for line in text.splitlines() if line.startswith("  ") and " exec " in line)
+    assert os.path.isabs(written) and os.access(written, os.X_OK), text
+    assert "bound to " in job_log(outdir)
+    chosen = outdir / "chosen.sbatch"
+    proc = submit("chosen-affrun", ["--style", "srun", "--nodes", "1", "--ntasks-per-node", "1", "--no-gpu",
+                                    "--affrun-command", AFFRUN, "--mem-policy", "none", "-o", str(chosen),
+                                    "--", "true"], outdir)
+    assert proc.returncode == 0, f"{proc.stderr}\n{job_log(outdir)}"
+    assert f"  {AFFRUN} exec" in chosen.read_text()
+
+
 def test_submit_without_wait_prints_the_job_id(cluster: Cluster, outdir: Path) -> None:
     proc = submit("nowait", ["--style", "srun", "--nodes", "1", "--ntasks-per-node", "1", "--affrun", AFFRUN,
                              "--no-gpu", "--", "true"], outdir, wait=False)

@@ -136,9 +136,9 @@ def test_custom_template_unknown_variable(tmp_path: Path) -> None:
     (["--gpus-per-node", "four", "--", "x"], "--gpus-per-node 'four'"),
     (["--template", "/nonexistent/t.sbatch", "--", "x"], "--template /nonexistent/t.sbatch"),
     (["--config", "/nonexistent/c.yaml", "--", "x"], "/nonexistent/c.yaml: configuration file not found"),
-    (["--affrun", '"', "--", "x"], """--affrun '"': not a valid shell command: No closing quotation"""),
+    (["--affrun", '"', "--", "x"], """--affrun-command '"': not a valid shell command: No closing quotation"""),
     (["--affrun", "affrun\\", "--", "x"], "not a valid shell command: No escaped character"),
-    (["--affrun", "  ", "--", "x"], "--affrun: empty command"),
+    (["--affrun", "  ", "--", "x"], "--affrun-command: empty command"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     proc = run_affrun("sbatch", *args, env={**os.environ, "AFFRUN_CONFIG": ""})

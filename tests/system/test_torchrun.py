@@ -154,11 +154,13 @@ def test_failing_rank_exit_status_matches_torchrun() -> None:
 
 
 def test_failure_report_names_the_script_as_torchrun_does(tmp_path: Path) -> None:
-    missing = str(tmp_path / "nosuch.py")
-    ours = run(affrun_argv("torchrun", "--nproc-per-node", "1", missing), env=clean_env())
-    theirs = run(torchrun_argv("--nproc-per-node", "1", missing), env=clean_env())
+    # a script that fails (a missing one is refused before any rank starts: tests/system/test_torchrun_noise.py)
+    failing = tmp_path / "fails.py"
+    failing.write_text("raise SystemExit(1)\n")
+    ours = run(affrun_argv("torchrun", "--nproc-per-node", "1", str(failing)), env=clean_env())
+    theirs = run(torchrun_argv("--nproc-per-node", "1", str(failing)), env=clean_env())
     failed = [line for line in theirs.stderr.splitlines() if line.endswith(" FAILED")]
-    assert failed == [f"{missing} FAILED"], theirs.stderr
+    assert failed == [f"{failing} FAILED"], theirs.stderr
     assert [line for line in ours.stderr.splitlines() if line.endswith(" FAILED")] == failed, ours.stderr
     assert ours.returncode == theirs.returncode != 0
 

@@ -49,9 +49,10 @@ def plan_for(topo: Topology, nproc: int, **kw: object) -> Plan:
 
 # ------------------------------------------------------------------------------------------------ readers
 def cells(text: str) -> dict[int, str]:
-    """First CPU of each drawn core -> its owner marker, from a plain picture; every core must appear once."""
+    """First CPU of each drawn core -> its owner marker, from a plain picture; every core must appear once. The
+    legend, below the picture, reads its first box aloud: it is not a core."""
     found: dict[int, str] = {}
-    for cpu, marker in CELL.findall(text):
+    for cpu, marker in CELL.findall(text.split("\nLegend ")[0]):
         assert int(cpu) not in found, f"CPU {cpu} drawn twice"
         found[int(cpu)] = marker
     return found

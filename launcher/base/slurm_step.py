@@ -72,8 +72,8 @@ def _count(part: str) -> tuple[int | None, int | None]:
 
 
 def _count_of_node(value: str, node: int) -> int | bool | None:
-    """The ``node``-th count of a per-node count list, without expanding it (``1(x99999999999)`` is node 0's 1);
-    ``None`` when the list has no entry for ``node``, ``False`` when it is not such a list."""
+    """The ``node``-th count of a per-node count list, without expanding it; ``None`` when the list has no entry
+    for ``node``, ``False`` when it is not such a list (``1(x99999999999)``: more than :data:`MAX_NODES` nodes)."""
     found: int | None = None
     first = 0  # the first node the part describes
     for part in value.split(","):
@@ -83,6 +83,8 @@ def _count_of_node(value: str, node: int) -> int | bool | None:
         if found is None and first <= node < first + repeat:
             found = count
         first += repeat
+        if first > MAX_NODES:  # no cluster has that many nodes: the list is garbage, not a count
+            return False
     return found
 
 

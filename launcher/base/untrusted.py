@@ -80,8 +80,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def load_json(text: str | bytes) -> Any:
-    """Parse JSON as affrun writes it: no ``NaN``/``Infinity``, nor a number too large for a float (``1e999``).
+def load_json(text: str | bytes, *, finite: bool = False) -> Any:
+    """Parse JSON as affrun writes it: no ``NaN``/``Infinity``; with ``finite``, no number too large for a float
+    either (``1e999``: refused here, where the caller has no field to name; without it, the caller's range check
+    names the field that holds ``inf``).
     Raises :class:`BadJSON` (one line) for anything else: nesting deeper than the recursion limit (the C decoder raises ``RecursionError``, cleanly) and integers
     over 4,300 digits (``ValueError``) included. Callers still check the range of every number they use."""
     if isinstance(text, bytes):
@@ -92,7 +94,7 @@ def load_json(text: str | bytes) -> Any:
     import json  # json imports re and enum (about 7 ms): only a rank with AFFRUN_PLAN set reads JSON
 
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float if finite else None)
     except BadJSON:
         raise
     except json.JSONDecodeError as exc:

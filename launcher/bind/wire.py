@@ -148,7 +148,7 @@ def read_job(value: str) -> Job:
         raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: it holds {kind} where a plan "
                           "object ({...}) is expected")
     try:
-        d = load_json(value)
+        d = load_json(value, finite=True)
         job = Job(_obj(d, "the plan"), identity(value))
         check_job(job)
     except (BadJSON, BadPlan) as exc:

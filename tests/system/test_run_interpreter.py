@@ -187,8 +187,9 @@ def test_a_command_that_is_no_python_is_not_checked(tmp_path: Path, command: lis
 
 
 def test_the_probe_neither_binds_nor_prints() -> None:
-    """AFFRUN_RUN=probe: the hook answers through a flag and does nothing else, even with no plan at all."""
-    code = ("import os, sys; m = sys.modules['launcher.startup']; print(m.answered_probe, "
+    """AFFRUN_RUN=probe: the hook answers through a flag and does nothing else, even with no plan at all. The flag
+    is on the hook's loader (_affrun_startup), which stays in sys.modules; affrun's package leaves none behind."""
+    code = ("import os, sys; m = sys.modules['_affrun_startup']; print(m.answered_probe, "
             f"sorted(os.sched_getaffinity(0)) == {sorted(CPUS)!r}, os.environ.get('AFFRUN_LOCAL_RANK'))")
     proc = subprocess.run([sys.executable, "-c", code], env=clean_env(AFFRUN_RUN="probe"), capture_output=True,
                           text=True, timeout=60)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.unit.test_slurm_render import run_affrun, run_script
 
 VENV_AFFRUN = Path(sys.executable).parent / "affrun"

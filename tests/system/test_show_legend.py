@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from tests.system.test_hostile_input import affrun
 
 BOX = re.compile(r"\[\s*(\d+) ([0-9A-Za-z.+\-]+)\s*\]")

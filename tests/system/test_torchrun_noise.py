@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.system.test_hostile_input import affrun, refused
 
 from tests.launch import require_torch
+from tests.system.test_hostile_input import affrun, refused
 
 pytestmark = pytest.mark.torch
 

@@ -5,12 +5,11 @@ The public API is loaded lazily, so that ``import launcher`` stays cheap on the 
 
 from __future__ import annotations
 
+from launcher.base.version import __version__
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from typing import Any
-
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "Topology": "launcher.topology.model",

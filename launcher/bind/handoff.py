@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import EnvPolicy, MemBackend, OmpBind
 from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, read_job
+from launcher.context.run_role import BOOT
 from launcher.env.policy import effective_mem_policy, rank_environment
 from launcher.errors import ConfigError, LaunchError
 from launcher.options.plan_options import PlanOptions
@@ -32,9 +33,6 @@ INLINE_PLAN_LIMIT = 32 * 1024
 # that execve allows for arguments and environment together. A plan of 512 ranks on 1,024 CPUs is 185 KB of JSON,
 # 8 KB compressed.
 ENV_PLAN_LIMIT = 96 * 1024
-# How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
-# from the user's working directory first. `-c` puts '' (the cwd) at sys.path[0]; drop it before importing.
-BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
 
 
 def exec_prefix() -> list[str]:

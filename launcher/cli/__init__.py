@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
-from launcher import __version__
+from launcher.base.version import __version__
 from launcher.errors import AffrunError, error_line
 from launcher.options.table import spell_error
 

@@ -18,6 +18,9 @@ ROLES = ("rank0", "launcher")
 # AFFRUN_RUN=probe: affrun run asks an interpreter whether it loads the hook (launcher.launch.run_target). The hook
 # answers by setting launcher.startup.answered_probe and does nothing else: it binds nothing and prints nothing.
 PROBE = "probe"
+# How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
+# from the user's working directory first. `-c` puts '' (the cwd) at sys.path[0]; drop it before importing.
+BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
 # The rank variables of the task affrun run started in, and their identity (launcher.context.local_rank.task_identity), as
 # a JSON object: written by affrun run, only when there are some.
 TASK_VARIABLE = "AFFRUN_RUN_TASK"
@@ -51,8 +54,6 @@ def multiprocessing_child(argv: Sequence[str]) -> bool:
 
 def affrun_process(argv: Sequence[str]) -> bool:
     """``affrun ...`` itself (console script) or ``affrun exec`` as ``affrun torchrun`` starts it."""
-    from launcher.bind.handoff import BOOT
-
     return (BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
             or list(argv[1:3]) == ["-m", "launcher"])
 

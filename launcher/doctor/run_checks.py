@@ -35,14 +35,14 @@ class Process(Protocol):
 def planned_cpus(process: Process) -> tuple[int, frozenset[int]] | None:
     """The local rank and CPUs ``affrun run``'s hook binds ``process`` to (``None``: it binds none: no plan, a
     launcher, a worker or helper of a bound rank, a plan that cannot be read)."""
+    from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import PROBE, RUN_VARIABLE, BoundCheck, decide
     from launcher.errors import AffrunError
-    from launcher.startup import job_of
 
     if not process.environ.get(RUN_VARIABLE) or process.environ.get(RUN_VARIABLE) == PROBE:
         return None
     try:
-        job = job_of(dict(process.environ))
+        job = read_job(process.environ.get(PLAN_VARIABLE) or "")  # refused (no plan): the hook said so and ended it
         # What the hook decided at the process's start: its environment then (/proc/PID/environ), and its mask
         check = BoundCheck(job.identity, tuple(frozenset(r.cpus) for r in job.ranks), process.mask)
         decision = decide(process.environ, process.cmdline, check, pid=process.pid)

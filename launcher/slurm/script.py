@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from launcher import __version__
 from launcher.base.choices import EnvPolicy, MemPolicy, OmpBind
 from launcher.base.untrusted import short, unwritable
+from launcher.base.version import __version__
 from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
 from launcher.options.plan_options import PlanOptions, make_request
 from launcher.options.table import default, options_in, to_argv

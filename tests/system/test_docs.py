@@ -1,4 +1,4 @@
-"""The manual: docs/cli.md is the option tables, generated (``python -m launcher.options.reference``), and every
+"""The manual: docs/cli.md is the option tables, generated (``python -m launcher.cli.reference``), and every
 page README links to exists; ``mkdocs build --strict`` (tests/run_all.sh) checks the links inside docs/."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.options.reference import render
+from launcher.cli.reference import render
 from launcher.options.table import BINDING_OPTIONS
 from launcher.slurm.options import SBATCH_OPTIONS
 
@@ -17,7 +17,7 @@ CLI_PAGE = ROOT / "docs" / "cli.md"
 
 
 def test_cli_page_is_the_option_table() -> None:
-    assert CLI_PAGE.read_text() == render(), "docs/cli.md is stale: python -m launcher.options.reference > docs/cli.md"
+    assert CLI_PAGE.read_text() == render(), "docs/cli.md is stale: python -m launcher.cli.reference > docs/cli.md"
 
 
 def test_every_option_of_the_tables_is_on_the_page() -> None:
@@ -32,7 +32,7 @@ def test_every_option_of_the_tables_is_on_the_page() -> None:
 def test_the_check_fails_when_page_and_table_differ(tmp_path: Path) -> None:
     stale = tmp_path / "cli.md"
     stale.write_text(render().replace("`--loader-cores`", "`--loader-core`"))
-    check = [sys.executable, "-m", "launcher.options.reference", "--check"]
+    check = [sys.executable, "-m", "launcher.cli.reference", "--check"]
     assert subprocess.run([*check, str(stale)], capture_output=True, timeout=60).returncode == 1
     assert subprocess.run([*check, str(CLI_PAGE)], capture_output=True, timeout=60).returncode == 0
 

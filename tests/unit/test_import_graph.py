@@ -1,0 +1,115 @@
+"""The package's layers, held by its static import graph (every import at any depth, lazy ones included; only
+``if TYPE_CHECKING:`` blocks are left out, as they never run): no cycle, and no module imports a layer above its
+own. The layers are docs/development.md's table."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
+# Each package's floor; a module may import its own floor and the floors below it. Top-level modules are the
+# public faces and entry points, above every layer.
+FLOORS = {"errors": 0, "base": 1, "topology": 2, "plan": 3, "env": 4, "context": 5, "options": 6, "bind": 7,
+          "launch": 8, "doctor": 8, "show": 8, "slurm": 9, "cli": 10, "templates": 10}
+TOP = 11
+# Front ends of one floor import none of each other: each imports the layers. affrun sbatch (slurm) sits above
+# the launch commands its scripts run: it checks a job's command with affrun torchrun's own parse.
+FRONT_ENDS = {"launch", "doctor", "show"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The affrun modules ``path`` imports, outside ``if TYPE_CHECKING:`` blocks."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in found if m in modules and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): imports_of(p, modules) for p in paths}
+
+
+def floor(module: str) -> tuple[int, str]:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return TOP, ""  # launcher itself (its __init__): the public face
+    if len(parts) == 2 and parts[1] != "errors" and parts[1] not in FLOORS:
+        return TOP, ""
+    return FLOORS[parts[1]], parts[1]
+
+
+def test_the_graph_is_read() -> None:
+    g = graph()
+    assert "launcher.bind.wire" in g and "launcher.base.cpulist" in g["launcher.bind.wire"]
+    assert len(g) > 50
+
+
+def test_no_import_cycle() -> None:
+    g = graph()
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(g[node]):
+            if state.get(dep) == 1:
+                cycle = [*path[path.index(dep):], dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                walk(dep)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(g):
+        if node not in state:
+            walk(node)
+
+
+def test_no_upward_import_and_front_ends_apart() -> None:
+    upward = []
+    for module, deps in graph().items():
+        mine, my_layer = floor(module)
+        for dep in deps:
+            theirs, their_layer = floor(dep)
+            if theirs > mine or (my_layer in FRONT_ENDS and their_layer in FRONT_ENDS and my_layer != their_layer):
+                upward.append(f"{module} -> {dep}")
+    assert not upward, upward
+
+
+def test_errors_is_a_leaf() -> None:
+    assert graph()["launcher.errors"] == set()

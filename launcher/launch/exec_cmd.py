@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from launcher.options.table import add_binding_arguments, non_negative
+    from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
 
     p = argparse.ArgumentParser(
         prog="affrun exec",
@@ -46,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
                    help="Local ranks on this node (default: from the launcher's variables).")
     add_binding_arguments(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="Print one line per rank on stderr.")
-    p.add_argument("--dry-run", action="store_true", help="Print what would be applied and exit 0.")
+    add_run_flags(p, verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return p
 

@@ -33,7 +33,7 @@ from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import USER_VARIABLES
 from launcher.errors import ConfigError, LaunchError
 from launcher.launch.run_target import check_command
-from launcher.options.table import add_binding_arguments, non_negative
+from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
 
@@ -54,9 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
                    "deepspeed, mpirun, srun; rank0 otherwise).")
     add_binding_arguments(p)
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="Every process the hook binds prints its rank line (with its pid and why) on stderr.")
-    p.add_argument("--dry-run", action="store_true", help="Print the plan and the environment; start nothing.")
+    add_run_flags(p, verbose="Every process the hook binds prints its rank line (with its pid and why) on stderr.",
+                  dry_run="Print the plan and the environment; start nothing.")
     p.add_argument("--strict", action="store_true",
                    help="When COMMAND's Python interpreter does not load affrun's startup hook, exit 2 with an "
                    "error and run nothing, instead of a warning (for CI).")

@@ -24,7 +24,7 @@ from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import USER_VARIABLES
 from launcher.errors import ConfigError
-from launcher.options.table import add_binding_arguments
+from launcher.options.table import add_binding_arguments, add_run_flags
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 
@@ -32,10 +32,9 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
     add_binding_arguments(group, prefix="affrun_")
-    group.add_argument("--affrun-verbose", dest="affrun_verbose", action="store_true",
-                       help="Each rank also prints its line and env notes from inside the worker.")
-    group.add_argument("--affrun-dry-run", dest="affrun_dry_run", action="store_true",
-                       help="Print the plan and the rewritten worker command, start nothing.")
+    add_run_flags(group, verbose="Each rank also prints its line and env notes from inside the worker.",
+                  dry_run="Print the plan and the rewritten worker command, start nothing.", prefix="affrun_",
+                  short=False)
 
 
 # torchrun's options that affrun refuses (check_args): kept in the parser, so that they are refused by name, but

@@ -189,3 +189,14 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
             if spec.count:
                 kwargs["type"] = non_negative
         group.add_argument(spec.flag, **kwargs)
+
+
+def add_run_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, verbose: str, dry_run: str,
+                  prefix: str = "", short: bool = True) -> None:
+    """``--verbose`` and ``--dry-run``, one spelling for ``affrun exec``, ``run`` and ``torchrun``; ``--affrun-verbose``
+    and ``--affrun-dry-run`` (torchrun's spelling before) are kept as aliases. ``prefix`` goes before the ``dest``
+    (torchrun's namespace holds its own options too); ``short`` adds ``-v`` (not beside torchrun's options)."""
+    flags = ["-v"] if short else []
+    parser.add_argument(*flags, "--verbose", "--affrun-verbose", dest=f"{prefix}verbose", action="store_true",
+                        help=verbose)
+    parser.add_argument("--dry-run", "--affrun-dry-run", dest=f"{prefix}dry_run", action="store_true", help=dry_run)

@@ -41,6 +41,9 @@ class FakeMachine:
     extra_pci: list[tuple[str, int, int]] = field(default_factory=list)  # (bdf, vendor, class): NVSwitch, BMC VGA
     node_memory_kb: dict[int, int] = field(default_factory=dict)  # MemTotal per node where not 65536000 (0: none)
     node_cpulist: dict[int, str] = field(default_factory=dict)  # a node's cpulist as written, if not derived
+    # HMAT initiators: memory node -> {"access0"/"access1": initiator node ids}, written as the kernel's links
+    # node<M>/access<K>/initiators/node<N> -> ../../../node<N>
+    node_initiators: dict[int, dict[str, list[int]]] = field(default_factory=dict)
 
     @property
     def cpus(self) -> list[int]:
@@ -93,6 +96,12 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
         else:
             row = " ".join("10" if o == n else "20" for o in ids)
         _w(node_dir / f"node{n}/distance", row)
+        for access, initiators in m.node_initiators.get(n, {}).items():
+            links = node_dir / f"node{n}/{access}/initiators"
+            links.mkdir(parents=True, exist_ok=True)
+            _w(links / "read_latency", "26")
+            for i in initiators:
+                (links / f"node{i}").symlink_to(f"../../../node{i}")
     pci = root / "sys/bus/pci/devices"
     pci.mkdir(parents=True, exist_ok=True)
     for g in m.gpus:

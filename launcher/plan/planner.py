@@ -326,8 +326,9 @@ def _rank_plan(
 
 
 def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
-    """The nodes the rank's memory policy names: its home nodes, a memory-less one replaced by the nearest node
-    with memory (distance table), and none the cpuset forbids. Warnings say which case it was."""
+    """The nodes the rank's memory policy names: its home nodes, a memory-less one replaced by the memory the
+    firmware's initiator table makes local to its CPUs (``NumaNode.local_cpus``), else by the nearest node with
+    memory (distance table), and none the cpuset forbids. Warnings say which case it was."""
     allowed = topo.allowed_mems
     out: list[int] = []
     forbidden: list[int] = []
@@ -338,6 +339,14 @@ def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[st
                 out.append(n)
             else:
                 forbidden.append(n)
+            continue
+        local = topo.local_memory_of(n)
+        if local:
+            cpus = frozenset().union(*(m.local_cpus or () for m in local))
+            rank_warnings.append(f"node {n} has no memory; the memory policy uses node "
+                                 f"{','.join(str(m.os_index) for m in local)}, local to CPUs {format_cpulist(cpus)} "
+                                 "by the firmware's initiator table")
+            out.extend(m.os_index for m in local if m.os_index not in out)
             continue
         with_memory = [
             m.os_index for m in topo.numa_nodes

@@ -42,6 +42,10 @@ class NumaNode:
     cpus: frozenset[int]  # online CPUs of the node; empty for CPU-less (HBM, GPU memory, CXL) nodes
     distances: dict[int, int] = field(default_factory=dict, compare=False)  # node os_index -> distance
     memory_kb: int | None = None
+    # The CPUs this node's memory is local to by the firmware's initiator table (sysfs ``access1``, else
+    # ``access0``, ``initiators``: :mod:`launcher.topology.initiators`); None when the source does not say.
+    # It is how memory-only nodes (CXL, HBM, NVM) are found local to memory-less CPU nodes.
+    local_cpus: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,26 @@ class Topology:
     def cpu_nodes(self) -> list[NumaNode]:
         """The NUMA nodes that hold allowed CPUs (CPU-less and fully disallowed nodes left out)."""
         return [n for n in self.numa_nodes if n.cpus & self.allowed]
+
+    def local_memory_of(self, os_index: int) -> tuple[NumaNode, ...]:
+        """The nodes with memory, allowed by the cpuset, that the firmware's initiator table makes local to the
+        CPUs of node ``os_index``: those of the tightest locality (fewest CPUs, as hwloc's nearest memory), then
+        nearest by the distance table. Empty when no initiator information covers the node's CPUs."""
+        node = self.node(os_index)
+        if node is None or not node.cpus:
+            return ()
+        allowed = self.allowed_mems
+        found = [
+            m for m in self.numa_nodes
+            if m.os_index != os_index and m.memory_kb != 0 and m.local_cpus and m.local_cpus & node.cpus
+            and (allowed is None or m.os_index in allowed)
+        ]
+
+        def key(m: NumaNode) -> tuple[int, int]:
+            return len(m.local_cpus or ()), node.distances.get(m.os_index, 1 << 30)
+
+        best = min((key(m) for m in found), default=None)
+        return tuple(m for m in found if key(m) == best)
 
     def allowed_cores(self) -> list[Core]:
         """Cores with at least one allowed PU, each reduced to its allowed PUs."""
@@ -201,6 +225,7 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
         ("online", topo.online), ("offline", topo.offline), ("allowed", topo.allowed),
         *((f"package {p.os_index}", p.cpus) for p in topo.packages),
         *((f"NUMA node {n.os_index}", n.cpus) for n in topo.numa_nodes),
+        *((f"NUMA node {n.os_index}'s initiators", n.local_cpus or ()) for n in topo.numa_nodes),
         *(("an L3 group", g.cpus) for g in topo.l3_groups),
         *((f"GPU {clip(g.pci, 40)}", g.cpus) for g in topo.gpus),
         *(("a core", c.pus) for c in topo.cores),

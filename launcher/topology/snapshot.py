@@ -33,7 +33,7 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
         "packages": [{"os_index": p.os_index, "cpus": cl(p.cpus)} for p in topo.packages],
         "numa_nodes": [
             {"os_index": n.os_index, "cpus": cl(n.cpus), "distances": {str(k): v for k, v in n.distances.items()},
-             "memory_kb": n.memory_kb}
+             "memory_kb": n.memory_kb, **({} if n.local_cpus is None else {"local_cpus": cl(n.local_cpus)})}
             for n in topo.numa_nodes
         ],
         "l3_groups": [cl(g.cpus) for g in topo.l3_groups],
@@ -140,6 +140,7 @@ def _build(data: dict[str, Any]) -> Topology:
                 {_node_key(k, f"numa_nodes[{i}].distances"): _int(v, f"numa_nodes[{i}].distances[{clip(k, 20)}]")
                  for k, v in dist.items()},
                 _int(n.get("memory_kb"), f"numa_nodes[{i}].memory_kb", optional=True),
+                None if n.get("local_cpus") is None else _cpus(n["local_cpus"], f"numa_nodes[{i}].local_cpus"),
             )
         )
     l3_groups = [L3Group(_cpus(g, f"l3_groups[{i}]")) for i, g in enumerate(_list(data, "l3_groups"))]

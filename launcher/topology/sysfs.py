@@ -16,9 +16,11 @@ from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.fsroot import isdir, within
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
+from launcher.topology.initiators import local_cpus, node_initiators
 from launcher.topology.kinds import CoreKinds
 from launcher.topology.kinds_sysfs import kinds_from_sysfs
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.numa_overlap import merge_overlapping_nodes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -117,7 +119,9 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
         visible = resolved.visible
         if resolved.warning:
             warnings.append(resolved.warning)
-    return checked(Topology(
+    # A broken table with overlapping node cpusets is read as hwloc reads it (numa_overlap), here already so that
+    # the reader's result never has a CPU in two nodes.
+    return merge_overlapping_nodes(checked(Topology(
         packages=packages,
         numa_nodes=tuple(nodes),
         l3_groups=tuple(L3Group(cpus=s) for s in l3_sets),
@@ -131,7 +135,7 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
         allowed_mems=None if cpuset is None else cpuset.mems,
         warnings=tuple(warnings),
         core_kinds=CoreKinds(kinds.kinds),
-    ))
+    )))
 
 
 def _online_cpus(cpu_dir: str, cpu_ids: list[int]) -> tuple[frozenset[int], frozenset[int]]:
@@ -243,26 +247,27 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
     """Every NUMA node with a directory (CPU-less ones included), with online CPUs, distances and memory."""
     node_dir = os.path.join(root, "sys/devices/system/node")
     warnings: list[str] = []
-    found: list[tuple[int, frozenset[int], int | None]] = []
+    found: list[tuple[int, frozenset[int], int | None, tuple[int, ...] | None]] = []
     cpulist = CpusFile(("cpulist", True), ("cpumap", False))
     for nid in numbered_entries(node_dir, "node", "node"):
         ndir = os.path.join(node_dir, f"node{nid}")
         cpus = cpulist.read(ndir)
         if cpus is None and not isdir(ndir):
             continue  # dangling link to an offline node
-        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir, warnings)))
+        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir, warnings), node_initiators(ndir, nid)))
     if not found:
         return [NumaNode(os_index=0, cpus=online, distances={0: 10})], warnings
-    ids = [nid for nid, _, _ in found]
+    ids = [nid for nid, _, _, _ in found]
+    cpus_of = {nid: cpus for nid, cpus, _, _ in found}
     nodes: list[NumaNode] = []
-    for nid, cpus, memory_kb in found:
+    for nid, cpus, memory_kb, initiators in found:
         row = read_text(os.path.join(node_dir, f"node{nid}", "distance"))
         dist: dict[int, int] = {}
         if row:
             numbers = [ascii_uint(v) for v in row.split()]
             if len(numbers) == len(ids) and None not in numbers:
                 dist = {i: v for i, v in zip(ids, numbers) if v is not None}
-        nodes.append(NumaNode(nid, cpus, dist, memory_kb))
+        nodes.append(NumaNode(nid, cpus, dist, memory_kb, local_cpus(nid, cpus, initiators, cpus_of)))
     orphan = online - frozenset().union(*(n.cpus for n in nodes))
     if orphan:
         # offline-cpu0-node0: the node of these CPUs is offline. hwloc leaves them outside every NUMA node;

@@ -149,6 +149,9 @@ DIFFERENCES: dict[tuple[str, str], Rule] = {
     # cgroup v2 /cgroup/unified/uid_2008/job_15389/step_0: cpus 0-5, mems 0-5.
     ("32amd64-4s2n4c-cgroup2.test", "Package"): rule_packages_of_allowed_resources,
     ("32amd64-4s2n4c-cgroup2.test", "NUMANode"): rule_numa_hidden_by_hwloc,
+    # CPU-only nodes 0-3 and the generic initiator node 4 have no memory: the kernel leaves them out of the root
+    # cpuset's mems (5-10), and hwloc hides nodes outside it; affrun lists them (their CPUs live there).
+    ("fakememinitiators-1np2c+1npp+gi.test", "NUMANode"): rule_numa_hidden_by_hwloc,
     # POWER9 + 6 V100: the GPU-memory nodes 250-255 are CPU-less nodes to affrun, hidden by default in hwloc.
     ("nvidiagpunumanodes.test", "NUMANode"): rule_numa_hidden_by_hwloc,
 }

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from tests.launch import affrun
-from tests.unit.test_cli_plan import TOPOLOGY_KEYS, check_plan_contract, check_types
+from tests.unit import test_cli_plan as unit
+from tests.unit.test_cli_plan import (
+    TOPOLOGY_KEYS,
+    check_plan_contract,
+    check_types,
+)
+
+root = unit.root  # the module-scoped pytest fixture the tests here share with the unit half
 
 
 def test_real_process_plan_and_topology(root: str) -> None:

@@ -15,7 +15,19 @@ from launcher.env.policy import (
 )
 from launcher.plan.planner import RankPlan
 from tests.conftest import need
-from tests.unit.test_env import GOMP_LINE, HOSTILE, IOMP_LINE, PLACES_SAMPLES, live_rank, run_rank
+from tests.launch import compile_omp
+from tests.unit.test_env import GOMP_LINE, HOSTILE, IOMP_LINE, OMP_SOURCE, PLACES_SAMPLES, live_rank, run_rank
+
+
+@pytest.fixture(scope="module")
+def omp_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same OpenMP program built against libgomp (gcc -fopenmp), and linked directly to Intel's libiomp5
+    and to LLVM's libomp (tests.launch.compile_omp says why)."""
+    out = tmp_path_factory.mktemp("omp")
+    src = out / "probe.c"
+    src.write_text(OMP_SOURCE)
+    return {"libgomp": compile_omp(out, "gomp", src), "libiomp5": compile_omp(out, "iomp5", src),
+            "libomp": compile_omp(out, "omp14", src), "libomp16": compile_omp(out, "omp16", src)}
 
 
 def test_parse_places_agrees_with_libgomp(omp_binaries: dict[str, Path]) -> None:

@@ -11,7 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.topology import load_topology
+from tests.unit import test_fuzz_inputs as unit
 from tests.unit.test_fuzz_inputs import FUZZ, MUTATIONS, TREES, bounded, mutate, plan_all, requests, tree_entries
+
+trees = unit.trees  # the module-scoped pytest fixture the tests here share with the unit half
 
 
 @FUZZ

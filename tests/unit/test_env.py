@@ -26,7 +26,7 @@ from launcher.env.policy import (
 from launcher.plan.planner import Plan, RankPlan, Request, make_plan
 from launcher.topology import load_topology
 from tests.fakesys import uniform, write_tree
-from tests.launch import compile_omp, job_matches
+from tests.launch import job_matches
 
 # A rank of a machine whose SMT siblings are c and c+64: cores 0-3, the last one kept for DataLoader workers.
 RANK = RankPlan(
@@ -422,17 +422,6 @@ int main(void) {
 GOMP_LINE = re.compile(r"^level 1 thread (0x[0-9a-f]+) affinity (\S+)$", re.M)
 IOMP_LINE = re.compile(r"^OMP: pid \d+ tid \d+ thread (\d+) bound to OS proc set \{([^}]*)\}$", re.M)
 HOSTILE = {"KMP_AFFINITY": "disabled", "OMP_PLACES": "cores", "OMP_NUM_THREADS": "16", "GOMP_CPU_AFFINITY": "0-1023"}
-
-
-@pytest.fixture(scope="module")
-def omp_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The same OpenMP program built against libgomp (gcc -fopenmp), and linked directly to Intel's libiomp5
-    and to LLVM's libomp (tests.launch.compile_omp says why)."""
-    out = tmp_path_factory.mktemp("omp")
-    src = out / "probe.c"
-    src.write_text(OMP_SOURCE)
-    return {"libgomp": compile_omp(out, "gomp", src), "libiomp5": compile_omp(out, "iomp5", src),
-            "libomp": compile_omp(out, "omp14", src), "libomp16": compile_omp(out, "omp16", src)}
 
 
 def live_rank(cpus: str) -> RankPlan:

@@ -124,10 +124,20 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     from launcher.bind.apply import bind_running
     from launcher.context.runtimes import OPENMP, controller_named, loaded_runtimes
 
-    if (not isinstance(local_rank, int) or not isinstance(nproc_per_node, int) or isinstance(local_rank, bool)
-            or isinstance(nproc_per_node, bool) or not 0 <= local_rank < nproc_per_node):
-        raise ConfigError(f"bind_rank: local rank {short(local_rank)} is not in 0..{short(nproc_per_node)} - 1 (both "
-                          "are ints)")
+    for name, value in (("local_rank", local_rank), ("nproc_per_node", nproc_per_node)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"bind_rank: {name}={short(value)} is not an int")
+    if nproc_per_node < 1:
+        from launcher.options.table import spell_error
+        from launcher.plan.request import check_rank_count
+
+        try:
+            check_rank_count(nproc_per_node)
+        except AffrunError as exc:  # from Python: one ConfigError that names the argument
+            raise ConfigError(f"bind_rank: {spell_error(exc, 'python')}") from None
+    if not 0 <= local_rank < nproc_per_node:
+        raise ConfigError(f"bind_rank: local_rank={local_rank} is not a rank of nproc_per_node={nproc_per_node} "
+                          f"(0 to {nproc_per_node - 1})")
     job = _job(local_rank, nproc_per_node, options)
     rank = job.ranks[local_rank]
     mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ

@@ -26,7 +26,7 @@ def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
 
 @click.command()
 @topology_options
-@click.option("--nproc-per-node", "--nproc_per_node", "nproc", type=click.IntRange(min=1), default=None,
+@click.option("--nproc-per-node", "--nproc_per_node", "nproc", type=click.IntRange(min=0), default=None,
               help="Local ranks the job will run (default: from LOCAL_WORLD_SIZE/SLURM/..., else one per GPU, else 1).")
 @click.option("--pid", type=click.IntRange(min=1), default=None,
               help="Audit this running job instead: the process, its children and all their threads.")
@@ -73,7 +73,11 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
     from launcher.doctor.checks import check_environment
     from launcher.doctor.facts import gather_facts
     from launcher.doctor.report import environment_json, findings_text
+    from launcher.plan.request import check_rank_count
     from launcher.topology import load_topology
+
+    if nproc is not None:
+        check_rank_count(nproc)
 
     environ = dict(os.environ)
     live = not fsroot and not topology_file and not environ.get("AFFRUN_FSROOT")

@@ -71,7 +71,7 @@ def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
 
 
 nproc_option = click.option(
-    "--nproc-per-node", "--nproc_per_node", "nproc_per_node", type=click.IntRange(min=1), default=None,
+    "--nproc-per-node", "--nproc_per_node", "nproc_per_node", type=click.IntRange(min=0), default=None,
     help="Local ranks (default: one per --gpus/--map entry, else per visible GPU unless --no-gpu, else 1).",
 )
 

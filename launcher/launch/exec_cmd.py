@@ -103,6 +103,9 @@ def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankReco
         else:
             raise LaunchError("give both --local-rank and --nproc-per-node, or neither (then LOCAL_RANK, "
                               "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or PMI_LOCAL_RANK)")
+    from launcher.plan.request import check_rank_count
+
+    check_rank_count(nproc)
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
     user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}

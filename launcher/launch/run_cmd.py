@@ -31,9 +31,10 @@ from launcher.context.local_rank import task_identity
 from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import USER_VARIABLES
-from launcher.errors import ConfigError, LaunchError
+from launcher.errors import LaunchError
 from launcher.launch.run_target import check_command
 from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
+from launcher.plan.request import check_rank_count
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
 
@@ -75,8 +76,8 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
-    if args.nproc is not None and args.nproc < 1:
-        raise ConfigError(f"--nproc-per-node {args.nproc}: give at least 1")
+    if args.nproc is not None:
+        check_rank_count(args.nproc)
     user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
     _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
     return parent

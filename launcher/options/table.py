@@ -104,7 +104,10 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
-_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in BINDING_OPTIONS}
+# The rank count: each command adds it itself (exec's and run's argparse, torchrun's own parser, click's plan, show
+# and doctor), and the planner's message names it (launcher.plan.request.check_rank_count).
+NPROC_OPTION = OptionSpec("--nproc-per-node", "nproc", "plan", "Local ranks on this node.", keyword="nproc_per_node")
+_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in (*BINDING_OPTIONS, NPROC_OPTION)}
 
 
 def default(dest: str) -> Any:

@@ -49,12 +49,18 @@ def check_choices(error: type[AffrunError], **values: object) -> None:
             raise error(Opt(key, value, quoted=True), f": choose one of {', '.join(choices)}")
 
 
+def check_rank_count(nproc: int) -> None:
+    """The one wording of a rank count below 1, for every front end (each spells the option its own way:
+    ``--nproc-per-node 0``, ``nproc_per_node=0``)."""
+    if nproc < 1:
+        raise PlanError(Opt("nproc", nproc), " must be at least 1: a job has one local rank or more")
+
+
 def validate_request(req: Request, topo: Topology | None = None) -> None:
     """Raise :class:`PlanError` for a request that no topology (``topo``: this one) can satisfy: no ranks, an
     unknown mode, order or spill, a negative loader count, ``map`` mode without CPU lists, or ``--map`` /
     ``--gpus`` lists of another length than the rank count (:class:`RankCountMismatch`)."""
-    if req.nproc < 1:
-        raise PlanError(f"--nproc-per-node must be at least 1 (got {req.nproc})")
+    check_rank_count(req.nproc)
     if topo is not None and req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
         # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
         # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core

@@ -71,6 +71,10 @@ def _count(part: str) -> tuple[int | None, int | None]:
     return ascii_uint(count), ascii_uint(repeat)
 
 
+# _count_of_node's answer for a list that describes more than MAX_NODES nodes.
+TOO_MANY = -1
+
+
 def _count_of_node(value: str, node: int) -> int | bool | None:
     """The ``node``-th count of a per-node count list, without expanding it; ``None`` when the list has no entry
     for ``node``, ``False`` when it is not such a list (``1(x99999999999)``: more than :data:`MAX_NODES` nodes)."""
@@ -83,8 +87,8 @@ def _count_of_node(value: str, node: int) -> int | bool | None:
         if found is None and first <= node < first + repeat:
             found = count
         first += repeat
-        if first > MAX_NODES:  # no cluster has that many nodes: the list is garbage, not a count
-            return False
+        if first > MAX_NODES:  # no cluster has that many nodes: the list cannot be used (the caller falls back)
+            return TOO_MANY
     return found
 
 
@@ -105,6 +109,7 @@ def tasks_on_node(environ: Mapping[str, str]) -> int | None:
     node = 0 if node_text is None else ascii_uint(node_text.strip())
     if node is None:
         raise ValueError(f"SLURM_NODEID={clip(node_text or '', 40)!r} is not a node index")
+    too_many = ""  # a list of more nodes than any cluster has: the next variable is asked, else it is the error
     for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
         value = environ.get(name)
         if value is None:
@@ -113,10 +118,15 @@ def tasks_on_node(environ: Mapping[str, str]) -> int | None:
         if found is False:
             raise ValueError(f"{name}={clip(value, 40)!r} is not a Slurm per-node task count list "
                              "(expected e.g. 4 or 2(x3),1)")
+        if found == TOO_MANY:
+            too_many = too_many or f"{name}={clip(value, 40)!r} describes more than {MAX_NODES} nodes"
+            continue
         if found is not None:
             return found
     value = environ.get("SLURM_NTASKS_PER_NODE")
     if value is None:
+        if too_many:
+            raise ValueError(too_many)
         return None
     count = ascii_uint(value.strip())
     if count is None:

@@ -113,3 +113,17 @@ def test_no_upward_import_and_front_ends_apart() -> None:
 
 def test_errors_is_a_leaf() -> None:
     assert graph()["launcher.errors"] == set()
+
+
+def test_the_public_records_are_standard_dataclasses() -> None:
+    """No module re-implements the standard library: dataclasses' own functions work on the public types."""
+    import dataclasses
+
+    import launcher
+    from launcher.topology.model import Topology
+
+    for cls in (launcher.Plan, launcher.RankPlan, launcher.Request, Topology):
+        assert dataclasses.is_dataclass(cls), cls
+        assert [f.name for f in dataclasses.fields(cls)], cls
+    request = dataclasses.replace(launcher.Request(nproc=2), loader_cores=1)
+    assert dataclasses.asdict(request)["loader_cores"] == 1

@@ -14,9 +14,10 @@ from launcher.context.runtimes import libraries_in_maps
 from launcher.doctor.facts import (
     torch_openmp,
 )
+from launcher.doctor.findings import CATALOGUE
 from tests.conftest import need
 from tests.launch import clean_env
-from tests.unit.test_doctor_env import SECCOMP_WRAPPER
+from tests.unit.test_doctor_env import SECCOMP_WRAPPER, doctor
 
 
 def test_torch_bundled_runtime_is_what_import_torch_loads() -> None:
@@ -52,3 +53,22 @@ def test_membind_blocked_by_a_real_seccomp_filter(tmp_path: Path) -> None:
     plain = json.loads(subprocess.run([sys.executable, "-m", "launcher", "doctor", "--json"], capture_output=True,
                                       text=True, env=clean_env()).stdout)
     assert "membind-blocked" not in {f["id"] for f in plain["findings"]}
+
+
+def test_json_contract_and_exit_status() -> None:
+    env = {**clean_env(), "KMP_AFFINITY": "disabled", "OMP_NUM_THREADS": "8", "LOCAL_RANK": "0",
+           "LOCAL_WORLD_SIZE": "2"}
+    code, out = doctor("--json", env=env)
+    data = json.loads(out)
+    assert code == 1
+    for f in data["findings"]:
+        assert set(f) >= {"id", "severity", "message", "fix"}
+        assert f["id"] in CATALOGUE and f["severity"] in ("error", "warning", "info")
+    found = {f["id"] for f in data["findings"]}
+    assert "omp-oversubscribed" in found and "kmp-ignored-by-libgomp" in found
+    assert data["environment"]["KMP_AFFINITY"] == "disabled"
+    assert data["rank"]["local_ranks"] == 2
+    assert doctor("--fail-on", "error", env=env)[0] == 1
+    clean = {**clean_env(), "OMP_NUM_THREADS": "1"}
+    code, out = doctor("--json", env=clean)
+    assert (code, [f for f in json.loads(out)["findings"] if f["severity"] != "info"]) == (0, [])

@@ -96,7 +96,7 @@ def test_bind_rank_gpus_as_a_list_reaches_the_planner(unbound: None) -> None:
 def test_bind_rank_local_rank_is_an_int_not_a_bool(unbound: None) -> None:
     from launcher import bind_rank
 
-    with pytest.raises(ConfigError, match="local rank"):
+    with pytest.raises(ConfigError, match="local_rank=True"):
         bind_rank(True, 2, quiet=True)
 
 

@@ -224,6 +224,11 @@ def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
 
 
 def test_the_hook_removes_the_same_place_variables_as_the_env_policy_names() -> None:
-    from launcher.env.variables import PLACE_VARIABLES, PLACEMENT_VARIABLES
+    """One list (launcher.env.variables.PLACE_VARIABLES): the hook's worker path kept a copy of it once."""
+    import inspect
 
-    assert PLACEMENT_VARIABLES == PLACE_VARIABLES
+    import launcher.context.run_role as run_role
+    import launcher.startup as startup
+
+    assert not hasattr(startup, "PLACEMENT_VARIABLES") and not hasattr(run_role, "PLACEMENT_VARIABLES")
+    assert "PLACE_VARIABLES" in inspect.getsource(startup.bind_as_worker)

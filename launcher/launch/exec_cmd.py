@@ -65,7 +65,8 @@ def parse_args(before: Sequence[str]) -> Args:
     return build_parser().parse_args(before) if before else default_args()
 
 
-def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``OPTIONS -- COMMAND ARGS``: the words before the first ``--`` and those after it (affrun exec and run)."""
     if "--" in argv:
         i = list(argv).index("--")
         return list(argv[:i]), list(argv[i + 1 :])
@@ -128,7 +129,7 @@ def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    before, command = _split_command(argv)
+    before, command = split_command(argv)
     args = parse_args(before)
     if args.command:
         build_parser().error(f"unexpected argument {short(args.command[0])}: put the command after --")

@@ -32,6 +32,7 @@ from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARI
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import USER_VARIABLES
 from launcher.errors import LaunchError
+from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command
 from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
 from launcher.plan.request import check_rank_count
@@ -68,13 +69,6 @@ def top_role(command: Sequence[str]) -> str:
     return "launcher" if command_is_launcher(command) else "rank0"
 
 
-def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    if "--" in argv:
-        i = list(argv).index("--")
-        return list(argv[:i]), list(argv[i + 1 :])
-    return list(argv), []
-
-
 def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
@@ -84,7 +78,7 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
 
 
 def main(argv: Sequence[str]) -> int:
-    before, command = _split(argv)
+    before, command = split_command(argv)
     parser = build_parser()
     args = parser.parse_args(before)
     if not command and not args.dry_run:

@@ -28,6 +28,7 @@ TOOL_FLAGS: tuple[tuple[Tool, tuple[str, ...]], ...] = (("accelerate", ACCELERAT
 class OtherBinder:
     tool: Tool
     source: str  # where it was seen, for messages
+    variable: str | None = None  # the environment variable that switches it on, when that is where it was seen
 
     @property
     def fix(self) -> str:
@@ -63,7 +64,7 @@ def binders_in_command(argv: Sequence[str], where: str = "the command") -> list[
 def binders_in_environment(environ: Mapping[str, str]) -> list[OtherBinder]:
     value = environ.get("ACCELERATE_CPU_AFFINITY", "")
     if value.strip().lower() in TRUE_VALUES:
-        return [OtherBinder("accelerate", f"ACCELERATE_CPU_AFFINITY={value}")]
+        return [OtherBinder("accelerate", f"ACCELERATE_CPU_AFFINITY={value}", "ACCELERATE_CPU_AFFINITY")]
     return []
 
 

@@ -37,7 +37,7 @@ def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: 
         "double-binding", "error", f"{binder.source} while affrun binds the ranks",
         f"{binder.tool} and affrun both set the rank's CPUs: the last one wins and the other's OpenMP settings no "
         "longer match the mask", binder.fix,
-        env_fix={"ACCELERATE_CPU_AFFINITY": None} if binder.source.startswith("ACCELERATE_CPU_AFFINITY") else {})
+        env_fix={binder.variable: None} if binder.variable else {})
         for binder in (facts.other_binders if under_affrun else ())]
     if not facts.numa_binding:
         return out

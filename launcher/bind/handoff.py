@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from launcher.base.choices import EnvPolicy, MemBackend, OmpBind
 from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, read_job
 from launcher.context.run_role import BOOT
-from launcher.env.policy import effective_mem_policy, rank_environment
+from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import ConfigError, LaunchError
 from launcher.options.plan_options import PlanOptions
 from launcher.options.table import BINDING_OPTIONS
@@ -69,12 +69,16 @@ class ParentPlan:
             separators=(",", ":"),
         )
 
-    def _environment(self, rank: RankPlan) -> dict[str, Any]:
-        """The OpenMP/BLAS variables ``rank`` gets, as the env policy judges the user's own values: computed here,
-        once, so that a rank applies them without the planner. Its ``AFFRUN_*`` variables are written by the rank
-        from its fields (:meth:`launcher.bind.wire.Job.variables`)."""
-        renv = rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
+    def environment(self, rank: RankPlan) -> RankEnvironment:
+        """The variables ``rank`` gets, as the env policy judges the user's own values (:attr:`user_env`):
+        computed here, once, for ``AFFRUN_PLAN`` and for ``affrun plan --json``."""
+        return rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
                                 smt=self.plan.smt, policy=self.env_policy)
+
+    def _environment(self, rank: RankPlan) -> dict[str, Any]:
+        """A rank's entry of ``AFFRUN_PLAN``'s ``env``: its OpenMP/BLAS variables. Its ``AFFRUN_*`` variables are
+        written by the rank from its fields (:meth:`launcher.bind.wire.Job.variables`)."""
+        renv = self.environment(rank)
         return {"set": {k: v for k, v in renv.set.items() if not k.startswith("AFFRUN_")},
                 "unset": list(renv.unset), "notes": list(renv.notes)}
 

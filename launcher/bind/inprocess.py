@@ -68,7 +68,7 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
     from launcher.bind.handoff import plan_job
     from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import RUN_VARIABLE
-    from launcher.env.variables import USER_VARIABLES
+    from launcher.env.variables import user_values
     from launcher.options.keywords import BY_KEYWORD, check_keywords
     from launcher.options.table import add_binding_arguments, spell_error
 
@@ -92,7 +92,7 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
     options = {specs[name].dest: value for name, value in check_keywords(options, specs).items()}
     # Values a bound parent process left behind (AFFRUN_CPUS is set) are affrun's, not the user's.
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
-    user_env = {} if inherited else {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
+    user_env = {} if inherited else user_values(os.environ)
     try:
         return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1].job()
     except AffrunError as exc:

@@ -11,7 +11,8 @@ import click
 
 from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.cli.options import env_options, plan_options, topology_options
-from launcher.env.policy import plan_json, rank_environment
+from launcher.env.policy import plan_json
+from launcher.env.variables import user_values
 from launcher.errors import AffrunError
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -67,7 +68,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
 
 def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
     """The job these options describe (one rank per --gpus/--map entry, else per visible GPU, else 1)."""
-    return plan_job(kwargs, kwargs.pop("nproc_per_node"), default_nproc=1)
+    return plan_job(kwargs, kwargs.pop("nproc_per_node"), user_env=user_values(os.environ), default_nproc=1)
 
 
 nproc_option = click.option(
@@ -88,13 +89,8 @@ def plan(**kwargs: Any) -> None:
     topo, parent = _plan(kwargs)
     the_plan = parent.plan
     if as_json:
-        n = len(the_plan.ranks)
-        envs = [
-            rank_environment(r, local_world_size=n, user_env=os.environ, bind=parent.bind, smt=the_plan.smt,
-                             policy=parent.env_policy)
-            for r in the_plan.ranks
-        ]
-        click.echo(json.dumps(plan_json(the_plan.to_dict(), envs, parent.mem_policy), indent=2))
+        envs = [parent.environment(r) for r in the_plan.ranks]
+        click.echo(json.dumps(plan_json(the_plan, envs, parent.mem_policy), indent=2))
         return
     from launcher.show.table import plan_table
 

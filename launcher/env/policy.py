@@ -59,11 +59,11 @@ from launcher.env.omp_syntax import (
     thread_count,
 )
 from launcher.env.variables import THREAD_VARIABLES, affrun_variables
-from launcher.plan.planner import RankPlan
+from launcher.plan.planner import Plan, RankPlan
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import Literal
+    from typing import Any, Literal
 
     ProblemCode = Literal["malformed", "empty", "oversubscribed", "outside", "collapse", "disabled"]
 KMP_DEFAULT = "granularity=fine"
@@ -282,22 +282,15 @@ def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
     return requested
 
 
-def plan_json(
-    plan_dict: dict[str, object],
-    envs: list[RankEnvironment],
-    mem_policy: str,
-) -> dict[str, object]:
+def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str) -> dict[str, object]:
     """The documented ``affrun plan --json`` contract: the plan plus each rank's environment."""
+    out: dict[str, Any] = plan.to_dict()
     ranks = []
-    for rank, env in zip(plan_dict["ranks"], envs):  # type: ignore[call-overload]
-        entry = dict(rank)
-        entry["env"] = dict(env.set)
-        entry["unset"] = list(env.unset)
-        entry["notes"] = list(env.notes)
-        entry["mem_policy"] = mem_policy if rank["mem_nodes"] else "none"
-        entry["numactl"] = ["numactl", f"--physcpubind={format_cpulist(rank['cpus'])}",
-                            *numactl_memory_args(mem_policy, rank["mem_nodes"])]
+    for rank, entry, env in zip(plan.ranks, out["ranks"], envs):
+        entry = {**entry, "env": dict(env.set), "unset": list(env.unset), "notes": list(env.notes),
+                 "mem_policy": mem_policy if rank.mem_nodes else "none",
+                 "numactl": ["numactl", f"--physcpubind={format_cpulist(rank.cpus)}",
+                             *numactl_memory_args(mem_policy, rank.mem_nodes)]}
         ranks.append(entry)
-    out = dict(plan_dict)
     out["ranks"] = ranks
     return out

@@ -7,6 +7,7 @@ from launcher.base.cpulist import format_cpulist
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Protocol
 
     class RankFields(Protocol):
@@ -61,3 +62,9 @@ def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict
         "AFFRUN_THREADS": str(rank.threads),
         "AFFRUN_OMP_BIND": bind,
     }
+
+
+def user_values(environ: Mapping[str, str]) -> dict[str, str]:
+    """The user's own values of the variables affrun manages, as the env policy judges them: what a planning
+    parent snapshots before a launcher (torchrun sets ``OMP_NUM_THREADS``) or a binding changes them."""
+    return {name: environ[name] for name in USER_VARIABLES if name in environ}

@@ -19,7 +19,7 @@ from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank
 from launcher.bind.wire import PLAN_VARIABLE, Job, RankRecord, read_job
 from launcher.context.local_rank import LocalRank
 from launcher.env.rank_line import MEM_VARIABLE, mem_text, rank_line
-from launcher.env.variables import USER_VARIABLES
+from launcher.env.variables import user_values
 from launcher.errors import LaunchError, error_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
@@ -109,7 +109,7 @@ def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankReco
     check_rank_count(nproc)
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
-    user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
+    user_env = user_values(environ)
     _, parent = plan_job(option_values(args), nproc, environ=environ, user_env=user_env)
     job = parent.job()
     return job, job.ranks[rank], detected

@@ -30,7 +30,7 @@ from launcher.context.launchers import command_is_launcher
 from launcher.context.local_rank import task_identity
 from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
-from launcher.env.variables import USER_VARIABLES
+from launcher.env.variables import user_values
 from launcher.errors import LaunchError
 from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command
@@ -72,7 +72,7 @@ def top_role(command: Sequence[str]) -> str:
 def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
-    user_env = {k: environ[k] for k in USER_VARIABLES if k in environ}
+    user_env = user_values(environ)
     _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
     return parent
 

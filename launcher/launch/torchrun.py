@@ -22,7 +22,7 @@ from typing import NoReturn
 from launcher.bind.handoff import exec_prefix, option_values, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
-from launcher.env.variables import USER_VARIABLES
+from launcher.env.variables import user_values
 from launcher.errors import ConfigError
 from launcher.options.table import add_binding_arguments, add_run_flags
 
@@ -189,7 +189,7 @@ def main(argv: Sequence[str]) -> int:
         nproc = determine_local_world_size(args.nproc_per_node)
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
-    user_env = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
+    user_env = user_values(os.environ)
     _, parent = plan_job(option_values(args, prefix="affrun_"), nproc, user_env=user_env)
     plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename

@@ -384,7 +384,7 @@ def test_effective_mem_policy() -> None:
 def test_plan_json_adds_env_per_rank() -> None:
     plan = Plan((RANK,), "exclusive", False, "rank")
     envs = [rank_environment(RANK, local_world_size=1, user_env={"OMP_PLACES": "cores"})]
-    out = plan_json(plan.to_dict(), envs, "preferred")
+    out = plan_json(plan, envs, "preferred")
     ranks: list[dict[str, Any]] = out["ranks"]  # type: ignore[assignment]
     (rank,) = ranks
     assert rank["env"]["OMP_PLACES"] == omp_places(RANK)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 import time
 
 import torch
@@ -38,6 +39,14 @@ class Noise(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return x, (x.sum() > 0).long()
 
 
+def say(text: str, flush: bool = True) -> None:
+    """One line in one write: the ranks share stdout, and print() writes the text and its newline apart, so two
+    ranks' lines could interleave ("workers 0rank 1: ...")."""
+    sys.stdout.write(text + "\n")
+    if flush:
+        sys.stdout.flush()
+
+
 def cpu_count(cpulist: str) -> int:
     """How many CPUs a cpulist names (``0-3,8`` is 5), as affrun writes them in ``AFFRUN_*_CPUS``."""
     count = 0
@@ -58,7 +67,7 @@ def planned_workers() -> int:
 
 def report_worker(rank: int, worker_id: int) -> None:
     """Each worker says where it runs (after launcher.torch.worker_init_fn has placed it)."""
-    print(f"rank {rank} worker {worker_id}: cpus {format_cpulist(os.sched_getaffinity(0))}", flush=True)
+    say(f"rank {rank} worker {worker_id}: cpus {format_cpulist(os.sched_getaffinity(0))}", flush=True)
 
 
 def main() -> None:
@@ -75,7 +84,7 @@ def main() -> None:
     dist.init_process_group("nccl" if use_cuda else "gloo")
     # the real mask and thread count, whoever launched it: compare `torchrun` with `affrun torchrun`
     mask = format_cpulist(os.sched_getaffinity(0))
-    print(f"rank {dist.get_rank()}: cpus {mask} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')} "
+    say(f"rank {dist.get_rank()}: cpus {mask} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')} "
           f"torch threads {torch.get_num_threads()} loader {os.environ.get('AFFRUN_LOADER_CPUS') or '-'} "
           f"gpu {os.environ.get('AFFRUN_GPU') or '-'} workers {workers}", flush=True)
     model = torch.nn.parallel.DistributedDataParallel(
@@ -97,7 +106,7 @@ def main() -> None:
             if step >= args.steps:
                 break
     rate = args.steps / (time.perf_counter() - t0)
-    print(f"rank {dist.get_rank()}: {args.steps} steps, {rate:.1f} steps/s, loss {loss.item():.3f}", flush=True)
+    say(f"rank {dist.get_rank()}: {args.steps} steps, {rate:.1f} steps/s, loss {loss.item():.3f}", flush=True)
     dist.destroy_process_group()
 
 

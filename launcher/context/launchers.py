@@ -23,7 +23,9 @@ LAUNCHERS = ("torchrun", "accelerate", "accelerate-launch", "deepspeed", "ds", "
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
                     "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner", "deepspeed.launcher.launch")
 # Interpreter options that take the next word as their value (python --help).
-_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
+# The interpreter options that take the next word as their value (python -W error, -X dev): one list for every
+# reader of a Python command line (python_program here, launcher.launch.run_target.site_options).
+OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 
 
 def command_is_launcher(command: Sequence[str]) -> bool:
@@ -49,7 +51,7 @@ def python_program(argv: Sequence[str]) -> tuple[ProgramKind, str]:
     i = 0
     while i < len(words):
         word = words[i]
-        if word in _OPTIONS_WITH_VALUE:
+        if word in OPTIONS_WITH_VALUE:
             i += 2
             continue
         if word == "-" or not word.startswith("-"):

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.bind.wire import PLAN_VARIABLE
+from launcher.context.launchers import OPTIONS_WITH_VALUE
 from launcher.context.run_role import PROBE, RUN_VARIABLE
 from launcher.errors import LaunchError, error_line
 
@@ -46,7 +47,6 @@ PROBE_CODE = ("import sys; m = sys.modules.get('_affrun_startup'); "
 _PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?")
 # Interpreter options that decide whether site runs and which site-packages it reads: the probe passes them on.
 _SITE_FLAGS = "ISsE"
-_OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 _ENV_FLAGS = "i0v"  # env options without a value
 _ENV_VALUED = {"u": "unset", "C": "chdir", "S": "split-string"}
 _ENV_LONG_FLAGS = ("ignore-environment", "null", "debug", "list-signal-handling")
@@ -94,7 +94,7 @@ def site_options(args: Sequence[str]) -> tuple[str, ...]:
     i = 0
     while i < len(args):
         word = args[i]
-        if word in _OPTIONS_WITH_VALUE:
+        if word in OPTIONS_WITH_VALUE:
             i += 2
             continue
         if word.startswith("--") and word != "--":  # --version, --check-hash-based-pycs=always

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.base.slurm_step import parse_version, srun_inherits_cpus_per_task
 from launcher.context.runtimes import libraries_in_maps
 from launcher.doctor.facts import (
     torch_openmp,
@@ -72,3 +73,36 @@ def test_json_contract_and_exit_status() -> None:
     clean = {**clean_env(), "OMP_NUM_THREADS": "1"}
     code, out = doctor("--json", env=clean)
     assert (code, [f for f in json.loads(out)["findings"] if f["severity"] != "info"]) == (0, [])
+
+
+def test_console_script_is_the_ci_guard() -> None:
+    """``affrun doctor --fail-on error`` through the installed console script, as CI runs it."""
+    affrun = shutil.which("affrun")
+    need(affrun, "the affrun console script is not installed (pip install -e .)")
+    bad = subprocess.run([str(affrun), "doctor", "--fail-on", "error"], capture_output=True, text=True,
+                         env={**clean_env(), "OMP_PLACES": "cores", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"})
+    assert bad.returncode == 1, bad.stdout
+    line = next(x for x in bad.stdout.splitlines() if x.startswith("error   collapse-risk"))
+    assert "-- why:" in line and "-- fix:" in line
+    good = subprocess.run([str(affrun), "doctor", "--fail-on", "error"], capture_output=True, text=True,
+                          env=clean_env())
+    assert good.returncode == 0, good.stdout
+
+
+def test_numactl_missing_from_path() -> None:
+    need(shutil.which("numactl"), "numactl is not installed")
+    env = {**clean_env(), "PATH": "/nonexistent"}
+    found = {f["id"] for f in json.loads(doctor("--json", env=env)[1])["findings"]}
+    assert "numactl-missing" in found
+    assert "numactl-missing" not in {f["id"] for f in json.loads(doctor("--json", env=clean_env())[1])["findings"]}
+
+
+def test_srun_version_is_asked_for_real() -> None:
+    need(shutil.which("srun"), "Slurm's srun is not installed")
+    version = parse_version(subprocess.run(["srun", "--version"], capture_output=True, text=True).stdout)
+    assert version
+    env = {**clean_env(), "SLURM_CPUS_PER_TASK": "4"}
+    found = {f["id"] for f in json.loads(doctor("--json", env=env)[1])["findings"]}
+    assert ("srun-cpus-per-task" in found) is not srun_inherits_cpus_per_task(version)
+    found = {f["id"] for f in json.loads(doctor("--json", env={**env, "SRUN_CPUS_PER_TASK": "4"})[1])["findings"]}
+    assert "srun-cpus-per-task" not in found

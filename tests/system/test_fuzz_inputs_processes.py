@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.topology import load_topology
+from tests.conftest import link_tree
 from tests.unit import test_fuzz_inputs as unit
 from tests.unit.test_fuzz_inputs import FUZZ, MUTATIONS, TREES, bounded, mutate, plan_all, requests, tree_entries
 
@@ -24,7 +24,7 @@ def test_corrupted_sysfs_trees(trees: dict[str, Path], tmp_path_factory: pytest.
     source = trees[tree]
     entries = tree_entries(source)
     copy = tmp_path_factory.mktemp("fuzzed") / "t"
-    shutil.copytree(source, copy, symlinks=True, copy_function=os.link)
+    link_tree(source, copy)
     for _ in range(data.draw(st.integers(1, 3), label="mutations")):
         entry = data.draw(st.sampled_from(entries), label="entry")
         kind, value = data.draw(MUTATIONS, label="mutation")

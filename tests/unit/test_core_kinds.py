@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from launcher.topology.kinds import (
     kinds_to_json,
 )
 from launcher.topology.kinds_sysfs import kinds_from_sysfs
-from tests.conftest import FIXTURES, extract_tarball, need
+from tests.conftest import FIXTURES, extract_tarball, link_tree, need
 
 HYBRID = FIXTURES / "hwloc-hybrid"
 LINUX = FIXTURES / "hwloc-linux"
@@ -262,7 +261,7 @@ def test_json_round_trip_keeps_kinds(tarball) -> None:  # type: ignore[no-untype
 def hostile_tree(tarball, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
     """A copy of the i7-1370P tree with hybrid PMU lists added (P-cores 0-11, E-cores 12-19): valid as it is."""
     root = tmp_path / "t"
-    shutil.copytree(tarball(LINUX / f"{RAPTOR}.tar.bz2"), root, symlinks=True, copy_function=os.link)  # put() unlinks
+    link_tree(tarball(LINUX / f"{RAPTOR}.tar.bz2"), root)  # put() unlinks
     tree_pmu = {"cpu_core": "0-11", "cpu_atom": "12-19"}
     for name, cpus in tree_pmu.items():
         (root / "sys/devices" / name).mkdir(parents=True)
@@ -389,7 +388,7 @@ def test_registrations_split_into_a_partition_carrying_every_info(regs: list[tup
 def test_hostile_midr_is_a_warning_and_no_kinds(tarball, tmp_path: Path, cpu: int, midr: str | None,  # type: ignore[no-untyped-def]
                                                 needle: str) -> None:
     root = tmp_path / "gb10"
-    shutil.copytree(tarball(LINUX / "nvidia-dgx-gb10.tar.bz2") / "sys", root / "sys", symlinks=True, copy_function=os.link)
+    link_tree(tarball(LINUX / "nvidia-dgx-gb10.tar.bz2") / "sys", root / "sys")
     assert len(kinds_from_sysfs(str(root)).kinds) == 2
     put(root, f"{CPU}/cpu{cpu}/regs/identification/midr_el1", midr)
     found = kinds_from_sysfs(str(root))

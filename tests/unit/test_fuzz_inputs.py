@@ -37,7 +37,7 @@ from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology import Topology, load_topology
 from launcher.topology.hwloc_xml import hwloc_xml_topology
 from launcher.topology.snapshot import from_snapshot, snapshot_topology, to_snapshot
-from tests.conftest import FIXTURES, extract_tarball, need
+from tests.conftest import FIXTURES, extract_tarball, link_tree, need
 from tests.launch import job_matches
 
 LONG = int(os.environ.get("AFFRUN_FUZZ_EXAMPLES", "0"))
@@ -194,7 +194,7 @@ def mutate(path: Path, kind: str, value: str) -> None:
             prefix = "cpu" if parent.name.startswith("cpu") else "node"
             sibling = parent.with_name(prefix + value)
             if not sibling.exists():
-                shutil.copytree(parent, sibling, symlinks=True, copy_function=os.link)
+                link_tree(parent, sibling)
         return
     if path.is_symlink() or path.exists():
         if path.is_dir() and not path.is_symlink():

@@ -47,16 +47,21 @@ def read(tmp_path: Path, machine: FakeMachine, environ: Mapping[str, str] | None
 
 
 _trees: dict[str, Path] = {}
+_read: dict[tuple[str, frozenset[tuple[str, str]]], Topology] = {}
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Topology]:
-    """``tree("dgx_a100", environ)``: the named machine's sysfs tree, written once per module, read anew."""
+    """``tree("dgx_a100", environ)``: the named machine's sysfs tree, written and read once per module and
+    environment (a Topology is frozen; reading a 224-CPU tree opens thousands of files)."""
 
     def get(name: str, environ: Mapping[str, str] | None = None) -> Topology:
         if name not in _trees:
             _trees[name] = write_tree(tmp_path_factory.mktemp(name), MACHINES[name]())
-        return load_topology(fsroot=str(_trees[name]), environ=environ or {})
+        key = (name, frozenset((environ or {}).items()))
+        if key not in _read:
+            _read[key] = load_topology(fsroot=str(_trees[name]), environ=environ or {})
+        return _read[key]
 
     return get
 

@@ -117,12 +117,24 @@ def ensure_affinity(
     ``environ`` defaults to ``os.environ`` (changes then reach the C runtimes through ``putenv``).
     ``nproc_per_node``: local ranks, when no launcher variable (``LOCAL_WORLD_SIZE``, ``SLURM_*``...) says it.
     """
-    if policy not in ENSURE_POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(ENSURE_POLICIES)}, not {policy!r}")
+    from launcher.base.untrusted import short
+    from launcher.errors import ConfigError
+    from launcher.options.keywords import check_rank_keywords
+
+    if not isinstance(policy, str) or policy not in ENSURE_POLICIES:
+        raise ConfigError(f"ensure_affinity: policy={short(policy)}: choose one of {', '.join(ENSURE_POLICIES)}")
+    if nproc_per_node is not None:
+        check_rank_keywords("ensure_affinity", nproc_per_node)
+    if not isinstance(warn, bool):
+        raise ConfigError(f"ensure_affinity: warn={short(warn)}: expected True or False")
     from launcher.context.runtimes import loaded_runtimes, openmp_names
     from launcher.doctor.checks import check_environment
     from launcher.doctor.facts import gather_facts, launch_cpus
 
+    if environ is not None and not (isinstance(environ, MutableMapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in environ.items())):
+        raise ConfigError(f"ensure_affinity: environ={short(environ)}: expected a mutable mapping of str to str "
+                          "(os.environ, or a dict like it)")
     env = os.environ if environ is None else environ
     started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
     topology = _topology(env, started_with)

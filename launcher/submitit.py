@@ -35,6 +35,7 @@ from launcher.base.untrusted import short
 from launcher.bind.handoff import exec_prefix
 from launcher.bind.readback import TaskBinding, current_binding
 from launcher.errors import AffrunError, ConfigError, Opt
+from launcher.options.groups import ApplyOptions, BindingOptions, SourceOptions
 from launcher.options.plan_options import PlanOptions
 from launcher.options.table import default, spell_error
 
@@ -108,12 +109,7 @@ class AffinityOptions(PlanOptions):
             raise
 
     def _check(self) -> None:
-        from launcher.options.table import options_in
-
-        for spec in options_in("env", "apply"):
-            value = getattr(self, spec.name("python"))
-            if spec.choices and value not in spec.choices:
-                raise ConfigError(Opt(spec.dest, value), f": choose one of {', '.join(spec.choices)}")
+        self.binding().apply.check()
         if self.loader_cores < 0:
             raise ConfigError(Opt("loader_cores", self.loader_cores), ": must be 0 or more")
         from launcher.topology import check_sources
@@ -124,16 +120,15 @@ class AffinityOptions(PlanOptions):
     def plan_options(self) -> PlanOptions:
         return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})
 
+    def binding(self) -> BindingOptions:
+        """The same options by group, as every front end hands them on."""
+        return BindingOptions(SourceOptions(self.fsroot, self.topology, self.cpus), self.plan_options(),
+                              ApplyOptions(self.omp_bind, self.env_policy, self.mem_policy, self.mem_backend),
+                              self.verbose)
+
     def to_argv(self) -> list[str]:
         """``affrun exec`` flags for these options (defaults left out), from the one option table."""
-        from launcher.options.table import options_in, to_argv
-
-        specs = options_in("topology", "env", "apply")
-        values = {spec.dest: getattr(self, spec.name("python")) for spec in specs}  # --topology: ``topology``
-        argv = [*super().to_argv(), *to_argv(values, specs)]
-        if self.verbose:
-            argv.append("--verbose")
-        return argv
+        return self.binding().to_argv()
 
 
 AFFRUN_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(AffinityOptions))

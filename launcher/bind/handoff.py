@@ -8,7 +8,7 @@ rank that the planning front ends print (:mod:`launcher.env.rank_line` formats i
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import EnvPolicy, MemBackend, OmpBind
@@ -16,8 +16,7 @@ from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, 
 from launcher.context.run_role import BOOT
 from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import ConfigError, LaunchError
-from launcher.options.plan_options import PlanOptions
-from launcher.options.table import BINDING_OPTIONS
+from launcher.options.groups import BindingOptions
 from launcher.plan.planner import Plan, RankPlan
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ class ParentPlan:
 
 
 def plan_job(
-    values: Mapping[str, Any],
+    options: BindingOptions,
     nproc: int | None,
     *,
     environ: Mapping[str, str] | None = None,
@@ -127,29 +126,21 @@ def plan_job(
 ) -> tuple[Topology, ParentPlan]:
     """Load the topology, plan ``nproc`` local ranks and resolve the memory policy, for every front end.
 
-    ``values`` holds the binding options by their ``dest`` in :data:`~launcher.options.table.BINDING_OPTIONS`
-    (a missing one takes the table's default) and ``verbose``. With ``nproc=None`` the job has one rank per
-    ``--gpus``/``--map`` entry, else per visible GPU, else ``default_nproc`` (``None``: refuse, the caller must
-    be told the count)."""
+    With ``nproc=None`` the job has one rank per ``--gpus``/``--map`` entry, else per visible GPU, else
+    ``default_nproc`` (``None``: refuse, the caller must be told the count)."""
     from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
 
-    v = {spec.dest: spec.default for spec in BINDING_OPTIONS} | dict(values)
-    opts = PlanOptions(**{f.name: v[f.name] for f in fields(PlanOptions)})
-    topo = load_topology(fsroot=v["fsroot"], topology_file=v["topology_file"], cpus=v["cpus"], environ=environ,
-                         gpus=not opts.no_gpu)
+    source, opts, apply = options.source, options.plan, options.apply
+    apply.check()
+    topo = load_topology(fsroot=source.fsroot, topology_file=source.topology_file, cpus=source.cpus,
+                         environ=environ, gpus=not opts.no_gpu)
     if nproc is None:
         nproc = opts.rank_count() or (0 if opts.no_gpu else len(topo.visible_gpus())) or default_nproc
         if nproc is None:
             raise ConfigError("no GPU is visible to plan one rank per GPU: give --nproc-per-node N (the number of "
                               "processes the launcher starts)")
     plan = make_plan(topo, opts.request(nproc))
-    mem = effective_mem_policy(v["mem_policy"], len(topo.cpu_nodes()))
-    return topo, ParentPlan(plan, v["omp_bind"], v["env_policy"], mem, v["mem_backend"], dict(user_env or {}),
-                            bool(v.get("verbose", False)))
-
-
-def option_values(args: Any, prefix: str = "") -> dict[str, Any]:
-    """The binding options (and ``verbose``) of an argparse namespace whose ``dest``s carry ``prefix``."""
-    names = [spec.dest for spec in BINDING_OPTIONS] + ["verbose"]
-    return {name: getattr(args, prefix + name) for name in names if hasattr(args, prefix + name)}
+    mem = effective_mem_policy(apply.mem_policy, len(topo.cpu_nodes()))
+    return topo, ParentPlan(plan, apply.omp_bind, apply.env_policy, mem, apply.mem_backend, dict(user_env or {}),
+                            options.verbose)

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.base.cpulist import format_cpulist
-from launcher.base.untrusted import short
 from launcher.env.omp_syntax import thread_count
 from launcher.errors import AffrunError, ConfigError, LaunchError
 
@@ -63,14 +62,13 @@ class BindReport:
 
 def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
     """The :class:`~launcher.bind.wire.Job` to bind from: ``affrun run``'s, or one planned here."""
-    import argparse
-
     from launcher.bind.handoff import plan_job
     from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import RUN_VARIABLE
     from launcher.env.variables import user_values
+    from launcher.options.groups import BindingOptions
     from launcher.options.keywords import BY_KEYWORD, check_keywords
-    from launcher.options.table import add_binding_arguments, spell_error
+    from launcher.options.table import spell_error
 
     if os.environ.get(RUN_VARIABLE) and os.environ.get(PLAN_VARIABLE):
         if options:
@@ -81,9 +79,6 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
             raise ConfigError(f"bind_rank: nproc_per_node={nproc} but affrun run planned {job.size} "
                               f"ranks: give affrun run --nproc-per-node {nproc}")
         return job
-    parser = argparse.ArgumentParser(add_help=False)
-    add_binding_arguments(parser)
-    defaults = vars(parser.parse_args([]))
     # Python's names (topology=, as the submitit executor takes it); the option's dest (topology_file=) as before.
     specs = {**BY_KEYWORD, **{spec.dest: spec for spec in BY_KEYWORD.values()}}
     unknown = sorted(set(options) - set(specs))
@@ -94,7 +89,7 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else user_values(os.environ)
     try:
-        return plan_job({**defaults, **options, "verbose": False}, nproc, user_env=user_env)[1].job()
+        return plan_job(BindingOptions.from_values(options), nproc, user_env=user_env)[1].job()
     except AffrunError as exc:
         spell_error(exc, "python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
         raise
@@ -123,21 +118,9 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
     from launcher.bind.apply import bind_running
     from launcher.context.runtimes import OPENMP, controller_named, loaded_runtimes
+    from launcher.options.keywords import check_rank_keywords
 
-    for name, value in (("local_rank", local_rank), ("nproc_per_node", nproc_per_node)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"bind_rank: {name}={short(value)} is not an int")
-    if nproc_per_node < 1:
-        from launcher.options.table import spell_error
-        from launcher.plan.request import check_rank_count
-
-        try:
-            check_rank_count(nproc_per_node)
-        except AffrunError as exc:  # from Python: one ConfigError that names the argument
-            raise ConfigError(f"bind_rank: {spell_error(exc, 'python')}") from None
-    if not 0 <= local_rank < nproc_per_node:
-        raise ConfigError(f"bind_rank: local_rank={local_rank} is not a rank of nproc_per_node={nproc_per_node} "
-                          f"(0 to {nproc_per_node - 1})")
+    check_rank_keywords("bind_rank", nproc_per_node, local_rank)
     job = _job(local_rank, nproc_per_node, options)
     rank = job.ranks[local_rank]
     mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ

@@ -15,6 +15,7 @@ from click.core import ParameterSource
 from launcher.base.untrusted import ascii_uint, short
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
+from launcher.options.groups import ApplyOptions
 from launcher.options.plan_options import PlanOptions
 from launcher.options.table import options_in, spell_error
 from launcher.slurm.options import (
@@ -66,9 +67,7 @@ def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
         command=command,
         **spec,
         plan=PlanOptions(**{f.name: values[f.name] for f in fields(PlanOptions)}),  # --gpus is a str or None
-        omp_bind=values["omp_bind"],
-        env_policy=values["env_policy"],
-        mem_policy=values["mem_policy"],
+        apply=ApplyOptions(**{f.name: values[f.name] for f in fields(ApplyOptions) if f.name in values}),
     )
 
 

@@ -14,6 +14,7 @@ from launcher.cli.options import env_options, plan_options, topology_options
 from launcher.env.policy import plan_json
 from launcher.env.variables import user_values
 from launcher.errors import AffrunError
+from launcher.options.groups import BindingOptions
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
 
@@ -68,7 +69,8 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
 
 def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
     """The job these options describe (one rank per --gpus/--map entry, else per visible GPU, else 1)."""
-    return plan_job(kwargs, kwargs.pop("nproc_per_node"), user_env=user_values(os.environ), default_nproc=1)
+    nproc = kwargs.pop("nproc_per_node")
+    return plan_job(BindingOptions.from_values(kwargs), nproc, user_env=user_values(os.environ), default_nproc=1)
 
 
 nproc_option = click.option(

@@ -93,7 +93,8 @@ def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankReco
         if not 0 <= rank < job.size:
             raise LaunchError(f"local rank {rank} is not in the plan ({job.size} ranks)")
         return job, job.ranks[rank], detected
-    from launcher.bind.handoff import option_values, plan_job
+    from launcher.bind.handoff import plan_job
+    from launcher.options.groups import BindingOptions
     from launcher.options.plan_options import plan_options_from
 
     nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
@@ -110,7 +111,7 @@ def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankReco
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
     user_env = user_values(environ)
-    _, parent = plan_job(option_values(args), nproc, environ=environ, user_env=user_env)
+    _, parent = plan_job(BindingOptions.from_args(args), nproc, environ=environ, user_env=user_env)
     job = parent.job()
     return job, job.ranks[rank], detected
 

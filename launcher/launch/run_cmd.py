@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from launcher.bind.apply import exec_or_status
-from launcher.bind.handoff import ParentPlan, option_values, plan_job
+from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.context.launchers import command_is_launcher
 from launcher.context.local_rank import task_identity
@@ -34,6 +34,7 @@ from launcher.env.variables import user_values
 from launcher.errors import LaunchError
 from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command
+from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
 from launcher.plan.request import check_rank_count
 
@@ -73,7 +74,7 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
     user_env = user_values(environ)
-    _, parent = plan_job(option_values(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
+    _, parent = plan_job(BindingOptions.from_args(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
     return parent
 
 

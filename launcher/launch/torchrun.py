@@ -19,11 +19,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from launcher.bind.handoff import exec_prefix, option_values, plan_job
+from launcher.bind.handoff import exec_prefix, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError
+from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_run_flags
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
@@ -190,7 +191,7 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
     user_env = user_values(os.environ)
-    _, parent = plan_job(option_values(args, prefix="affrun_"), nproc, user_env=user_env)
+    _, parent = plan_job(BindingOptions.from_args(args, prefix="affrun_"), nproc, user_env=user_env)
     plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename
     for rank in plan.ranks:

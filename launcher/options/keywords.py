@@ -38,6 +38,35 @@ _EXPECTED = {
 BY_KEYWORD: dict[str, OptionSpec] = {o.name("python"): o for o in BINDING_OPTIONS}
 
 
+_NO_RANK = object()
+
+
+def check_rank_keywords(caller: str, nproc_per_node: object, local_rank: object = _NO_RANK) -> int:
+    """The rank count (and, where given, the local rank) a Python caller passed: ints, not bools; at least one rank,
+    in the planner's one wording of a count below 1; the rank one of them. Else one :class:`ConfigError` that names
+    the keyword (``bind_rank: nproc_per_node=0 must be at least 1: ...``). Returns the count."""
+    nproc = _integer(nproc_per_node)
+    if nproc is None:
+        raise ConfigError(f"{caller}: nproc_per_node={short(nproc_per_node)} is not an int")
+    if nproc < 1:
+        from launcher.errors import AffrunError
+        from launcher.options.table import spell_error
+        from launcher.plan.request import check_rank_count
+
+        try:
+            check_rank_count(nproc)
+        except AffrunError as exc:
+            raise ConfigError(f"{caller}: {spell_error(exc, 'python')}") from None
+    if local_rank is not _NO_RANK:
+        rank = _integer(local_rank)
+        if rank is None:
+            raise ConfigError(f"{caller}: local_rank={short(local_rank)} is not an int")
+        if not 0 <= rank < nproc:
+            raise ConfigError(f"{caller}: local_rank={rank} is not a rank of nproc_per_node={nproc} "
+                              f"(0 to {nproc - 1})")
+    return nproc
+
+
 class _Bad(Exception):
     """A value of the wrong kind: the message says what to give instead."""
 

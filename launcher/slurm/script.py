@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from launcher.base.choices import EnvPolicy, MemPolicy, OmpBind
 from launcher.base.untrusted import short, unwritable
 from launcher.base.version import __version__
 from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
+from launcher.options.groups import ApplyOptions
 from launcher.options.plan_options import PlanOptions, make_request
-from launcher.options.table import default, options_in, to_argv
 from launcher.plan.request import validate_request
 
 Style = Literal["torchrun", "srun"]
@@ -72,9 +71,7 @@ class SbatchSpec:
     rdzv_port: int | None = None  # default: 20000 + SLURM_JOB_ID % 10000
     affrun: str = "affrun"
     plan: PlanOptions = field(default_factory=PlanOptions)
-    omp_bind: OmpBind = default("omp_bind")
-    env_policy: EnvPolicy = default("env_policy")
-    mem_policy: MemPolicy = default("mem_policy")
+    apply: ApplyOptions = field(default_factory=ApplyOptions)
     verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
 
     def gpu_count(self) -> int:
@@ -151,8 +148,7 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
 
 def affrun_options(spec: SbatchSpec) -> list[str]:
     """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
-    env = options_in("env")
-    argv = [*spec.plan.to_argv(), *to_argv({o.dest: getattr(spec, o.dest) for o in env}, env)]
+    argv = [*spec.plan.to_argv(), *spec.apply.to_argv()]
     if spec.verbose and spec.style == "srun":
         argv.append("--verbose")
     return argv

@@ -14,6 +14,7 @@ import pytest
 
 from launcher.ensure import ENSURE_POLICIES as POLICIES
 from launcher.ensure import ensure_affinity
+from launcher.errors import ConfigError
 from tests.conftest import need
 from tests.launch import clean_env, require_torch
 
@@ -158,7 +159,7 @@ def test_ensure_is_light() -> None:
 
 
 def test_unknown_policy_and_a_given_environ() -> None:
-    with pytest.raises(ValueError, match="policy must be one of"):
+    with pytest.raises(ConfigError, match=r"^ensure_affinity: policy='fix': choose one of safe, keep, strict$"):
         ensure_affinity(policy="fix")
     env = {"OMP_NUM_THREADS": "zero", "PATH": os.environ.get("PATH", "")}
     before = dict(os.environ)

@@ -92,8 +92,9 @@ def test_a_standalone_rank_imports_none_of_the_modules_it_does_not_use() -> None
 def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> None:
     """The one channel (launcher.bind.wire): a rank applies its parent's record and re-derives nothing."""
     from launcher.bind.handoff import plan_job
+    from launcher.options.groups import BindingOptions
 
-    _, parent = plan_job({}, 1)
+    _, parent = plan_job(BindingOptions(), 1)
     code = RANK_PROBE.replace('{{m.split(".")[0] for m in set(sys.modules) - before}}',
                               '{{m for m in set(sys.modules) - before if m.startswith("launcher")}}')
     code = code.format(argv=["exec", "--", "/nonexistent/affrun-probe"],
@@ -114,8 +115,9 @@ def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
     """affrun torchrun / affrun run: the rank reads AFFRUN_PLAN with json (and what json imports, read off a bare
     interpreter here), plans nothing and parses no options."""
     from launcher.bind.handoff import plan_job
+    from launcher.options.groups import BindingOptions
 
-    _, parent = plan_job({}, 1)
+    _, parent = plan_job(BindingOptions(), 1)
     loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], {"AFFRUN_PLAN": parent.to_json(),
                                                                            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     probe = "import sys; before = set(sys.modules); import json; print(sorted(set(sys.modules) - before))"

@@ -208,3 +208,24 @@ CONTROL_CASES += [("setup", "a\rb"), ("setup", "a\nb")]
 
 
 
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"policy": "fix"}, "policy='fix': choose one of safe, keep, strict"),
+    ({"policy": None}, "policy=None: choose one of safe, keep, strict"),
+    ({"nproc_per_node": 0}, "nproc_per_node=0 must be at least 1: a job has one local rank or more"),
+    ({"nproc_per_node": "4"}, "nproc_per_node='4' is not an int"),
+    ({"nproc_per_node": True}, "nproc_per_node=True is not an int"),
+    ({"warn": "no"}, "warn='no': expected True or False"),
+    ({"environ": ["OMP_NUM_THREADS=4"]}, "environ=a list of 1 item(s): expected a mutable mapping of str to str"),
+    ({"environ": {"OMP_NUM_THREADS": 4}}, "expected a mutable mapping of str to str"),
+], ids=lambda v: str(v)[:30])
+def test_ensure_affinity_refuses_a_wrong_argument_naming_it(kwargs: dict[str, Any], message: str) -> None:
+    """The same words as bind_rank's for the same mistake (one rank-count wording everywhere), before anything runs."""
+    from launcher import ensure_affinity
+
+    before = dict(os.environ)
+    with pytest.raises(ConfigError) as caught:
+        ensure_affinity(**kwargs)
+    assert str(caught.value).startswith("ensure_affinity: ") and message in str(caught.value)
+    assert dict(os.environ) == before

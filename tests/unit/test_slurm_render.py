@@ -25,6 +25,7 @@ from launcher.base.slurm_step import (
     tasks_on_node,
 )
 from launcher.errors import ConfigError
+from launcher.options.groups import ApplyOptions
 from launcher.options.plan_options import PlanOptions
 from launcher.slurm.script import TEMPLATE_VARIABLES, SbatchSpec, builtin_template, render
 from launcher.topology.gpus import resolve_visible
@@ -148,7 +149,7 @@ def full_spec(style: str) -> SbatchSpec:
         rdzv_port=29500,
         affrun="affrun",
         plan=PlanOptions(loader_cores=2),
-        mem_policy="preferred",
+        apply=ApplyOptions(mem_policy="preferred"),
     )
 
 

@@ -33,7 +33,7 @@ from launcher.context.runtimes import LoadedRuntime, controller_named
 from launcher.doctor.findings import Finding, worst_first
 
 if TYPE_CHECKING:
-    from launcher.topology.model import Topology
+    from launcher.doctor.diagnose import Audited
 
 EnsurePolicy = Literal["safe", "keep", "strict"]
 ENSURE_POLICIES: tuple[EnsurePolicy, ...] = get_args(EnsurePolicy)
@@ -128,8 +128,8 @@ def ensure_affinity(
     if not isinstance(warn, bool):
         raise ConfigError(f"ensure_affinity: warn={short(warn)}: expected True or False")
     from launcher.context.runtimes import loaded_runtimes, openmp_names
-    from launcher.doctor.checks import check_environment
-    from launcher.doctor.facts import gather_facts, launch_cpus
+    from launcher.doctor.diagnose import diagnose
+    from launcher.doctor.facts import launch_cpus
 
     if environ is not None and not (isinstance(environ, MutableMapping) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in environ.items())):
@@ -137,16 +137,15 @@ def ensure_affinity(
                           "(os.environ, or a dict like it)")
     env = os.environ if environ is None else environ
     started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
-    topology = _topology(env, started_with)
+    machine = _machine(env, started_with)
     try:
         runtimes = loaded_runtimes()
     except OSError:
         runtimes = []
     loaded_openmp = openmp_names(runtimes)
-    facts = gather_facts(env, topology, live=True, nproc=nproc_per_node, probe_host=False,
-                         openmp=loaded_openmp or None, openmp_source="loaded in this process" if loaded_openmp else "",
-                         process_cpus=started_with)
-    findings = check_environment(env, topology, facts, host=False)
+    _, findings = diagnose(env, machine, nproc=nproc_per_node, probe_host=False, openmp=loaded_openmp or None,
+                           openmp_source="loaded in this process" if loaded_openmp else "",
+                           process_cpus=started_with, host=False)
     report = AffinityReport(policy, findings, runtimes=runtimes)
     dangerous = [f for f in findings if f.id in FIXED_IDS and f.env_fix and f.at_least("warning")]
     if policy == "strict":
@@ -205,10 +204,11 @@ def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -
     return out
 
 
-def _topology(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Topology:
-    """This machine's topology allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
+def _machine(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Audited:
+    """This machine, allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
     from dataclasses import replace
 
+    from launcher.doctor.diagnose import Audited
     from launcher.errors import AffrunError
     from launcher.topology import load_topology
     from launcher.topology.model import Core, Topology
@@ -217,8 +217,8 @@ def _topology(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Top
         topology = load_topology(environ=environ)
         if topology.source == "live" and allowed & topology.online:
             topology = replace(topology, allowed=allowed & topology.online)
-        return topology
+        return Audited(topology, live=True)
     except AffrunError:
         mask = allowed
         cores = tuple(Core(cpu, (cpu,), 0, None, None) for cpu in sorted(mask))
-        return Topology((), (), (), cores, mask, frozenset(), mask, source="affinity mask")
+        return Audited(Topology((), (), (), cores, mask, frozenset(), mask, source="affinity mask"), live=True)

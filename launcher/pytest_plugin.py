@@ -24,11 +24,15 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from launcher.doctor.findings import SEVERITIES, Finding, Severity, severity_named, worst_first
 from launcher.topology.model import Topology
+
+if TYPE_CHECKING:
+    from launcher.doctor.diagnose import Audited
 
 TopologySource = str | os.PathLike[str] | Topology | None
 
@@ -50,18 +54,16 @@ def load_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
     return env
 
 
-def _topology(source: TopologySource) -> tuple[Topology, bool, str]:
-    """(topology, is it this machine, fsroot)."""
-    from launcher.topology import load_topology
+def _machine(source: TopologySource) -> Audited:
+    """The machine ``topology=`` names (a Topology, an fsroot directory, a saved file), else this one."""
+    from launcher.doctor.diagnose import Audited, audited_machine
 
-    if source is None:
-        return load_topology(), True, "/"
     if isinstance(source, Topology):
-        return source, False, "/"
+        return Audited(source, live=False)
+    if source is None:
+        return audited_machine()
     path = os.fspath(source)
-    if os.path.isdir(path):
-        return load_topology(fsroot=path), False, path
-    return load_topology(topology_file=path), False, "/"
+    return audited_machine(fsroot=path) if os.path.isdir(path) else audited_machine(topology_file=path)
 
 
 def check_launch_environment(
@@ -78,14 +80,11 @@ def check_launch_environment(
     machine. ``openmp``: the OpenMP runtimes the job uses (``["libgomp"]`` for torch wheels, ``["libiomp5"]``);
     default the installed torch's. ``host``: also check this machine (numactl, memory policy, Slurm version).
     """
-    from launcher.doctor.checks import check_environment
-    from launcher.doctor.facts import gather_facts
+    from launcher.doctor.diagnose import diagnose
 
     env = dict(os.environ if environ is None else environ)
-    topo, live, fsroot = _topology(topology)
-    facts = gather_facts(env, topo, live=live, nproc=nproc_per_node, openmp=openmp,
-                         openmp_source="given" if openmp is not None else "", probe_host=host, fsroot=fsroot)
-    return check_environment(env, topo, facts, host=True)
+    return diagnose(env, _machine(topology), nproc=nproc_per_node, openmp=openmp,
+                    openmp_source="given" if openmp is not None else "", probe_host=host)[1]
 
 
 def assert_launch_environment_safe(

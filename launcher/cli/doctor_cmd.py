@@ -70,20 +70,17 @@ def doctor(
 
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
                  as_json: bool, fail_on: Severity) -> int:
-    from launcher.doctor.checks import check_environment
-    from launcher.doctor.facts import gather_facts
+    from launcher.doctor.diagnose import audited_machine, diagnose
     from launcher.doctor.report import environment_json, findings_text
     from launcher.plan.request import check_rank_count
-    from launcher.topology import load_topology
 
     if nproc is not None:
         check_rank_count(nproc)
 
     environ = dict(os.environ)
-    live = not fsroot and not topology_file and not environ.get("AFFRUN_FSROOT")
-    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus)
-    facts = gather_facts(environ, topo, live=live, nproc=nproc, fsroot=fsroot or environ.get("AFFRUN_FSROOT") or "/")
-    findings = check_environment(environ, topo, facts)
+    machine = audited_machine(fsroot, topology_file, cpus, environ)
+    topo = machine.topology
+    facts, findings = diagnose(environ, machine, nproc=nproc)
     nodes = topo.cpu_nodes()
     context: dict[str, Any] = {
         "mode": "environment",

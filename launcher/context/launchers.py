@@ -44,29 +44,43 @@ def command_is_launcher(command: Sequence[str]) -> bool:
     return python is not None and program_is_launcher(words[python:])
 
 
-def python_program(argv: Sequence[str]) -> tuple[ProgramKind, str]:
-    """What the interpreter started with ``argv`` (``sys.orig_argv``) runs: a script (its path), a module
-    (``-m``), code (``-c``) or standard input."""
-    words = list(argv[1:])
+def read_python_options(args: Sequence[str]) -> tuple[str, ProgramKind, str]:
+    """An interpreter's ``args`` (its argv without argv[0]) read as CPython reads them: the one-letter flags
+    given before the program (``"uB"`` for ``-u -B``; values of ``-W``/``-X`` and options such as ``--check-hash-
+    based-pycs`` skipped), and what runs: a script (its path), a module (``-m``), code (``-c``) or standard input.
+    The one walk of a Python command line, for the hook's rule (:func:`python_program`) and ``affrun run``'s
+    probe (:func:`launcher.launch.run_target.site_options`)."""
+    flags = ""
     i = 0
-    while i < len(words):
-        word = words[i]
+    while i < len(args):
+        word = args[i]
         if word in OPTIONS_WITH_VALUE:
             i += 2
             continue
+        if word == "--":  # the end of the options: the script follows
+            word = args[i + 1] if i + 1 < len(args) else "-"
+            return (flags, "stdin", "") if word == "-" else (flags, "script", word)
         if word == "-" or not word.startswith("-"):
-            return ("stdin", "") if word == "-" else ("script", word)
+            return (flags, "stdin", "") if word == "-" else (flags, "script", word)
         if not word.startswith("--"):
             for j, flag in enumerate(word[1:], start=1):  # combined flags: -u, -uB, -Bc CODE, -um MODULE
                 if flag in "cm":
-                    value = word[j + 1 :] or (words[i + 1] if i + 1 < len(words) else "")
-                    return ("code" if flag == "c" else "module"), value
+                    value = word[j + 1 :] or (args[i + 1] if i + 1 < len(args) else "")
+                    return flags, ("code" if flag == "c" else "module"), value
                 if flag in "WX":
                     if not word[j + 1 :]:
                         i += 1  # the value is the next word
                     break
-        i += 1
-    return "stdin", ""
+                flags += flag
+        i += 1  # a long option, "--", or one-letter flags
+    return flags, "stdin", ""
+
+
+def python_program(argv: Sequence[str]) -> tuple[ProgramKind, str]:
+    """What the interpreter started with ``argv`` (``sys.orig_argv``) runs: a script (its path), a module
+    (``-m``), code (``-c``) or standard input."""
+    _, kind, value = read_python_options(argv[1:])
+    return kind, value
 
 
 def program_is_launcher(argv: Sequence[str]) -> bool:

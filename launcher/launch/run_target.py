@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from launcher.bind.wire import PLAN_VARIABLE
-from launcher.context.launchers import OPTIONS_WITH_VALUE
+from launcher.context.launchers import read_python_options
 from launcher.context.run_role import PROBE, RUN_VARIABLE
 from launcher.errors import LaunchError, error_line
 
@@ -90,27 +90,7 @@ def python_name(path: str) -> bool:
 def site_options(args: Sequence[str]) -> tuple[str, ...]:
     """The options among an interpreter's ``args`` (before its script, ``-m`` or ``-c``) that decide whether
     ``site`` runs and which site-packages it reads (``-I``, ``-S``, ``-s``, ``-E``), as one word."""
-    flags = ""
-    i = 0
-    while i < len(args):
-        word = args[i]
-        if word in OPTIONS_WITH_VALUE:
-            i += 2
-            continue
-        if word.startswith("--") and word != "--":  # --version, --check-hash-based-pycs=always
-            i += 1
-            continue
-        if word in ("-", "--") or not word.startswith("-"):
-            break  # the script, stdin or the end of the options
-        for j, flag in enumerate(word[1:], start=1):
-            if flag in "cm":
-                return (f"-{flags}",) if flags else ()
-            if flag in "WX":
-                i += 0 if word[j + 1 :] else 1  # the value is the next word
-                break
-            if flag in _SITE_FLAGS and flag not in flags:
-                flags += flag
-        i += 1
+    flags = "".join(dict.fromkeys(f for f in read_python_options(args)[0] if f in _SITE_FLAGS))
     return (f"-{flags}",) if flags else ()
 
 

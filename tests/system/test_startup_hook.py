@@ -141,10 +141,23 @@ def test_task_identity_covers_every_rank_variable() -> None:
         ([sys.executable, "-Xdev", "t.py"], "script", "t.py"),
         ([sys.executable, "-"], "stdin", ""),
         ([sys.executable], "stdin", ""),
+        ([sys.executable, "-I", "--", "t.py"], "script", "t.py"),
+        ([sys.executable, "--", "-I"], "script", "-I"),  # after "--" a word is the script, whatever it looks like
     ],
 )
 def test_python_program(argv: list[str], kind: str, value: str) -> None:
     assert python_program(argv) == (kind, value)
+
+
+@pytest.mark.parametrize(("args", "site"), [
+    (["-I", "-u", "t.py"], ("-I",)), (["-sE", "-c", "pass"], ("-sE",)), (["-W", "I", "-Sc", "x"], ("-S",)),
+    (["-X", "dev", "-m", "pkg"], ()), (["-I", "--", "-S"], ("-I",)), (["t.py", "-I"], ()),
+])
+def test_site_options_are_the_flags_before_the_program(args: list[str], site: tuple[str, ...]) -> None:
+    """What ``affrun run``'s probe passes on to decide whether site runs: read by the same walk as the hook's."""
+    from launcher.launch.run_target import site_options
+
+    assert site_options(args) == site
 
 
 @pytest.mark.parametrize("environ", [{"AFFRUN_RUN": "yes"}, {"AFFRUN_RUN": "rank0", "LOCAL_RANK": "x"},

@@ -127,14 +127,14 @@ def ensure_affinity(
         check_rank_keywords("ensure_affinity", nproc_per_node)
     if not isinstance(warn, bool):
         raise ConfigError(f"ensure_affinity: warn={short(warn)}: expected True or False")
-    from launcher.context.runtimes import loaded_runtimes, openmp_names
-    from launcher.doctor.diagnose import diagnose
-    from launcher.doctor.facts import launch_cpus
-
     if environ is not None and not (isinstance(environ, MutableMapping) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in environ.items())):
         raise ConfigError(f"ensure_affinity: environ={short(environ)}: expected a mutable mapping of str to str "
                           "(os.environ, or a dict like it)")
+    from launcher.context.runtimes import loaded_runtimes, openmp_names
+    from launcher.doctor.diagnose import diagnose
+    from launcher.doctor.facts import launch_cpus
+
     env = os.environ if environ is None else environ
     started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
     machine = _machine(env, started_with)

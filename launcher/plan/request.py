@@ -65,9 +65,9 @@ def validate_request(req: Request, topo: Topology | None = None) -> None:
         # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
         # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
         # per rank: make_plan says so, as fast, before any per-rank work.
-        count = str(req.nproc) if req.nproc.bit_length() < 64 else f"a number of {len(str(req.nproc))} digits"
-        raise PlanError(f"--nproc-per-node {count}: more ranks than the {len(topo.allowed)} allowed CPU(s) "
-                        f"({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at least one")
+        raise PlanError(Opt("nproc", req.nproc, quoted=True), f": more ranks than the {len(topo.allowed)} allowed "
+                        f"CPU(s) ({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at "
+                        "least one")
     check_choices(PlanError, mode=req.mode, gpu_order=req.gpu_order, spill=req.spill)
     if req.loader_cores < 0:
         raise PlanError(Opt("loader_cores"), f" must be >= 0 (got {req.loader_cores})")

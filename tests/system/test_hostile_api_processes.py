@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.system.test_hostile_input import affrun, refused
-from tests.unit.test_hostile_api import CONTROL_CASES, sbatch
+from tests.unit.test_hostile_api import CONTROL_CASES
+
+
+def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:
+    """``affrun sbatch ARGS -o FILE`` through the real CLI (a site profile when ``config`` is given)."""
+    script = tmp_path / "job.sbatch"
+    env = {"AFFRUN_CONFIG": ""}
+    if config:
+        (tmp_path / "site.yaml").write_text(config, encoding="utf-8")
+        env["AFFRUN_CONFIG"] = str(tmp_path / "site.yaml")
+    split = args.index("--")
+    return affrun("sbatch", *args[:split], "-o", str(script), *args[split:], env=env), script
 
 
 @pytest.mark.parametrize("command", [["-m"], ["--no-python"], ["-c", "x"], [""], ["-m", ""], ["-h"],

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from launcher.errors import AffrunError, ConfigError
-from tests.system.test_hostile_input import affrun
 
 
 # ------------------------------------------------------------------------------------------- class 6: bind_rank
@@ -181,33 +180,10 @@ def test_python_front_ends_share_one_keyword_check() -> None:
 
 
 # ------------------------------------------------------------------------------- class 11: affrun sbatch
-def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:
-    """``affrun sbatch ARGS -o FILE`` through the real CLI (a site profile when ``config`` is given)."""
-    script = tmp_path / "job.sbatch"
-    env = {"AFFRUN_CONFIG": ""}
-    if config:
-        (tmp_path / "site.yaml").write_text(config, encoding="utf-8")
-        env["AFFRUN_CONFIG"] = str(tmp_path / "site.yaml")
-    split = args.index("--")
-    return affrun("sbatch", *args[:split], "-o", str(script), *args[split:], env=env), script
-
-
-
-
-
-
 CONTROL = ["a\x85b", "a\x9bb", "a\u2028b", "a\u2029b", "a\x7fb", "a\x1bb", "a\x0bb"]
 # (a newline or a carriage return in a #SBATCH value was refused already; in a setup line it was not)
 CONTROL_CASES = [(key, text) for key in ("setup", "job-name", "partition", "sbatch-line", "mem") for text in CONTROL]
 CONTROL_CASES += [("setup", "a\rb"), ("setup", "a\nb")]
-
-
-
-
-
-
-
-
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -127,3 +127,16 @@ def test_the_public_records_are_standard_dataclasses() -> None:
         assert [f.name for f in dataclasses.fields(cls)], cls
     request = dataclasses.replace(launcher.Request(nproc=2), loader_cores=1)
     assert dataclasses.asdict(request)["loader_cores"] == 1
+
+
+def test_the_fast_tier_imports_nothing_of_the_system_tier() -> None:
+    """tests/unit runs with only pytest and hypothesis: none of its files may pull in a tests/system module (and,
+    through it, subprocess helpers, torch or Slurm)."""
+    unit = Path(__file__).resolve().parent
+    reaching = []
+    for path in sorted(unit.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            reaching += [f"{path.name}: {n}" for n in names if n == "tests.system" or n.startswith("tests.system.")]
+    assert reaching == []

@@ -29,10 +29,9 @@ def audited_machine(fsroot: str | None = None, topology_file: str | None = None,
     """The machine that ``--fsroot``/``--topology``/``--cpus`` name (``$AFFRUN_FSROOT`` too), else this one."""
     import os
 
-    from launcher.topology import load_topology
+    from launcher.topology import load_topology, tree_root
 
-    env = os.environ if environ is None else environ
-    root = fsroot or (None if topology_file else env.get("AFFRUN_FSROOT") or None)  # as load_topology reads it
+    root = tree_root(fsroot, topology_file, os.environ if environ is None else environ)
     topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, environ=environ)
     return Audited(topo, live=not root and not topology_file, fsroot=root or "/")
 

@@ -34,6 +34,12 @@ def check_sources(fsroot: str | None, topology_file: str | None, cpus: str | Non
         raise TopologyError(Opt("cpus", clip(cpus), quoted=True), ": not a cpu list (expected e.g. 0-7,64-71)") from None
 
 
+def tree_root(fsroot: str | None, topology_file: str | None, environ: Mapping[str, str]) -> str | None:
+    """The sysfs tree :func:`load_topology` reads: ``fsroot``, else ``$AFFRUN_FSROOT`` unless a topology file is
+    given; ``None``: the live machine or the file."""
+    return fsroot or (None if topology_file else environ.get("AFFRUN_FSROOT") or None)
+
+
 def load_topology(
     *,
     fsroot: str | None = None,
@@ -53,7 +59,7 @@ def load_topology(
     """
     env = os.environ if environ is None else environ
     wanted = check_sources(fsroot, topology_file, cpus)
-    fsroot = fsroot or (None if topology_file else env.get("AFFRUN_FSROOT") or None)
+    fsroot = tree_root(fsroot, topology_file, env)
     if topology_file:
         topo = _load_file(topology_file)
     else:

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any, TypeVar
 
 import click
@@ -15,7 +14,7 @@ from click.core import ParameterSource
 from launcher.base.untrusted import ascii_uint, short
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
-from launcher.options.groups import ApplyOptions
+from launcher.options.groups import ApplyOptions, pick
 from launcher.options.plan_options import PlanOptions
 from launcher.options.table import options_in, spell_error
 from launcher.slurm.options import (
@@ -66,8 +65,8 @@ def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
     return SbatchSpec(
         command=command,
         **spec,
-        plan=PlanOptions(**{f.name: values[f.name] for f in fields(PlanOptions)}),  # --gpus is a str or None
-        apply=ApplyOptions(**{f.name: values[f.name] for f in fields(ApplyOptions) if f.name in values}),
+        plan=pick(PlanOptions, values),  # --gpus is a str or None
+        apply=pick(ApplyOptions, values),
     )
 
 

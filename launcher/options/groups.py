@@ -15,7 +15,7 @@ defaults (``tests/unit/test_options_groups.py`` holds the records to the table).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, OmpBind
 from launcher.errors import ConfigError, Opt
@@ -24,7 +24,8 @@ from launcher.options.table import BINDING_OPTIONS, default, options_in, to_argv
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
+
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,15 @@ def _to_argv(record: object, *groups: str) -> list[str]:
     return to_argv({spec.dest: getattr(record, spec.dest) for spec in specs}, specs)
 
 
+R = TypeVar("R", bound="DataclassInstance")
+
+
+def pick(record: type[R], values: Mapping[str, Any]) -> R:
+    """The ``record`` (one of the option records) of the options ``values`` holds by ``dest``; the others take
+    their defaults, and keys that are none of its fields are left for another record."""
+    return record(**{f.name: values[f.name] for f in fields(record) if f.name in values})
+
+
 # Every dest of the table, and the one option outside it that the launch front ends share.
 DESTS: tuple[str, ...] = (*(spec.dest for spec in BINDING_OPTIONS), "verbose")
 
@@ -87,10 +97,8 @@ class BindingOptions:
         if unknown:
             raise TypeError(f"not binding options: {', '.join(unknown)}")
 
-        def pick(record: type[Any]) -> Any:
-            return record(**{f.name: values[f.name] for f in fields(record) if f.name in values})
-
-        return cls(pick(SourceOptions), pick(PlanOptions), pick(ApplyOptions), bool(values.get("verbose", False)))
+        return cls(pick(SourceOptions, values), pick(PlanOptions, values), pick(ApplyOptions, values),
+                   bool(values.get("verbose", False)))
 
     @classmethod
     def from_args(cls, args: object, prefix: str = "") -> BindingOptions:

@@ -15,10 +15,11 @@ Measured on Slurm 22.05.8 (the local test cluster, ``ConstrainDevices=yes``):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import MAX_CPU_ID
 from launcher.base.untrusted import ascii_hex, ascii_uint, clip
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -8,8 +8,8 @@ standard library only: the hook imports it at the start of every process under `
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Literal

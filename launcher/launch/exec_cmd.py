@@ -6,7 +6,7 @@ and execs. This module is the hot path: it runs before every rank. It imports th
 the standard library as it can: argparse only when there are options to parse, json only to read
 ``AFFRUN_PLAN``, no typing or dataclasses (docs/design.md §11), and no click, psutil, yaml, cpuinfo, submitit
 or torch.
-tests/test_light_imports.py holds that.
+tests/system/test_light_imports.py holds that.
 """
 
 from __future__ import annotations

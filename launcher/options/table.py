@@ -20,8 +20,6 @@ from launcher.base.choices import (
     MEM_POLICIES,
     MODES,
     SPILLS,
-    MemBackend,
-    MemPolicy,
 )
 from launcher.plan.request import Request
 
@@ -32,8 +30,6 @@ if TYPE_CHECKING:
 
     from launcher.errors import AffrunError, Opt, Vocabulary
 
-else:
-    MemPolicy = MemBackend = str
 # The planner's defaults (launcher.plan.request.Request): the planning options' defaults are the planner's own.
 _PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
     from launcher.topology.model import Topology
 
-else:
-    Mode = GpuOrder = str
 _CHOICES: dict[str, tuple[str, ...]] = {"mode": MODES, "gpu_order": GPU_ORDERS, "spill": SPILLS}
 
 

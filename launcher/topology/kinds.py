@@ -13,11 +13,11 @@ kinds) with one warning saying why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
     from collections.abc import Iterable, Sequence

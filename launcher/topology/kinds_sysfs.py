@@ -15,6 +15,7 @@ integer, and the result is homogeneous with one warning (hwloc would skip such C
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, clip
@@ -30,7 +31,6 @@ from launcher.topology.kinds import (
     refused,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: launcher/records.py says why
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -80,7 +80,7 @@ def test_worker_init_fn_repairs_a_collapse_outside_affrun() -> None:
     assert flat == sorted(os.sched_getaffinity(0))
 
 
-# libomp 14 aborts fork() children under explicit places: tests/test_user_binding_env.py records that bug.
+# libomp 14 aborts fork() children under explicit places: tests/system/test_user_binding_env.py records that bug.
 RUNTIME_STARTS = [(r, s) for r in TORCH_RUNTIMES for s in ("fork", "forkserver", "spawn")
                   if (r, s) != ("libomp14", "fork")]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -89,8 +90,8 @@ def test_a_standalone_rank_imports_none_of_the_modules_it_does_not_use() -> None
         assert loaded.isdisjoint(STANDALONE_UNUSED), sorted(loaded & set(STANDALONE_UNUSED))
 
 
-def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> None:
-    """The one channel (launcher.bind.wire): a rank applies its parent's record and re-derives nothing."""
+def _modules_of_a_rank_under_a_parent_plan() -> set[str]:
+    """affrun's modules that `affrun exec` imports, up to its execve, in a rank that applies its parent's record."""
     from launcher.bind.handoff import plan_job
     from launcher.options.groups import BindingOptions
 
@@ -104,11 +105,37 @@ def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> 
                           env={**clean, "PYTHONPATH": ROOT}, cwd=ROOT)
     status, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
     assert status == "127", proc.stderr
-    modules = set(ast.literal_eval(loaded))
+    return set(ast.literal_eval(loaded))
+
+
+def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> None:
+    """The one channel (launcher.bind.wire): a rank applies its parent's record and re-derives nothing."""
+    modules = _modules_of_a_rank_under_a_parent_plan()
     assert "launcher.bind.wire" in modules
     heavy = {m for m in modules if m.startswith(("launcher.plan", "launcher.topology", "launcher.options",
                                                   "launcher.bind.handoff", "launcher.env.policy"))}
     assert not heavy, sorted(heavy)
+
+
+LIGHT_TRICK = re.compile(r"^TYPE_CHECKING = False|^else:\n(?:    \w+ = )+str$", re.M)
+
+
+def test_light_import_tricks_only_in_the_modules_a_rank_imports() -> None:
+    """`TYPE_CHECKING = False` and run-time `str` stand-ins for Literal types save a rank `import typing`; in a
+    module no rank imports under a parent plan they only cost the reader (docs/design.md §11)."""
+    rank = _modules_of_a_rank_under_a_parent_plan()
+    package = os.path.join(ROOT, "launcher")
+    tricked = set()
+    for folder, _, names in os.walk(package):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    if LIGHT_TRICK.search(f.read()):
+                        module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                        tricked.add(module.removesuffix(".__init__"))
+    assert tricked, "the pattern no longer finds the trick where it belongs"
+    assert tricked <= rank, sorted(tricked - rank)
 
 
 def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:

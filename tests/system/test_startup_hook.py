@@ -44,7 +44,7 @@ def plan_env(*options: str) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------- decisions (pure)
 def bound(environ: dict[str, str], nproc: int) -> tuple[dict[str, str], BoundCheck]:
     """``environ`` whose binding marker (if any) is of the plan checked, and a check the process passes: it runs
-    within its rank's CPUs (tests/test_hostile_hook.py holds the cases where it does not)."""
+    within its rank's CPUs (tests/system/test_hostile_hook.py holds the cases where it does not)."""
     marked = {**environ, "AFFRUN_PLAN_ID": "p"} if "AFFRUN_LOCAL_RANK" in environ else environ
     return marked, BoundCheck("p", (frozenset(range(8)),) * nproc, frozenset({0}))
 

@@ -1,4 +1,4 @@
-"""doctor --pid on a hybrid CPU (issue 20, part 4): the analysis of sampled records (as tests/test_doctor_live.py
+"""doctor --pid on a hybrid CPU (issue 20, part 4): the analysis of sampled records (as tests/system/test_doctor_live.py
 states them) reports a rank whose busy OpenMP threads ran on two core kinds, and nothing on one kind."""
 
 from __future__ import annotations

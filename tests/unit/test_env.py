@@ -320,7 +320,7 @@ def test_parse_proclist(value: str, places: list[set[int]] | None) -> None:
 
 def test_gomp_cpu_affinity() -> None:
     # inside the rank, but libiomp5/libomp would pin the main thread to CPU 0 (the matrix of
-    # tests/test_user_binding_env.py saw it): removed, and the note says why
+    # tests/system/test_user_binding_env.py saw it): removed, and the note says why
     _, unset, notes = env_for({"GOMP_CPU_AFFINITY": "0-2 64"})
     assert unset == ("GOMP_CPU_AFFINITY",)
     assert any("pin the main thread to CPU 0" in n for n in notes)

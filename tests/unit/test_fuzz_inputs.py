@@ -7,7 +7,7 @@ a hang) fails.
 
 By default each test runs a few dozen derandomized examples (CI stays fast and stable). A longer, random run:
 
-    AFFRUN_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz_inputs.py
+    AFFRUN_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/unit/test_fuzz_inputs.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """NUMA tables that real machines get wrong or make odd: memory-less CPU nodes, and node cpusets that overlap.
 
-Both machines are hwloc test trees (``tests/hwloc/linux/`` in hwloc), written out here with ``tests/fakesys.py``
+Both machines are hwloc test trees (from hwloc's own Linux test folder), written out here with ``tests/fakesys.py``
 from their files: the node cpumaps, ``meminfo`` totals and distance rows are the tarballs' own values.
 """
 

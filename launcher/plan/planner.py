@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
+from launcher.base.memnodes import memory_nodes
 from launcher.errors import Opt, PlanError
 from launcher.plan.geometry import balanced_chunks, nname, package_of
 from launcher.plan.homes import assign_homes
@@ -326,44 +327,43 @@ def _rank_plan(
 
 
 def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
-    """The nodes the rank's memory policy names: its home nodes, a memory-less one replaced by the memory the
-    firmware's initiator table makes local to its CPUs (``NumaNode.local_cpus``), else by the nearest node with
-    memory (distance table), and none the cpuset forbids. Warnings say which case it was."""
-    allowed = topo.allowed_mems
-    out: list[int] = []
-    forbidden: list[int] = []
-    for n in nodes:
-        node = topo.node(n)
-        if node is None or node.memory_kb != 0:
-            if allowed is None or n in allowed:
-                out.append(n)
-            else:
-                forbidden.append(n)
-            continue
-        local = topo.local_memory_of(n)
-        if local:
-            cpus = frozenset().union(*(m.local_cpus or () for m in local))
-            rank_warnings.append(f"node {n} has no memory; the memory policy uses node "
-                                 f"{','.join(str(m.os_index) for m in local)}, local to CPUs {format_cpulist(cpus)} "
-                                 "by the firmware's initiator table")
-            out.extend(m.os_index for m in local if m.os_index not in out)
-            continue
-        with_memory = [
-            m.os_index for m in topo.numa_nodes
-            if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
-        ]
-        if not with_memory:
-            rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
-                                 "no memory policy for it")
-            continue
-        target = min(with_memory, key=lambda m: (node.distances[m], m))
-        rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
-                             f"memory (distance {node.distances[target]})")
-        if target not in out:
-            out.append(target)
+    """The nodes the rank's memory policy names, in the normal form every rank checks
+    (:func:`launcher.base.memnodes.memory_nodes`) of each home node's stand-ins (:func:`_stand_ins`)."""
+    stand_ins = {n: _stand_ins(topo, n, rank_warnings) for n in nodes}
+    forbidden = [n for n in nodes if stand_ins[n] == () and (node := topo.node(n)) is not None and node.memory_kb != 0]
+    out = memory_nodes(nodes, stand_ins)
     if forbidden and not out:
         rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
-    return tuple(sorted(out))
+    return out
+
+
+def _stand_ins(topo: Topology, n: int, rank_warnings: list[str]) -> tuple[int, ...]:
+    """The memory node ``n`` takes: itself; none when the cpuset forbids its memory; for a memory-less node the
+    memory the firmware's initiator table makes local to its CPUs (``NumaNode.local_cpus``), else the nearest node
+    with memory (distance table). Warnings say which case it was."""
+    allowed = topo.allowed_mems
+    node = topo.node(n)
+    if node is None or node.memory_kb != 0:
+        return (n,) if allowed is None or n in allowed else ()
+    local = topo.local_memory_of(n)
+    if local:
+        cpus = frozenset().union(*(m.local_cpus or () for m in local))
+        rank_warnings.append(f"node {n} has no memory; the memory policy uses node "
+                             f"{','.join(str(m.os_index) for m in local)}, local to CPUs {format_cpulist(cpus)} "
+                             "by the firmware's initiator table")
+        return tuple(m.os_index for m in local)
+    with_memory = [
+        m.os_index for m in topo.numa_nodes
+        if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
+    ]
+    if not with_memory:
+        rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
+                             "no memory policy for it")
+        return ()
+    target = min(with_memory, key=lambda m: (node.distances[m], m))
+    rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
+                         f"memory (distance {node.distances[target]})")
+    return (target,)
 
 
 def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[str]) -> Plan:

@@ -37,8 +37,8 @@ from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
 from launcher.base.memnodes import memory_nodes
 from launcher.errors import Opt, PlanError
-from launcher.plan.geometry import balanced_chunks, nname, package_of
-from launcher.plan.homes import assign_homes
+from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
+from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
@@ -150,19 +150,14 @@ def make_plan(topo: Topology, req: Request) -> Plan:
             "use fewer ranks, ", Opt("mode", "numa"), ", or a larger CPU set"
         )
 
-    by_node: dict[int, list[Core]] = {}
-    for core in cores:
-        by_node.setdefault(core.numa_node if core.numa_node is not None else -1, []).append(core)
-    for node_cores in by_node.values():
-        node_cores.sort(key=lambda c: (c.l3 if c.l3 is not None else -1, c.pus[0]))
-    node_order = sorted(by_node, key=lambda n: by_node[n][0].pus[0] if n == -1 else min(p for c in by_node[n] for p in c.pus))
-
-    homes = assign_homes(topo, req, by_node, node_order, warnings)
+    layout = layout_of(topo, cores, req.mode in ("exclusive", "l3"))
+    homes, home_warnings = assign_homes(req, layout)
+    warnings += home_warnings
     members: dict[int, list[int]] = {}
     for rank in range(req.nproc):
         members.setdefault(homes.home_of[rank], []).append(rank)
-    chunks = _cut_chunks(req, cores, by_node, members, homes.home_of, warnings, plan_kinds(topo))
-    spills = {} if req.spill == "none" else spill_cores(topo, by_node, node_order, members, chunks)
+    chunks = _cut_chunks(req, cores, layout.by_node, members, homes.home_of, warnings, plan_kinds(topo))
+    spills = {} if req.spill == "none" else spill_cores(layout, members, chunks)
 
     shared_counts: dict[tuple[int, ...], int] = {}
     for rank in range(req.nproc):
@@ -369,11 +364,7 @@ def _stand_ins(topo: Topology, n: int, rank_warnings: list[str]) -> tuple[int, .
 def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[str]) -> Plan:
     assert req.cpu_map is not None
     pu_core: dict[int, Core] = {p: c for c in cores for p in c.pus}
-    visible = topo.visible_gpus() if req.use_gpus else ()
-    if req.gpus is not None:
-        for g in req.gpus:
-            if g < 0 or g >= len(visible):
-                raise PlanError(f"GPU {g} does not exist: {len(visible)} GPU(s) are visible")
+    visible = usable_gpus(topo, req)
     seen: dict[int, int] = {}
     ranks: list[RankPlan] = []
     for rank, wanted in enumerate(req.cpu_map):

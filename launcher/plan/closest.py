@@ -52,8 +52,8 @@ def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tupl
         picked = _spread_pick(located, min(req.nproc, len(located)), [lambda g: pkg[home[g]], lambda g: home[g]])
         lives = {g: home[g] for g in picked}
         if cap is not None:
-            picked = _repick(layout, cap, picked, located, home)
-            lives = _fit_picks(layout, cap, picked, home)
+            picked = _repick(layout, picked, located, home)
+            lives = _fit_picks(layout, picked, home)
         for g in sorted(picked, key=lambda g: (pos[lives[g]], pos[home[g]], g)):
             out.gpu_of[rank], out.home_of[rank], out.claim[rank] = g, lives[g], gpus[g].claim
             out.reasons[rank] = [f"closest order: {gpus[g].why}"]
@@ -80,7 +80,7 @@ def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tupl
     count = proportional(req.nproc - rank, {n: len(gpus_at.get(n, ())) for n in node_order}, node_order)
     lent: dict[int, list[int]] = {n: [] for n in node_order}  # node -> the GPU node each of its last ranks serves
     if cap is not None:
-        count, moves = _capped(layout, cap, count, domain)
+        count, moves = _capped(layout, count, domain)
         # A GPU node with fewer cores than GPUs keeps, of the ranks it gave away, as many as it has GPUs without
         # a rank: no GPU idles while others are shared (those ranks live away from their GPU, with a warning).
         short = {d: max(0, len(gpus_at[d]) - count[d]) for d in gpus_at}
@@ -114,6 +114,12 @@ def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tupl
     return out, warnings
 
 
+def _whole_cores(layout: Layout) -> dict[int, int]:
+    """The layout's capacities: these helpers serve only the whole-core modes, where it has them."""
+    assert layout.cap is not None, "a whole-core helper called outside exclusive and l3"
+    return layout.cap
+
+
 def _domains(layout: Layout, gpus_at: dict[int, list[int]]) -> dict[int, int]:
     """Node -> the GPU node whose GPUs its ranks use: itself, or for a node without GPU the nearest GPU node
     (distance, then package, then the fewest cores per GPU so far, then CPU order)."""
@@ -129,12 +135,12 @@ def _domains(layout: Layout, gpus_at: dict[int, list[int]]) -> dict[int, int]:
 
 
 def _capped(
-    layout: Layout, cap: dict[int, int], count: dict[int, int], domain: dict[int, int]
+    layout: Layout, count: dict[int, int], domain: dict[int, int]
 ) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
     """``count`` (ranks per node) with no node above its ``cap`` (cores): a node's excess goes to the nearest nodes
     with room (distance, then the nodes of its own GPU domain, then package, then CPU order). Also returns the
     moves, as (from, to, ranks)."""
-    pkg, pos, node_order = layout.pkg, layout.pos, layout.node_order
+    pkg, pos, node_order, cap = layout.pkg, layout.pos, layout.node_order, _whole_cores(layout)
     out = dict(count)
     moves: list[tuple[int, int, int]] = []
     for d in node_order:
@@ -161,10 +167,10 @@ def _share_gpus(k: int, own: list[int], far: list[int]) -> list[list[int]]:
     return [block + [next(rest) for _ in range(total - len(block))] for block, total in zip(blocks, totals)]
 
 
-def _repick(layout: Layout, cap: dict[int, int], picked: list[int], located: list[int], home: dict[int, int]) -> list[int]:
+def _repick(layout: Layout, picked: list[int], located: list[int], home: dict[int, int]) -> list[int]:
     """Fewer ranks than GPUs: a node picked for more GPUs than it has cores trades its last picks for unpicked
     GPUs on nodes with room, the nearest first (distance, package, CPU order)."""
-    pkg, pos = layout.pkg, layout.pos
+    pkg, pos, cap = layout.pkg, layout.pos, _whole_cores(layout)
     chosen = list(picked)
     count: dict[int, int] = {}
     for g in chosen:
@@ -182,14 +188,14 @@ def _repick(layout: Layout, cap: dict[int, int], picked: list[int], located: lis
     return sorted(chosen, key=located.index)
 
 
-def _fit_picks(layout: Layout, cap: dict[int, int], picked: list[int], home: dict[int, int]) -> dict[int, int]:
+def _fit_picks(layout: Layout, picked: list[int], home: dict[int, int]) -> dict[int, int]:
     """Picked GPU -> the node its rank lives on: its own, unless the node has more picked GPUs than cores (all
     GPUs in use, or no other GPU had room); then the last ranks of the node live on the nearest nodes with room."""
-    pkg, pos = layout.pkg, layout.pos
+    pkg, pos, cap = layout.pkg, layout.pos, _whole_cores(layout)
     count = {n: 0 for n in cap}
     for g in picked:
         count[home[g]] += 1
-    fitted = _capped(layout, cap, count, {})[0]
+    fitted = _capped(layout, count, {})[0]
     lives = {g: home[g] for g in picked}
     spare = {n: fitted[n] - count[n] for n in cap if fitted[n] > count[n]}
     for d in cap:

@@ -325,11 +325,17 @@ def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[st
     """The nodes the rank's memory policy names, in the normal form every rank checks
     (:func:`launcher.base.memnodes.memory_nodes`) of each home node's stand-ins (:func:`_stand_ins`)."""
     stand_ins = {n: _stand_ins(topo, n, rank_warnings) for n in nodes}
-    forbidden = [n for n in nodes if stand_ins[n] == () and (node := topo.node(n)) is not None and node.memory_kb != 0]
+    forbidden = [n for n in nodes if stand_ins[n] == () and _has_memory(topo, n)]
     out = memory_nodes(nodes, stand_ins)
     if forbidden and not out:
         rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
     return out
+
+
+def _has_memory(topo: Topology, n: int) -> bool:
+    """Whether node ``n`` has memory, or may have (a node the topology does not know, or of unknown size)."""
+    node = topo.node(n)
+    return node is None or node.memory_kb != 0
 
 
 def _stand_ins(topo: Topology, n: int, rank_warnings: list[str]) -> tuple[int, ...]:
@@ -338,7 +344,7 @@ def _stand_ins(topo: Topology, n: int, rank_warnings: list[str]) -> tuple[int, .
     with memory (distance table). Warnings say which case it was."""
     allowed = topo.allowed_mems
     node = topo.node(n)
-    if node is None or node.memory_kb != 0:
+    if node is None or _has_memory(topo, n):
         return (n,) if allowed is None or n in allowed else ()
     local = topo.local_memory_of(n)
     if local:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
+from launcher.base.split import balanced_slices
 from launcher.bind.readback import current_binding
 
 
@@ -25,10 +26,7 @@ def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: S
         return []
     if num_workers >= len(pool):
         return [pool[worker_id % len(pool)]]
-    base, extra = divmod(len(pool), num_workers)
-    start = worker_id * base + min(worker_id, extra)
-    size = base + (1 if worker_id < extra else 0)
-    return pool[start : start + size]
+    return pool[balanced_slices(len(pool), num_workers)[worker_id]]
 
 
 def _parent_cpus() -> list[int]:

@@ -26,6 +26,13 @@ class CpuIdTooLarge(ValueError):
     """A CPU id above :data:`MAX_CPU_ID`. The message names the id; callers prefix the option or file."""
 
 
+def cpu_error(exc: ValueError, malformed: str, too_large: str = "{}") -> str:
+    """The one message for a parse of CPU ids that raised ``exc``: ``too_large`` with :class:`CpuIdTooLarge`'s own
+    message in its ``{}`` (it names the id), else ``malformed``, the caller's word for text of the wrong form.
+    Callers catch ``ValueError`` once."""
+    return too_large.replace("{}", str(exc)) if isinstance(exc, CpuIdTooLarge) else malformed
+
+
 def check_cpu_id(cpu: int) -> int:
     """``cpu`` if it is at most :data:`MAX_CPU_ID`, else :class:`CpuIdTooLarge`."""
     if cpu > MAX_CPU_ID:

@@ -31,6 +31,7 @@ from launcher.base.choices import (
     SPILLS,
 )
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist
+from launcher.base.memnodes import memory_nodes_fault
 from launcher.base.untrusted import BadJSON, clip, load_json, short
 from launcher.env.variables import THREAD_VARIABLES, USER_VARIABLES, affrun_variables
 from launcher.errors import LaunchError
@@ -279,12 +280,9 @@ def _check_rank(job: Job, rank: RankRecord) -> None:
                       if job.spill != "none" else f"{what}: spill CPUs or nodes in a plan with plan.spill none")
     if not set(rank.cpus).isdisjoint(job.reserved):
         raise BadPlan(f"{what}.cpus holds CPUs of plan.reserved")
-    # A memory node is one of the rank's NUMA nodes, or the nearest node with memory that stands in for one of
-    # them that has none (which is then not among its memory nodes).
-    foreign = set(rank.mem_nodes) - set(rank.numa_nodes)
-    if len(foreign) > len(set(rank.numa_nodes) - set(rank.mem_nodes)):
-        raise BadPlan(f"{what}.mem_nodes names node(s) {','.join(map(str, sorted(foreign)))}, which stand in for "
-                      "none of its numa_nodes")
+    fault = memory_nodes_fault(rank.numa_nodes, rank.mem_nodes)  # the planner's own normal form
+    if fault:
+        raise BadPlan(f"{what}.mem_nodes {fault}")
     for name in THREAD_VARIABLES:  # the plan's count, or the user's own value that the env policy kept
         value = rank.set.get(name)
         if value is not None and value != str(rank.threads) and value != job.user_env.get(name):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import BIND_MODES, ENV_POLICIES, EnvPolicy, OmpBind
-from launcher.base.cpulist import CpuIdTooLarge, format_cpulist
+from launcher.base.cpulist import cpu_error, format_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
@@ -189,10 +189,8 @@ def _problem(
             return collapse
         try:
             places = place_list(Tokens(value))
-        except CpuIdTooLarge as exc:
-            return Problem("malformed", f"not a valid OMP_PLACES value ({exc})")
-        except ValueError:
-            return Problem("malformed", "not a valid OMP_PLACES value")
+        except ValueError as exc:
+            return Problem("malformed", cpu_error(exc, "not a valid OMP_PLACES value", "not a valid OMP_PLACES value ({})"))
         outside = {p for place in places for p in place} - cpus
         if outside:
             return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs")
@@ -232,10 +230,8 @@ def kmp_affinity_problem(value: str, cpus: set[int] | None) -> Problem | None:
             return Problem("malformed", "malformed proclist")
         try:
             places = read_proclist(Tokens(text[open_bracket + 1 : close_bracket]))
-        except CpuIdTooLarge as exc:
-            return Problem("malformed", f"malformed proclist ({exc})")
-        except ValueError:
-            return Problem("malformed", "malformed proclist")
+        except ValueError as exc:
+            return Problem("malformed", cpu_error(exc, "malformed proclist", "malformed proclist ({})"))
         proclist = {p for place in places for p in place}
         text = text[:start] + text[close_bracket + 1 :]
     tokens = [t.strip().lower() for t in text.split(",") if t.strip()]

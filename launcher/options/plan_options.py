@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from launcher.base.choices import MEM_POLICIES, GpuOrder, MemPolicy, Mode, SpillChoice
-from launcher.base.cpulist import CpuIdTooLarge, parse_cpulist
+from launcher.base.cpulist import cpu_error, parse_cpulist
 from launcher.base.untrusted import ascii_uint
 from launcher.errors import ConfigError, Opt
 from launcher.options.table import default
@@ -58,19 +58,16 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
     if opts.reserve:
         try:
             reserve = parse_cpulist(opts.reserve)
-        except CpuIdTooLarge as exc:
-            raise ConfigError(Opt("reserve", opts.reserve, quoted=True), f": {exc}") from None
-        except ValueError:
-            raise ConfigError(Opt("reserve", opts.reserve, quoted=True), ": not a cpu list (e.g. 0 or 0,8,16)") from None
+        except ValueError as exc:
+            raise ConfigError(Opt("reserve", opts.reserve, quoted=True),
+                              ": " + cpu_error(exc, "not a cpu list (e.g. 0 or 0,8,16)")) from None
     cpu_map = None
     if opts.cpu_map:
         try:
             cpu_map = tuple(parse_cpulist(part) for part in opts.cpu_map.split(";"))  # ':' is cpu list syntax
-        except CpuIdTooLarge as exc:
-            raise ConfigError(Opt("cpu_map", opts.cpu_map, quoted=True), f": {exc}") from None
-        except ValueError:
+        except ValueError as exc:
             raise ConfigError(Opt("cpu_map", opts.cpu_map, quoted=True),
-                              ": expected one cpu list per rank, separated by ';'") from None
+                              ": " + cpu_error(exc, "expected one cpu list per rank, separated by ';'")) from None
         if any(not m for m in cpu_map):
             raise ConfigError(Opt("cpu_map", opts.cpu_map, quoted=True), ": a rank has an empty cpu list")
     if cpu_map is not None and opts.mode not in ("exclusive", "map"):

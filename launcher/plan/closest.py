@@ -1,5 +1,5 @@
-"""``--gpu-order closest``: mpibind's order, and Slurm's ``--gpu-bind=closest``. Pure; a part of
-:mod:`launcher.plan.homes`, whose helpers it uses.
+"""``--gpu-order closest``: mpibind's order, and Slurm's ``--gpu-bind=closest``. Pure; one of the GPU orders of
+:mod:`launcher.plan.homes`: (request, GPUs' homes, layout) -> (homes, warnings).
 
 Ranks follow CPU order. With no more ranks than GPUs, the ranks are spread over the GPU domains (packages first,
 then nodes, in proportion to their GPUs) and each takes one GPU. With more ranks than GPUs, the ranks go to the GPU
@@ -19,78 +19,68 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from launcher.base.split import balanced_sizes
 from launcher.plan.geometry import (
     CLAIM_GPU_NODE,
     CLAIM_NEAR,
+    GpuHome,
     Homes,
+    Layout,
     balanced_chunks,
-    distance,
     nname,
-    package_of,
     proportional,
 )
-from launcher.topology.model import Core, Topology
+from launcher.plan.request import Request
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from launcher.plan.planner import Request
+    from collections.abc import Callable, Sequence
 
 
-def closest_order(
-    topo: Topology,
-    req: Request,
-    homes: list[int | None],
-    claims: list[int],
-    labels: list[str],
-    by_node: dict[int, list[Core]],
-    node_order: list[int],
-    out: Homes,
-    warnings: list[str],
-) -> None:
+def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tuple[Homes, list[str]]:
     """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs (module docstring).
 
     In the whole-core modes each node's rank count is fitted to its cores *before* ranks are numbered and GPUs
     chosen, so that ranks stay in CPU order and no rank is moved away from its GPU afterwards."""
-    pos = {n: i for i, n in enumerate(node_order)}
-    pkg = {n: package_of(by_node[n]) for n in node_order}
-    cap = {n: len(by_node[n]) for n in node_order} if req.mode in ("exclusive", "l3") else None
-    located = sorted((g for g, h in enumerate(homes) if h is not None), key=lambda g: (pos[homes[g] or 0], g))
-    unlocated = [g for g, h in enumerate(homes) if h is None]
-    home = {g: homes[g] or 0 for g in located}
+    pos, pkg, cap = layout.pos, layout.pkg, layout.cap
+    out = Homes({}, {}, {}, {})
+    warnings: list[str] = []
+    located = sorted((g for g, h in enumerate(gpus) if h.node is not None), key=lambda g: (pos[gpus[g].node or 0], g))
+    unlocated = [g for g, h in enumerate(gpus) if h.node is None]
+    home = {g: gpus[g].node or 0 for g in located}
     rank = 0
-    if req.nproc <= len(homes):
+    if req.nproc <= len(gpus):
         picked = _spread_pick(located, min(req.nproc, len(located)), [lambda g: pkg[home[g]], lambda g: home[g]])
         lives = {g: home[g] for g in picked}
         if cap is not None:
-            picked = _repick(topo, picked, located, home, cap, pkg, pos)
-            lives = _fit_picks(topo, picked, home, cap, pkg, pos)
+            picked = _repick(layout, picked, located, home)
+            lives = _fit_picks(layout, picked, home)
         for g in sorted(picked, key=lambda g: (pos[lives[g]], pos[home[g]], g)):
-            out.gpu_of[rank], out.home_of[rank], out.claim[rank] = g, lives[g], claims[g]
-            out.reasons[rank] = [f"closest order: {labels[g]}"]
+            out.gpu_of[rank], out.home_of[rank], out.claim[rank] = g, lives[g], gpus[g].claim
+            out.reasons[rank] = [f"closest order: {gpus[g].why}"]
             if lives[g] != home[g]:
                 warnings.append(f"rank {rank}: node {nname(home[g])} has {cap[home[g]] if cap else 0} core(s) for "
                                 f"more ranks; placed on node {nname(lives[g])}, away from its GPU {g}")
             rank += 1
         for g in unlocated[: req.nproc - rank]:
-            out.gpu_of[rank], out.reasons[rank] = g, [labels[g]]
+            out.gpu_of[rank], out.reasons[rank] = g, [gpus[g].why]
             rank += 1
-        return
+        return out, warnings
     for g in unlocated:  # a GPU with no locality serves one rank, which is spread like a CPU-only rank
-        out.gpu_of[rank], out.reasons[rank] = g, [labels[g]]
+        out.gpu_of[rank], out.reasons[rank] = g, [gpus[g].why]
         rank += 1
     if not located:
         for extra in range(rank, req.nproc):
             out.reasons[extra] = ["no GPU for this rank"]
-        return
+        return out, warnings
+    node_order = layout.node_order
     gpus_at: dict[int, list[int]] = {}
     for g in located:
         gpus_at.setdefault(home[g], []).append(g)
-    domain = _domains(topo, gpus_at, by_node, node_order, pkg, pos)
+    domain = _domains(layout, gpus_at)
     count = proportional(req.nproc - rank, {n: len(gpus_at.get(n, ())) for n in node_order}, node_order)
     lent: dict[int, list[int]] = {n: [] for n in node_order}  # node -> the GPU node each of its last ranks serves
     if cap is not None:
-        count, moves = _capped(topo, count, cap, domain, pkg, pos, node_order)
+        count, moves = _capped(layout, count, domain)
         # A GPU node with fewer cores than GPUs keeps, of the ranks it gave away, as many as it has GPUs without
         # a rank: no GPU idles while others are shared (those ranks live away from their GPU, with a warning).
         short = {d: max(0, len(gpus_at[d]) - count[d]) for d in gpus_at}
@@ -110,51 +100,47 @@ def closest_order(
             out.claim[rank] = CLAIM_GPU_NODE if n in gpus_at else CLAIM_NEAR
             (far[lender] if lender is not None else own[n] if n in gpus_at else far[domain[n]]).append(rank)
             rank += 1
-    for d, gpus in gpus_at.items():
-        for g, sharers in zip(gpus, _share_gpus(len(gpus), own[d], far[d])):
+    for d, at in gpus_at.items():
+        for g, sharers in zip(at, _share_gpus(len(at), own[d], far[d])):
             for r in sharers:
                 out.gpu_of[r] = g
                 n = out.home_of[r] or 0
                 where = "" if n == d else f"; node {nname(n)} is in its domain"
-                out.reasons[r] = [f"closest order: {labels[g]}, shared by {len(sharers)} rank(s){where}"]
+                out.reasons[r] = [f"closest order: {gpus[g].why}, shared by {len(sharers)} rank(s){where}"]
                 if n != d and domain.get(n) != d:
-                    out.reasons[r] = [f"closest order: {labels[g]}, shared by {len(sharers)} rank(s)"]
+                    out.reasons[r] = [f"closest order: {gpus[g].why}, shared by {len(sharers)} rank(s)"]
                     warnings.append(f"rank {r}: node {nname(d)} has {cap[d] if cap else 0} core(s) for its "
-                                    f"{len(gpus)} GPUs; placed on node {nname(n)}, away from its GPU {g}")
+                                    f"{len(at)} GPUs; placed on node {nname(n)}, away from its GPU {g}")
+    return out, warnings
 
 
-def _domains(
-    topo: Topology,
-    gpus_at: dict[int, list[int]],
-    by_node: dict[int, list[Core]],
-    node_order: list[int],
-    pkg: dict[int, int],
-    pos: dict[int, int],
-) -> dict[int, int]:
+def _whole_cores(layout: Layout) -> dict[int, int]:
+    """The layout's capacities: these helpers serve only the whole-core modes, where it has them."""
+    assert layout.cap is not None, "a whole-core helper called outside exclusive and l3"
+    return layout.cap
+
+
+def _domains(layout: Layout, gpus_at: dict[int, list[int]]) -> dict[int, int]:
     """Node -> the GPU node whose GPUs its ranks use: itself, or for a node without GPU the nearest GPU node
     (distance, then package, then the fewest cores per GPU so far, then CPU order)."""
+    by_node, pkg, pos = layout.by_node, layout.pkg, layout.pos
     domain = {d: d for d in gpus_at}
     load = {d: len(by_node[d]) / len(gpus_at[d]) for d in gpus_at}
-    for n in node_order:
+    for n in layout.node_order:
         if n not in gpus_at:
-            d = min(gpus_at, key=lambda d: (distance(topo, n, d), pkg[d] != pkg[n], load[d], pos[d]))
+            d = min(gpus_at, key=lambda d: (layout.distance(n, d), pkg[d] != pkg[n], load[d], pos[d]))
             domain[n] = d
             load[d] += len(by_node[n]) / len(gpus_at[d])
     return domain
 
 
 def _capped(
-    topo: Topology,
-    count: dict[int, int],
-    cap: dict[int, int],
-    domain: dict[int, int],
-    pkg: dict[int, int],
-    pos: dict[int, int],
-    node_order: list[int],
+    layout: Layout, count: dict[int, int], domain: dict[int, int]
 ) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
     """``count`` (ranks per node) with no node above its ``cap`` (cores): a node's excess goes to the nearest nodes
     with room (distance, then the nodes of its own GPU domain, then package, then CPU order). Also returns the
     moves, as (from, to, ranks)."""
+    pkg, pos, node_order, cap = layout.pkg, layout.pos, layout.node_order, _whole_cores(layout)
     out = dict(count)
     moves: list[tuple[int, int, int]] = []
     for d in node_order:
@@ -162,7 +148,8 @@ def _capped(
             room = [n for n in node_order if out[n] < cap[n]]
             if not room:  # more ranks than cores: refused before planning; nothing to fit
                 return out, moves
-            to = min(room, key=lambda n: (distance(topo, d, n), domain.get(n) != domain.get(d), pkg[n] != pkg[d], pos[n]))
+            to = min(room, key=lambda n: (layout.distance(d, n), domain.get(n) != domain.get(d), pkg[n] != pkg[d],
+                                          pos[n]))
             moved = min(out[d] - cap[d], cap[to] - out[to])
             out[d] -= moved
             out[to] += moved
@@ -174,23 +161,16 @@ def _share_gpus(k: int, own: list[int], far: list[int]) -> list[list[int]]:
     """The ranks of one domain on each of its ``k`` GPUs: the GPU node's own ranks in balanced contiguous blocks,
     then the ranks of its GPU-less nodes topping each GPU up, in order, so that the totals differ by at most one."""
     blocks = balanced_chunks(own, k)
-    totals = [len(b) for b in balanced_chunks(range(len(own) + len(far)), k)]
+    totals = balanced_sizes(len(own) + len(far), k)
     rest = iter(far)
     # own's blocks are never above totals (both are balanced, larger ones first), so each GPU takes its remainder
     return [block + [next(rest) for _ in range(total - len(block))] for block, total in zip(blocks, totals)]
 
 
-def _repick(
-    topo: Topology,
-    picked: list[int],
-    located: list[int],
-    home: dict[int, int],
-    cap: dict[int, int],
-    pkg: dict[int, int],
-    pos: dict[int, int],
-) -> list[int]:
+def _repick(layout: Layout, picked: list[int], located: list[int], home: dict[int, int]) -> list[int]:
     """Fewer ranks than GPUs: a node picked for more GPUs than it has cores trades its last picks for unpicked
     GPUs on nodes with room, the nearest first (distance, package, CPU order)."""
+    pkg, pos, cap = layout.pkg, layout.pos, _whole_cores(layout)
     chosen = list(picked)
     count: dict[int, int] = {}
     for g in chosen:
@@ -200,7 +180,7 @@ def _repick(
             spare = [g for g in located if g not in chosen and count.get(home[g], 0) < cap[home[g]]]
             if not spare:
                 break
-            g = min(spare, key=lambda g: (distance(topo, d, home[g]), pkg[home[g]] != pkg[d], pos[home[g]], g))
+            g = min(spare, key=lambda g: (layout.distance(d, home[g]), pkg[home[g]] != pkg[d], pos[home[g]], g))
             chosen.remove(max((c for c in chosen if home[c] == d), key=lambda c: located.index(c)))
             chosen.append(g)
             count[d] -= 1
@@ -208,23 +188,21 @@ def _repick(
     return sorted(chosen, key=located.index)
 
 
-def _fit_picks(
-    topo: Topology, picked: list[int], home: dict[int, int], cap: dict[int, int], pkg: dict[int, int],
-    pos: dict[int, int],
-) -> dict[int, int]:
+def _fit_picks(layout: Layout, picked: list[int], home: dict[int, int]) -> dict[int, int]:
     """Picked GPU -> the node its rank lives on: its own, unless the node has more picked GPUs than cores (all
     GPUs in use, or no other GPU had room); then the last ranks of the node live on the nearest nodes with room."""
+    pkg, pos, cap = layout.pkg, layout.pos, _whole_cores(layout)
     count = {n: 0 for n in cap}
     for g in picked:
         count[home[g]] += 1
-    fitted = _capped(topo, count, cap, {}, pkg, pos, list(cap))[0]
+    fitted = _capped(layout, count, {})[0]
     lives = {g: home[g] for g in picked}
     spare = {n: fitted[n] - count[n] for n in cap if fitted[n] > count[n]}
     for d in cap:
         for g in [g for g in picked if home[g] == d][fitted[d]:]:
             if not spare:  # no node has room (more ranks than cores is refused before planning)
                 return lives
-            to = min(spare, key=lambda n: (distance(topo, d, n), pkg[n] != pkg[d], pos[n]))
+            to = min(spare, key=lambda n: (layout.distance(d, n), pkg[n] != pkg[d], pos[n]))
             lives[g] = to
             spare[to] -= 1
             if not spare[to]:

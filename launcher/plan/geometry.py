@@ -1,16 +1,18 @@
 """The planner's geometry, shared by its parts (:mod:`launcher.plan.homes`, :mod:`launcher.plan.closest`,
-:mod:`launcher.plan.spill`): node names and distances, packages, proportional shares and contiguous chunks, and
-the :class:`Homes` record that the GPU orders fill. Pure."""
+:mod:`launcher.plan.spill`): the machine's :class:`Layout` (its usable cores by node, built once), node names and
+distances, packages, proportional shares and contiguous chunks, and the records of the GPU orders: a GPU's
+:class:`GpuHome`, and the :class:`Homes` an order gives the ranks. Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.base.split import balanced_slices
 from launcher.topology.model import Core, Topology
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from typing import TypeVar
 
     T = TypeVar("T")
@@ -22,14 +24,60 @@ CLAIM_SPREAD, CLAIM_NEAR, CLAIM_GPU_NODE = 0, 1, 2
 FAR = 1 << 20  # the distance of a node the table does not name
 
 
-@dataclass
-class Homes:
-    """Each rank's visible GPU, home node and claim on it (ranks without a home are spread later), and reasons."""
+@dataclass(frozen=True)
+class Layout:
+    """The machine as the planner cuts it, built once per plan (:func:`layout_of`): ``by_node`` holds the usable
+    cores of each node (-1: cores of no known node) in L3-group then CPU order, ``node_order`` its keys in CPU
+    order, ``pos`` each node's place in it, ``pkg`` its package; ``cap`` its cores, in the whole-core modes only
+    (``exclusive``, ``l3``: a node takes no more ranks than cores), else ``None``."""
 
-    gpu_of: dict[int, int] = field(default_factory=dict)
-    home_of: dict[int, int] = field(default_factory=dict)
-    claim: dict[int, int] = field(default_factory=dict)
-    reasons: dict[int, list[str]] = field(default_factory=dict)
+    topo: Topology
+    by_node: dict[int, list[Core]]
+    node_order: list[int]
+    pos: dict[int, int]
+    pkg: dict[int, int]
+    cap: dict[int, int] | None
+
+    def distance(self, a: int, b: int) -> int:
+        return distance(self.topo, a, b)
+
+    def nearest(self, origin: int, candidates: Sequence[int]) -> int:
+        return nearest(self.topo, origin, candidates)
+
+
+def layout_of(topo: Topology, cores: Iterable[Core], whole_cores: bool) -> Layout:
+    """The :class:`Layout` of ``cores`` (the usable ones) on ``topo``."""
+    by_node: dict[int, list[Core]] = {}
+    for core in cores:
+        by_node.setdefault(core.numa_node if core.numa_node is not None else -1, []).append(core)
+    for node_cores in by_node.values():
+        node_cores.sort(key=lambda c: (c.l3 if c.l3 is not None else -1, c.pus[0]))
+    order = sorted(by_node, key=lambda n: min(p for c in by_node[n] for p in c.pus) if n != -1 else by_node[n][0].pus[0])
+    return Layout(topo, by_node, order, {n: i for i, n in enumerate(order)},
+                  {n: package_of(by_node[n]) for n in order},
+                  {n: len(by_node[n]) for n in order} if whole_cores else None)
+
+
+@dataclass(frozen=True)
+class GpuHome:
+    """Where a GPU's rank lives: its home ``node`` (``None``: unknown, the rank is spread like a CPU-only one), how
+    firm that is (``CLAIM_*``), why, and a warning when the locality is indirect."""
+
+    node: int | None
+    claim: int
+    why: str
+    warning: str | None = None
+
+
+@dataclass(frozen=True)
+class Homes:
+    """What a GPU order gives the ranks: each rank's visible GPU, home node and claim on it (ranks without a home
+    are spread later), and reasons."""
+
+    gpu_of: dict[int, int]
+    home_of: dict[int, int]
+    claim: dict[int, int]
+    reasons: dict[int, list[str]]
 
 
 def nname(node: int) -> str:
@@ -69,11 +117,4 @@ def proportional(k: int, weights: dict[int, int], order: Sequence[int]) -> dict[
 
 def balanced_chunks(items: Sequence[T], k: int) -> list[list[T]]:
     """Cut ``items`` into ``k`` contiguous chunks whose sizes differ by at most one (larger ones first)."""
-    base, extra = divmod(len(items), k)
-    out: list[list[T]] = []
-    start = 0
-    for i in range(k):
-        size = base + (1 if i < extra else 0)
-        out.append(list(items[start : start + size]))
-        start += size
-    return out
+    return [list(items[part]) for part in balanced_slices(len(items), k)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.base.split import balanced_sizes, contiguous
 from launcher.plan.geometry import balanced_chunks
 from launcher.topology.kinds import CoreKind, CoreKinds
 from launcher.topology.model import Core, Topology
@@ -56,13 +57,10 @@ def kind_chunks(cores: Sequence[Core], kinds: CoreKinds | None, k: int) -> list[
         groups.setdefault(core_rank(core, ranks), []).append(core)
     out: list[list[Core]] = [[] for _ in range(k)]
     for _, group in sorted(groups.items()):
-        base, extra = divmod(len(group), k)
-        plus = set(sorted(range(k), key=lambda r: (len(out[r]), r))[:extra])
-        start = 0
-        for r in range(k):
-            size = base + (r in plus)
-            out[r].extend(group[start : start + size])
-            start += size
+        # the larger parts go to the ranks with the fewest cores so far; the parts stay in rank order
+        size_of = dict(zip(sorted(range(k), key=lambda r: (len(out[r]), r)), balanced_sizes(len(group), k)))
+        for r, part in enumerate(contiguous([size_of[r] for r in range(k)])):
+            out[r].extend(group[part])
     return out
 
 

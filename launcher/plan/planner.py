@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
+from launcher.base.memnodes import memory_nodes
 from launcher.errors import Opt, PlanError
-from launcher.plan.geometry import balanced_chunks, nname, package_of
-from launcher.plan.homes import assign_homes
+from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
+from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
@@ -149,19 +150,14 @@ def make_plan(topo: Topology, req: Request) -> Plan:
             "use fewer ranks, ", Opt("mode", "numa"), ", or a larger CPU set"
         )
 
-    by_node: dict[int, list[Core]] = {}
-    for core in cores:
-        by_node.setdefault(core.numa_node if core.numa_node is not None else -1, []).append(core)
-    for node_cores in by_node.values():
-        node_cores.sort(key=lambda c: (c.l3 if c.l3 is not None else -1, c.pus[0]))
-    node_order = sorted(by_node, key=lambda n: by_node[n][0].pus[0] if n == -1 else min(p for c in by_node[n] for p in c.pus))
-
-    homes = assign_homes(topo, req, by_node, node_order, warnings)
+    layout = layout_of(topo, cores, req.mode in ("exclusive", "l3"))
+    homes, home_warnings = assign_homes(req, layout)
+    warnings += home_warnings
     members: dict[int, list[int]] = {}
     for rank in range(req.nproc):
         members.setdefault(homes.home_of[rank], []).append(rank)
-    chunks = _cut_chunks(req, cores, by_node, members, homes.home_of, warnings, plan_kinds(topo))
-    spills = {} if req.spill == "none" else spill_cores(topo, by_node, node_order, members, chunks)
+    chunks = _cut_chunks(req, cores, layout.by_node, members, homes.home_of, warnings, plan_kinds(topo))
+    spills = {} if req.spill == "none" else spill_cores(layout, members, chunks)
 
     shared_counts: dict[tuple[int, ...], int] = {}
     for rank in range(req.nproc):
@@ -326,54 +322,55 @@ def _rank_plan(
 
 
 def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
-    """The nodes the rank's memory policy names: its home nodes, a memory-less one replaced by the memory the
-    firmware's initiator table makes local to its CPUs (``NumaNode.local_cpus``), else by the nearest node with
-    memory (distance table), and none the cpuset forbids. Warnings say which case it was."""
-    allowed = topo.allowed_mems
-    out: list[int] = []
-    forbidden: list[int] = []
-    for n in nodes:
-        node = topo.node(n)
-        if node is None or node.memory_kb != 0:
-            if allowed is None or n in allowed:
-                out.append(n)
-            else:
-                forbidden.append(n)
-            continue
-        local = topo.local_memory_of(n)
-        if local:
-            cpus = frozenset().union(*(m.local_cpus or () for m in local))
-            rank_warnings.append(f"node {n} has no memory; the memory policy uses node "
-                                 f"{','.join(str(m.os_index) for m in local)}, local to CPUs {format_cpulist(cpus)} "
-                                 "by the firmware's initiator table")
-            out.extend(m.os_index for m in local if m.os_index not in out)
-            continue
-        with_memory = [
-            m.os_index for m in topo.numa_nodes
-            if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
-        ]
-        if not with_memory:
-            rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
-                                 "no memory policy for it")
-            continue
-        target = min(with_memory, key=lambda m: (node.distances[m], m))
-        rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
-                             f"memory (distance {node.distances[target]})")
-        if target not in out:
-            out.append(target)
+    """The nodes the rank's memory policy names, in the normal form every rank checks
+    (:func:`launcher.base.memnodes.memory_nodes`) of each home node's stand-ins (:func:`_stand_ins`)."""
+    stand_ins = {n: _stand_ins(topo, n, rank_warnings) for n in nodes}
+    forbidden = [n for n in nodes if stand_ins[n] == () and _has_memory(topo, n)]
+    out = memory_nodes(nodes, stand_ins)
     if forbidden and not out:
         rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
-    return tuple(sorted(out))
+    return out
+
+
+def _has_memory(topo: Topology, n: int) -> bool:
+    """Whether node ``n`` has memory, or may have (a node the topology does not know, or of unknown size)."""
+    node = topo.node(n)
+    return node is None or node.memory_kb != 0
+
+
+def _stand_ins(topo: Topology, n: int, rank_warnings: list[str]) -> tuple[int, ...]:
+    """The memory node ``n`` takes: itself; none when the cpuset forbids its memory; for a memory-less node the
+    memory the firmware's initiator table makes local to its CPUs (``NumaNode.local_cpus``), else the nearest node
+    with memory (distance table). Warnings say which case it was."""
+    allowed = topo.allowed_mems
+    node = topo.node(n)
+    if node is None or _has_memory(topo, n):
+        return (n,) if allowed is None or n in allowed else ()
+    local = topo.local_memory_of(n)
+    if local:
+        cpus = frozenset().union(*(m.local_cpus or () for m in local))
+        rank_warnings.append(f"node {n} has no memory; the memory policy uses node "
+                             f"{','.join(str(m.os_index) for m in local)}, local to CPUs {format_cpulist(cpus)} "
+                             "by the firmware's initiator table")
+        return tuple(m.os_index for m in local)
+    with_memory = [
+        m.os_index for m in topo.numa_nodes
+        if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
+    ]
+    if not with_memory:
+        rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
+                             "no memory policy for it")
+        return ()
+    target = min(with_memory, key=lambda m: (node.distances[m], m))
+    rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
+                         f"memory (distance {node.distances[target]})")
+    return (target,)
 
 
 def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[str]) -> Plan:
     assert req.cpu_map is not None
     pu_core: dict[int, Core] = {p: c for c in cores for p in c.pus}
-    visible = topo.visible_gpus() if req.use_gpus else ()
-    if req.gpus is not None:
-        for g in req.gpus:
-            if g < 0 or g >= len(visible):
-                raise PlanError(f"GPU {g} does not exist: {len(visible)} GPU(s) are visible")
+    visible = usable_gpus(topo, req)
     seen: dict[int, int] = {}
     ranks: list[RankPlan] = []
     for rank, wanted in enumerate(req.cpu_map):

@@ -16,13 +16,9 @@ none`` leaves those cores idle, as the planner did before it spilled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from launcher.plan.geometry import balanced_chunks, distance, package_of
-from launcher.topology.model import Core, Topology
-
-if TYPE_CHECKING:
-    pass
+from launcher.plan.geometry import Layout, balanced_chunks
+from launcher.topology.model import Core
 
 
 @dataclass(frozen=True)
@@ -34,35 +30,32 @@ class Spill:
 
 
 def spill_cores(
-    topo: Topology,
-    by_node: dict[int, list[Core]],
-    node_order: list[int],
+    layout: Layout,
     members: dict[int, list[int]],
     chunks: dict[int, tuple[list[Core], bool, str]],
 ) -> dict[int, Spill]:
     """Rank -> its spill (ranks that receive none are left out). ``members``: home node -> its ranks, in the
     order their chunks were cut; ``chunks``: rank -> (cores, shared, why)."""
+    by_node, node_order, pos, pkg = layout.by_node, layout.node_order, layout.pos, layout.pkg
     used = {c.pus[0] for chunk, _, _ in chunks.values() for c in chunk}
     idle = {n: [c for c in by_node[n] if c.pus[0] not in used] for n in node_order}
     idle = {n: cores for n, cores in idle.items() if cores}
     receivers = [n for n in node_order if n in members]
     if not idle or not receivers:
         return {}
-    pos = {n: i for i, n in enumerate(node_order)}
-    pkg = {n: package_of(by_node[n]) for n in node_order}
     load = {n: 0.0 for n in receivers}
     sources: dict[int, list[int]] = {n: [] for n in receivers}
     for n in node_order:
         if n not in idle:
             continue
-        to = min(receivers, key=lambda d: (distance(topo, n, d), pkg[d] != pkg[n], load[d], pos[d]))
+        to = min(receivers, key=lambda d: (layout.distance(n, d), pkg[d] != pkg[n], load[d], pos[d]))
         sources[to].append(n)
         load[to] += len(idle[n]) / len(members[to])
     got: dict[int, list[Core]] = {}
     for to, from_nodes in sources.items():
         if not from_nodes:
             continue
-        from_nodes.sort(key=lambda n: (distance(topo, to, n), pkg[n] != pkg[to], pos[n]))
+        from_nodes.sort(key=lambda n: (layout.distance(to, n), pkg[n] != pkg[to], pos[n]))
         pool = [c for n in from_nodes for c in idle[n]]
         ranks = members[to]
         first_chunk, shared, _ = chunks[ranks[0]]

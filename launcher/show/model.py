@@ -142,10 +142,10 @@ class Model:
         for c in self.cores:
             by_node.setdefault(c.numa_node if c.numa_node is not None else -1, []).append(c)
         node_order = [-1 if n is None else n for n in self.cpu_nodes]
-        home, claim, why, _ = gpu_home(self.topo, g, "GPU", by_node, node_order)
-        if home is None:
-            return None, why
-        return (None if home == -1 else home), ("" if claim == CLAIM_GPU_NODE else why)
+        home = gpu_home(self.topo, g, "GPU", by_node, node_order)
+        if home.node is None:
+            return None, home.why
+        return (None if home.node == -1 else home.node), ("" if home.claim == CLAIM_GPU_NODE else home.why)
 
     def _attachments(
         self,

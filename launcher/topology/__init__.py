@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, parse_cpulist
+from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
 from launcher.base.untrusted import clip
 from launcher.errors import Opt, TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
@@ -28,10 +28,9 @@ def check_sources(fsroot: str | None, topology_file: str | None, cpus: str | Non
         return None
     try:
         return parse_cpulist(cpus)
-    except CpuIdTooLarge as exc:
-        raise TopologyError(Opt("cpus", clip(cpus), quoted=True), f": {exc}") from None
-    except ValueError:
-        raise TopologyError(Opt("cpus", clip(cpus), quoted=True), ": not a cpu list (expected e.g. 0-7,64-71)") from None
+    except ValueError as exc:
+        raise TopologyError(Opt("cpus", clip(cpus), quoted=True),
+                            ": " + cpu_error(exc, "not a cpu list (expected e.g. 0-7,64-71)")) from None
 
 
 def tree_root(fsroot: str | None, topology_file: str | None, environ: Mapping[str, str]) -> str | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 
-from launcher.base.cpulist import CpuIdTooLarge, id_problem, parse_cpulist, parse_hexmask
+from launcher.base.cpulist import cpu_error, id_problem, parse_cpulist, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, short
 from launcher.errors import AffrunError, TopologyError
 from launcher.topology.fsroot import listdir, open_fd
@@ -114,11 +114,9 @@ def parse_cpus_file(path: str, text: str, *, is_list: bool) -> frozenset[int]:
     """Parse ``text`` read from ``path`` as a cpu list (``0-3,8``) or a hex mask; one-line error naming the file."""
     try:
         return parse_cpulist(text) if is_list else parse_hexmask(text)
-    except CpuIdTooLarge as exc:
-        raise TopologyError(f"{path}: {exc}") from None
-    except ValueError:
+    except ValueError as exc:
         kind = "cpu list" if is_list else "cpu mask"
-        raise TopologyError(f"{path}: not a {kind}: {short(text)}") from None
+        raise TopologyError(f"{path}: " + cpu_error(exc, f"not a {kind}: {short(text)}")) from None
 
 
 def read_cpulist(path: str) -> frozenset[int] | None:

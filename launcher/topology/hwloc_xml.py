@@ -21,7 +21,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, parse_hexmask
+from launcher.base.cpulist import cpu_error, format_cpulist, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
@@ -98,10 +98,10 @@ def _mask(element: ET.Element, name: str) -> frozenset[int] | None:
         return None
     try:
         return parse_hexmask(text)
-    except CpuIdTooLarge as exc:
-        raise _Bad(f"{name} on a {_kind(element)} object: {exc}") from None
-    except ValueError:
-        raise _Bad(f"{name}={short(text)} on a {_kind(element)} object is not a bitmap") from None
+    except ValueError as exc:
+        kind = _kind(element)
+        raise _Bad(cpu_error(exc, f"{name}={short(text)} on a {kind} object is not a bitmap",
+                             f"{name} on a {kind} object: {{}}")) from None
 
 
 def _int_attr(element: ET.Element, name: str) -> int | None:

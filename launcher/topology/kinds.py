@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_hexmask
+from launcher.base.cpulist import format_cpulist, id_problem, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, wh
     try:
         complete = parse_hexmask((machine.get("complete_cpuset") or machine.get("cpuset") or "0x0")
                                  if machine is not None else "0x0") | cpus
-    except (CpuIdTooLarge, ValueError):
+    except ValueError:  # CpuIdTooLarge too
         complete = cpus
     package = next((o for o in top.iter("object") if o.get("type") == "Package"), None)
     implementer = _hex_info(package.findall("info") if package is not None else [], "CPUImplementer")
@@ -276,7 +276,7 @@ def _xml_kind(element: ET.Element, label: str, complete: frozenset[int]) -> str 
         return f"{label}: no cpuset"
     try:
         members = parse_hexmask(text)
-    except (CpuIdTooLarge, ValueError):
+    except ValueError:  # CpuIdTooLarge too
         return f"{label}: cpuset={printable(text, 40)!r} is not a bitmap"
     if not members <= complete:
         return f"{label}: names CPUs {clip(format_cpulist(members - complete), 40)} that the topology does not have"

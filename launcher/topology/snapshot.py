@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from launcher.base.cpulist import CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
+from launcher.base.cpulist import cpu_error, format_cpulist, id_problem, parse_cpulist
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology._files import read_document
@@ -83,10 +83,8 @@ def _str(value: Any, what: str, *, optional: bool = False) -> Any:
 def _cpus(value: Any, what: str) -> frozenset[int]:
     try:
         return parse_cpulist(_str(value, what))
-    except CpuIdTooLarge as exc:
-        raise _Bad(f"{what}: {exc}") from None
-    except ValueError:
-        raise _Bad(f"{what} is not a cpu list: {short(value)}") from None
+    except ValueError as exc:
+        raise _Bad(cpu_error(exc, f"{what} is not a cpu list: {short(value)}", f"{what}: {{}}")) from None
 
 
 def _node_key(key: str, what: str) -> int:

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+THIS = "tests/unit/test_repository_paths.py"  # its own examples name paths that do not exist
 TOP = r"(?:launcher|tests|docs|benchmarks|examples|templates|build_backend|\.ci)"
 LAYER = r"(?:base|topology|plan|env|context|options|bind|launch|slurm|cli|doctor|show|feed|tune)"
 # Not preceded by a path character, so that ``../shared/...`` and URLs do not count.
@@ -27,7 +28,7 @@ def _tracked() -> list[Path]:
     except (OSError, subprocess.CalledProcessError):  # not a git checkout (an unpacked sdist): walk the tree
         names = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()]
     keep = [n for n in names if (n.endswith(SUFFIXES) or n in ("build_backend/affrun", ".ci/run"))
-            and n != "CHANGELOG.md" and not n.startswith(".venv")]
+            and n not in ("CHANGELOG.md", THIS) and not n.startswith(".venv")]
     return [ROOT / n for n in keep if (ROOT / n).is_file()]
 
 

@@ -79,15 +79,39 @@ def link_tree(source: Path, dest: Path) -> None:
     shutil.copytree(source, dest, symlinks=True, copy_function=link)
 
 
+# AFFRUN_TEST_LIVE=VARIANT: the "live" machine of this run is a live-like fake tree (tests/fakesys.py,
+# write_live_like: uniform-capacity, one-kind, no-cpufreq, no-cache, hybrid, arm64) with this process's CPUs, written
+# once and exported as AFFRUN_FSROOT, which load_topology reads in place of /. So a test that assumes something of
+# the host it runs on fails on a host of another kind. AFFRUN_FSROOT=DIR alone points it at any tree.
+LIVE_VARIANT = os.environ.get("AFFRUN_TEST_LIVE") or None
+
+
+def live_root() -> Path:
+    """The tree the "live" machine is read from: ``$AFFRUN_FSROOT`` (a fake live tree), else ``/``."""
+    return Path(os.environ.get("AFFRUN_FSROOT") or "/")
+
+
+def _write_live_tree(config: pytest.Config, variant: str) -> None:
+    from tests.fakesys import write_live_like
+
+    root = Path(tempfile.mkdtemp(dir=SCRATCH if SCRATCH and SCRATCH.is_dir() else None, prefix="live-"))
+    config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+    try:
+        os.environ["AFFRUN_FSROOT"] = str(write_live_like(root / "fsroot", variant))
+    except ValueError as exc:
+        raise pytest.UsageError(f"AFFRUN_TEST_LIVE: {exc}") from None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """tmp_path on the scratch tmpfs (see :func:`_scratch_root`), one fresh directory per run, removed at the end;
-    ``--basetemp`` still wins."""
-    if SCRATCH is None or config.option.basetemp:
-        return
-    SCRATCH.mkdir(parents=True, exist_ok=True)
-    config.option.basetemp = tempfile.mkdtemp(dir=SCRATCH, prefix="run-")
-    config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
+    ``--basetemp`` still wins. Then the fake live tree of ``AFFRUN_TEST_LIVE``, if asked for."""
+    if SCRATCH is not None and not config.option.basetemp:
+        SCRATCH.mkdir(parents=True, exist_ok=True)
+        config.option.basetemp = tempfile.mkdtemp(dir=SCRATCH, prefix="run-")
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
+    if LIVE_VARIANT is not None:
+        _write_live_tree(config, LIVE_VARIANT)
 
 
 def extract_tarball(tarball: Path, dest: Path) -> Path:

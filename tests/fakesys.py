@@ -185,3 +185,105 @@ def this_machine_with_gpus(ngpus: int = 2) -> FakeMachine:
     )
     m.gpus = [FakeGPU(pci=f"0000:{0x17 + 0x20 * i:02x}:00.0", numa_node=0, uuid=f"GPU-fake-{i:04d}") for i in range(ngpus)]
     return m
+
+
+# ------------------------------------------------------------------------------------------------ live-like trees
+# What a real host's sysfs holds beyond write_tree's minimum (cpu_capacity, cpufreq, every cache level, the hybrid
+# PMUs' CPU lists, /proc/cpuinfo), in the shapes found on hosts that broke affrun: issue 26's VM reported the same
+# cpu_capacity for every CPU (one core kind), arm64 servers have one MIDR, containers on a hybrid laptop see only
+# its P-cores, VMs often have no cpufreq and some no cache/ at all. tests/conftest.py points the "live" machine at
+# one of them with AFFRUN_TEST_LIVE (docs/development.md).
+LIVE_VARIANTS = ("uniform-capacity", "one-kind", "no-cpufreq", "no-cache", "hybrid", "arm64")
+
+
+def write_live_like(root: Path, variant: str, cpus: Sequence[int] | None = None) -> Path:
+    """A live-like tree at ``root`` whose allowed CPUs are ``cpus`` (default: this process's affinity, so that a
+    test that binds itself still finds its CPUs in the tree). One core per CPU, one package, one NUMA node.
+
+    * ``uniform-capacity``: cpu_capacity 1024 and one cpufreq maximum on every CPU: one core kind ("core").
+    * ``one-kind``: ``cpus`` are P-cores of a hybrid Intel part, with as many E-cores after them that the
+      cgroup's cpuset leaves out: two kinds on the machine, one allowed.
+    * ``no-cpufreq``: cpu_capacity only (a VM): one kind from the capacity.
+    * ``no-cache``: cpufreq without cpu_capacity, and no ``cache/`` directory.
+    * ``hybrid``: the first half of ``cpus`` P-cores, the rest E-cores, all allowed (``--cpus`` narrows it).
+    * ``arm64``: one MIDR_EL1 value (a Neoverse V2 server) and a uniform cpu_capacity.
+    """
+    import os
+
+    if variant not in LIVE_VARIANTS:
+        raise ValueError(f"unknown live-like variant {variant!r} (one of {', '.join(LIVE_VARIANTS)})")
+    allowed = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    ids = list(allowed)
+    fast = set(ids)
+    if variant == "one-kind":
+        ids += [max(ids) + 1 + i for i in range(len(ids))]
+    elif variant == "hybrid":
+        fast = set(ids[: max(1, len(ids) // 2)])
+    m = FakeMachine(cores=[(c,) for c in ids], node_of_core=[0] * len(ids), package_of_core=[0] * len(ids),
+                    l3_of_core=None if variant == "no-cache" else [0] * len(ids))
+    if variant == "one-kind":
+        m.cgroup_cpus = format_cpulist(allowed)
+    write_tree(root, m)
+    cpu_dir = root / "sys/devices/system/cpu"
+    for cpu in ids:
+        d = cpu_dir / f"cpu{cpu}"
+        big = cpu in fast
+        if variant != "no-cache":
+            for index, (level, kind) in enumerate(((1, "Data"), (1, "Instruction"), (2, "Unified"))):
+                _w(d / f"cache/index{index}/level", str(level))
+                _w(d / f"cache/index{index}/type", kind)
+                _w(d / f"cache/index{index}/shared_cpu_list", str(cpu))
+            _w(d / "cache/index3/type", "Unified")
+        if variant != "no-cache":
+            _w(d / "cpu_capacity", "1024" if big else "512")
+        if variant in ("uniform-capacity", "one-kind", "no-cache", "hybrid"):
+            _w(d / "cpufreq/cpuinfo_max_freq", "4700000" if big else "3400000")
+            _w(d / "cpufreq/base_frequency", "2100000" if big else "1600000")
+        if variant == "arm64":
+            _w(d / "regs/identification/midr_el1", "0x00000000410fd4f1")
+    if variant in ("one-kind", "hybrid"):
+        _w(root / "sys/devices/cpu_core/cpus", format_cpulist(sorted(fast)))
+        _w(root / "sys/devices/cpu_atom/cpus", format_cpulist(sorted(set(ids) - fast)))
+    vendor = "vendor_id\t: ARM" if variant == "arm64" else "vendor_id\t: GenuineIntel\ncpu family\t: 6"
+    _w(root / "proc/cpuinfo", "\n\n".join(f"processor\t: {cpu}\n{vendor}" for cpu in ids))
+    return root
+
+
+def generated_machines() -> dict[str, FakeMachine]:
+    """The shapes the suite generates, one of each, by name: for tests that must hold on every machine
+    (tests/system/test_front_ends_every_machine.py). A new shape added here is covered there without a new test."""
+
+    def with_gpus(m: FakeMachine, nodes: Sequence[int | None]) -> FakeMachine:
+        m.gpus = [FakeGPU(pci=f"0000:{0x10 + 0x10 * i:02x}:00.0", numa_node=n) for i, n in enumerate(nodes)]
+        return m
+
+    crossing = FakeMachine(cores=[(i,) for i in range(8)], node_of_core=[0, 0, 0, 0, 0, 1, 1, 1],
+                           package_of_core=[0, 0, 0, 1, 1, 1, 1, 1])
+    cpuless = FakeMachine(cores=[(i,) for i in range(8)], node_of_core=[0] * 4 + [1] * 4, package_of_core=[0] * 8,
+                          cpuless_nodes=[2, 3], node_memory_kb={2: 98566144, 3: 0},
+                          distances={0: {0: 10, 1: 20, 2: 40, 3: 80}, 1: {0: 20, 1: 10, 2: 40, 3: 80},
+                                     2: {0: 40, 1: 40, 2: 10, 3: 80}, 3: {0: 80, 1: 80, 2: 80, 3: 10}})
+    offline = uniform(1, 4, threads=2)
+    offline.offline = {5, 6}
+    cgroup = uniform(2, 4, threads=2)
+    cgroup.cgroup_cpus, cgroup.cpu_max = "0-3,8-9", "250000 100000"
+    v1_quota = uniform(1, 4)
+    v1_quota.cfs_quota = ("150000", "100000")
+    sparse = FakeMachine(cores=[(0, 64), (2, 66), (8, 72), (9, 73)], node_of_core=[0, 0, 1, 1],
+                         package_of_core=[0, 0, 1, 1], l3_of_core=[0, 0, 1, 1])
+    loose_gpu = with_gpus(uniform(2, 4), [None, 1])
+    loose_gpu.extra_pci = [("0000:c0:00.0", 0x10DE, 0x068000), ("0000:03:00.0", 0x1A03, 0x030000)]
+    return {
+        "one-cpu": uniform(1, 1),
+        "2p8c2t-4gpus": with_gpus(uniform(2, 8, threads=2), [0, 0, 1, 1]),
+        "8p32c-8gpus": with_gpus(uniform(8, 32), range(8)),
+        "2p64c2t-snc4": uniform(2, 64, threads=2, nodes_per_package=4, l3_per_node=4),
+        "packages-cross-nodes": crossing,
+        "cpuless-nodes": cpuless,
+        "offline-siblings": offline,
+        "cgroup2-cpuset-and-quota": cgroup,
+        "cgroup1-quota": v1_quota,
+        "sparse-cpu-ids": sparse,
+        "gpus-without-node": loose_gpu,
+        "more-gpus-than-cores": with_gpus(uniform(1, 2), [0, 0, 0, 0]),
+    }

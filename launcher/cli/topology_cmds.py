@@ -49,15 +49,12 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
     for node in topo.numa_nodes:
         cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"
         click.echo(f"numa {node.os_index:<4} cpus {cpulist}")
-    kinds = topo.kinds()
-    if kinds.hybrid:
-        from launcher.show.model import kind_letters
+    from launcher.show.model import kind_marks
 
-        letters = kind_letters(kinds)
-        for i, kind in enumerate(kinds.kinds):
-            speed = "fastest" if i == 0 else "slowest" if i == len(kinds.kinds) - 1 else "middle"
-            click.echo(f"kind {letters[kind.name]:<4} cpus {format_cpulist(kind.cpus)}  {kind.name} "
-                       f"(efficiency {kind.efficiency}, {speed}; from {kind.source})")
+    for mark in kind_marks(topo.kinds()):
+        kind = mark.kind
+        click.echo(f"kind {mark.letter:<4} cpus {format_cpulist(kind.cpus)}  {kind.name} "
+                   f"(efficiency {kind.efficiency}, {mark.speed}; from {kind.source})")
     for i, gpu in enumerate(topo.visible_gpus()):
         click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
                    f"  local cpus {format_cpulist(gpu.cpus) or '?'}")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from launcher.base.cpulist import format_cpulist
 from launcher.plan.planner import Plan
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, Style, Text, flow, framed, hjoin, text_line, vstack, wrap
-from launcher.show.model import GpuEntry, Model, kind_letters
+from launcher.show.model import GpuEntry, Model
 from launcher.topology.model import Core, NumaNode, Topology
 
 
@@ -224,7 +224,8 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         what = {"compute": f"a compute core of rank {box_ranks}", "loader": f"a DataLoader core of rank {box_ranks}",
                 "shared": f"shared by ranks {box_ranks}", "free": "free", "reserved": "reserved (--reserve)",
                 "disallowed": "not allowed"}.get(box_info.role, box_info.role)
-        first_box = f": [{box_cpu} {box_mark}] is the core whose first CPU is {box_cpu}, {what}"
+        box_kind = model.kind_letter.get(box_cpu, "").strip()
+        first_box = f": [{box_cpu}{box_kind} {box_mark}] is the core whose first CPU is {box_cpu}, {what}"
     kinds = "" if not model.kind_letter else " (the letter after the id is the core's kind)"
     out: list[Block] = [*wrap(f"Legend  each core is [first CPU id, owner]{kinds}{first_box}", width, DIM)]
     roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
@@ -245,10 +246,8 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         key.append(("x", "not allowed (cgroup, affinity, --cpus)"))
     if "offline" in roles:
         key.append(("-", "offline"))
-    letters = kind_letters(model.kinds)
-    for i, kind in enumerate(model.kinds.kinds):
-        speed = " (fastest)" if i == 0 else " (slowest)" if i == len(model.kinds.kinds) - 1 else ""
-        key.append((letters[kind.name], f"{kind.name}{speed}"))
+    for mark in model.kind_marks:
+        key.append((mark.letter, f"{mark.kind.name}{'' if mark.speed == 'middle' else f' ({mark.speed})'}"))
     row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
     out.append(hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0))
     headers = ("rank", "gpu", "pci", "omp", "numa", "cpus")

@@ -4,12 +4,13 @@ CPU-less NUMA node is drawn. Pure."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from launcher.plan.geometry import CLAIM_GPU_NODE
 from launcher.plan.homes import gpu_home
 from launcher.plan.planner import Plan
 from launcher.show.layout import CoreInfo, Style, Text
-from launcher.topology.kinds import CoreKinds
+from launcher.topology.kinds import CoreKind, CoreKinds
 from launcher.topology.model import GPU, Core, NumaNode, Topology
 
 SHARED_LABEL_MAX = 5  # "0+1", "0-3", "0+2+4"; longer sharer sets get an alias (S1, S2, ...)
@@ -23,15 +24,28 @@ class GpuEntry:
     note: str  # how the GPU's place was decided, when it is not its own NUMA node
 
 
-def kind_letters(kinds: CoreKinds) -> dict[str, str]:
-    """One letter per core kind, fastest first: the kind name's first letter (P, E; b, l for big/little cores),
-    or A, B, C... when those would repeat. Empty on a homogeneous machine."""
+@dataclass(frozen=True)
+class KindMark:
+    """How one core kind is marked: its letter after each core's id, and where it ranks."""
+
+    letter: str
+    kind: CoreKind
+    speed: Literal["fastest", "middle", "slowest"]
+
+
+def kind_marks(kinds: CoreKinds) -> tuple[KindMark, ...]:
+    """One mark per core kind, fastest first: the kind name's first letter (P, E; b, l for big/little cores),
+    or A, B, C... when those would repeat. Empty unless there are two kinds or more: one kind (uniform
+    ``cpu_capacity``, a homogeneous arm64 server, a hybrid CPU narrowed to one kind) needs no letter. The one
+    place that maps kinds to letters: the picture, its legend and ``affrun topology`` read it."""
     if not kinds.hybrid:
-        return {}
-    firsts = [(next((ch for ch in k.name if ch.isalnum()), "?")) for k in kinds.kinds]
+        return ()
+    firsts = [next((ch for ch in k.name if ch.isalnum()), "?") for k in kinds.kinds]
     if len(set(firsts)) != len(firsts):
         firsts = [chr(ord("A") + i) if i < 26 else "?" for i in range(len(firsts))]
-    return {k.name: f for k, f in zip(kinds.kinds, firsts)}
+    last = len(kinds.kinds) - 1
+    return tuple(KindMark(f, k, "fastest" if i == 0 else "slowest" if i == last else "middle")
+                 for i, (k, f) in enumerate(zip(kinds.kinds, firsts)))
 
 
 class Model:
@@ -52,9 +66,10 @@ class Model:
         self.cores = list(topo.cores)
         self.offline = sorted(topo.offline)
         self.kinds = topo.kinds()
-        letters = kind_letters(self.kinds)
-        self.kind_letter = {c.pus[0]: letters[k.name] if (k := self.kinds.kind_of(c.pus[0])) else " "
-                            for c in self.cores} if letters else {}
+        self.kind_marks = kind_marks(self.kinds)
+        letter_of = {cpu: mark.letter for mark in self.kind_marks for cpu in mark.kind.cpus}
+        # a core's kind is its first CPU's; a core of no kind gets a blank, so the cells stay aligned
+        self.kind_letter = {c.pus[0]: letter_of.get(c.pus[0], " ") for c in self.cores} if self.kind_marks else {}
         self.core_marks = {c.pus[0]: self._mark(c) for c in self.cores}
         markers = [m for m, _, _ in self.core_marks.values()] + (["-"] if self.offline else [])
         self.marker_w = max((len(m) for m in markers), default=1)

@@ -5,20 +5,24 @@ Machines come from fake sysfs trees (tests/fakesys.py) and from hwloc's captured
 
 from __future__ import annotations
 
+import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from launcher.base.cpulist import parse_cpulist
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.show import picture, svg, write_map
 from launcher.topology import load_topology
 from launcher.topology.model import Core, Topology
-from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+from tests.conftest import live_root
+from tests.fakesys import FakeGPU, FakeMachine, uniform, write_live_like, write_tree
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
-CELL = re.compile(r"\[\s*(\d+) ([0-9A-Za-z.+\-]+)\s*\]")  # a core in the plain picture: [first CPU, owner]
+# a core in the plain picture: [first CPU, its kind's letter where there are two kinds or more, owner]
+CELL = re.compile(r"\[\s*(\d+)([A-Za-z?]?) ([0-9A-Za-z.+\-]+)\s*\]")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -52,10 +56,15 @@ def cells(text: str) -> dict[int, str]:
     """First CPU of each drawn core -> its owner marker, from a plain picture; every core must appear once. The
     legend, below the picture, reads its first box aloud: it is not a core."""
     found: dict[int, str] = {}
-    for cpu, marker in CELL.findall(text.split("\nLegend ")[0]):
+    for cpu, _, marker in CELL.findall(text.split("\nLegend ")[0]):
         assert int(cpu) not in found, f"CPU {cpu} drawn twice"
         found[int(cpu)] = marker
     return found
+
+
+def kind_letters_drawn(text: str) -> dict[int, str]:
+    """First CPU of each drawn core -> the kind letter after its id ("" where none is drawn)."""
+    return {int(cpu): letter for cpu, letter, _ in CELL.findall(text.split("\nLegend ")[0])}
 
 
 def owners(plan: Plan, core: Core) -> list[int]:
@@ -236,12 +245,69 @@ def test_big_machines_fit_the_terminal(tmp_path: Path, hwloc_root, width: int) -
             assert len(text.splitlines()) < 12 * len(topo.cores), "cores are wrapped into rows, not one per line"
 
 
-def test_two_core_laptop_live() -> None:
+def test_the_live_machine_is_drawn_core_by_core() -> None:
+    """This host, whatever it is (or the fake live tree of AFFRUN_TEST_LIVE): only what holds on every Linux
+    host. The allowed CPUs are this process's affinity (outside a Slurm step) and online in sysfs; every core is
+    drawn once, under its owner, within 80 columns, with a kind letter exactly where there are two kinds."""
     topo = load_topology()
+    online = parse_cpulist((live_root() / "sys/devices/system/cpu/online").read_text().strip())
+    assert topo.allowed and topo.allowed <= online
+    if "AFFRUN_FSROOT" not in os.environ and not any(k.startswith("SLURM_") for k in os.environ):
+        assert topo.allowed == frozenset(os.sched_getaffinity(0))
     plan = plan_for(topo, 1)
     text = picture(topo, plan, color=False)
     assert_every_core_under_its_owner(topo, plan, text)
     assert all(len(ln) <= 80 for ln in text.splitlines())
+    assert_kind_letters(topo, text)
+
+
+def assert_kind_letters(topo: Topology, text: str) -> None:
+    """Each core carries its kind's letter where the allowed CPUs hold two kinds or more, else none; the legend
+    names each letter once."""
+    kinds = topo.kinds()
+    letters = kind_letters_drawn(text)
+    legend = text.split("\nLegend ", 1)[1].split("\nrank ", 1)[0]
+    if not kinds.hybrid:
+        assert set(letters.values()) == {""}, letters
+        assert "the letter after the id" not in text
+        return
+    by_kind: dict[str, set[str]] = {}
+    for core in topo.cores:
+        kind = kinds.kind_of(core.pus[0])
+        by_kind.setdefault(kind.name if kind else "", set()).add(letters[core.pus[0]])
+    assert all(len(v) == 1 for v in by_kind.values()), by_kind
+    for kind in kinds.kinds:
+        (letter,) = by_kind[kind.name]
+        assert re.search(rf"(^|\s){letter} {re.escape(kind.name)}", legend), (letter, kind.name, legend)
+
+
+@pytest.mark.parametrize(("variant", "cpus", "kinds"), [
+    ("uniform-capacity", None, 1),  # issue 26: one cpu_capacity for every CPU
+    ("no-cpufreq", None, 1),
+    ("one-kind", None, 1),  # a hybrid part whose cgroup allows only its P-cores
+    ("hybrid", "0-1", 1),  # narrowed to the P-cores by --cpus
+    ("hybrid", "2-3", 1),  # ... and to the E-cores
+    ("hybrid", None, 2),
+    ("arm64", None, 0),
+])
+def test_one_core_kind_is_drawn_without_letters(tmp_path: Path, variant: str, cpus: str | None, kinds: int) -> None:
+    topo = load_topology(fsroot=str(write_live_like(tmp_path / "t", variant, cpus=range(4))), cpus=cpus, environ={})
+    assert len(topo.kinds().kinds) == kinds
+    for plan in (plan_for(topo, 1), plan_for(topo, 2)):
+        text = picture(topo, plan, color=False)
+        assert_every_core_under_its_owner(topo, plan, text)
+        assert_kind_letters(topo, text)
+        assert len(rects(svg_root(svg(topo, plan)), "core")) == len(topo.cores)
+
+
+def test_an_xml_with_one_cpukind_is_drawn(fixtures_dir: Path) -> None:
+    """hwloc exports of homogeneous machines hold one ``<cpukind>`` (``32amd64-4s2n4c-cgroup2``): no letter."""
+    topo = load_topology(topology_file=str(fixtures_dir / "hwloc-linux" / "32amd64-4s2n4c-cgroup2.xml"), environ={})
+    assert len(topo.kinds().kinds) == 1
+    plan = plan_for(topo, 4)
+    text = picture(topo, plan, color=False)
+    assert_every_core_under_its_owner(topo, plan, text)
+    assert_kind_letters(topo, text)
 
 
 def test_colour_marks_each_rank_with_its_own_background(two_node: Topology) -> None:

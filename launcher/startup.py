@@ -29,7 +29,8 @@ starting process is (:func:`decide`, pure) and applies it (:func:`main`):
   ``torch.multiprocessing.spawn`` child that calls :func:`launcher.bind_rank` next).
 - ``inherit``: any other process below a bound rank (a helper ``subprocess``, a re-exec of the rank itself):
   already bound, left alone.
-- ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits).
+- ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits). ``affrun exec``,
+  ``torchrun`` and ``sbatch`` below ``affrun run`` are jobs of their own: they lose its variables (:func:`leave_run`).
 
 ``AFFRUN_RUN=probe`` is no role: ``affrun run`` asking whether this interpreter loads the hook
 (:mod:`launcher.launch.run_target`). The hook sets :data:`answered_probe` and does nothing else.

@@ -273,9 +273,10 @@ def _end_group(child: subprocess.Popen[bytes]) -> None:
     child.wait()
 
 
-def _read(fd: int, limit: int = 65536) -> str:
-    """What the probe wrote into the memory file ``fd`` (its first ``limit`` bytes)."""
-    return os.pread(fd, limit, 0).decode(errors="replace")
+def _read(fd: int, limit: int = 1 << 22) -> str:
+    """What the probe wrote into the memory file ``fd`` (its last ``limit`` bytes: the answer is printed last)."""
+    size = os.fstat(fd).st_size
+    return os.pread(fd, min(size, limit), max(0, size - limit)).decode(errors="replace")
 
 
 def _line(kind: str, text: str) -> str:

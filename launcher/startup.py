@@ -29,7 +29,8 @@ starting process is (:func:`decide`, pure) and applies it (:func:`main`):
   ``torch.multiprocessing.spawn`` child that calls :func:`launcher.bind_rank` next).
 - ``inherit``: any other process below a bound rank (a helper ``subprocess``, a re-exec of the rank itself):
   already bound, left alone.
-- ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits).
+- ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits). ``affrun exec``,
+  ``torchrun`` and ``sbatch`` below ``affrun run`` are jobs of their own: they lose its variables (:func:`leave_run`).
 
 ``AFFRUN_RUN=probe`` is no role: ``affrun run`` asking whether this interpreter loads the hook
 (:mod:`launcher.launch.run_target`). The hook sets :data:`answered_probe` and does nothing else.
@@ -46,9 +47,12 @@ from typing import TYPE_CHECKING
 
 from launcher.context.run_role import (
     LAUNCHER_VARIABLE,
+    OWN_JOBS,
     PROBE,
     RUN_VARIABLE,
+    TASK_VARIABLE,
     BoundCheck,
+    affrun_command,
     affrun_process,
     decide,
 )
@@ -123,10 +127,27 @@ def bound_check(job: Job) -> BoundCheck:
     return BoundCheck(job.identity, tuple(frozenset(r.cpus) for r in job.ranks), frozenset(os.sched_getaffinity(0)))
 
 
+def leave_run(environ: MutableMapping[str, str]) -> None:
+    """Take ``affrun run``'s variables (meant for this hook) out of ``environ``: an affrun launcher below it
+    (``affrun exec``, ``affrun torchrun`` in a script that launches a sub-job) is a job of its own, planned and
+    bound by its own options; its ranks then never run this hook against a plan that is not theirs."""
+    from launcher.bind.wire import PLAN_VARIABLE
+
+    for name in (RUN_VARIABLE, PLAN_VARIABLE, TASK_VARIABLE, LAUNCHER_VARIABLE):
+        environ.pop(name, None)
+
+
 def hook() -> None:
     """Decide what this process is and apply it; :class:`launcher.errors.AffrunError` for anything wrong."""
     if affrun_process(sys.orig_argv):
+        if affrun_command(sys.orig_argv) in OWN_JOBS:
+            leave_run(os.environ)
         return
+    from launcher.bind.wire import PLAN_VARIABLE
+    from launcher.env.variables import PLAN_ID_VARIABLE
+
+    if PLAN_VARIABLE not in os.environ and PLAN_ID_VARIABLE in os.environ:
+        return  # exec'd by an affrun binding (affrun exec), which takes the plan away: bound already, not ours
     job = job_of(os.environ)
     decision = decide(os.environ, sys.orig_argv, bound_check(job), pid=os.getpid())
     if decision.action == "launcher":

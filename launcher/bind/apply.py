@@ -11,7 +11,7 @@ from launcher.errors import LaunchError, error_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, MutableMapping, Sequence
+    from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
     from launcher.bind.mempolicy import MemResult
     from launcher.bind.wire import Job, RankRecord
@@ -44,18 +44,23 @@ def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...
     return apply_mempolicy(mem_policy, mem_nodes, mem_backend)
 
 
-def exec_or_status(argv: Sequence[str], env: Mapping[str, str]) -> int:
+def exec_or_status(argv: Sequence[str], env: Mapping[str, str],
+                   explain: Callable[[OSError], tuple[str, int] | None] | None = None) -> int:
     """``execvpe`` ``argv`` in place; when that fails, one ``affrun: error:`` line and the shell's status
-    (127: not found, 126: not executable)."""
+    (127: not found, 126: not executable), or what ``explain`` makes of the error (a ``#!`` interpreter)."""
     try:
         os.execvpe(argv[0], list(argv), env)
-    except FileNotFoundError:
-        print(error_line(LaunchError(f"{argv[0]}: command not found")), file=sys.stderr)
-        return 127
-    except PermissionError:
-        print(error_line(LaunchError(f"{argv[0]}: permission denied")), file=sys.stderr)
-        return 126
     except OSError as exc:
+        said = explain(exc) if explain is not None else None
+        if said is not None:
+            print(error_line(LaunchError(said[0])), file=sys.stderr)
+            return said[1]
+        if isinstance(exc, FileNotFoundError):
+            print(error_line(LaunchError(f"{argv[0]}: command not found")), file=sys.stderr)
+            return 127
+        if isinstance(exc, PermissionError):
+            print(error_line(LaunchError(f"{argv[0]}: permission denied")), file=sys.stderr)
+            return 126
         print(error_line(LaunchError(f"{argv[0]}: {exc.strerror}")), file=sys.stderr)
         return 126
     return 0  # pragma: no cover - execvpe does not return

@@ -27,6 +27,9 @@ TASK_VARIABLE = "AFFRUN_RUN_TASK"
 # The pid of the first unbound launcher process, written into its os.environ by its own hook: its children know
 # that a launcher is above them.
 LAUNCHER_VARIABLE = "AFFRUN_LAUNCHER_PID"
+# affrun's launchers: started below affrun run (a script that launches a sub-job), each is a job of its own, bound
+# by its own plan; affrun run's variables, meant for the startup hook, are taken away from it (launcher.startup).
+OWN_JOBS = ("exec", "torchrun", "sbatch")
 # Set only by accelerate's simple launcher (accelerate/utils/launch.py, prepare_simple_launcher_cmd_env), which
 # starts the one training process with no rank variable.
 ACCELERATE_SIMPLE = "ACCELERATE_USE_CPU"
@@ -56,6 +59,20 @@ def affrun_process(argv: Sequence[str]) -> bool:
     """``affrun ...`` itself (console script) or ``affrun exec`` as ``affrun torchrun`` starts it."""
     return (BOOT in argv or (len(argv) > 1 and os.path.basename(argv[1]) == "affrun")
             or list(argv[1:3]) == ["-m", "launcher"])
+
+
+def affrun_command(argv: Sequence[str]) -> str:
+    """The command of an :func:`affrun_process` (``exec``, ``torchrun``, ``doctor``...; ``""``: none or unknown)."""
+    words = list(argv)
+    if BOOT in words:
+        rest = words[words.index(BOOT) + 1 :]
+    elif words[1:3] == ["-m", "launcher"]:
+        rest = words[3:]
+    elif len(words) > 1 and os.path.basename(words[1]) == "affrun":
+        rest = words[2:]
+    else:
+        return ""
+    return rest[0] if rest else ""
 
 
 def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:

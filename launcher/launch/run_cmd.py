@@ -33,7 +33,7 @@ from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import LaunchError
 from launcher.launch.exec_cmd import split_command
-from launcher.launch.run_target import check_command
+from launcher.launch.run_target import check_command, exec_failure
 from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
 from launcher.plan.request import check_rank_count
@@ -122,4 +122,4 @@ def main(argv: Sequence[str]) -> int:
         environ[TASK_VARIABLE] = task
     sys.stderr.flush()
     sys.stdout.flush()
-    return exec_or_status(command, environ)
+    return exec_or_status(command, environ, lambda exc: exec_failure(command, environ, exc))

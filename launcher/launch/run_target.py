@@ -1,39 +1,38 @@
 """What ``affrun run``'s COMMAND starts, and whether that Python interpreter loads affrun's startup hook.
 
-Under ``affrun run`` only the startup hook binds (``affrun-startup.pth`` in the interpreter's site-packages,
-:mod:`launcher.startup`). A COMMAND whose interpreter lacks it (another venv, the system python, ``python -S``)
-runs with nothing bound, while the rank lines said each rank was. So before it execs, ``affrun run`` resolves
-COMMAND (:func:`resolve`) as ``execvp`` and the kernel would:
-
-- a Python interpreter by name (``python``, ``python3.11``, ``/venv/bin/python``, ``pypy3``), looked up on the
-  ``PATH`` COMMAND gets, as ``execvp`` does;
-- ``env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... COMMAND``: its changes to the environment are
-  applied (one that takes ``AFFRUN_RUN`` or ``AFFRUN_PLAN`` away is reported), then COMMAND is resolved;
-- a script: its ``#!`` line (``#!/venv/bin/python3``, ``#!/usr/bin/env python3``, ``#!/usr/bin/env -S python3
-  -u``), or the ``/bin/sh`` trampoline pip and uv write when the interpreter's path is long or has a space
-  (``'''exec' "/a venv/bin/python" "$0" "$@"``). Console scripts (torchrun, accelerate, deepspeed, lightning)
-  are such scripts.
+Under ``affrun run`` only the startup hook binds (``affrun-startup.pth``, :mod:`launcher.startup`); a COMMAND
+whose interpreter lacks it (another venv, the system python, ``python -S``) would run unbound while rank lines
+said otherwise. So before it execs, ``affrun run`` resolves COMMAND (:func:`resolve`) as ``execvp``, the kernel
+and ``env`` would: a Python interpreter by name on COMMAND's ``PATH``; ``env [-i] [-u NAME] [-C DIR] [-S STRING]
+[NAME=VALUE]... COMMAND`` (``-S`` split as GNU env splits it: :mod:`launcher.launch.shebang`); a script's ``#!``
+line, or pip's and uv's ``/bin/sh`` trampoline (console scripts are such scripts). A line it cannot read for sure
+is :class:`Unreadable` (a warning; ``--strict`` refuses); a COMMAND that cannot start is :class:`CannotStart` (no
+rank line; its exec names the bad interpreter: :func:`exec_failure`).
 
 :func:`probe` then runs that interpreter once, as ``INTERPRETER [-I|-S|-s|-E] -c CODE`` under
-``AFFRUN_RUN=probe`` with the environment COMMAND gets: the hook answers (:data:`launcher.startup.PROBE`)
-without binding or printing; CODE reports whether it did. About one interpreter start (40 ms here).
-Anything else (``bash -c``, ``srun``, ``mpirun``, ``numactl``, a compiled program) cannot be checked.
+``AFFRUN_RUN=probe``: the hook answers (:data:`launcher.startup.PROBE`) without binding or printing. It is
+bounded for real (its own process group, output in memory files: nothing it leaves running can hold affrun).
+Anything else (``bash -c``, ``srun``, ``mpirun``, a compiled program) cannot be checked.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from launcher.base.untrusted import short
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.context.launchers import read_python_options
 from launcher.context.run_role import PROBE, RUN_VARIABLE
 from launcher.errors import LaunchError, error_line
+from launcher.launch.shebang import Unreadable, cannot_run, script_interpreter, split_string
 
 # What the hook needs to find in a process's environment to bind it.
 HOOK_VARIABLES = (RUN_VARIABLE, PLAN_VARIABLE)
@@ -55,6 +54,10 @@ _ENV_LONG_OPTIONAL = ("ignore-signal", "default-signal", "block-signal")  # --NA
 
 class Unchecked(Exception):
     """COMMAND cannot be followed to a Python interpreter: why, in words."""
+
+
+class CannotStart(Unchecked):
+    """COMMAND cannot start at all (not found, a ``#!`` interpreter that does not exist): its exec will fail."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple
     """Apply ``env ARGS`` (GNU coreutils' options) to ``environ`` in place; return the command it runs, its
     directory, the hook's variables it takes away and how."""
     words = list(args)
+    original = dict(environ)
     lost: list[str] = []
     how = ""
 
@@ -125,13 +129,8 @@ def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple
             lose([value], f"env -u {value}")
         elif option == "chdir":
             cwd = os.path.join(cwd, value)
-        else:
-            import shlex
-
-            try:
-                words = shlex.split(value) + words
-            except ValueError as exc:
-                raise Unchecked(f"env -S {value!r}: {exc}") from None
+        else:  # expanded from env's own environment, before -i, -u and NAME=VALUE apply (as env.c does)
+            words = split_string(value, original) + words
 
     while words and words[0].startswith("-") and words[0] != "--":
         word = words.pop(0)
@@ -145,7 +144,7 @@ def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple
                     apply(_ENV_VALUED[flag], value)
                     break
                 elif flag not in _ENV_FLAGS:
-                    raise Unchecked(f"env option -{flag} is not one affrun knows")
+                    raise Unreadable(f"env option -{flag} is not one affrun knows")
             continue
         name, eq, value = word[2:].partition("=")
         if name in _ENV_VALUED.values():
@@ -154,7 +153,7 @@ def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple
             environ.clear()
             lose(HOOK_VARIABLES, "env --ignore-environment")
         elif not (name in _ENV_LONG_FLAGS and not eq) and name not in _ENV_LONG_OPTIONAL:
-            raise Unchecked(f"env option --{name} is not one affrun knows")
+            raise Unreadable(f"env option --{name} is not one affrun knows")
     if words and words[0] == "--":
         words.pop(0)
     while words and "=" in words[0]:
@@ -166,28 +165,6 @@ def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple
     return words, cwd, lost, how
 
 
-def script_interpreter(head: bytes) -> tuple[list[str], str] | None:
-    """What the kernel runs for a file that starts with ``head``: the ``#!`` interpreter and its one argument
-    (``#!`` line), or, for pip's and uv's ``/bin/sh`` trampoline, the interpreter its ``exec`` line names
-    (``exec`` line); ``None``: no ``#!``."""
-    if not head.startswith(b"#!"):
-        return None
-    first, _, rest = head[2:].partition(b"\n")
-    interp, *more = re.split(r"[ \t]+", first.decode(errors="surrogateescape").strip(" \t"), maxsplit=1)
-    arg = more[0].rstrip(" \t") if more else ""
-    if os.path.basename(interp) in ("sh", "bash", "dash"):
-        import shlex
-
-        line = rest.split(b"\n", 1)[0].decode(errors="surrogateescape")
-        try:
-            words = shlex.split(line)
-        except ValueError:
-            words = []
-        if len(words) >= 2 and words[0] == "exec" and words[2:3] == ["$0"]:  # '''exec' PYTHON "$0" "$@"
-            return [words[1]], "exec line"
-    return ([interp, arg] if arg else [interp]), "#! line"
-
-
 def resolve(command: Sequence[str], environ: Mapping[str, str], cwd: str | None = None) -> Target:
     """The Python interpreter ``command`` starts with ``environ``; :class:`Unchecked` when it is no Python."""
     words = list(command)
@@ -196,19 +173,31 @@ def resolve(command: Sequence[str], environ: Mapping[str, str], cwd: str | None 
     via: list[str] = []
     lost: list[str] = []
     lost_by = ""
+    one_arg = ""  # the one argument of the last #! line, when its interpreter comes next
+    scripts: list[str] = []  # the scripts of one exec, whose #! lines the kernel follows
     for _ in range(MAX_STEPS):
         if not words:
             raise Unchecked("no command")
         if os.path.basename(words[0]) == "env":
             words, here, gone, how = env_command(words[1:], env, here)
+            one_arg, scripts = "", []
             lost_by = lost_by or how
             lost += [name for name in gone if name not in lost]
             continue
         path = find_program(words[0], env, here)
         if not path:
-            raise Unchecked(f"{words[0]} is not found (or not executable)")
+            raise CannotStart(f"{short(words[0], 120)} is not found (or not executable)"
+                              + (f" ({via[-1]})" if via else ""))
         if python_name(path):
+            if one_arg.startswith("-") and any(c.isspace() for c in one_arg):
+                # #!/venv/bin/python3 -u -S: Linux passes "-u -S" as one argument, which Python refuses
+                raise Unreadable(f"{via[-1]} gives {path} {short(one_arg)} as one argument (Linux passes "
+                                 "everything after the interpreter as one), which Python refuses: use "
+                                 f"#!/usr/bin/env -S {os.path.basename(path)} {one_arg.strip()}")
             return Target(path, site_options(words[1:]), env, here, tuple(via), tuple(lost), lost_by)
+        if os.path.realpath(path) in scripts:
+            raise CannotStart(f"the #! lines loop ({' -> '.join([*scripts, path])})")
+        scripts.append(os.path.realpath(path))
         try:
             with open(path, "rb") as fh:
                 head = fh.read(HEAD_BYTES)
@@ -219,34 +208,75 @@ def resolve(command: Sequence[str], environ: Mapping[str, str], cwd: str | None 
             kind = "a compiled program" if head.startswith(b"\x7fELF") else "a file without a #! line"
             raise Unchecked(f"{path} is {kind}, not Python" + (f" ({via[-1]})" if via else ""))
         interp, line = found
+        one_arg = interp[1] if line == "#! line" and len(interp) > 1 else ""
         via.append(f"the {line} of {path}")
         words = [os.path.join(here, interp[0]), *interp[1:], path, *words[1:]]
-    raise Unchecked("too many levels of env and #! lines")
+    raise Unreadable(f"more than {MAX_STEPS} levels of env and #! lines")
 
 
-def probe(interpreter: str, options: Sequence[str], environ: Mapping[str, str], cwd: str) -> Answer:
-    """Run ``interpreter`` once under ``AFFRUN_RUN=probe`` and see whether affrun's startup hook answered."""
+def probe(interpreter: str, options: Sequence[str], environ: Mapping[str, str], cwd: str,
+          seconds: float = PROBE_SECONDS) -> Answer:
+    """Run ``interpreter`` once under ``AFFRUN_RUN=probe`` and see whether affrun's startup hook answered.
+
+    Bounded for real: the interpreter runs in a process group of its own and writes into memory files, not
+    pipes, so a child it leaves behind holding its output (a wrapper script that starts ``sleep 100 &``) cannot
+    hold ``affrun run``: affrun waits for the interpreter only, up to ``seconds``, then ends the whole group."""
     env = {k: v for k, v in environ.items() if k != PLAN_VARIABLE}
     env[RUN_VARIABLE] = PROBE
     start = time.monotonic()
+    out_fd, err_fd = os.memfd_create("affrun-probe-out"), os.memfd_create("affrun-probe-err")
     try:
-        child = subprocess.Popen([interpreter, *options, "-c", PROBE_CODE], env=env, cwd=cwd,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as exc:
-        return Answer(None, f"it could not be started ({exc.strerror})", 0.0)
-    try:
-        out, err = child.communicate(timeout=PROBE_SECONDS)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.communicate()
-        return Answer(None, f"it gave no answer in {PROBE_SECONDS:g} s", time.monotonic() - start)
-    seconds = time.monotonic() - start
-    for line in out.decode(errors="replace").splitlines():
+        try:
+            child = subprocess.Popen([interpreter, *options, "-c", PROBE_CODE], env=env, cwd=cwd,
+                                     stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd, start_new_session=True)
+        except OSError as exc:
+            return Answer(None, f"it could not be started ({exc.strerror})", 0.0)
+        try:
+            if not _exited(child.pid, start + seconds):
+                return Answer(None, f"it gave no answer in {seconds:g} s", time.monotonic() - start)
+        finally:
+            _end_group(child)
+        took = time.monotonic() - start
+        out, err = _read(out_fd), _read(err_fd)
+    finally:
+        os.close(out_fd)
+        os.close(err_fd)
+    for line in out.splitlines():
         words = line.split(" ", 2)
         if words[0] == "affrun-probe" and len(words) == 3:
-            return Answer(words[1] == "1", words[2], seconds)
-    said = [line for line in err.decode(errors="replace").splitlines() if line.startswith("affrun: error:")]
-    return Answer(False, said[0] if said else f"it exited with status {child.returncode}", seconds)
+            return Answer(words[1] == "1", words[2], took)
+    said = [line for line in err.splitlines() if line.startswith("affrun: error:")]
+    return Answer(False, said[0] if said else f"it exited with status {child.returncode}", took)
+
+
+def _exited(pid: int, deadline: float) -> bool:
+    """Wait until the process ``pid`` exits (``True``) or ``deadline`` passes; it stays unreaped, so that its
+    process group cannot be another's when :func:`_end_group` ends it."""
+    pause = 0.002
+    while True:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+
+
+def _end_group(child: subprocess.Popen[bytes]) -> None:
+    """End the probe's process group (what it left running, or the interpreter itself), then reap the
+    interpreter."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:
+        pass  # the group is gone: nothing was left running
+    child.wait()
+
+
+def _read(fd: int, limit: int = 1 << 22) -> str:
+    """What the probe wrote into the memory file ``fd`` (its last ``limit`` bytes: the answer is printed last)."""
+    size = os.fstat(fd).st_size
+    return os.pread(fd, min(size, limit), max(0, size - limit)).decode(errors="replace")
 
 
 def _line(kind: str, text: str) -> str:
@@ -270,8 +300,9 @@ def diagnose(target: Target) -> tuple[str, str]:
         return (f"{target.lost_by} in COMMAND takes {' and '.join(target.lost)} away from Python {name}, so no "
                 f"rank will be bound: drop it from COMMAND"), ""
     answer = probe(target.interpreter, target.options, target.environ, target.cwd)
-    if answer.loads is None:
-        return "", f"COMMAND's Python {name} could not be checked for affrun's startup hook: {answer.detail}"
+    if answer.loads is None:  # no rank line may then claim a binding nobody saw applied
+        return (f"COMMAND's Python {name} could not be checked for affrun's startup hook ({answer.detail}), so "
+                "no rank line is printed and its ranks may run unbound"), ""
     if answer.loads:
         return "", (f"COMMAND's Python {name} loads affrun's startup hook ({answer.detail}; checked in "
                     f"{answer.seconds * 1000:.0f} ms)")
@@ -292,12 +323,32 @@ def diagnose(target: Target) -> tuple[str, str]:
             f"interpreter ({target.interpreter} -m pip install affrun)"), ""
 
 
+def exec_failure(command: Sequence[str], environ: Mapping[str, str], exc: OSError) -> tuple[str, int] | None:
+    """When COMMAND's exec failed (``exc``) because of a script's ``#!`` interpreter: one line that names that
+    interpreter, as a shell's "bad interpreter" does, and the shell's status (127: it does not exist, else 126).
+    ``None``: COMMAND itself is the cause (not found, not executable)."""
+    here = os.getcwd()
+    path = find_program(command[0], environ, here)
+    found = cannot_run(path, here, exc.errno or 0) if path else None
+    if found is None:
+        return None
+    interp, why = found
+    return f"{command[0]}: bad interpreter {short(interp, 120)}: {why}", (127 if exc.errno == errno.ENOENT else 126)
+
+
 def check_command(command: Sequence[str], environ: Mapping[str, str], *, strict: bool, verbose: bool) -> bool:
     """Whether the ranks below ``command`` can be bound: ``False`` after one warning that names the
     interpreter and the fix; :class:`LaunchError` instead under ``--strict``, before anything runs. A command
     that cannot be followed to a Python interpreter passes, with a note under ``--verbose``."""
     try:
         problem, note = diagnose(resolve(command, environ))
+    except Unreadable as exc:  # not read for sure: no rank line may claim a binding nobody saw applied
+        problem, note = (f"COMMAND cannot be read for sure ({exc}), so affrun cannot tell whether its Python "
+                         "loads the startup hook; no rank line is printed and its ranks may run unbound"), ""
+    except CannotStart as exc:  # its exec fails (and says why): no rank line for a binding that never happens
+        if verbose:
+            print(_line("note", f"COMMAND cannot start: {exc}"), file=sys.stderr)
+        return False
     except Unchecked as exc:
         problem, note = "", (f"COMMAND could not be checked for affrun's startup hook: {exc}; the Python "
                              "processes it starts are bound only if their interpreter has affrun installed")

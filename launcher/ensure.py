@@ -119,14 +119,12 @@ def ensure_affinity(
     """
     from launcher.base.untrusted import short
     from launcher.errors import ConfigError
-    from launcher.options.keywords import check_rank_keywords
+    from launcher.options.keywords import check_argument, check_rank_keywords
 
-    if not isinstance(policy, str) or policy not in ENSURE_POLICIES:
-        raise ConfigError(f"ensure_affinity: policy={short(policy)}: choose one of {', '.join(ENSURE_POLICIES)}")
+    check_argument("ensure_affinity", "policy", policy, "choice", ENSURE_POLICIES)
     if nproc_per_node is not None:
         check_rank_keywords("ensure_affinity", nproc_per_node)
-    if not isinstance(warn, bool):
-        raise ConfigError(f"ensure_affinity: warn={short(warn)}: expected True or False")
+    check_argument("ensure_affinity", "warn", warn, "flag")
     if environ is not None and not (isinstance(environ, MutableMapping) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in environ.items())):
         raise ConfigError(f"ensure_affinity: environ={short(environ)}: expected a mutable mapping of str to str "

@@ -137,12 +137,10 @@ AFFRUN_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(AffinityOptions))
 def _normalise(name: str, value: Any) -> Any:
     """One keyword's value: the option table's options through :func:`launcher.options.keywords.check_keyword` (the check
     ``bind_rank`` shares), ``verbose`` as a flag of this executor's own."""
-    from launcher.options.keywords import BY_KEYWORD, check_keyword
+    from launcher.options.keywords import BY_KEYWORD, check_argument, check_keyword
 
     if name == "verbose":
-        if not isinstance(value, bool):
-            raise ConfigError(f"verbose={short(value)}: expected True or False")
-        return value
+        return check_argument(None, "verbose", value, "flag")
     return check_keyword(BY_KEYWORD[name], value)
 
 

@@ -3,12 +3,16 @@
 ``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
 CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs.
 Under ``affrun`` the CPUs come from the rank's binding (:func:`launcher.bind.readback.current_binding`); elsewhere from
-the CPUs the parent process's threads span. torch is imported only when a worker starts.
+the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` CPU lists
+that name CPUs this machine lacks or does not allow (variables from another machine) warn once per process, at
+import in the process that builds the DataLoader, and its workers use the CPUs that exist (docs/how-it-decides.md).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 from launcher.base.split import balanced_slices
@@ -56,21 +60,75 @@ def _parent_cpus() -> list[int]:
     return sorted(cpus)
 
 
+class WorkerCpusWarning(RuntimeWarning):
+    """The ``AFFRUN_*`` CPU lists name CPUs this machine does not have or does not allow."""
+
+
+_WARNED = False  # this process, or the one it was started from, has said it: once per process, not per worker
+
+
+def _usable_cpus() -> frozenset[int] | None:
+    """The CPUs a process could be given here: online and in this process's cpuset (``None``: unknown)."""
+    from launcher.errors import AffrunError
+    from launcher.topology._files import read_cpulist
+    from launcher.topology.cgroup import find_cpuset
+
+    try:
+        online = read_cpulist("/sys/devices/system/cpu/online")
+        cpuset = find_cpuset("/") if online is not None else None
+    except (AffrunError, OSError):
+        return None
+    if online is None:
+        return None
+    return online & cpuset.cpus if cpuset is not None and online & cpuset.cpus else online
+
+
+def _pools() -> tuple[list[int], list[int], frozenset[int]]:
+    """(loader CPUs, rank CPUs, CPUs the ``AFFRUN_*`` lists name that are not usable here): the binding's lists
+    as far as they exist here; none of them existing, the CPUs of a process not started by affrun."""
+    try:
+        binding = current_binding()
+    except ValueError:  # malformed AFFRUN_* variables: treat the process as not started by affrun
+        binding = None
+    if binding is None:
+        return [], _parent_cpus(), frozenset()
+    usable = _usable_cpus()
+    if usable is None:
+        return sorted(binding.loader_cpus), sorted(binding.cpus), frozenset()
+    foreign = (binding.cpus | binding.loader_cpus) - usable
+    loader, rank = sorted(binding.loader_cpus & usable), sorted(binding.cpus & usable)
+    return loader, (rank or (_parent_cpus() if not loader else [])), foreign
+
+
+def _say_foreign(foreign: frozenset[int]) -> None:
+    global _WARNED
+    if not foreign or _WARNED:
+        return
+    _WARNED = True
+    from launcher.base.cpulist import format_cpulist
+
+    usable = _usable_cpus() or frozenset()
+    warnings.warn(f"launcher.torch.worker_init_fn: AFFRUN_CPUS/AFFRUN_LOADER_CPUS name CPU(s) "
+                  f"{format_cpulist(foreign)} that this machine does not have or does not allow (usable here: "
+                  f"{format_cpulist(usable)}); DataLoader workers are pinned to the CPUs that exist. The variables "
+                  "come from another machine or job: start this process through affrun here", WorkerCpusWarning,
+                  stacklevel=3)
+
+
 def worker_init_fn(worker_id: int) -> None:
     """Pin this DataLoader worker to its own CPUs (use as ``DataLoader(worker_init_fn=...)``)."""
     import torch.utils.data
 
     info = torch.utils.data.get_worker_info()
     num_workers = info.num_workers if info is not None else 1
-    try:
-        binding = current_binding()
-    except ValueError:  # malformed AFFRUN_* variables: treat the process as not started by affrun
-        binding = None
-    loader = sorted(binding.loader_cpus) if binding else []
-    rank = sorted(binding.cpus) if binding else _parent_cpus()
+    loader, rank, foreign = _pools()
+    _say_foreign(foreign)
     cpus = worker_cpus(worker_id, num_workers, loader, rank)
     if cpus:
-        os.sched_setaffinity(0, cpus)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:  # none of them allowed after all (the cpuset moved): the worker keeps what it inherited
+            _say_foreign(frozenset(cpus))
 
 
 def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int], None]:
@@ -82,3 +140,19 @@ def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int
             user_fn(worker_id)
 
     return init
+
+
+def _said_at_import() -> None:
+    """Say it once, in the process that builds the DataLoader (it imports this module to pass worker_init_fn):
+    a worker forked from it inherits :data:`_WARNED`; one spawned (or the forkserver) imports this module while
+    multiprocessing prepares it, and its parent has said it already."""
+    global _WARNED
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and (getattr(mp.current_process(), "_inheriting", False) or mp.parent_process() is not None):
+        _WARNED = True
+        return
+    if os.environ.get("AFFRUN_CPUS"):
+        _say_foreign(_pools()[2])
+
+
+_said_at_import()

@@ -118,9 +118,10 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
     from launcher.bind.apply import bind_running
     from launcher.context.runtimes import OPENMP, controller_named, loaded_runtimes
-    from launcher.options.keywords import check_rank_keywords
+    from launcher.options.keywords import check_argument, check_rank_keywords
 
     check_rank_keywords("bind_rank", nproc_per_node, local_rank)
+    quiet = check_argument("bind_rank", "quiet", quiet, "flag")
     job = _job(local_rank, nproc_per_node, options)
     rank = job.ranks[local_rank]
     mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ

@@ -1,15 +1,22 @@
-"""The click command group. Each command lives in its own module and is imported only when it runs."""
+"""The click command group. Each command lives in its own module and is imported only when it runs.
+
+A usage error of any click command (an unknown command or option, a bad or missing value) is one line in
+``affrun torchrun``'s form, ``affrun: error: unknown option --x: did you mean --y? (affrun plan --help gives the
+full usage)``, and exit status 2: :class:`UsageLine`.
+"""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 
+from launcher.base.untrusted import clip
 from launcher.base.version import __version__
-from launcher.errors import AffrunError, error_line
+from launcher.errors import AffrunError, LaunchError, error_line
 from launcher.options.table import spell_error
 
 # command name -> "module:attribute"; modules are imported lazily so that `affrun plan` never loads torch/yaml.
@@ -25,14 +32,82 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def nearest(word: str, known: list[str]) -> str | None:
+    """The spelling of ``known`` nearest to ``word`` (difflib's, as ``affrun torchrun`` finds it), if one is close."""
+    close = difflib.get_close_matches(word.replace("_", "-") if word.startswith("--") else word, known, n=1,
+                                      cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_word(kind: str, word: str, known: list[str], command: str) -> str:
+    """``unknown option --x: did you mean --y? (CMD --help gives the full usage)``: ``affrun torchrun``'s words."""
+    close = nearest(word, known)
+    guess = f": did you mean {close}?" if close else ""
+    return f"unknown {kind} {clip(word)}{guess} ({command} --help gives the full usage)"
+
+
+def long_options(command: click.Command) -> list[str]:
+    """The ``--`` spellings ``command`` shows in its help, ``_`` written as ``-`` (an alias in either spelling is
+    then one name)."""
+    names = ["--help"]
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            names += [n.replace("_", "-") for n in (*param.opts, *param.secondary_opts) if n.startswith("--")]
+    return sorted(set(names))
+
+
+def usage_text(exc: click.UsageError, where: click.Context) -> str:
+    """What click's usage error says, as one line of ``affrun torchrun``'s form (no usage block, no "Try").
+    ``where``: the context that was parsing, when click's error does not carry one (a missing value)."""
+    ctx = exc.ctx or where
+    if isinstance(exc, click.NoSuchOption):
+        return unknown_word("option", exc.option_name, long_options(ctx.command), ctx.command_path)
+    text = exc.format_message().rstrip(".")
+    if text[1:2].islower():  # "Invalid value...", "Option '--pid' requires...": mid-line, as argparse's
+        text = text[0].lower() + text[1:]
+    return f"{text} ({ctx.command_path} --help gives the full usage)"
+
+
+class UsageLine(click.ClickException):
+    """A usage error shown as one ``affrun: error:`` line, exit status 2 (click's own shows its usage block)."""
+
+    exit_code = 2
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(error_line(LaunchError(self.message)), err=True)
+
+
 class LazyGroup(click.Group):
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        """The group's own options (``affrun --bogus``): a usage error is one line."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise UsageLine(usage_text(exc, exc.ctx or click.Context(self, info_name=info_name, parent=parent)))\
+                from None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            raise UsageLine(unknown_word("command", name, sorted(COMMANDS), ctx.command_path))
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; an :class:`AffrunError` from any of them becomes one line and its exit code, here once."""
+        """Run the command; an :class:`AffrunError` from any of them becomes one line and its exit code, here once,
+        and so does a usage error (:class:`UsageLine`)."""
         try:
             return super().invoke(ctx)
         except AffrunError as exc:
             click.echo(error_line(spell_error(exc)), err=True)
             ctx.exit(exc.exit_code)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise UsageLine(usage_text(exc, _subcommand_context(ctx))) from None
+
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -50,6 +125,13 @@ class LazyGroup(click.Group):
             raise
         command: click.Command = getattr(module, attr)
         return command
+
+
+def _subcommand_context(ctx: click.Context) -> click.Context:
+    """The context of the command ``ctx`` was running (``affrun doctor``), for an error that carries none."""
+    name = ctx.invoked_subcommand
+    command = ctx.command.get_command(ctx, name) if name and isinstance(ctx.command, click.Group) else None
+    return click.Context(command, info_name=name, parent=ctx) if command is not None else ctx
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -73,9 +73,26 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(argv), []
 
 
-def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankRecord, LocalRank | None]:
+def given_options(before: Sequence[str]) -> list[str]:
+    """The options of the one option table (every binding option, and the rank count) that ``before`` gives
+    explicitly, as flags in the table's order: an explicit default counts (``--mode exclusive``)."""
+    if not before:
+        return []
+    from launcher.options.table import BINDING_OPTIONS, NPROC_OPTION
+
+    specs = (*BINDING_OPTIONS, NPROC_OPTION)
+    unset = object()
+    parser = build_parser()
+    parser.set_defaults(**{spec.dest: unset for spec in specs})
+    values = vars(parser.parse_args(before))
+    return [spec.flag for spec in specs if values.get(spec.dest, unset) is not unset]
+
+
+def _job_and_rank(args: Args, environ: Mapping[str, str],
+                  given: Sequence[str] = ()) -> tuple[Job, RankRecord, LocalRank | None]:
     """The job this rank belongs to, its record, and the launcher's rank variables (when they were read): the
-    parent's ``AFFRUN_PLAN`` (no planner is imported), or a plan made here (srun, mpirun, submitit)."""
+    parent's ``AFFRUN_PLAN`` (no planner is imported), or a plan made here (srun, mpirun, submitit). Options of
+    the table ``given`` on the command line plan here even under a parent's plan (docs/launchers.md)."""
     from launcher.context.local_rank import LocalRankError, detect_local_rank
 
     detected: LocalRank | None = None
@@ -86,13 +103,20 @@ def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankReco
             raise LaunchError(str(exc)) from None
     rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
     parent_text = environ.get(PLAN_VARIABLE)
+    user_env: Mapping[str, str] | None = None
     if parent_text:
         job = read_job(parent_text)
-        if rank is None:
-            raise LaunchError(f"{PLAN_VARIABLE} is set but no local rank: pass --local-rank")
-        if not 0 <= rank < job.size:
-            raise LaunchError(f"local rank {rank} is not in the plan ({job.size} ranks)")
-        return job, job.ranks[rank], detected
+        if not given:
+            if rank is None:
+                raise LaunchError(f"{PLAN_VARIABLE} is set but no local rank: pass --local-rank")
+            if detected is not None and detected.size != job.size:
+                raise LaunchError(f"{size_source(detected)}={detected.size} but the inherited plan ({PLAN_VARIABLE}) "
+                                  f"has {job.size} rank(s), so it was made for another job: give its maker --nproc-per-node "
+                                  f"{detected.size}, or give affrun exec options of its own to plan here")
+            if not 0 <= rank < job.size:
+                raise LaunchError(f"local rank {rank} is not in the plan ({job.size} ranks)")
+            return job, job.ranks[rank], detected
+        user_env = job.user_env  # the user's own values, before the parent set any (torchrun's OMP_NUM_THREADS)
     from launcher.bind.handoff import plan_job
     from launcher.options.groups import BindingOptions
     from launcher.options.plan_options import plan_options_from
@@ -110,10 +134,20 @@ def _job_and_rank(args: Args, environ: Mapping[str, str]) -> tuple[Job, RankReco
     check_rank_count(nproc)
     if not 0 <= rank < nproc:
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
-    user_env = user_values(environ)
+    if user_env is None:
+        user_env = user_values(environ)
     _, parent = plan_job(BindingOptions.from_args(args), nproc, environ=environ, user_env=user_env)
     job = parent.job()
     return job, job.ranks[rank], detected
+
+
+def size_source(detected: LocalRank) -> str:
+    """The variable that gave ``detected``'s rank count (Slurm's from one of two)."""
+    from launcher.context.local_rank import SOURCES
+
+    if detected.source == "SLURM_LOCALID":
+        return "SLURM_STEP_TASKS_PER_NODE/SLURM_NTASKS_PER_NODE"
+    return dict(SOURCES).get(detected.source, "the launcher's rank count")
 
 
 def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
@@ -142,7 +176,11 @@ def main(argv: Sequence[str]) -> int:
     collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
     if collapse is not None:
         print(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}", file=sys.stderr)
-    job, rank, detected = _job_and_rank(args, environ)
+    given = given_options(before)
+    job, rank, detected = _job_and_rank(args, environ, given)
+    notes = list(rank.notes)
+    if given and PLAN_VARIABLE in environ:
+        notes.insert(0, f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside")
     verbose = args.verbose or job.verbose
     env = rank_environ(job, rank, environ)
     env[MEM_VARIABLE] = mem_text(job.mem_policy, rank.mem_nodes)  # as planned; what took is written below
@@ -159,7 +197,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"{name}={env[name]}")
         for name in rank.unset:
             print(f"unset {name}")
-        for note in (*rank.notes, *rank.warnings):
+        for note in (*notes, *rank.warnings):
             print(f"note: {note}")
         if command:
             import shlex
@@ -172,7 +210,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
     if verbose:
         print(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
-        for note in rank.notes:
+        for note in notes:
             print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()

@@ -6,7 +6,9 @@ the command line takes: ``True``/``False`` for a flag, an ``int`` (never a ``boo
 choices, a path (``str`` or ``os.PathLike``), or, for CPU and GPU lists, an iterable of ints (a list, a tuple, a
 ``range``, a generator: read once, here). Anything else is one :class:`~launcher.errors.ConfigError` that names
 the keyword as the caller wrote it (``loader_cores=1.5: ...``), before anything is planned or bound. Bytes are
-refused: they iterate as ints (``b"0,1"`` would be CPUs 44,48-49). Standard library only.
+refused: they iterate as ints (``b"0,1"`` would be CPUs 44,48-49). A count above :data:`MAX_COUNT` fits no machine,
+and a CPU list given as a string is read here too. The Python front ends' own keywords (``quiet``, ``warn``,
+``verbose``, ``policy``, the rank keywords) go through the same checks (:func:`check_argument`). Standard library only.
 """
 
 from __future__ import annotations
@@ -16,20 +18,24 @@ import os
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import MAX_CPU_ID, format_cpulist, id_problem
+from launcher.base.cpulist import MAX_CPU_ID, CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
 from launcher.base.untrusted import short
 from launcher.errors import ConfigError
 from launcher.options.table import BINDING_OPTIONS, OptionSpec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
+    from typing import Any, Literal
+
+    Kind = Literal["flag", "count", "choice", "path", "cpus", "gpus", "cpu_map"]
 
 # A CPU or GPU list holds at most one entry per CPU id affrun accepts (an endless generator is refused, not read).
 MAX_ITEMS = MAX_CPU_ID + 1
+# No machine has more CPUs than affrun has CPU ids: a count of cores or ranks above it fits none, on any machine.
+MAX_COUNT = MAX_CPU_ID + 1
 _EXPECTED = {
     "flag": "True or False",
-    "count": "a whole number >= 0 (an int, not a bool)",
+    "count": f"a whole number from 0 to {MAX_COUNT} (an int, not a bool)",
     "path": "a path (str or os.PathLike)",
     "cpus": "a cpu list string like '0,2-3' or an iterable of ints",
     "gpus": "a GPU list string like '0,1' or a sequence of ints",
@@ -48,6 +54,10 @@ def check_rank_keywords(caller: str, nproc_per_node: object, local_rank: object 
     nproc = _integer(nproc_per_node)
     if nproc is None:
         raise ConfigError(f"{caller}: nproc_per_node={short(nproc_per_node)} is not an int")
+    try:
+        _at_most_count(nproc)
+    except _Bad as exc:
+        raise ConfigError(f"{caller}: nproc_per_node={short(nproc)}: {exc}") from None
     if nproc < 1:
         from launcher.errors import AffrunError
         from launcher.options.table import spell_error
@@ -85,24 +95,35 @@ def check_keywords(values: Mapping[str, object], specs: Mapping[str, OptionSpec]
 def check_keyword(spec: OptionSpec, value: object) -> Any:
     """One keyword's value, normalised as the command line would give it (see :func:`check_keywords`)."""
     try:
-        return _normalise(spec, value)
+        return _normalise(spec.kind, value, spec.choices or (), spec.dest)
     except _Bad as exc:
         raise ConfigError(f"{spec.name('python')}={short(value)}: {exc}") from None
 
 
-def _normalise(spec: OptionSpec, value: object) -> Any:
-    kind = spec.kind
+def check_argument(caller: str | None, name: str, value: object, kind: Kind, choices: tuple[str, ...] = ()) -> Any:
+    """A keyword of a Python front end that is no option of the table (``bind_rank``'s ``quiet``,
+    ``ensure_affinity``'s ``warn`` and ``policy``, the executor's ``verbose``), checked by its kind with the table
+    options' own check: one :class:`ConfigError` naming it (``bind_rank: quiet='no': expected True or False``)."""
+    try:
+        return _normalise(kind, value, choices, name)
+    except _Bad as exc:
+        where = f"{caller}: " if caller else ""
+        raise ConfigError(f"{where}{name}={short(value)}: {exc}") from None
+
+
+def _normalise(kind: str, value: object, choices: tuple[str, ...], dest: str) -> Any:
     if kind == "flag":
         if not isinstance(value, bool):
             raise _Bad("expected " + _EXPECTED[kind])
         return value
     if kind == "count":
         number = _integer(value)
+        if number is not None:
+            _at_most_count(number)
         if number is None or number < 0:
             raise _Bad("expected " + _EXPECTED[kind])
         return number
     if kind == "choice":
-        choices = spec.choices or ()
         if not isinstance(value, str) or value not in choices:
             raise _Bad(f"choose one of {', '.join(choices)}")
         return value
@@ -116,10 +137,12 @@ def _normalise(spec: OptionSpec, value: object) -> Any:
             raise _Bad("expected a path (a non-empty str without NUL)")
         return os.path.abspath(path)  # a task or a child may start in another directory
     if isinstance(value, str):
-        return value  # the command line's own syntax: the planner checks it, naming the keyword
+        if kind == "cpus":
+            _cpu_list(value, required=dest == "cpus")
+        return value  # the command line's own syntax (the planner checks the other lists, naming the keyword)
     if kind == "cpus":
         ids = _ints(value, _EXPECTED[kind], ordered=False)
-        if not ids and spec.dest == "cpus":
+        if not ids and dest == "cpus":
             raise _Bad("expected at least one CPU (an empty list would leave the ranks none)")
         return format_cpulist(ids)
     if kind == "gpus":
@@ -133,6 +156,24 @@ def _normalise(spec: OptionSpec, value: object) -> Any:
             raise _Bad("expected one cpu list per item (';' separates ranks only in the string form)")
         return ";".join(lists)
     raise AssertionError(kind)  # pragma: no cover: every kind of the table is handled above
+
+
+def _at_most_count(number: int) -> None:
+    """The one bound of every count a Python caller gives (cores, ranks): what some machine could hold."""
+    if number > MAX_COUNT:
+        raise _Bad(f"more than any machine has: at most {MAX_COUNT}, one per CPU id affrun accepts")
+
+
+def _cpu_list(text: str, required: bool) -> None:
+    """A CPU list given as a string, read as the command line's is: ``required`` (``cpus``), it names a CPU."""
+    try:
+        ids = parse_cpulist(text)
+    except CpuIdTooLarge as exc:
+        raise _Bad(str(exc)) from None
+    except ValueError:
+        raise _Bad("not a cpu list (expected e.g. '0-7,64-71')") from None
+    if required and not ids:
+        raise _Bad("names no CPU (expected e.g. '0-7,64-71'; an empty list would leave the ranks none)")
 
 
 def _items(value: object, expected: str, ordered: bool) -> list[object]:

@@ -357,10 +357,11 @@ PLAN_DAMAGE: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
 @pytest.mark.parametrize(("change", "needle"), [(c, n) for _, c, n in PLAN_DAMAGE], ids=[i for i, _, _ in PLAN_DAMAGE])
 def test_affrun_plan_variable_is_validated(tree: Path, change: Callable[[dict[str, Any]], object], needle: str) -> None:
     data = parent_plan(tree)
-    proc = dry_exec("--local-rank", "0", "--nproc-per-node", "2", env={"AFFRUN_PLAN": json.dumps(data)})
+    # No option of the option table: with one, exec plans by it (docs/launchers.md), and the plan is not used.
+    proc = affrun("exec", "--dry-run", "--local-rank", "0", "--", "true", env={"AFFRUN_PLAN": json.dumps(data)})
     assert proc.returncode == 0, proc.stderr  # the undamaged plan is accepted
     change(data)
-    refused(dry_exec("--local-rank", "0", "--nproc-per-node", "2", env={"AFFRUN_PLAN": json.dumps(data)}),
+    refused(affrun("exec", "--dry-run", "--local-rank", "0", "--", "true", env={"AFFRUN_PLAN": json.dumps(data)}),
             "AFFRUN_PLAN", needle)
 
 

@@ -19,6 +19,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # before init_process_group: see the end of main()
 from torch.utils.data import DataLoader, Dataset
 
 import launcher.torch
@@ -107,6 +108,11 @@ def main() -> None:
                 break
     rate = args.steps / (time.perf_counter() - t0)
     say(f"rank {dist.get_rank()}: {args.steps} steps, {rate:.1f} steps/s, loss {loss.item():.3f}", flush=True)
+    # Free the process group here, while Python runs, so that its gloo threads finish before the interpreter
+    # exits: one still holding the last backward's allreduce would be killed there, and the rank aborts
+    # ("terminate called without an active exception"; docs/design.md, torchrun). The DDP model holds the group,
+    # and so would torch.distributed.nn's defaults had it been imported after init_process_group (DDP imports it).
+    del model
     dist.destroy_process_group()
 
 

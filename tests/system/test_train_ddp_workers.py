@@ -38,3 +38,28 @@ def test_loader_cores_give_one_worker_each_on_its_loader_cpu() -> None:
     assert loader != "-" and line.group(3) == "1"
     workers = re.findall(r"^rank 0 worker (\d+): cpus (\S+)$", proc.stdout, re.M)
     assert workers == [("0", loader)], proc.stdout  # the worker runs on the rank's loader CPU, and says so
+
+
+EXIT_PROBE = """\
+import atexit, os, runpy, sys
+def threads_at_exit() -> None:
+    sys.stdout.write(f"rank {os.environ['RANK']} threads at exit: {len(os.listdir('/proc/self/task'))}\\n")
+atexit.register(threads_at_exit)  # runs after the script's main() returns, before the interpreter finalizes
+sys.argv[0] = EXAMPLE
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_no_thread_outlives_the_script(tmp_path: Path) -> None:
+    """The script frees its process group before it ends, so that no gloo thread is left when the interpreter
+    exits: one still freeing the last allreduce then needs the GIL, Python ends that thread, and the rank
+    aborts ("terminate called without an active exception", at random: docs/design.md, torchrun)."""
+    require_torch()
+    if NCPU < 2:
+        pytest.skip("needs 2 CPUs")
+    probe = tmp_path / "exit_probe.py"
+    probe.write_text(EXIT_PROBE.replace("EXAMPLE", repr(str(EXAMPLE))))
+    proc = run(affrun_argv("torchrun", "--nproc-per-node", "2", str(probe), "--steps", "2"),
+               env=clean_env(), timeout=300, check=True)
+    assert sorted(re.findall(r"^rank (\d) threads at exit: (\d+)$", proc.stdout, re.M)) == [("0", "1"), ("1", "1")], \
+        proc.stdout + proc.stderr[-3000:]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tuple[Homes, list[str]]:
-    """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs (module docstring).
+    """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs (docs/how-it-decides.md, step 2).
 
     In the whole-core modes each node's rank count is fitted to its cores *before* ranks are numbered and GPUs
     chosen, so that ranks stay in CPU order and no rank is moved away from its GPU afterwards."""

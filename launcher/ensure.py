@@ -4,21 +4,12 @@ Call it first thing in the entry point, before ``import numpy`` or ``import torc
 
     from launcher import ensure_affinity
     report = ensure_affinity()          # policy="safe": fix dangerous values in os.environ
-    print(report)
 
-It runs the same checks as ``affrun doctor`` on this process's environment and CPU mask, then, by ``policy``:
-
-- ``safe`` (default): replaces dangerous values in ``os.environ`` (``KMP_AFFINITY=disabled``, empty or malformed;
-  thread counts that oversubscribe the CPUs or are unset while ranks share them; binding variables that would pin
-  the main thread to one place, the DataLoader collapse). Safe values are kept; ``OMP_NUM_THREADS=1`` on a big
-  rank is reported but kept.
-- ``keep``: changes nothing and reports.
-- ``strict``: changes nothing and raises :class:`UnsafeEnvironment` when a finding is at least a warning.
-
-OpenMP and BLAS runtimes read these variables when they start: libgomp and OpenBLAS when they are loaded
-(``import torch``, ``import numpy``), libiomp5/libomp at their first parallel region. When such a runtime is already
-loaded, the report says that the fix cannot take effect in this process (it still reaches processes started
-afterwards) and what to do instead. Standard library only, plus affrun's pure core: no click, psutil or torch.
+It runs ``affrun doctor``'s per-process checks on this process's environment and CPU mask, then, by ``policy``:
+``safe`` (default) replaces dangerous values in ``os.environ`` and keeps safe ones, ``keep`` only reports, and
+``strict`` raises :class:`UnsafeEnvironment` on any warning or error. When a runtime that reads these variables at
+load is already loaded, the report says the fix cannot take effect in this process, and what to do instead.
+Standard library only, plus affrun's pure core: no click, psutil or torch. The rules: docs/python-api.md.
 """
 
 from __future__ import annotations

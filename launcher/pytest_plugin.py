@@ -1,21 +1,17 @@
 """pytest plugin: make CI fail when a training launch environment would silently starve the CPUs.
 
-Enable it in the project's ``conftest.py``::
-
-    pytest_plugins = ["launcher.pytest_plugin"]
-
-or on the command line: ``pytest -p launcher.pytest_plugin``. It provides:
+Enable it in the project's ``conftest.py`` (``pytest_plugins = ["launcher.pytest_plugin"]``) or with
+``pytest -p launcher.pytest_plugin``. It provides:
 
 - the ``affinity_doctor`` fixture: ``affinity_doctor.assert_safe(environ, nproc_per_node=8,
   topology="machine.json", openmp=["libgomp"])`` runs ``affrun doctor``'s checks on the environment a job is
-  launched with, against the production machine's saved topology (``affrun topology --save machine.json``), and
-  fails the test with one line per finding at or above ``fail_on`` (default ``error``).
-  ``affinity_doctor.check(...)`` returns the findings instead.
-- :func:`load_env_file`: read the ``KEY=VALUE`` lines (``export``, quotes and comments allowed) of the file a job
-  script sources.
-- ``--affrun-guard[=SEVERITY]`` (or the ini option ``affrun_guard = error``): audit the environment pytest itself
-  runs in, like ``affrun doctor --fail-on SEVERITY``, and stop the session before any test runs when a finding
-  reaches SEVERITY. Use it on GPU CI runners that share the training launcher's environment.
+  launched with, against a saved topology, and fails with one line per finding at or above ``fail_on`` (default
+  ``error``); ``affinity_doctor.check(...)`` returns the findings instead.
+- :func:`load_env_file`: the ``KEY=VALUE`` lines (``export``, quotes and comments allowed) a job script sources.
+- ``--affrun-guard[=SEVERITY]`` (ini: ``affrun_guard = error``): audit pytest's own environment and stop the
+  session before any test when a finding reaches SEVERITY (GPU CI runners that share the launcher's environment).
+
+More, with an example project: docs/python-api.md ("In CI: the pytest plugin").
 """
 
 from __future__ import annotations

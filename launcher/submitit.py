@@ -6,17 +6,12 @@ Public surface:
   ``update_parameters`` / ``submit`` / ``map_array`` / ``submit_array`` / ``batch``);
 * :func:`current_binding` - inside a task, the plan entry it runs under (a :class:`TaskBinding`), or ``None``.
 
-How it binds: submitit starts each task as ``<python> -u -m submitit.core._submit FOLDER``; ``<python>`` is the
-executor's ``python`` argument (``slurm_python`` / ``local_python`` on ``AutoExecutor``), a shell-ish string.
-This module prefixes it with ``affrun exec [OPTIONS] --`` (run by this interpreter, see ``exec_prefix``), so every task is bound and its
-OpenMP/BLAS variables set *before* the interpreter that unpickles the user's function starts (binding from
-inside the pickled callable is too late: docs/design.md §3). On Slurm it also adds ``--cpu-bind=none`` to the
-``srun`` arguments (affrun, not ``task/affinity``, splits the step's CPUs) and exports ``SRUN_CPUS_PER_TASK``
-(Slurm 22.05-23.02.4's ``srun`` ignores the job's ``--cpus-per-task``).
-
+The executor prefixes submitit's per-task interpreter (``slurm_python`` / ``local_python``) with ``affrun exec
+[OPTIONS] --`` run by this interpreter (:func:`launcher.bind.handoff.exec_prefix`) and, on Slurm, adds
+``--cpu-bind=none`` and ``SRUN_CPUS_PER_TASK``; why: docs/submitit.md, docs/design.md §3, §8 and §10.
 ``submitit`` is imported only when an executor is built, so ``import launcher.submitit`` is cheap and
-:func:`current_binding` works in any process started by ``affrun exec`` (``affrun torchrun`` workers too).
-Nothing on the ``affrun exec`` path imports this module.
+:func:`current_binding` works in any process ``affrun exec`` started (``affrun torchrun`` workers too). Nothing on
+the ``affrun exec`` path imports this module.
 """
 
 from __future__ import annotations

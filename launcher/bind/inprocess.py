@@ -3,27 +3,12 @@ pass the rank as a function argument (``torch.multiprocessing.spawn``, detectron
 
     def main(local_rank: int, world: int) -> None:
         report = launcher.bind_rank(local_rank, world)  # first thing, before any parallel work
-        ...
 
-    torch.multiprocessing.spawn(main, args=(2,), nprocs=2)
-
-Under ``affrun run`` the plan is the one ``affrun run`` made (``AFFRUN_PLAN``) and ``options`` must be empty;
-elsewhere it is planned here with ``options`` (the names of ``affrun exec``'s options: ``loader_cores=2``,
-``mode="numa"``...), within the CPUs the process was started with.
-
-What it does, in this order:
-1. the CPU mask of the process and of every thread it already has (``sched_setaffinity`` per thread), so that
-   an OpenMP pool created afterwards inherits it and threads started before are moved into it;
-2. the memory policy (``set_mempolicy``: pages touched from now on);
-3. the OMP/KMP/MKL/OPENBLAS variables and ``AFFRUN_*`` in ``os.environ``: read by runtimes that are not loaded
-   yet (libiomp5 and libomp read them at their first parallel region) and by every child process;
-4. thread counts through the runtimes already loaded, where the variables come too late: ``torch.set_num_threads``
-   when torch is imported, else ``omp_set_num_threads``, ``openblas_set_num_threads`` and ``MKL_Set_Num_Threads``
-   in the loaded libraries (threadpoolctl's way, without loading anything).
-What it cannot do is returned in :attr:`BindReport.not_applied` and printed (unless ``quiet``): a runtime that
-read ``OMP_PLACES``/``OMP_PROC_BIND`` at load (GNU libgomp, loaded by ``import torch``) keeps the places it read,
-so per-thread places are not applied; the threads still stay inside the rank's mask.
-``LOCAL_RANK`` is not set (Lightning reads it as "launched externally").
+Under ``affrun run`` it takes ``affrun run``'s plan (``options`` must be empty); elsewhere it plans with
+``options`` (``affrun exec``'s option names) within the CPUs the process started with. It sets the mask of the
+process and of every thread it has, the memory policy, the variables in ``os.environ`` and the thread counts of the
+runtimes already loaded; what it cannot apply is in :attr:`BindReport.not_applied` (printed unless ``quiet``).
+It never sets ``LOCAL_RANK``. Each step and why: docs/launchers.md ("torch.multiprocessing.spawn").
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The one channel from the process that plans to each rank: ``AFFRUN_PLAN``, read and checked here.
 
 The parent (:class:`launcher.bind.handoff.ParentPlan`) computes every rank's final binding once and writes it as
-JSON: the plan as ``affrun plan --json`` shows it, the options that shape the environment, the user's own values,
-and, per rank, the variables its env policy decided (``env``). Every process that applies a binding reads it here
-into a :class:`Job` of :class:`RankRecord`\\ s: ``affrun exec`` under ``affrun torchrun`` (and on its own, which
-plans and then reads its own JSON), the startup hook under ``affrun run``, and ``bind_rank``. A record holds what
-applying takes and nothing of the planner: the CPU mask, the memory policy's nodes, the variables to set and unset,
-the notes, the rank line's fields. Reading one imports no planner, topology, ``typing`` or ``dataclasses``: a
-rank re-derives nothing its parent knew (tests/unit/test_import_graph.py, tests/system/test_light_imports.py).
-
-The JSON came through the environment, where anything can have changed it (a user's script, a scheduler prolog, a
-copy-pasted variable), so it is checked like any input before anything is applied: every field for its type and
-range (CPU ids 0..``MAX_CPU_ID``, node ids 0..``MAX_NODE_ID``, known choices only, strings the environment can
-hold), and the plan for what a planner guarantees (:func:`check_job`): a plan no planner could have made is
-refused. ``AFFRUN_PLAN`` holds the JSON, the JSON compressed (``zlib+base64:``, above 32 KiB), or ``@FILE``.
+JSON; every process that applies a binding (``affrun exec``, the startup hook, ``bind_rank``) reads it here into a
+:class:`Job` of :class:`RankRecord`\\ s: what applying takes (mask, memory nodes, variables, notes, the rank
+line's fields) and nothing of the planner. Reading one imports no planner, topology, ``typing`` or
+``dataclasses`` (tests/unit/test_import_graph.py, tests/system/test_light_imports.py). Every field is checked for
+its type and range, and the plan for what a planner guarantees (:func:`check_job`), before anything is applied.
+``AFFRUN_PLAN`` holds the JSON, the JSON compressed (``zlib+base64:``, above 32 KiB), or ``@FILE``. What it
+carries and why it is checked: docs/design.md §9.
 """
 
 from __future__ import annotations
@@ -256,7 +250,7 @@ def check_job(job: Job) -> None:
 
 
 def _check_rank(job: Job, rank: RankRecord) -> None:
-    """What :func:`launcher.plan.planner.make_plan` guarantees of each rank (its module docstring, steps 3 to 6)."""
+    """What :func:`launcher.plan.planner.make_plan` guarantees of each rank (docs/how-it-decides.md, steps 3 to 6)."""
     what = f"ranks[{rank.local_rank}]"
     compute = [p for core in rank.compute_cores for p in core]
     if not rank.compute_cores or not all(rank.compute_cores):

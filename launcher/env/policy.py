@@ -1,40 +1,13 @@
 """Plan entry -> environment for every OpenMP/BLAS runtime family, and numactl arguments. Pure: no I/O.
 
 This module is the policy; OpenMP's syntax (writing ``OMP_PLACES``, reading users' values) is
-:mod:`launcher.env.omp_syntax`.
+:mod:`launcher.env.omp_syntax`. It sets the thread counts (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
+``OPENBLAS_NUM_THREADS``), ``OMP_PLACES`` whose first place is the rank's whole set (``bind`` ``rank`` or
+``core``), ``OMP_PROC_BIND=close`` and ``KMP_AFFINITY=granularity=fine``, and judges the values the user already
+set by ``policy`` (``safe``, ``override``, ``keep``): each kept or replaced value gets a note.
 
-Policy for values the user already set (``policy="safe"``, the default): a value that is safe for this rank is
-kept, a dangerous or malformed one is replaced, and either way a note says so. ``override`` always writes
-affrun's values; ``keep`` keeps every user value (still noting the dangerous ones). Dangerous means:
-- a thread count (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``) that is not a positive
-  integer or exceeds the count affrun itself would set (``rank.threads``: the rank's compute cores, or its
-  compute hardware threads with ``--smt``, divided among the ranks sharing them in ``numa``/``l3`` modes). More
-  threads than that oversubscribe the cores: two ranks of 2 spinning libgomp threads on 2 cores ran 50 times
-  slower than one thread each (docs/design.md §4);
-- ``OMP_PLACES`` empty, not OpenMP syntax (a ``-`` range such as ``{0-3}`` included: libgomp rejects the
-  value and, with ``OMP_PROC_BIND`` set, pins one thread per CPU), naming CPUs outside the rank, or several
-  places whose first is narrower than the rank's compute CPUs (an abstract name such as ``cores`` included):
-  the main thread is bound to that place, the collapse below;
-- ``OMP_PROC_BIND`` not a valid value;
-- ``KMP_AFFINITY`` ``disabled``, empty, malformed, with two types, or a ``proclist`` outside the rank. A kept
-  value with a type (``compact``, ``none``...) makes libiomp5 ignore ``OMP_PLACES`` (warning #182): the note
-  says so;
-- ``GOMP_CPU_AFFINITY`` outside the rank, or, for a rank of several compute CPUs, at all: libgomp ignores it
-  once ``OMP_PLACES`` is set, but libiomp5 and LLVM libomp read it as an explicit proclist that overrides
-  ``OMP_PLACES`` and pin the main thread to its first CPU (removed rather than replaced).
-
-Binding (``bind``). In both modes the first place, which the main thread takes, holds the rank's whole set
-(compute and loader CPUs): a process forked after ``import torch`` (a DataLoader worker under fork, the
-forkserver, a spawn child's parent) inherits all of it, never a single CPU, so the DataLoader collapse (a pinned
-main thread whose workers inherit its one CPU) cannot happen, and loader CPUs reach the workers without a
-``worker_init_fn`` (which narrows each worker to the loader CPUs).
-- ``rank`` (default): the other threads may use all the rank's compute CPUs.
-- ``core``: every other thread is pinned to a core of its own (a PU with ``--smt``), ``OMP_PROC_BIND=close``:
-  ``{0,1,2,3},{1},{2},{3}`` for 4 threads. Measured with libgomp, libiomp5 and LLVM libomp 14 and 16.
-
-``KMP_AFFINITY`` is set to ``granularity=fine`` with no type: libiomp5/LLVM libomp then bind by ``OMP_PLACES``
-and ``OMP_PROC_BIND`` (a type would make them ignore both and print warning #182), and a dangerous inherited
-value such as ``disabled`` is gone.
+What is dangerous, and the two binding modes: docs/how-it-decides.md ("Values you already set", "DataLoader
+workers"); why: docs/design.md §1, §2 and §4, docs/runtimes.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """What ``affrun run``'s COMMAND starts, and whether that Python interpreter loads affrun's startup hook.
 
-Under ``affrun run`` only the startup hook binds (``affrun-startup.pth``, :mod:`launcher.startup`); a COMMAND
-whose interpreter lacks it (another venv, the system python, ``python -S``) would run unbound while rank lines
-said otherwise. So before it execs, ``affrun run`` resolves COMMAND (:func:`resolve`) as ``execvp``, the kernel
-and ``env`` would: a Python interpreter by name on COMMAND's ``PATH``; ``env [-i] [-u NAME] [-C DIR] [-S STRING]
-[NAME=VALUE]... COMMAND`` (``-S`` split as GNU env splits it: :mod:`launcher.launch.shebang`); a script's ``#!``
-line, or pip's and uv's ``/bin/sh`` trampoline (console scripts are such scripts). A line it cannot read for sure
-is :class:`Unreadable` (a warning; ``--strict`` refuses); a COMMAND that cannot start is :class:`CannotStart` (no
-rank line; its exec names the bad interpreter: :func:`exec_failure`).
-
-:func:`probe` then runs that interpreter once, as ``INTERPRETER [-I|-S|-s|-E] -c CODE`` under
-``AFFRUN_RUN=probe``: the hook answers (:data:`launcher.startup.PROBE`) without binding or printing. It is
-bounded for real (its own process group, output in memory files: nothing it leaves running can hold affrun).
-Anything else (``bash -c``, ``srun``, ``mpirun``, a compiled program) cannot be checked.
+Under ``affrun run`` only the startup hook binds; a COMMAND whose interpreter lacks it would run unbound while the
+rank lines said otherwise. So before it execs, ``affrun run`` resolves COMMAND (:func:`resolve`) as ``execvp``,
+the kernel and ``env`` would: an interpreter by name on COMMAND's ``PATH``, ``env`` and its options (``-S`` split
+by :mod:`launcher.launch.shebang`), a script's ``#!`` line or pip's and uv's ``/bin/sh`` trampoline. A line it
+cannot read for sure is :class:`Unreadable` (a warning; ``--strict`` refuses); a COMMAND that cannot start is
+:class:`CannotStart` (its exec names the bad interpreter: :func:`exec_failure`). :func:`probe` then runs that
+interpreter once under ``AFFRUN_RUN=probe``, bounded for real (its own process group, output in memory files).
+Each rule and why: docs/design.md §9 ("before the exec, does COMMAND's Python load the hook?").
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """``--gpu-order closest``: mpibind's order, and Slurm's ``--gpu-bind=closest``. Pure; one of the GPU orders of
 :mod:`launcher.plan.homes`: (request, GPUs' homes, layout) -> (homes, warnings).
 
-Ranks follow CPU order. With no more ranks than GPUs, the ranks are spread over the GPU domains (packages first,
-then nodes, in proportion to their GPUs) and each takes one GPU. With more ranks than GPUs, the ranks go to the GPU
-nodes in proportion to their GPUs, and the ranks of a node share its GPUs in balanced, contiguous blocks.
-
-In the whole-core modes a node never gets more ranks than cores, and that is settled *before* ranks are numbered
-and GPUs chosen: a node's share above its cores goes to the nearest nodes with room (distance, then the nodes of
-its own GPU domain, then package, then CPU order). A node without GPU belongs to the domain of the nearest GPU node
-(distance, package, fewest cores per GPU so far); its ranks top that node's GPUs up so that their sharers differ by
-at most one. No GPU idles while another is shared: a GPU node with fewer cores than GPUs keeps, of the ranks it
-gave away, one for each GPU that would have none, and with fewer ranks than GPUs a node picked for more GPUs than
-it has cores trades its last picks for free GPUs on the nearest nodes with room. A rank then lives away from its
-GPU only when every GPU is in use, with a warning.
+Ranks follow CPU order. With no more ranks than GPUs, the ranks are spread over the GPU domains and each takes one
+GPU; with more, they go to the GPU nodes in proportion to their GPUs and share them in balanced, contiguous blocks.
+In the whole-core modes a node never gets more ranks than cores, settled before ranks are numbered and GPUs
+chosen. The full rule: docs/how-it-decides.md, step 2; mpibind's answers it follows: docs/planner.md.
 """
 
 from __future__ import annotations
@@ -37,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tuple[Homes, list[str]]:
-    """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs (module docstring).
+    """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs (docs/how-it-decides.md, step 2).
 
     In the whole-core modes each node's rank count is fitted to its cores *before* ranks are numbered and GPUs
     chosen, so that ranks stay in CPU order and no rank is moved away from its GPU afterwards."""

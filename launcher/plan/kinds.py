@@ -1,17 +1,8 @@
 """Plan by core kind (hybrid CPUs: P/E cores, big.LITTLE, Zen 5/5c). Pure; a part of :mod:`launcher.plan.planner`.
 
-The rule (docs/planner.md, "Core kinds"), applied only where the allowed CPUs hold two kinds or more; on a
-homogeneous machine nothing here changes a plan:
-
-* **Shares.** Where a mode cuts a node's cores among its ranks (``exclusive``, ``l3`` with fewer groups than
-  ranks), each kind is cut on its own, fastest kind first, in the node's core order (L3 groups, then CPU order):
-  every rank gets an equal share of each kind, within one core, and each share is contiguous. The cores a kind
-  cannot give equally go to the ranks that have the fewest cores so far, so that totals stay level too.
-* **Roles.** A rank's OpenMP team runs on one kind: the fastest kind in its CPUs. Cores of slower kinds are its
-  DataLoader cores (``--spill loader``, the default), stay idle and out of the rank (``--spill none``), or
-  compute too (``--spill compute``). ``--loader-cores K`` takes its K cores from the slowest kind first.
-* A rank whose CPUs hold none of the machine's fastest kind (ranks outnumber those cores, or its home node has
-  none) computes on the fastest kind it has, with a warning.
+Applied only where the allowed CPUs hold two kinds or more: each kind is cut on its own into equal, contiguous
+shares; a rank's OpenMP team runs on the fastest kind in its CPUs, and its slower cores follow ``--spill``. The
+rule, step by step: docs/how-it-decides.md, step 3; why: docs/planner.md, "Core kinds".
 """
 
 from __future__ import annotations
@@ -48,7 +39,7 @@ def core_rank(core: Core, ranks: dict[int, int]) -> int:
 
 def kind_chunks(cores: Sequence[Core], kinds: CoreKinds | None, k: int) -> list[list[Core]]:
     """``cores`` cut into ``k`` shares: :func:`balanced_chunks` on a homogeneous machine; else each kind cut on its
-    own (fastest first) so that each share holds an equal part of each kind (module docstring)."""
+    own (fastest first) so that each share holds an equal part of each kind (docs/how-it-decides.md, step 3)."""
     if kinds is None:
         return balanced_chunks(cores, k)
     ranks = _rank_of(kinds)
@@ -93,7 +84,7 @@ def _describe(cores: Sequence[Core], kinds: CoreKinds, ranks: dict[int, int]) ->
 
 
 def kind_roles(chunk: Sequence[Core], kinds: CoreKinds, spill: SpillChoice, loader_cores: int) -> KindRoles:
-    """Split a rank's home ``chunk`` by kind (module docstring). ``loader_cores``: the cores ``--loader-cores``
+    """Split a rank's home ``chunk`` by kind (docs/how-it-decides.md, step 3). ``loader_cores``: the cores ``--loader-cores``
     asks for (0 in the shared modes, where it is ignored); the caller has checked that fewer than ``chunk``."""
     ranks = _rank_of(kinds)
     ordered = sorted(chunk, key=lambda c: core_rank(c, ranks))  # stable: fastest kind first, in chunk order

@@ -1,31 +1,11 @@
 """The planner: ``Topology`` + ``Request`` -> ``Plan``. Pure: no I/O, no ``os.environ``.
 
-How it decides (also in the README and, with sources, in docs/planner.md):
+:func:`make_plan` takes the allowed cores minus those of ``reserve``, homes each rank on a NUMA node with its GPU
+(:mod:`launcher.plan.homes`), cuts each rank's chunk of whole cores by ``mode`` (by core kind:
+:mod:`launcher.plan.kinds`), adds the cores of nodes without ranks (:mod:`launcher.plan.spill`) and the loader
+cores, counts the threads (capped under a CPU quota: :func:`quota_threads`) and names the memory nodes.
 
-1. Candidate cores are the allowed cores (any allowed PU) minus the cores of ``reserve`` (a reserved CPU takes
-   its whole core out, siblings included). Only allowed PUs count.
-2. Each rank gets a GPU and a *home* NUMA node (:mod:`launcher.plan.homes`). ``rank`` order: rank *i* -> visible
-   GPU *i* -> its node. ``closest`` (mpibind): ranks in CPU order; fewer ranks than GPUs are spread over the GPU
-   domains (packages, then nodes); more ranks than GPUs go to the GPU nodes in proportion to their GPUs, and the
-   ranks of a domain share its GPUs. In whole-core modes each node's count is first fitted to its cores (the
-   excess goes to the nearest nodes with room), and only then are ranks numbered and GPUs chosen, so no closest
-   rank is moved off its GPU afterwards. A GPU on a CPU-less node (HBM, Grace Hopper) or on a node with no usable
-   CPUs takes the nearest node with CPUs by the distance table, with a warning; a GPU with no node takes the
-   node holding most of its ``local_cpus``; otherwise, and for ranks without GPU, ranks are spread over the
-   nodes with CPUs in proportion to their free cores, in blocks. Otherwise (rank order, ``--gpus``), a node with
-   more ranks than cores gives the excess to the nearest node with spare cores: spread ranks move first, then ranks placed by distance or
-   ``local_cpus``, and ranks whose GPU is on the node last.
-3. ``exclusive``: a node's cores are cut into balanced, contiguous chunks (sizes differ by at most one), in
-   L3-group order, one per rank homed there. ``l3`` hands out whole L3 groups. ``numa``/``socket`` give every
-   rank of the node (package) the whole node (package). ``map`` takes the user's CPU lists.
-4. Spill (:mod:`launcher.plan.spill`): the cores of nodes that host no rank go to the ranks of the nearest node
-   that hosts ranks (distance table, then package), in balanced contiguous blocks. ``spill="loader"`` (default)
-   makes them loader cores, ``"compute"`` compute cores; ``"none"`` leaves them idle.
-5. The last ``loader_cores`` cores of each home chunk are kept for DataLoader workers too. ``threads`` counts
-   the compute cores (their PUs with ``smt``), divided among the ranks sharing them in ``numa``/``socket``.
-   Under a CPU quota (cgroup ``cpu.max``) below the allowed CPUs, ``threads`` is capped so that ranks x threads
-   fits the quota, with a warning.
-6. The memory policy names the home nodes; a memory-less node is replaced by the nearest node with memory.
+How it decides, step by step: docs/how-it-decides.md; the facts and their sources: docs/planner.md.
 """
 
 from __future__ import annotations
@@ -189,7 +169,7 @@ def _cut_chunks(
     warnings: list[str],
     kinds: CoreKinds | None = None,
 ) -> dict[int, tuple[list[Core], bool, str]]:
-    """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (module docstring, step 3)."""
+    """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (docs/how-it-decides.md, step 3)."""
     chunks: dict[int, tuple[list[Core], bool, str]] = {}
     for node, ranks_here in members.items():
         node_cores = by_node[node]

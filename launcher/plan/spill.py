@@ -1,16 +1,9 @@
 """Spill: the cores that no rank's home chunk holds (the cores of nodes that host no rank) go to the nearest ranks,
 so that no allowed core is idle. Pure; a part of :mod:`launcher.plan.planner`.
 
-Each such *idle* node goes whole to one *receiving* node, a node that hosts ranks: the nearest by the distance
-table, then one in the same package, then the one whose ranks have received the fewest spill cores each so far,
-then the first in CPU order. The spill of a receiving node (the cores of its idle nodes, the nearest nodes first,
-then in CPU order) is cut into balanced, contiguous blocks, one per rank homed there, in the order the node's
-chunks were handed out. In the shared modes (``numa``, ``socket``) every rank that shares the receiving ranks'
-chunk gets the whole spill, shared as well.
-
-``--spill loader`` (the default) makes the spill the rank's loader cores: compute stays next to the GPU and
-``OMP_NUM_THREADS`` counts only the compute cores. ``--spill compute`` adds it to the compute cores. ``--spill
-none`` leaves those cores idle, as the planner did before it spilled.
+Each such *idle* node goes whole to one *receiving* node, a node that hosts ranks; the spill of a receiving node is
+cut into balanced, contiguous blocks, one per rank homed there, and ``--spill`` makes it loader cores (default),
+compute cores or leaves it idle. The order of choices: docs/how-it-decides.md, step 4; why: docs/planner.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Site defaults and named profiles for ``affrun sbatch``, from a YAML file.
 
-The file is found as ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
-(``~/.config/affrun/config.yaml``). Its layout::
-
-    defaults:            # applied to every job
-      account: proj42
-      setup: [module load cuda/12.4]
-    profiles:
-      gpu-a100:          # --profile gpu-a100: applied over the defaults
-        partition: a100
-        gpus-per-node: 4
-        cpus-per-task: 64
-        time: "02:00:00"
-
-Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or ``gpus_per_node``). Unknown keys and
-wrong types are errors that name the file and the key. The file is read with ``yaml.safe_load`` only.
+The file is ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
+(``~/.config/affrun/config.yaml``): a ``defaults:`` mapping applied to every job and ``profiles:``, each applied
+over the defaults by ``--profile NAME``. Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or
+``gpus_per_node``). Unknown keys and wrong types are errors that name the file and the key. The file is read with
+``yaml.safe_load`` only. The layout, with an example: docs/slurm.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Read a :class:`Topology` from an hwloc XML export (``lstopo --of xml``; hwloc 1.x, 2.x and 3.x formats).
 
-Standard library only (``xml.etree``). What is read:
-
-* PUs (``os_index``) are the online CPUs; the root's ``allowed_cpuset`` narrows them to the allowed set.
-  CPUs of ``complete_cpuset`` that have no PU object are reported as offline (hwloc drops offline CPUs, and
-  disallowed ones unless exported with ``--disallowed``).
-* Packages, Cores and L3 caches (``L3Cache``; ``Cache`` with ``depth="3"`` in 1.x) group the PUs below them.
-* NUMA nodes: every ``NUMANode`` (2.x/3.x: memory children attached at their locality; 1.x: tree parents),
-  CPU-less ones included. A PU belongs to the node with the smallest cpuset containing it, normal memory
-  before ``subtype`` memory (MCDRAM, HBM, GPUMemory), so a node's CPUs are what the kernel's ``cpulist`` says.
-* Distances: the NUMA latency matrix (``distances2`` in 2.x/3.x, ``distances`` with ``latency`` in 1.x).
-* GPUs: ``PCIDev`` objects whose ``pci_type`` (``"0302 [10de:1db8] ..."``) is a display class (0x0300, 0x0302,
-  0x0380) of NVIDIA, AMD or Intel. NVSwitches (0x0680) and BMC VGAs (ASPEED 0x1a03, Matrox) are not GPUs. A
-  GPU's locality is the cpuset/nodeset of its first non-I/O ancestor; its UUID comes from an NVML/CUDA OS
-  device's ``NVIDIAUUID``.
+Standard library only (``xml.etree``). PUs are the online CPUs, narrowed by the root's ``allowed_cpuset``;
+Packages, Cores and L3 caches group them; every ``NUMANode`` is a node (CPU-less ones included), with the NUMA
+latency matrix as distances; GPUs are the ``PCIDev`` objects of a display class from NVIDIA, AMD or Intel, located
+by their first non-I/O ancestor. Which attribute means what, and hwloc's rules it follows: docs/design.md §6.
 """
 
 from __future__ import annotations

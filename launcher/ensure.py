@@ -20,6 +20,7 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
+from launcher.base.untrusted import shown
 from launcher.context.runtimes import LoadedRuntime, controller_named
 from launcher.doctor.findings import Finding, worst_first
 
@@ -93,7 +94,7 @@ class AffinityReport:
         for c in self.changes:
             lines.append(f"  changed {c}")
         lines.extend(f"  {a}" for a in self.advice)
-        return "\n".join(lines)
+        return "\n".join(shown(line) for line in lines)  # the findings and changes echo environment values
 
 
 def ensure_affinity(

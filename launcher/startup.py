@@ -64,11 +64,13 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
     if job.mem_backend == "numactl" and mem.policy != "none":
         notes.append("--mem-backend numactl: applied with set_mempolicy instead (the process is already running)")
     if job.verbose:
+        from launcher.base.untrusted import shown  # notes echo the user's values
+
         host = os.uname().nodename
-        print(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host)
-              + f" pid {os.getpid()} ({why})", file=sys.stderr)
+        print(shown(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host)
+                    + f" pid {os.getpid()} ({why})"), file=sys.stderr)
         for note in notes:
-            print(f"affrun: note: rank {rank_index}: {note}", file=sys.stderr)
+            print(shown(f"affrun: note: rank {rank_index}: {note}"), file=sys.stderr)
     return notes
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 # The longest digit string read as a number. 2**64 has 20 digits; CPython refuses to convert more than 4,300.
@@ -125,3 +126,41 @@ def unwritable(text: str, allow: str = "\t") -> str | None:
         if 0xD800 <= code < 0xE000 and not 0xDC80 <= code <= 0xDCFF:
             return f"a lone surrogate ({c!r}), which is not text"
     return None
+
+
+def shown(text: str) -> str:
+    """``text`` for one line of a text report: each character that is not printable written as ``repr`` writes it
+    (``\\n``, ``\\r``, ``\\t``, ``\\x1b``, ``\\x85``, ``\\u200b``, ``\\u202e``, ``\\udcff``), so that an echoed value
+    (an environment value, a command line, a process name) stays on its line and sends nothing to the terminal.
+    Printable text, backslashes included, is left as it is: ``shown`` of a ``repr`` or of its own result changes
+    nothing, so a report may pass every line through it once more. JSON reports keep the exact value instead."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _shell_escape(c: str) -> str:
+    if c in "\\'":
+        return "\\" + c
+    if c.isprintable():
+        return c
+    if c in "\n\r\t":
+        return repr(c)[1:-1]
+    if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte of a word that was not UTF-8 (surrogateescape): that byte
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return "".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogatepass"))
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for a POSIX shell line (:func:`shlex.quote`); a word with a character that is not
+    printable in bash's ``$'...'`` instead, its bytes escaped, so the line stays one line and pastes back exactly."""
+    if word.isprintable():
+        import shlex
+
+        return shlex.quote(word)
+    return "$'" + "".join(_shell_escape(c) for c in word) + "'"
+
+
+def shell_join(words: Sequence[str]) -> str:
+    """A command line for a report, each word as :func:`shell_word` quotes it."""
+    return " ".join(shell_word(w) for w in words)

@@ -6,13 +6,15 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import click
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import short, shown
 from launcher.cli.options import topology_options
 from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
+from launcher.errors import ConfigError
 
 SHOWN_VARIABLES = re.compile(
     r"^(OMP_|KMP_|GOMP_|MKL_|OPENBLAS_|GOTO_|LOCAL_|AFFRUN_CPUS|AFFRUN_LOADER|AFFRUN_OMP|SLURM_CPUS|SRUN_CPUS|"
@@ -30,10 +32,10 @@ def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
               help="Local ranks the job will run (default: from LOCAL_WORLD_SIZE/SLURM/..., else one per GPU, else 1).")
 @click.option("--pid", type=click.IntRange(min=1), default=None,
               help="Audit this running job instead: the process, its children and all their threads.")
-@click.option("--duration", type=click.FloatRange(min=0), default=None,
-              help="With --pid: seconds to sample for (default 2).")
-@click.option("--interval", type=click.FloatRange(min=0.005), default=0.05, show_default=True,
-              help="With --pid: seconds between samples.")
+@click.option("--duration", default=None, metavar="SECONDS",
+              help="With --pid: seconds to sample for, at most a day (default 2; sampling ends when the job does).")
+@click.option("--interval", default="0.05", show_default=True, metavar="SECONDS",
+              help="With --pid: seconds between samples (at least 0.005).")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES[::-1]), default="warning", show_default=True,
               help="Exit 1 when a finding is at least this severe (the CI guard is --fail-on error).")
@@ -44,8 +46,8 @@ def doctor(
     cpus: str | None,
     nproc: int | None,
     pid: int | None,
-    duration: float | None,
-    interval: float,
+    duration: str | None,
+    interval: str,
     as_json: bool,
     fail_on: Severity,
     list_ids: bool,
@@ -64,14 +66,29 @@ def doctor(
     if pid is not None:
         if fsroot or topology_file or cpus or nproc:
             raise click.UsageError("--pid audits the live machine: drop --fsroot/--topology/--cpus/--nproc-per-node")
-        sys.exit(_live(pid, 2.0 if duration is None else duration, interval, as_json, fail_on))
+        seconds = 2.0 if duration is None else _seconds("duration", duration)
+        sys.exit(_live(pid, seconds, _seconds("interval", interval), as_json, fail_on))
     sys.exit(_environment(fsroot, topology_file, cpus, nproc, as_json, fail_on))
+
+
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def _seconds(name: Literal["duration", "interval"], text: str) -> float:
+    """``--duration``/``--interval`` as a number of seconds in range, else :class:`ConfigError` (exit 2)."""
+    from launcher.doctor.sampling import timing_problem
+
+    value = float(text) if _DECIMAL.fullmatch(text) else None  # not float(): it reads "nan", "1_0" and "١"
+    problem = timing_problem(name, value)
+    if problem:
+        raise ConfigError(f"--{name} {short(text)}: {problem}")
+    return float(text)
 
 
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
                  as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.diagnose import audited_machine, diagnose
-    from launcher.doctor.report import environment_json, findings_text
+    from launcher.doctor.report import environment_json, findings_lines
     from launcher.plan.request import check_rank_count
 
     if nproc is not None:
@@ -104,11 +121,14 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
         click.echo(json.dumps(environment_json(findings, context), indent=2))
     else:
         machine = context["machine"]
-        click.echo(f"machine: CPUs {machine['allowed_cpus']} ({machine['cores']} cores, {machine['numa_nodes']} NUMA "
-                   f"node(s), {machine['gpus']} GPU(s)); {facts.local_size} local rank(s): {facts.local_size_source}")
-        click.echo(f"OpenMP: {', '.join(facts.openmp) or 'unknown'}"
-                   + (f" ({facts.openmp_source})" if facts.openmp_source else ""))
-        click.echo(findings_text(findings))
+        lines = [
+            f"machine: CPUs {machine['allowed_cpus']} ({machine['cores']} cores, {machine['numa_nodes']} NUMA "
+            f"node(s), {machine['gpus']} GPU(s)); {facts.local_size} local rank(s): {facts.local_size_source}",
+            f"OpenMP: {', '.join(facts.openmp) or 'unknown'}"
+            + (f" ({facts.openmp_source})" if facts.openmp_source else ""),
+            *findings_lines(findings),
+        ]
+        click.echo("\n".join(shown(line) for line in lines))
     return _exit_status(findings, fail_on)
 
 

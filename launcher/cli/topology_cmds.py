@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from launcher.base.untrusted import shown
 from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.cli.options import env_options, plan_options, topology_options
 from launcher.env.policy import plan_json
@@ -44,7 +45,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
     from launcher.base.cpulist import format_cpulist
 
     data = topo.to_json()
-    click.echo(f"source   {topo.origin}")
+    click.echo(f"source   {shown(topo.origin)}")
     click.echo(f"packages {data['packages']}   cores {len(data['cores'])}   allowed CPUs {format_cpulist(topo.allowed)}")
     for node in topo.numa_nodes:
         cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"
@@ -59,7 +60,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
                    f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
     for w in topo.warnings:
-        click.echo(f"warning: {w}")
+        click.echo(f"warning: {shown(w)}")
     if save:
         click.echo(f"saved {save}")
 

@@ -13,6 +13,7 @@ from launcher.base.cpulist import parse_cpulist
 
 PROC = "/proc"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: a kernel thread (no user memory, no command line)
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,16 @@ class ThreadStat:
     ppid: int
     processor: int  # field 39 of stat: the CPU the thread last ran on
     ticks: int  # utime + stime, in clock ticks
+    flags: int = 0  # field 9: the kernel's PF_* flags
+
+    @property
+    def exited(self) -> bool:
+        """A zombie (``Z``: exited, not yet reaped by its parent) or dead (``X``) task: it runs no more."""
+        return self.state in ("Z", "X")
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD)
 
 
 def _read(path: str) -> str | None:
@@ -42,7 +53,8 @@ def parse_stat(text: str, tid: int) -> ThreadStat | None:
     fields = rest.split()
     # rest starts at field 3 (state): field N is fields[N - 3]
     try:
-        return ThreadStat(tid, comm, fields[0], int(fields[1]), int(fields[36]), int(fields[11]) + int(fields[12]))
+        return ThreadStat(tid, comm, fields[0], int(fields[1]), int(fields[36]), int(fields[11]) + int(fields[12]),
+                          int(fields[6]))
     except (IndexError, ValueError):
         return None
 
@@ -65,6 +77,18 @@ def allowed_cpus(pid: int, tid: int | None = None, proc: str = PROC) -> frozense
                 return parse_cpulist(line.split(":", 1)[1])
             except ValueError:
                 return None
+    return None
+
+
+def thread_group(pid: int, proc: str = PROC) -> int | None:
+    """The process (``Tgid``) that ``pid`` is a thread of: ``pid`` itself for a process, ``None`` when gone.
+
+    ``/proc/TID`` of any thread exists, though ``ls /proc`` does not list it."""
+    text = _read(os.path.join(proc, str(pid), "status"))
+    for line in (text or "").splitlines():
+        if line.startswith("Tgid:"):
+            value = line.split(":", 1)[1].strip()
+            return int(value) if value.isascii() and value.isdigit() else None
     return None
 
 

@@ -1,4 +1,9 @@
-"""Text and JSON output of ``affrun doctor``: one finding per line, the live job as a table."""
+"""Text and JSON output of ``affrun doctor``: one finding per line, the live job as a table.
+
+Every line of a text report passes through :func:`launcher.base.untrusted.shown`: the findings and the table echo
+environment values, command lines and process names, which may hold a newline or an escape sequence. JSON keeps
+the exact values.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import shown
 from launcher.doctor.findings import Finding, worst_first
 from launcher.doctor.live import JobAudit, ProcessRecord
 
 
 def finding_line(f: Finding) -> str:
-    """``SEVERITY id [subject]: what is wrong -- why: ... -- fix: ...`` on one line."""
+    """``SEVERITY id [subject]: what is wrong -- why: ... -- fix: ...`` on one line, :func:`shown`."""
     where = f" [{f.subject}]" if f.subject else ""
-    return f"{f.severity:<7} {f.id}{where}: {f.message} -- why: {f.why} -- fix: {f.fix}"
+    return shown(f"{f.severity:<7} {f.id}{where}: {f.message} -- why: {f.why} -- fix: {f.fix}")
 
 
-def findings_text(findings: Sequence[Finding]) -> str:
+def findings_lines(findings: Sequence[Finding]) -> list[str]:
+    """One line per finding, worst first (a finding echoes values as they were found: each line is shown)."""
     if not findings:
-        return "no findings"
-    return "\n".join(finding_line(f) for f in worst_first(findings))
+        return ["no findings"]
+    return [finding_line(f) for f in worst_first(findings)]
+
 
 
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
@@ -54,9 +62,11 @@ def _runtimes_line(p: ProcessRecord) -> str:
 
 def job_text(audit: JobAudit) -> str:
     threads = sum(len(p.threads) for p in audit.processes)
+    ended = any(p.pid == audit.pid and not p.alive for p in audit.processes)
     lines = [
         f"job {audit.pid}: {len(audit.processes)} process(es), {threads} thread(s), {audit.samples} samples over "
-        f"{audit.duration:.2f} s (every {audit.interval:g} s); machine CPUs {format_cpulist(audit.machine_cpus)}",
+        f"{audit.duration:.2f} s (every {audit.interval:g} s); machine CPUs {format_cpulist(audit.machine_cpus)}"
+        + ("; the job exited, which ended the sample" if ended else ""),
         "",
     ]
     for p in audit.processes:
@@ -87,5 +97,5 @@ def job_text(audit: JobAudit) -> str:
     else:
         lines.append(f"GPUs: {audit.gpus.reason}")
     lines.append("")
-    lines.append(findings_text(audit.findings))
-    return "\n".join(lines)
+    lines.extend(findings_lines(audit.findings))
+    return "\n".join(shown(line) for line in lines)

@@ -3,20 +3,27 @@
 
 :func:`sample_job` reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's allowed CPUs
 and the CPU it last ran on (``stat`` field 39), its CPU time, and each process's libraries and environment. A
-change of CPU between two samples counts as a migration, so the rate is a lower bound.
+change of CPU between two samples counts as a migration, so the rate is a lower bound. Sampling stops early when
+the audited process exits (a zombie counts as exited): the report holds what was seen until then.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import select
 import time
-from typing import Any
+from typing import Any, Literal
 
+from launcher.base.untrusted import short
 from launcher.context.runtimes import read_environ, runtimes_from_paths
 from launcher.doctor import procfs
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, job_findings
-from launcher.errors import AffrunError
+from launcher.errors import AffrunError, ConfigError
+
+MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
+MIN_INTERVAL = 0.005  # seconds between samples: one sample of a big job takes longer than that anyway
 
 
 def _tree(root: Any) -> list[Any]:
@@ -50,6 +57,8 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
         stat = procfs.thread_stat(record.pid, tid, proc)
         if stat is None:
             continue
+        if tid == record.pid and stat.exited:
+            record.alive = False  # a zombie: it has exited, its parent has not reaped it yet
         allowed = procfs.allowed_cpus(record.pid, tid, proc)
         thread = record.threads.get(tid)
         if thread is None:
@@ -66,12 +75,68 @@ def _read_libraries(record: ProcessRecord, proc: str) -> None:
         return  # gone, or not ours: keep what was read before
 
 
+def timing_problem(name: Literal["duration", "interval"], value: object) -> str | None:
+    """What is wrong with ``value`` as the sampling's ``duration`` or ``interval`` in seconds, or ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "not a number of seconds"
+    if not math.isfinite(value):
+        return "not a finite number of seconds"
+    low = MIN_INTERVAL if name == "interval" else 0.0
+    if value < low:
+        return f"below {low:g} s" if low else "negative"
+    if value > MAX_SECONDS:
+        return f"over {MAX_SECONDS:g} s (a day)"
+    return None
+
+
+def _target(pid: int, proc: str) -> None:
+    """Refuse a ``pid`` that is not a process of a job: a thread of another process, a kernel thread."""
+    group = procfs.thread_group(pid, proc)
+    if group is None:
+        raise AffrunError(f"--pid {pid}: no such process")
+    if group != pid:
+        raise AffrunError(f"--pid {pid} is a thread of process {group}, not a process: give --pid {group}")
+    stat = procfs.thread_stat(pid, pid, proc)
+    if stat is not None and stat.kernel_thread:
+        raise AffrunError(f"--pid {pid} is a kernel thread ({short(stat.comm, 40)}), not a job: give the pid of a "
+                          "training process or of its launcher")
+
+
+def _exit_watch(pid: int, proc: str) -> int | None:
+    """A pidfd of ``pid``: readable once the process exits (Linux 5.3); ``None`` where there is none."""
+    if proc != "/proc" or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _pause(seconds: float, pid: int, pidfd: int | None, proc: str) -> None:
+    """Wait ``seconds``, or less: until the process ``pid`` exits (through its pidfd, else every 0.1 s)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if pidfd is not None:
+            select.select([pidfd], [], [], left)
+            return
+        time.sleep(min(left, 0.1))
+        stat = procfs.thread_stat(pid, pid, proc)
+        if stat is None or stat.exited:
+            return
+
+
 def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: str = "/proc") -> JobAudit:
-    """Sample the process ``pid`` and its descendants; raise :class:`AffrunError` if it does not exist."""
+    """Sample the process ``pid`` and its descendants until ``duration`` seconds have passed or ``pid`` exits.
+
+    Raises :class:`ConfigError` for a ``duration``/``interval`` that is not a number of seconds in range, and
+    :class:`AffrunError` when ``pid`` is not a process that can be read (gone, a thread, a kernel thread)."""
     import psutil
 
-    if duration < 0 or interval <= 0:
-        raise AffrunError("--duration must be >= 0 and --interval > 0")
+    for name, value in (("duration", duration), ("interval", interval)):
+        problem = timing_problem(name, value)  # type: ignore[arg-type]
+        if problem:
+            raise ConfigError(f"{name}={short(value)}: {problem}")
+    _target(pid, proc)
     try:
         root = psutil.Process(pid)
     except psutil.NoSuchProcess:
@@ -82,28 +147,33 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         raise AffrunError(f"--pid {pid}: cannot read {proc}/{pid}/maps (run as the job's user or root)")
     records: dict[int, ProcessRecord] = {}
     gpus = GpuSampler()
+    pidfd = _exit_watch(pid, proc)
     start = time.monotonic()
     samples = 0
-    while True:
-        seen: set[int] = set()
-        for p in _tree(root):
-            record = records.get(p.pid)
-            if record is None:
-                record = _new_record(p.pid, proc)
+    try:
+        while True:
+            seen: set[int] = set()
+            for p in _tree(root):
+                record = records.get(p.pid)
                 if record is None:
-                    continue
-                records[p.pid] = record
-                _read_libraries(record, proc)
-            seen.add(p.pid)
-            _sample_process(record, proc)
-        for gone in set(records) - seen:
-            records[gone].alive = False
-        gpus.sample(set(records))
-        samples += 1
-        elapsed = time.monotonic() - start
-        if elapsed >= duration:
-            break
-        time.sleep(min(interval, max(duration - elapsed, 0.0)))
+                    record = _new_record(p.pid, proc)
+                    if record is None:
+                        continue
+                    records[p.pid] = record
+                    _read_libraries(record, proc)
+                seen.add(p.pid)
+                _sample_process(record, proc)
+            for gone in set(records) - seen:
+                records[gone].alive = False
+            gpus.sample(set(records))
+            samples += 1
+            elapsed = time.monotonic() - start
+            if elapsed >= duration or pid not in records or not records[pid].alive:
+                break  # the time is up, or the job has ended: what was seen is the report
+            _pause(min(interval, duration - elapsed), pid, pidfd, proc)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     elapsed = time.monotonic() - start
     if not records:
         raise AffrunError(f"--pid {pid}: the process ended before it could be read")

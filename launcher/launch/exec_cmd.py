@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.base.untrusted import short
+from launcher.base.untrusted import shell_join, short, shown
 from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank_variables
 from launcher.bind.wire import PLAN_VARIABLE, Job, RankRecord, read_job
 from launcher.context.local_rank import LocalRank
@@ -175,7 +175,7 @@ def main(argv: Sequence[str]) -> int:
 
     collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
     if collapse is not None:
-        print(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}", file=sys.stderr)
+        print(shown(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}"), file=sys.stderr)
     given = given_options(before)
     job, rank, detected = _job_and_rank(args, environ, given)
     notes = list(rank.notes)
@@ -191,27 +191,25 @@ def main(argv: Sequence[str]) -> int:
         for name, value in torch_distributed_env(environ, detected).items():
             env.setdefault(name, value)
     host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
-    if args.dry_run:
-        print(rank_line(rank, job.size, mem_text(job.mem_policy, rank.mem_nodes), host))
+    if args.dry_run:  # every line shown: values, notes and the command may hold a newline or an escape sequence
+        print(shown(rank_line(rank, job.size, mem_text(job.mem_policy, rank.mem_nodes), host)))
         for name in sorted({*rank_variables(job, rank), MEM_VARIABLE}):
-            print(f"{name}={env[name]}")
+            print(shown(f"{name}={env[name]}"))
         for name in rank.unset:
-            print(f"unset {name}")
+            print(shown(f"unset {name}"))
         for note in (*notes, *rank.warnings):
-            print(f"note: {note}")
+            print(shown(f"note: {note}"))
         if command:
-            import shlex
-
-            print("exec " + shlex.join(command))
+            print("exec " + shell_join(command))
         return 0
     mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend)
     env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:
-        print(f"affrun: warning: rank {rank.local_rank}: {warning}", file=sys.stderr)
+        print(shown(f"affrun: warning: rank {rank.local_rank}: {warning}"), file=sys.stderr)
     if verbose:
-        print(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host), file=sys.stderr)
+        print(shown(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host)), file=sys.stderr)
         for note in notes:
-            print(f"affrun: note: rank {rank.local_rank}: {note}", file=sys.stderr)
+            print(shown(f"affrun: note: rank {rank.local_rank}: {note}"), file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
     if mem.wrapper and _missing(command[0]):

@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 
+from launcher.base.untrusted import shell_join, shown
 from launcher.bind.apply import exec_or_status
 from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
@@ -95,15 +95,15 @@ def main(argv: Sequence[str]) -> int:
     role = top_role(command) if args.top == "auto" else args.top
     host = os.uname().nodename
     for rank in parent.plan.ranks if bound else ():
-        print(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host),
+        print(shown(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host)),
               file=sys.stderr)
     for warning in parent.plan.warnings:
-        print(f"affrun: warning: {warning}", file=sys.stderr)
+        print(shown(f"affrun: warning: {warning}"), file=sys.stderr)
     from launcher.context.binders import binders_in_command, binders_in_environment
 
     for binder in (*binders_in_environment(environ), *binders_in_command(command)):
-        print(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder wins: "
-              f"{binder.fix}", file=sys.stderr)
+        print(shown(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder "
+                    f"wins: {binder.fix}"), file=sys.stderr)
     identity = task_identity(environ)
     task = json.dumps(identity, separators=(",", ":")) if identity else ""
     if args.dry_run:
@@ -112,7 +112,7 @@ def main(argv: Sequence[str]) -> int:
         if task:
             print(f"{TASK_VARIABLE}={task}")
         if command:
-            print("exec " + shlex.join(command))
+            print("exec " + shell_join(command))
         return 0
     environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
     environ[RUN_VARIABLE] = role

@@ -13,12 +13,12 @@ import argparse
 import difflib
 import gc
 import os
-import shlex
 import stat
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from launcher.base.untrusted import shell_join, shown
 from launcher.bind.handoff import exec_prefix, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
@@ -198,9 +198,9 @@ def main(argv: Sequence[str]) -> int:
         # "starting": the line is the plan a rank is about to start with, printed before any rank runs (a rank
         # that then fails gets torchrun's own report); affrun exec --verbose prints the same line once bound.
         line = rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host)
-        print(line.replace("affrun: rank ", "affrun: starting rank ", 1), file=sys.stderr)
+        print(shown(line.replace("affrun: rank ", "affrun: starting rank ", 1)), file=sys.stderr)
     for warning in plan.warnings:
-        print(f"affrun: warning: {warning}", file=sys.stderr)
+        print(shown(f"affrun: warning: {warning}"), file=sys.stderr)
     if args.signals_to_handle is None:
         # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too,
         # unless the user chose the signals (--signals-to-handle or PET_SIGNALS_TO_HANDLE).
@@ -208,7 +208,7 @@ def main(argv: Sequence[str]) -> int:
     script = args.training_script  # what torchrun's failure report names (before the rewrite below)
     worker = rewrite_for_exec(args)
     if args.affrun_dry_run:
-        print("worker: " + shlex.join(worker))
+        print("worker: " + shell_join(worker))
         return 0
     os.environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
     # torchrun would set OMP_NUM_THREADS=1 (and warn) when it is unset; each worker's affrun exec replaces it

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import shown
 from launcher.plan.planner import Plan
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, Style, Text, flow, framed, hjoin, text_line, vstack, wrap
 from launcher.show.model import GpuEntry, Model
@@ -210,7 +211,7 @@ def _header(model: Model, width: int) -> list[Block]:
         f"allowed {format_cpulist(topo.allowed) or 'none'}",
         _plural(ngpus, "GPU") if ngpus else "no GPU",
     ])
-    return [*wrap(head, width, BOLD), *wrap(machine, width, DIM), *wrap(f"source: {topo.origin}", width, DIM)]
+    return [*wrap(head, width, BOLD), *wrap(machine, width, DIM), *wrap(f"source: {shown(topo.origin)}", width, DIM)]
 
 
 def _legend(model: Model, width: int, color: bool) -> list[Block]:
@@ -289,7 +290,7 @@ def _warnings(model: Model, width: int) -> list[Block]:
             seen.append(w)
     out: list[Block] = []
     for w in seen:
-        out += wrap(w, width, PLAIN, first="warning: ", indent=0)
+        out += wrap(shown(w), width, PLAIN, first="warning: ", indent=0)
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import shown
 from launcher.plan.planner import Plan
 from launcher.topology.model import Topology
 
@@ -32,4 +33,4 @@ def plan_table(topo: Topology, plan: Plan) -> str:
     lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}, spill {plan.spill}{reserved}, source {topo.origin}")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
-    return "\n".join(lines)
+    return "\n".join(shown(line) for line in lines)  # the source's path and the warnings echo what was given

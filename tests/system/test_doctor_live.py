@@ -25,7 +25,7 @@ from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
 from tests.conftest import need
-from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, torchrun_argv
+from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, run, torchrun_argv
 
 pytestmark = pytest.mark.slow
 CPUS = frozenset(os.sched_getaffinity(0))
@@ -493,3 +493,108 @@ def test_thread_counts_asked_from_the_loaded_libraries() -> None:
     counts = json.loads(done.stdout)
     assert counts["libgomp"] == [1, "runtime"]  # torch.set_num_threads(1) went to libgomp
     assert counts["openblas"] == [1, "runtime"]
+
+
+# ------------------------------------------------------------------ hostile --pid targets and durations
+def _refused(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, no traceback, exactly one ``affrun: error:`` line holding ``needles``."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")]
+    assert proc.returncode == 2 and len(errors) == 1, (proc.returncode, proc.stderr[-3000:])
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+@contextmanager
+def sleeper(seconds: float = 120) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"], env=clean_env())
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("--duration", "nan"), ("--duration", "NaN"), ("--duration", "inf"), ("--duration", "-inf"),
+    ("--duration", "1e400"), ("--duration", "-1"), ("--duration", "-0.5"), ("--duration", "1e300"),
+    ("--duration", "1e9"), ("--duration", "1_0"), ("--duration", "٣"), ("--duration", ""), ("--duration", "two"),
+    ("--interval", "nan"), ("--interval", "inf"), ("--interval", "0"), ("--interval", "-0.05"),
+    ("--interval", "1e300"), ("--interval", "1e-9"),
+])
+def test_durations_out_of_range_are_one_error_line(option: str, value: str) -> None:
+    with sleeper() as target:
+        extra = [] if option == "--duration" else ["--duration", "0.2"]
+        proc = run(affrun_argv("doctor", "--pid", str(target.pid), *extra, option, value), timeout=120)
+    _refused(proc, option)
+
+
+def test_a_job_that_ends_ends_the_sample() -> None:
+    """--duration 300 on a job that lives about a second: doctor returns once it has ended, with what it saw."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"], env=clean_env())
+    try:
+        start = STALLS.running_seconds()
+        proc = run(affrun_argv("doctor", "--pid", str(job.pid), "--duration", "300", "--json"), timeout=240)
+        took = STALLS.running_seconds() - start
+    finally:
+        job.kill()
+        job.wait(timeout=30)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["duration_s"] < 150 and took < 200, (data["duration_s"], took)
+    assert [p["alive"] for p in data["processes"] if p["pid"] == job.pid] == [False]
+
+
+def _wait_state(pid: int, state: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != state:
+        assert time.monotonic() < deadline, f"pid {pid} never reached state {state}"
+        time.sleep(0.05)
+
+
+def test_a_zombie_is_reported_as_exited() -> None:
+    """A child this test has not reaped yet is a zombie: it has exited, whatever /proc still lists."""
+    zombie = subprocess.Popen(["true"])
+    try:
+        _wait_state(zombie.pid, "Z")
+        as_json = run(affrun_argv("doctor", "--pid", str(zombie.pid), "--duration", "300", "--json"), timeout=240)
+        as_text = run(affrun_argv("doctor", "--pid", str(zombie.pid), "--duration", "300"), timeout=240)
+    finally:
+        zombie.wait(timeout=30)
+    assert as_json.returncode in (0, 1), as_json.stderr[-3000:]
+    data = json.loads(as_json.stdout)
+    assert [p["alive"] for p in data["processes"]] == [False]
+    assert data["duration_s"] < 150  # nothing to wait for: the job has already ended
+    head = [line for line in as_text.stdout.splitlines() if f"pid {zombie.pid} " in line]
+    assert head and "(exited)" in head[0], as_text.stdout
+
+
+def _kernel_thread() -> int | None:
+    """A process with the kernel's PF_KTHREAD flag (``stat`` field 9), where this pid namespace shows one."""
+    for entry in sorted(Path("/proc").iterdir(), key=lambda p: (len(p.name), p.name)):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[6]) & 0x00200000:
+            return int(entry.name)
+    return None
+
+
+def test_a_kernel_thread_is_one_error() -> None:
+    pid = _kernel_thread()
+    need(pid is not None, "no kernel thread is visible in this pid namespace")
+    _refused(run(affrun_argv("doctor", "--pid", str(pid), "--duration", "0.2"), timeout=120), "kernel thread")
+
+
+def test_a_thread_id_is_one_error_naming_its_process() -> None:
+    code = ("import os, threading; e = threading.Event(); t = threading.Thread(target=e.wait); t.start(); "
+            "os.write(1, f'READY {t.native_id}\\n'.encode()); e.wait()")
+    with running([sys.executable, "-c", code], clean_env()) as (proc, lines):
+        tid = int(next(x for x in lines if x.startswith("READY")).split()[1])
+        assert tid != proc.pid and Path(f"/proc/{tid}").exists()
+        result = run(affrun_argv("doctor", "--pid", str(tid), "--duration", "0.2"), timeout=120)
+    _refused(result, f"--pid {tid}", f"process {proc.pid}")

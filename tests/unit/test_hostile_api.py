@@ -9,7 +9,6 @@ real CLI; one rule for control characters holds on the command line and in a YAM
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +16,7 @@ import pytest
 
 from launcher.errors import AffrunError, ConfigError
 
-
 # ------------------------------------------------------------------------------------------- class 6: bind_rank
-@pytest.fixture
-def unbound(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """bind_rank plans here (no affrun run around the test), and this process's mask is put back afterwards."""
-    for name in ("AFFRUN_RUN", "AFFRUN_PLAN", "AFFRUN_CPUS"):
-        monkeypatch.delenv(name, raising=False)
-    before = os.sched_getaffinity(0)
-    saved = dict(os.environ)
-    yield
-    os.sched_setaffinity(0, before)
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 WRONG_TYPES: list[tuple[str, object]] = [
     ("loader_cores", None), ("loader_cores", 1.5), ("loader_cores", "1"), ("loader_cores", True),
     ("cpu_map", 5), ("cpu_map", [[]]), ("cpu_map", [b"0"]), ("fsroot", 123), ("topology", 5), ("fsroot", b"/sys"),

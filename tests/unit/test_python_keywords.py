@@ -10,7 +10,7 @@ every front end.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,19 +20,6 @@ from launcher.errors import ConfigError
 from launcher.options.table import BINDING_OPTIONS
 
 MAX_COUNT = MAX_CPU_ID + 1  # no machine has more CPUs than affrun has CPU ids
-
-
-@pytest.fixture
-def unbound(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No affrun run around the test; this process's mask and environment are put back afterwards."""
-    for name in ("AFFRUN_RUN", "AFFRUN_PLAN", "AFFRUN_CPUS"):
-        monkeypatch.delenv(name, raising=False)
-    before = os.sched_getaffinity(0)
-    saved = dict(os.environ)
-    yield
-    os.sched_setaffinity(0, before)
-    os.environ.clear()
-    os.environ.update(saved)
 
 
 def refusal(call: Callable[..., object], **kwargs: object) -> str:

@@ -66,18 +66,20 @@ def host_bridge(name: str) -> str | None:
 
 
 def sysfs_pci_path(real_path: str) -> tuple[str, tuple[str, ...]] | None:
-    """(address, PCI path) of the device whose resolved sysfs directory is ``real_path``
+    """(address, PCI path) of the PCI device whose resolved sysfs directory is ``real_path``
     (``.../devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0``): the path is the host bridge
-    and the bridges above the device (:data:`launcher.topology.model.PciPath`). ``None`` when the directory is
-    not a PCI device under a host bridge. The last host bridge counts (a VMD domain nests one)."""
+    and the bridges above the device (:data:`launcher.topology.model.PciPath`). A device that is not itself a PCI
+    function (``.../0000:00:03.0/virtio2``, a virtio NIC) is its nearest PCI ancestor, as hwloc has it. ``None``
+    when no PCI function lies under a host bridge there. The last host bridge counts (a VMD domain nests one)."""
     parts = real_path.rstrip("/").split("/")
     start = max((i for i, p in enumerate(parts) if host_bridge(p)), default=None)
-    if start is None or start == len(parts) - 1:
+    if start is None:
         return None
     chain = [pci_address(p) for p in parts[start + 1:]]
-    if any(a is None for a in chain):
-        return None
+    while chain and chain[-1] is None:
+        chain.pop()
     addresses = [a for a in chain if a is not None]
     bridge = host_bridge(parts[start])
-    assert bridge is not None
+    if not addresses or len(addresses) != len(chain) or bridge is None:
+        return None
     return addresses[-1], (bridge, *addresses[:-1])

@@ -286,3 +286,38 @@ def dgx_like() -> FakeMachine:
         m.nics.append(FakeNIC(name, bdf, node, ports=((state, "200 Gb/sec (4X HDR)"),)))
     m.nics.append(FakeNIC("eno1", "0000:0a:00.0", 0, "ethernet", (("up", "25000"),)))
     return m
+
+
+def break_nics(root: Path, case: str) -> str:
+    """Damage the NICs of a tree written from :func:`dgx_like` the way a hostile or broken sysfs can; returns the
+    name of the NIC that must give a warning and no NIC. ``loop``: mlx5_9's ``device`` link points at itself;
+    ``state``: mlx5_6's port state is garbage; ``node``: mlx5_11 is on NUMA node 7, which does not exist; ``fifo``:
+    mlx5_10's port rate is a FIFO; ``many``: 10,000 interfaces in ``sys/class/net`` (then no interface is read)."""
+    ib = root / "sys/class/infiniband"
+    if case == "loop":
+        device = ib / "mlx5_9" / "device"
+        device.unlink()
+        device.symlink_to("device")
+        return "mlx5_9"
+    if case == "state":
+        (ib / "mlx5_6/ports/1/state").write_text("banana: split\n")
+        return "mlx5_6"
+    if case == "node":
+        (ib / "mlx5_11/device/numa_node").write_text("7\n")
+        return "mlx5_11"
+    if case == "fifo":
+        import os
+
+        rate = ib / "mlx5_10/ports/1/rate"
+        rate.unlink()
+        os.mkfifo(rate)
+        return "mlx5_10"
+    if case == "many":
+        net = root / "sys/class/net"
+        for i in range(10_000):
+            (net / f"eth{i}").symlink_to(f"../../devices/virtual/net/eth{i}")
+        return "eno1"
+    raise ValueError(case)
+
+
+HOSTILE_NIC_CASES = ("loop", "state", "node", "fifo", "many")

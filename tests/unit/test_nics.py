@@ -115,9 +115,12 @@ def test_dgx_like_each_rank_gets_the_nic_behind_its_gpus_switch(tmp_path: Path) 
     expected = ["mlx5_0", "mlx5_3", "mlx5_5", "mlx5_4", "mlx5_9", "mlx5_6", "mlx5_11", "mlx5_10"]
     assert nics_of(plan) == [f"{n}:1" for n in expected]
     assert {r.nic.distance for r in plan.ranks if r.nic} == {"switch"}
-    # bind.sh --ib=single takes HCA local_rank x nIB / nGPU of the device list: by index, mostly storage NICs here
-    listed = sorted(f"mlx5_{i}" for i in range(12))
-    assert [listed[i * 12 // 8] for i in range(8)] != expected
+    # bind.sh --ib=single takes device local_rank x nIB / nGPU of `ibstat -l | sort -V`: by index, which here
+    # gives the storage NICs mlx5_1 and mlx5_7 to ranks 1 and 5, and only ranks 0, 3 and 7 their switch's NIC
+    listed = [f"mlx5_{i}" for i in range(12)]
+    by_index = [listed[i * 12 // 8] for i in range(8)]
+    assert by_index == ["mlx5_0", "mlx5_1", "mlx5_3", "mlx5_4", "mlx5_6", "mlx5_7", "mlx5_9", "mlx5_10"]
+    assert [i for i, (a, b) in enumerate(zip(by_index, expected)) if a == b] == [0, 3, 7]
 
 
 def test_dgx_like_cpu_only_ranks_take_nics_of_their_node_spread(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ class TaskBinding:
     omp_bind: str
     host: str = field(default_factory=socket.gethostname)
     mem: str = "none"  # the memory policy in effect, as the rank line writes it: membind:0, none
+    nic: str | None = None  # AFFRUN_NIC: mlx5_0:1, eth0; None: no NIC
 
 
     def as_dict(self) -> dict[str, Any]:
@@ -46,7 +47,7 @@ class TaskBinding:
     def __str__(self) -> str:
         """The rank line (:mod:`launcher.env.rank_line`), without ``affrun:``."""
         return rank_summary(self.local_rank, self.local_world_size, self.host, self.cpus, self.numa_nodes, self.gpu,
-                            self.gpu_pci, self.threads, self.loader_cpus, self.mem)
+                            self.gpu_pci, self.threads, self.loader_cpus, self.mem, self.nic)
 
 
 def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> frozenset[int]:
@@ -105,5 +106,6 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         threads=one("AFFRUN_THREADS", len(compute)),
         omp_bind=env.get("AFFRUN_OMP_BIND", "rank"),
         mem=env.get(MEM_VARIABLE) or "none",
+        nic=env.get("AFFRUN_NIC") or None,
     )
 

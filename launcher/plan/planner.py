@@ -20,6 +20,7 @@ from launcher.errors import Opt, PlanError
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
+from launcher.plan.nics import NicChoice, choose_nics
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
 from launcher.topology.kinds import CoreKinds
@@ -52,10 +53,15 @@ class RankPlan:
     warnings: tuple[str, ...] = ()
     spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
     spill_nodes: tuple[int, ...] = ()  # the nodes they come from
+    nic: NicChoice | None = None  # the nearest NIC (launcher.plan.nics)
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
         return tuple(sorted(p for core in self.compute_cores for p in core))
+
+    @property
+    def nic_device(self) -> str | None:
+        return self.nic.device if self.nic else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +79,7 @@ class RankPlan:
             "warnings": list(self.warnings),
             "spill_cpus": list(self.spill_cpus),
             "spill_nodes": list(self.spill_nodes),
+            "nic": self.nic.to_dict() if self.nic else None,
         }
 
 
@@ -155,7 +162,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
             _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
         )
     return Plan(
-        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(reserved_pus)), req.spill,
     )
 
@@ -210,8 +217,10 @@ def quota_threads(topo: Topology, ranks: int) -> int | None:
     return max(1, int(quota // max(ranks, 1)))
 
 
-def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
-    """Under a CPU quota below the allowed CPUs, cap each rank's threads so that ranks x threads fits the quota."""
+def _finish_ranks(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
+    """Each rank's NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so that ranks x
+    threads fits the quota."""
+    ranks = [replace(r, nic=c) for r, c in zip(ranks, choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks]))]
     quota = topo.cpu_quota
     cap = quota_threads(topo, len(ranks))
     if quota is None or cap is None:
@@ -374,6 +383,6 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
     return Plan(
-        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(_reserved_pus(topo, req))), "none",
     )

@@ -3,13 +3,14 @@
 Standard library only (``xml.etree``). PUs are the online CPUs, narrowed by the root's ``allowed_cpuset``;
 Packages, Cores and L3 caches group them; every ``NUMANode`` is a node (CPU-less ones included), with the NUMA
 latency matrix as distances; GPUs are the ``PCIDev`` objects of a display class from NVIDIA, AMD or Intel, located
-by their first non-I/O ancestor. Which attribute means what, and hwloc's rules it follows: docs/design.md §6.
+by their first non-I/O ancestor; NICs and every PCI device's path: :mod:`launcher.topology.nics_xml`.
+Which attribute means what, and hwloc's rules it follows: docs/design.md §6.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from launcher.base.cpulist import cpu_error, format_cpulist, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
@@ -19,6 +20,7 @@ from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASS
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.nics_xml import xml_pci
 from launcher.topology.pci import pci_address, pci_order
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
@@ -224,6 +226,8 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
     gpus, warnings = _gpus(walk, online, nodes)
     kinds = kinds_from_hwloc_xml(top, online, path)
     node_ids = frozenset(n.os_index for n in nodes)
+    pci_paths, nics, nic_warnings = xml_pci(machine, node_ids)
+    gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
     allowed_nodeset = _mask(machine, "allowed_nodeset")
     allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids
     return Topology(
@@ -237,8 +241,9 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
         gpus=gpus,
         source=f"hwloc-xml {path}",
         allowed_mems=allowed_mems,
-        warnings=(*warnings, *kinds.warnings),
+        warnings=(*warnings, *kinds.warnings, *nic_warnings),
         core_kinds=CoreKinds(kinds.kinds),
+        nics=tuple(nics),
     )
 
 

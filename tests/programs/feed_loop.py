@@ -58,7 +58,7 @@ def main() -> None:
     def report() -> None:
         seconds = own["last"] - own["first"] if own["first"] is not None else 0.0
         print(json.dumps({
-            "pid": os.getpid(), "batches": own["batches"], "wait": own["wait"], "seconds": seconds,
+            "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "batches": own["batches"], "wait": own["wait"], "seconds": seconds,
             "fraction": own["wait"] / seconds if seconds else 0.0, "num_workers": [dl.num_workers for dl in loaders],
             "patched": _BaseDataLoaderIter.__next__.__module__ != "torch.utils.data.dataloader"
             or hasattr(_BaseDataLoaderIter.__next__, "__wrapped__"),

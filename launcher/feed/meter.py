@@ -120,6 +120,10 @@ class Meter:
         if final:
             if self.live:
                 _remove(self.live)
+                try:
+                    os.rmdir(os.path.dirname(self.live))  # the user's last metered process leaves nothing behind
+                except OSError:
+                    pass  # another rank's file is still there (a rank that loses the race makes it again)
             return
         if not self.live:
             self.live = _live_file()

@@ -58,6 +58,9 @@ def test_exec_meters_an_unmodified_loop_and_sums_its_loaders(tmp_path: Path) -> 
     assert int(line[1]) == own["batches"] and float(line[2]) == pytest.approx(100 * own["fraction"], abs=100 * POINTS)
     assert own["patched"]
     assert not any(os.path.exists(p) for p in live_paths(own["pid"], os.getuid(), clean_env()))  # clean exit
+    assert not any(os.path.exists(os.path.dirname(p)) for p in live_paths(own["pid"], os.getuid(), clean_env())) \
+        or any(name.endswith(".json") for d in {os.path.dirname(p) for p in live_paths(1, os.getuid(), clean_env())}
+               if os.path.isdir(d) for name in os.listdir(d))  # the directory too, unless another rank uses it
 
 
 @pytest.mark.parametrize("extra", [

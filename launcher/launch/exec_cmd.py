@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
+    from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
 
     p = argparse.ArgumentParser(
         prog="affrun exec",
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
                    help="Local ranks on this node (default: from the launcher's variables).")
     add_binding_arguments(p)
+    add_feed_arguments(p)
     add_run_flags(p, verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return p
@@ -161,6 +162,12 @@ def main(argv: Sequence[str]) -> int:
     verbose = args.verbose or job.verbose
     env = rank_environ(job, rank, environ)
     env[MEM_VARIABLE] = mem_text(job.mem_policy, rank.mem_nodes)  # as planned; what took is written below
+    feed: dict[str, str] = {}
+    if hasattr(args, "feed_report"):  # options were parsed (default_args() has none): --feed-*, --loader-workers
+        from launcher.feed.variables import feed_variables
+
+        feed = feed_variables(args)
+        env.update(feed)
     if detected is not None and PLAN_VARIABLE not in environ:
         # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
         from launcher.context.local_rank import torch_distributed_env
@@ -170,7 +177,7 @@ def main(argv: Sequence[str]) -> int:
     host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
     if args.dry_run:
         print(rank_line(rank, job.size, mem_text(job.mem_policy, rank.mem_nodes), host))
-        for name in sorted({*rank_variables(job, rank), MEM_VARIABLE}):
+        for name in sorted({*rank_variables(job, rank), MEM_VARIABLE, *feed}):
             print(f"{name}={env[name]}")
         for name in rank.unset:
             print(f"unset {name}")

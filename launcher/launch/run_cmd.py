@@ -35,7 +35,7 @@ from launcher.errors import LaunchError
 from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command
 from launcher.options.groups import BindingOptions
-from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
+from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
 from launcher.plan.request import check_rank_count
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
                    "deepspeed, mpirun, srun; rank0 otherwise).")
     add_binding_arguments(p)
+    add_feed_arguments(p)
     add_run_flags(p, verbose="Every process the hook binds prints its rank line (with its pid and why) on stderr.",
                   dry_run="Print the plan and the environment; start nothing.")
     p.add_argument("--strict", action="store_true",
@@ -100,6 +101,9 @@ def main(argv: Sequence[str]) -> int:
         raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
                           "run the launcher directly")
     parent = prepare(args, environ)
+    from launcher.feed.variables import feed_variables, start_afresh
+
+    feed = feed_variables(args)
     # Before anything is printed or run: whether COMMAND's interpreter loads the hook that binds (warning,
     # or --strict's error). Without it the rank lines would report a binding that is never made.
     bound = check_command(command, environ, strict=args.strict, verbose=args.verbose) if command else True
@@ -122,6 +126,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"{PLAN_VARIABLE}={parent.to_json()}")
         if task:
             print(f"{TASK_VARIABLE}={task}")
+        for name, value in sorted(feed.items()):
+            print(f"{name}={value}")
         if command:
             print("exec " + shlex.join(command))
         return 0
@@ -131,6 +137,8 @@ def main(argv: Sequence[str]) -> int:
     environ.pop(TASK_VARIABLE, None)
     if task:
         environ[TASK_VARIABLE] = task
+    start_afresh(feed)
+    environ.update(feed)
     sys.stderr.flush()
     sys.stdout.flush()
     return exec_or_status(command, environ)

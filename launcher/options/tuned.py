@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import ConfigError
-from launcher.options.table import TUNED_OPTION, OptionSpec, options_in
+from launcher.options.table import FEED_OPTIONS, TUNED_OPTION, OptionSpec, options_in
 
 if TYPE_CHECKING:
     import argparse
@@ -29,10 +29,7 @@ FORMAT = 1  # the file's ``affrun-tuned`` key
 
 def tunable() -> tuple[OptionSpec, ...]:
     """The options a tuned file may hold: the planning options and ``--loader-workers``."""
-    from launcher.options import table
-
-    feed = tuple(s for s in getattr(table, "FEED_OPTIONS", ()) if s.dest == "loader_workers")
-    return (*options_in("plan"), *feed)
+    return (*options_in("plan"), *(spec for spec in FEED_OPTIONS if spec.dest == "loader_workers"))
 IDENTITY_KEYS = ("cpu-model", "packages", "cores", "cpus", "gpus")
 
 

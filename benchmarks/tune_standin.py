@@ -2,8 +2,8 @@
 
 ``--kind loader``: each item waits ``--io-ms`` (storage latency) and costs ``--cpu-ms`` of CPU (decoding); a step
 is one small matmul. ``--kind compute``: items are free; a step is ``--matmuls`` 256x256 matmuls on the rank's
-OpenMP threads. The DataLoader's workers are what affrun says (``AFFRUN_LOADER_WORKERS``, as
-``launcher.torch.loader_workers()`` reads it), else ``--plain-workers`` (the number a script hard-codes).
+OpenMP threads. The DataLoader's workers are what affrun says (``launcher.torch.loader_workers()``) under affrun,
+else ``--plain-workers`` (the number a script hard-codes; 2).
 With ``--seconds T`` the loop stops after T seconds and prints its own count: one JSON line, batches per second
 after its first second (the independent measurement beside the meter's).
 """
@@ -48,8 +48,12 @@ def main() -> None:
     args = p.parse_args()
     loader_bound = args.kind == "loader"
     dataset = Items(args.io_ms, args.cpu_ms) if loader_bound else Items(0.0, 0.0)
-    asked = os.environ.get("AFFRUN_LOADER_WORKERS")
-    workers = int(asked) if asked is not None and asked.isdigit() else args.plain_workers
+    if "AFFRUN_PLAN" in os.environ:  # under affrun: ask it (each trial of affrun tune tries its own count)
+        from launcher.torch import loader_workers
+
+        workers = loader_workers()
+    else:
+        workers = args.plain_workers
     loader = DataLoader(dataset, batch_size=None, num_workers=workers)
     a = torch.randn(64 if loader_bound else 256, 64 if loader_bound else 256)
     steps = 0

@@ -136,8 +136,8 @@ def cpu_model(root: str | None) -> str:
 
 def machine_identity(topo: Topology, root: str | None) -> dict[str, Any]:
     """What makes a tuned file this machine's: the CPU model, its packages, cores and CPUs, the GPUs' vendors."""
-    return {"cpu-model": cpu_model(root), "packages": len(topo.packages), "cores": len(topo.allowed_cores()),
-            "cpus": len(topo.allowed), "gpus": [g.vendor for g in topo.visible_gpus()]}
+    return {"cpu-model": cpu_model(root), "packages": len(topo.packages), "cores": len(topo.cores),
+            "cpus": len(topo.online), "gpus": [g.vendor for g in topo.gpus]}
 
 
 def machine_differences(there: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,7 @@
 """A training loop for ``affrun tune``'s tests, fed by a DataLoader whose items wait ``--io-ms`` (a loader-bound
 loop: more workers feed it faster), with ``num_workers`` hard-coded as a script does (``--workers``).
 
+``--workers ask``: ask affrun (``launcher.torch.loader_workers()``).
 ``--seconds T``: stop after T s and print the loop's own batches/s after its first second (one JSON line).
 ``--record DIR``: write this rank's argv (hex bytes) and the pids of the rank and its workers into DIR.
 ``--fail``: exit 3 at once; ``--fail-with-workers N``: exit 3 when affrun asks for N workers; ``--no-loader``:
@@ -19,13 +20,14 @@ from torch.utils.data import DataLoader, Dataset
 
 class Waits(Dataset):
     def __init__(self, io_s: float, record: str | None) -> None:
-        self.io_s, self.record = io_s, record
+        self.io_s, self.record, self.pid = io_s, record, 0
 
     def __len__(self) -> int:
         return 1 << 30
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        if self.record and i % 50 == 0:
+        if self.record and self.pid != os.getpid():  # once in each process that loads (every worker)
+            self.pid = os.getpid()
             with open(os.path.join(self.record, f"pid-{os.getpid()}"), "w") as fh:
                 fh.write("worker")
         time.sleep(self.io_s)
@@ -33,9 +35,9 @@ class Waits(Dataset):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(add_help=False)  # the tests pass -h through to it
     p.add_argument("--io-ms", type=float, default=5.0)
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--workers", default="0")
     p.add_argument("--seconds", type=float, default=0.0)
     p.add_argument("--record")
     p.add_argument("--fail", action="store_true")
@@ -56,7 +58,13 @@ def main() -> None:
     if args.no_loader:
         time.sleep(args.seconds or 3600)
         return
-    loader = DataLoader(Waits(args.io_ms / 1000, args.record), batch_size=None, num_workers=args.workers)
+    if args.workers == "ask":
+        from launcher.torch import loader_workers
+
+        workers = loader_workers()
+    else:
+        workers = int(args.workers)
+    loader = DataLoader(Waits(args.io_ms / 1000, args.record), batch_size=None, num_workers=workers)
     a = torch.ones(16, 16)
     start = time.perf_counter()
     counted_from, counted = start + 1.0, 0
@@ -67,7 +75,8 @@ def main() -> None:
         if args.seconds and now - start >= args.seconds:
             break
     if args.seconds:
-        print(json.dumps({"batches_per_s": counted / (time.perf_counter() - counted_from)}), flush=True)
+        print(json.dumps({"batches_per_s": counted / (time.perf_counter() - counted_from), "workers": workers}),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ class Meter:
 
     def finish(self) -> None:
         """At exit (or SIGTERM): the line and the final figures, once, in the process that iterated."""
-        if self.done or self.pid != os.getpid() or not self.workers:
+        if self.done or self.pid != os.getpid() or not self.batches:
             return
         self.done = True
         figures = self.figures(True)

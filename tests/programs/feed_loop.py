@@ -1,11 +1,10 @@
-"""A training loop for ``affrun tune``'s tests, fed by a DataLoader whose items wait ``--io-ms`` (a loader-bound
-loop: more workers feed it faster), with ``num_workers`` hard-coded as a script does (``--workers``).
+"""A training loop whose data wait is known, measuring it itself, independently of affrun's meter.
 
-``--workers ask``: ask affrun (``launcher.torch.loader_workers()``).
-``--seconds T``: stop after T s and print the loop's own batches/s after its first second (one JSON line).
-``--record DIR``: write this rank's argv (hex bytes) and the pids of the rank and its workers into DIR.
-``--fail``: exit 3 at once; ``--fail-with-workers N``: exit 3 when affrun asks for N workers; ``--no-loader``:
-run ``--seconds`` without any DataLoader.
+Each item costs its loader ``--item-sleep`` seconds, each step ``--step-sleep`` seconds (sleeps: the fraction does
+not depend on the machine's load). The loop times every ``next()`` itself (the one that ends an epoch excluded) and
+prints one JSON line: its own batches, wait and span (first ``next()`` call to the latest batch), the DataLoaders'
+worker counts, and whether torch's iterator is patched. ``--hang-after N``: after N batches, print the line and
+sleep until killed. ``--abandon N``: leave the first epoch's iterator after N batches.
 """
 
 import argparse
@@ -13,70 +12,86 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
-import torch
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+p = argparse.ArgumentParser()
+p.add_argument("--items", type=int, default=24)
+p.add_argument("--batch", type=int, default=2)
+p.add_argument("--item-sleep", type=float, default=0.005)
+p.add_argument("--step-sleep", type=float, default=0.01)
+p.add_argument("--workers", type=int, default=0)
+p.add_argument("--context", default=None)
+p.add_argument("--persistent", action="store_true")
+p.add_argument("--epochs", type=int, default=1)
+p.add_argument("--loaders", type=int, default=1)
+p.add_argument("--abandon", type=int, default=0)
+p.add_argument("--hang-after", type=int, default=0)
+p.add_argument("--ask", action="store_true", help="num_workers from launcher.torch.loader_workers()")
 
 
-class Waits(Dataset):
-    def __init__(self, io_s: float, record: str | None) -> None:
-        self.io_s, self.record, self.pid = io_s, record, 0
+class Sleepy(Dataset):  # type: ignore[type-arg]
+    def __init__(self, items: int, seconds: float) -> None:
+        self.items, self.seconds = items, seconds
 
     def __len__(self) -> int:
-        return 1 << 30
+        return self.items
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        if self.record and self.pid != os.getpid():  # once in each process that loads (every worker)
-            self.pid = os.getpid()
-            with open(os.path.join(self.record, f"pid-{os.getpid()}"), "w") as fh:
-                fh.write("worker")
-        time.sleep(self.io_s)
-        return torch.full((8,), float(i % 5))
+    def __getitem__(self, i: int) -> int:
+        time.sleep(self.seconds)
+        return i
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(add_help=False)  # the tests pass -h through to it
-    p.add_argument("--io-ms", type=float, default=5.0)
-    p.add_argument("--workers", default="0")
-    p.add_argument("--seconds", type=float, default=0.0)
-    p.add_argument("--record")
-    p.add_argument("--fail", action="store_true")
-    p.add_argument("--fail-with-workers")
-    p.add_argument("--no-loader", action="store_true")
-    args, _ = p.parse_known_args()
-    if args.record:
-        with open(os.path.join(args.record, f"pid-{os.getpid()}"), "w") as fh:
-            fh.write("rank")
-        with open(os.path.join(args.record, "argv"), "w") as fh:
-            json.dump([os.fsencode(a).hex() for a in sys.argv[1:]], fh)
-    if args.fail:
-        print("feed_loop: failing on purpose", file=sys.stderr)
-        sys.exit(3)
-    if args.fail_with_workers is not None and os.environ.get("AFFRUN_LOADER_WORKERS") == args.fail_with_workers:
-        print("feed_loop: RuntimeError: failing with these workers on purpose", file=sys.stderr)
-        sys.exit(3)
-    if args.no_loader:
-        time.sleep(args.seconds or 3600)
-        return
-    if args.workers == "ask":
-        from launcher.torch import loader_workers
+    args = p.parse_args()
+    workers = args.workers
+    if args.ask:
+        import launcher.torch
 
-        workers = loader_workers()
-    else:
-        workers = int(args.workers)
-    loader = DataLoader(Waits(args.io_ms / 1000, args.record), batch_size=None, num_workers=workers)
-    a = torch.ones(16, 16)
-    start = time.perf_counter()
-    counted_from, counted = start + 1.0, 0
-    for batch in loader:
-        a = torch.tanh(a @ a * 1e-3 + batch[0])
-        now = time.perf_counter()
-        counted += now >= counted_from
-        if args.seconds and now - start >= args.seconds:
-            break
-    if args.seconds:
-        print(json.dumps({"batches_per_s": counted / (time.perf_counter() - counted_from), "workers": workers}),
-              flush=True)
+        workers = launcher.torch.loader_workers()
+    loaders = [DataLoader(Sleepy(args.items, args.item_sleep), batch_size=args.batch, num_workers=workers, multiprocessing_context=args.context,
+                          persistent_workers=args.persistent) for _ in range(args.loaders)]
+    own: dict[str, Any] = {"batches": 0, "wait": 0.0, "first": None, "last": 0.0}
+
+    def report() -> None:
+        seconds = own["last"] - own["first"] if own["first"] is not None else 0.0
+        print(json.dumps({
+            "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "batches": own["batches"], "wait": own["wait"], "seconds": seconds,
+            "fraction": own["wait"] / seconds if seconds else 0.0, "num_workers": [dl.num_workers for dl in loaders],
+            "patched": _BaseDataLoaderIter.__next__.__module__ != "torch.utils.data.dataloader"
+            or hasattr(_BaseDataLoaderIter.__next__, "__wrapped__"),
+            "affrun_modules": sorted(m for m in sys.modules if m.startswith(("launcher", "_affrun_feed"))),
+        }), flush=True)
+
+
+    for epoch in range(args.epochs):
+        for dl in loaders:
+            it = iter(dl)
+            n = 0
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    next(it)
+                except StopIteration:
+                    break
+                t1 = time.perf_counter()
+                own["wait"] += t1 - t0
+                own["batches"] += 1
+                own["last"] = t1
+                if own["first"] is None:
+                    own["first"] = t0
+                n += 1
+                if args.hang_after and own["batches"] == args.hang_after:
+                    report()
+                    while True:
+                        time.sleep(60)
+                time.sleep(args.step_sleep)
+                if epoch == 0 and args.abandon and n == args.abandon:
+                    break  # the iterator is left mid-epoch
+            del it
+    report()
 
 
 if __name__ == "__main__":

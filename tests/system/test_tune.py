@@ -19,7 +19,7 @@ import pytest
 from tests.fakesys import uniform, write_tree
 from tests.launch import PROGRAMS, affrun, affrun_argv, clean_env, communicate, json_lines, require_torch
 
-FEED_LOOP = str(PROGRAMS / "feed_loop.py")
+FEED_LOOP = str(PROGRAMS / "tune_loop.py")
 SHORT = ("--trial-seconds", "2", "--warmup-seconds", "1")
 
 

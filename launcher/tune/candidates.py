@@ -6,6 +6,7 @@ core. The default plan (the user's options as given) is a trial of its own, the 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 CLEARLY_WORSE = 0.9  # a trial at most this fraction of another's batches/s, ranges apart, is clearly worse
@@ -49,11 +50,6 @@ def clearly_worse(rates: list[float], than: list[float]) -> bool:
     :data:`CLEARLY_WORSE` of the other's, and (with repeats) the best of them under the worst of the other."""
     if not rates or not than:
         return False
-    mine, theirs = _median(rates), _median(than)
+    mine, theirs = statistics.median(rates), statistics.median(than)
     return mine < CLEARLY_WORSE * theirs and max(rates) < min(than)
 
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

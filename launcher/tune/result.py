@@ -8,6 +8,7 @@ more than :data:`MARGIN`. Otherwise the default stands.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +32,11 @@ class TrialResult:
         return bool(self.rates)
 
     def median(self) -> float:
-        ordered = sorted(self.rates)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return statistics.median(self.rates)
 
     def wait(self) -> float:
-        ordered = sorted(self.waits)
-        return ordered[len(ordered) // 2] if ordered else 0.0
+        """The median data wait of the repeats (0..1)."""
+        return statistics.median(self.waits) if self.waits else 0.0
 
 
 @dataclass(frozen=True)

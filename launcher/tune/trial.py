@@ -213,7 +213,15 @@ def _alive(members: set[tuple[int, int]]) -> set[tuple[int, int]]:
 
 def stop(proc: subprocess.Popen[bytes], marker: str, family: set[tuple[int, int]]) -> int:
     """Stop the trial: SIGTERM to its process group, SIGKILL after :data:`GRACE`, then sweep. Returns how many
-    of its processes survived (0)."""
+    of its processes survived (0). A second Ctrl-C meanwhile does not cut the sweep short."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return _stop(proc, marker, family)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop(proc: subprocess.Popen[bytes], marker: str, family: set[tuple[int, int]]) -> int:
     family.update(descendants(proc.pid))
     if proc.poll() is None:
         _signal_group(proc.pid, signal.SIGTERM)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import uniform, write_tree
-from tests.launch import PROGRAMS, affrun, affrun_argv, clean_env, communicate, json_lines, require_torch
+from tests.launch import PROGRAMS, affrun, affrun_argv, clean_env, communicate, json_lines, require_torch, run
 
 FEED_LOOP = str(PROGRAMS / "tune_loop.py")
 SHORT = ("--trial-seconds", "2", "--warmup-seconds", "1")
@@ -26,6 +26,11 @@ SHORT = ("--trial-seconds", "2", "--warmup-seconds", "1")
 @pytest.fixture(autouse=True)
 def _torch() -> None:
     require_torch()
+
+
+def _tune(*args: str) -> subprocess.CompletedProcess[str]:
+    """``affrun tune ARGS``: its trials start torch each time, up to half a minute apiece on a busy 2-CPU machine."""
+    return run(affrun_argv("tune", *args), env=clean_env(), timeout=900)
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -44,7 +49,7 @@ def test_the_best_is_what_the_loops_own_count_favours(tmp_path: Path) -> None:
     """A loop whose items wait 20 ms (storage): workers feed it faster. The trial with one worker fails on
     purpose (a later failing trial is reported and skipped)."""
     saved, svg = tmp_path / "tuned.yaml", tmp_path / "tune.svg"
-    proc = affrun("tune", "--nproc-per-node", "1", *SHORT, "--json", "--save", str(saved), "--svg", str(svg),
+    proc = _tune("--nproc-per-node", "1", *SHORT, "--json", "--save", str(saved), "--svg", str(svg),
                   FEED_LOOP, "--workers", "ask", "--io-ms", "20", "--fail-with-workers", "1")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -107,7 +112,7 @@ def test_arguments_arrive_byte_for_byte_and_ctrl_c_leaves_no_process(tmp_path: P
 
 
 def test_a_first_trial_that_fails_is_one_error_line() -> None:
-    proc = affrun("tune", "--nproc-per-node", "1", *SHORT, FEED_LOOP, "--fail")
+    proc = _tune("--nproc-per-node", "1", *SHORT, FEED_LOOP, "--fail")
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = _error_lines(proc.stderr)
     assert "failed in its first trial" in line and "exit" in line
@@ -116,14 +121,14 @@ def test_a_first_trial_that_fails_is_one_error_line() -> None:
 @pytest.mark.parametrize("extra", [("--seconds", "1"), ("--start-seconds", "3")])
 def test_a_script_without_a_dataloader_is_one_error_line(extra: tuple[str, ...]) -> None:
     before, after = (extra, ()) if extra[0] == "--start-seconds" else ((), extra)
-    proc = affrun("tune", "--nproc-per-node", "1", *SHORT, *before, FEED_LOOP, "--no-loader", *after)
+    proc = _tune("--nproc-per-node", "1", *SHORT, *before, FEED_LOOP, "--no-loader", *after)
     assert proc.returncode == 2, proc.stderr
     (line,) = _error_lines(proc.stderr)
     assert "never iterated a torch DataLoader" in line
 
 
 def test_the_budget_stops_with_what_it_has() -> None:
-    proc = affrun("tune", "--nproc-per-node", "1", *SHORT, "--budget", "1", FEED_LOOP)
+    proc = _tune("--nproc-per-node", "1", *SHORT, "--budget", "1", FEED_LOOP)
     assert proc.returncode == 0, proc.stderr
     assert "budget" in proc.stdout and "default" in proc.stdout
 

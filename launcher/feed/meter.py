@@ -1,7 +1,7 @@
 """The data-wait meter, in the rank: :func:`install` patches torch's DataLoader iterator once the script imports
 ``torch.utils.data.dataloader`` (the startup hook's import hook calls it; affrun never imports torch).
 
-Per batch: two ``perf_counter`` calls, three additions and one comparison. About once a second (a batch past
+Per batch: two ``perf_counter`` calls, two additions, two stores and one comparison. About once a second (a batch past
 :attr:`Meter.due`) the figures go to the rank's live file (:func:`live_paths`, for ``affrun doctor --pid``) and to
 ``AFFRUN_FEED_JSON``; at exit, or at SIGTERM when the script has no handler of its own, the rank prints its line
 (:func:`feed_line`) and writes its final figures. Once loaded, only the standard library is imported lazily: the
@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 import sys
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 from launcher.feed.workers import WORKERS_VARIABLE, suggested_workers
 
@@ -52,18 +55,16 @@ def _rank(environ: Any) -> int:
 
 
 class Meter:
-    """One process's figures, summed over its DataLoaders. Its hot fields are written by the patched
-    ``__next__`` (:func:`install`); everything else runs in :meth:`tick`, at most once per :data:`FLUSH_S`."""
+    """One process's figures, summed over its DataLoaders. The per-batch counts live in the patched ``__next__``'s
+    closure (:func:`install`), read through :attr:`counts`; everything else runs in :meth:`tick`, at most once per
+    :data:`FLUSH_S`."""
 
-    __slots__ = ("asked", "batches", "done", "due", "first", "forced", "interval", "json_path", "last", "live",
-                 "pid", "shown", "wait", "workers")
+    __slots__ = ("asked", "counts", "done", "first", "forced", "interval", "json_path", "live", "pid", "shown",
+                 "workers")
 
     def __init__(self, environ: Any) -> None:
-        self.batches = 0
-        self.wait = 0.0
+        self.counts: Callable[[], tuple[int, float, float]] = lambda: (0, 0.0, 0.0)  # batches, wait, last batch
         self.first = -1.0
-        self.last = 0.0
-        self.due = 0.0  # the first batch goes to tick()
         self.pid = os.getpid()
         self.workers: list[int] = []
         self.asked = False
@@ -79,21 +80,23 @@ class Meter:
         self.interval = interval if 0 < interval < float("inf") else 0.0
 
     def figures(self, final: bool = False) -> dict[str, Any]:
-        seconds = max(self.last - self.first, 0.0) if self.first >= 0 else 0.0
+        batches, wait, last = self.counts()
+        seconds = max(last - self.first, 0.0) if self.first >= 0 else 0.0
         return {
-            "rank": _rank(os.environ), "batches": self.batches, "seconds": round(seconds, 6),
-            "batches_per_s": round(self.batches / seconds, 3) if seconds > 0 else 0.0,
-            "data_wait_fraction": round(min(self.wait / seconds, 1.0), 6) if seconds > 0 else 0.0,
+            "rank": _rank(os.environ), "batches": batches, "seconds": round(seconds, 6),
+            "batches_per_s": round(batches / seconds, 3) if seconds > 0 else 0.0,
+            "data_wait_fraction": round(min(wait / seconds, 1.0), 6) if seconds > 0 else 0.0,
             "loaders": len(self.workers), "num_workers": list(self.workers),
             "workers_source": "overridden" if self.forced else "asked" if self.asked else "script",
             "final": final, "pid": os.getpid(), "host": os.uname().nodename,
         }
 
-    def tick(self, t0: float, t1: float) -> None:
-        """The slow path, about once a second: the first batch's start, the files, the periodic line."""
-        self.due = t1 + FLUSH_S
+    def tick(self, t0: float, t1: float) -> float:
+        """The slow path, about once a second: the first batch's start, the files, the periodic line. Returns
+        when the next batch should call it again."""
+        due = t1 + FLUSH_S
         if self.pid != os.getpid():  # a forked child iterating: the rank's files are its parent's
-            return
+            return due
         if self.first < 0:
             self.first = t0
         if self.interval:
@@ -102,8 +105,9 @@ class Meter:
             elif t1 >= self.shown:
                 _say(feed_line(self.figures()))
                 self.shown = t1 + self.interval
-            self.due = min(self.due, self.shown)
+            due = min(due, self.shown)
         self.flush(False)
+        return due
 
     def flush(self, final: bool) -> None:
         figures = self.figures(final)
@@ -136,7 +140,7 @@ class Meter:
 
     def finish(self) -> None:
         """At exit (or SIGTERM): the line and the final figures, once, in the process that iterated."""
-        if self.done or self.pid != os.getpid() or not self.batches:
+        if self.done or self.pid != os.getpid() or not self.counts()[0]:
             return
         self.done = True
         figures = self.figures(True)
@@ -270,17 +274,24 @@ def install(module: Any) -> Meter:
     m = meter = Meter(os.environ)
     sys.modules.setdefault(ALIAS, sys.modules[__name__])
     clock = perf_counter
+    batches, wait, last, due = 0, 0.0, 0.0, 0.0  # due 0: the first batch calls tick()
 
-    def __next__(self: Any) -> Any:
+    def __next__(self: Any) -> Any:  # the hot path: closure cells are the cheapest state Python has
+        nonlocal batches, wait, last, due
         t0 = clock()
         batch = next_batch(self)
         t1 = clock()
-        m.wait += t1 - t0
-        m.batches += 1
-        m.last = t1
-        if t1 >= m.due:
-            m.tick(t0, t1)
+        wait += t1 - t0
+        batches += 1
+        last = t1
+        if t1 >= due:
+            due = m.tick(t0, t1)
         return batch
+
+    def counts() -> tuple[int, float, float]:
+        return batches, wait, last
+
+    m.counts = counts
 
     def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
         make(self, loader, *args, **kwargs)

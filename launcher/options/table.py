@@ -107,8 +107,9 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 # The feed meter's options (docs/tune.md): only where a rank is started (exec, torchrun, run). Each rank gets them as
 # the AFFRUN_FEED* variables and AFFRUN_LOADER_WORKERS (launcher.feed.variables); they do not change the plan.
 FEED_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("--feed-report", "feed_report", "feed", "Measure each rank's data wait (time in the DataLoader's "
-               "__next__) and batches/s, on an unmodified script; one line per rank on stderr at its exit.",
+    OptionSpec("--feed-report", "feed_report", "feed", "Measure each rank's data wait (the time its loop waits "
+               "for the DataLoader's next batch) and batches/s, on an unmodified script; one line per rank on stderr "
+               "at its exit.",
                is_flag=True, default=False),
     OptionSpec("--feed-interval", "feed_interval", "feed", "Also print each rank's feed line every SECONDS "
                "(default: only at exit). Implies --feed-report.", metavar="SECONDS"),

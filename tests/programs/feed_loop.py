@@ -40,7 +40,8 @@ class Sleepy(Dataset):  # type: ignore[type-arg]
         return self.items
 
     def __getitem__(self, i: int) -> int:
-        time.sleep(self.seconds)
+        if self.seconds:
+            time.sleep(self.seconds)
         return i
 
 
@@ -87,7 +88,8 @@ def main() -> None:
                     report()
                     while True:
                         time.sleep(60)
-                time.sleep(args.step_sleep)
+                if args.step_sleep:
+                    time.sleep(args.step_sleep)
                 if epoch == 0 and args.abandon and n == args.abandon:
                     break  # the iterator is left mid-epoch
             del it

@@ -59,11 +59,19 @@ def default_args() -> SimpleNamespace:
     one missing (a test holds the two equal)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(local_rank=None, nproc=None, verbose=False, dry_run=False, command=[])
+    return SimpleNamespace(local_rank=None, nproc=None, verbose=False, dry_run=False, command=[], tuned=None)
 
 
 def parse_args(before: Sequence[str]) -> Args:
-    return build_parser().parse_args(before) if before else default_args()
+    if not before:
+        return default_args()
+    parser = build_parser()
+    args = parser.parse_args(before)
+    if args.tuned:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        args, args.tuned_file = apply_tuned(parser, list(before), args)
+    return args
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -137,7 +145,14 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
     if user_env is None:
         user_env = user_values(environ)
-    _, parent = plan_job(BindingOptions.from_args(args), nproc, environ=environ, user_env=user_env)
+    options = BindingOptions.from_args(args)
+    topo, parent = plan_job(options, nproc, environ=environ, user_env=user_env)
+    if getattr(args, "tuned_file", None) is not None:
+        from launcher.options.tuned import tuned_warning
+
+        foreign = tuned_warning(args.tuned_file, topo, options.source, environ)
+        if foreign and rank == 0:
+            print(shown(f"affrun: warning: {foreign}"), file=sys.stderr)
     job = parent.job()
     return job, job.ranks[rank], detected
 

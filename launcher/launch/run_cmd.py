@@ -75,7 +75,14 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
     user_env = user_values(environ)
-    _, parent = plan_job(BindingOptions.from_args(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
+    options = BindingOptions.from_args(args)
+    topo, parent = plan_job(options, args.nproc, environ=environ, user_env=user_env, default_nproc=1)
+    if getattr(args, "tuned_file", None) is not None:
+        from launcher.options.tuned import tuned_warning
+
+        foreign = tuned_warning(args.tuned_file, topo, options.source, environ)
+        if foreign:
+            print(f"affrun: warning: {foreign}", file=sys.stderr)
     return parent
 
 
@@ -83,6 +90,10 @@ def main(argv: Sequence[str]) -> int:
     before, command = split_command(argv)
     parser = build_parser()
     args = parser.parse_args(before)
+    if args.tuned:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        args, args.tuned_file = apply_tuned(parser, before, args)
     if not command and not args.dry_run:
         parser.error("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
     environ = dict(os.environ)

@@ -90,6 +90,11 @@ def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     parser.set_defaults(signals_to_handle=None)
     head, script_args = split_at_script(parser, list(argv))
     args = parser.parse_args(head)
+    args.affrun_tuned_file = None
+    if args.affrun_tuned:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        args, args.affrun_tuned_file = apply_tuned(parser, head, args, prefix="affrun_")
     if script_args:
         args.training_script_args = script_args
     return args
@@ -192,8 +197,15 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
     user_env = user_values(os.environ)
-    _, parent = plan_job(BindingOptions.from_args(args, prefix="affrun_"), nproc, user_env=user_env)
+    options = BindingOptions.from_args(args, prefix="affrun_")
+    topo, parent = plan_job(options, nproc, user_env=user_env)
     plan, mem = parent.plan, parent.mem_policy
+    if args.affrun_tuned_file is not None:
+        from launcher.options.tuned import tuned_warning
+
+        foreign = tuned_warning(args.affrun_tuned_file, topo, options.source)
+        if foreign:
+            print(f"affrun: warning: {foreign}", file=sys.stderr)
     host = os.uname().nodename
     for rank in plan.ranks:
         # "starting": the line is the plan a rank is about to start with, printed before any rank runs (a rank

@@ -124,7 +124,12 @@ FEED_OPTIONS: tuple[OptionSpec, ...] = (
 # The rank count: each command adds it itself (exec's and run's argparse, torchrun's own parser, click's plan, show
 # and doctor), and the planner's message names it (launcher.plan.request.check_rank_count).
 NPROC_OPTION = OptionSpec("--nproc-per-node", "nproc", "plan", "Local ranks on this node.", keyword="nproc_per_node")
-_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in (*BINDING_OPTIONS, *FEED_OPTIONS, NPROC_OPTION)}
+# affrun tune's saved options (launcher.options.tuned): taken by exec, run, torchrun (add_binding_arguments) and sbatch,
+# outside BINDING_OPTIONS as it is no option of a plan record but a file of them, applied under the command line's.
+TUNED_OPTION = OptionSpec("--tuned", "tuned", "tuned", "Apply the options affrun tune --save wrote to FILE (a flag "
+                          "given on the command line wins; a file tuned on another machine gets a warning).",
+                          metavar="FILE", value="path")
+_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in (*BINDING_OPTIONS, *FEED_OPTIONS, NPROC_OPTION, TUNED_OPTION)}
 
 
 def default(dest: str) -> Any:
@@ -209,6 +214,8 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
             if spec.count:
                 kwargs["type"] = non_negative
         group.add_argument(spec.flag, **kwargs)
+    group.add_argument(TUNED_OPTION.flag, dest=prefix + TUNED_OPTION.dest, metavar=TUNED_OPTION.metavar,
+                       help=TUNED_OPTION.help)
 
 
 def positive_seconds(text: str) -> float:

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from launcher.cli import COMMANDS, cli
 
-# Parsed by argparse before click sees them (exec, run) or by torchrun's own parser.
-NOT_CLICK = ("exec", "run", "torchrun")
+# Parsed by argparse before click sees them (exec, run) or by torchrun's own parser (torchrun, tune).
+NOT_CLICK = ("exec", "run", "torchrun", "tune")
 CLICK_COMMANDS = sorted(name for name in COMMANDS if name not in NOT_CLICK)
 LINE = re.compile(r"^affrun: error: unknown (option|command) (\S+)(?:: did you mean (\S+)\?)? "
                   r"\((affrun(?: \S+)?) --help gives the full usage\)$")

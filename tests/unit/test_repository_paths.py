@@ -55,3 +55,16 @@ def test_every_named_path_exists() -> None:
         missing += [f"{path.relative_to(ROOT)}:{line}: {name}" for line, name in named_paths(text)
                     if not (ROOT / name).exists() and not (ROOT / "launcher" / name).exists()]
     assert not missing, "\n".join(missing)
+
+
+def test_test_modules_have_unique_names() -> None:
+    """pytest imports test files by their base name (the tiers are not packages): two files of one name in
+    tests/unit and tests/system stop the whole run at collection."""
+    names: dict[str, str] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        where = str(path.relative_to(ROOT))
+        if path.name in names:
+            clashes.append(f"{names[path.name]} and {where}")
+        names.setdefault(path.name, where)
+    assert not clashes, clashes

@@ -32,12 +32,13 @@ class TaskBinding:
     omp_bind: str
     host: str = field(default_factory=socket.gethostname)
     mem: str = "none"  # the memory policy in effect, as the rank line writes it: membind:0, none
+    comm_cpus: frozenset[int] = frozenset()  # kept for NCCL's proxy threads (--comm-cores; empty: none)
 
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly: CPU sets as cpulist strings."""
         d = asdict(self)
-        for name in ("cpus", "compute_cpus", "loader_cpus"):
+        for name in ("cpus", "compute_cpus", "loader_cpus", "comm_cpus"):
             d[name] = format_cpulist(d[name])
         d["numa_nodes"] = list(self.numa_nodes)
         d["mem_nodes"] = list(self.mem_nodes)
@@ -46,7 +47,8 @@ class TaskBinding:
     def __str__(self) -> str:
         """The rank line (:mod:`launcher.env.rank_line`), without ``affrun:``."""
         return rank_summary(self.local_rank, self.local_world_size, self.host, self.cpus, self.numa_nodes, self.gpu,
-                            self.gpu_pci, self.threads, self.loader_cpus, self.mem)
+                            self.gpu_pci, self.threads, self.loader_cpus, self.mem,
+                            self.comm_cpus)
 
 
 def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> frozenset[int]:
@@ -105,5 +107,6 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         threads=one("AFFRUN_THREADS", len(compute)),
         omp_bind=env.get("AFFRUN_OMP_BIND", "rank"),
         mem=env.get(MEM_VARIABLE) or "none",
+        comm_cpus=cpus("AFFRUN_COMM_CPUS"),
     )
 

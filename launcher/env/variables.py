@@ -22,6 +22,8 @@ if TYPE_CHECKING:
         @property
         def loader_cpus(self) -> tuple[int, ...]: ...
         @property
+        def comm_cpus(self) -> tuple[int, ...]: ...
+        @property
         def numa_nodes(self) -> tuple[int, ...]: ...
         @property
         def mem_nodes(self) -> tuple[int, ...]: ...
@@ -39,7 +41,9 @@ PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also r
 BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
 # The variables whose user values the env policy judges, and the only ones a plan's environment may set or unset
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
-USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES)
+# NCCL's proxy threads' CPUs (NCCL >= 2.28.3, src/proxy.cc): set to a rank's comm cores (--comm-cores).
+COMM_VARIABLE = "NCCL_PROXY_CPUSET"
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES, COMM_VARIABLE)
 # Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.Job):
 # a process is "already bound" only when it carries the identity of the plan it reads (launcher.context.run_role).
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
@@ -55,6 +59,7 @@ def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict
         "AFFRUN_CPUS": format_cpulist(rank.cpus),
         "AFFRUN_COMPUTE_CPUS": format_cpulist(rank.compute_cpus),
         "AFFRUN_LOADER_CPUS": format_cpulist(rank.loader_cpus),
+        "AFFRUN_COMM_CPUS": format_cpulist(rank.comm_cpus),
         "AFFRUN_NUMA_NODES": ",".join(map(str, rank.numa_nodes)),
         "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
         "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),

@@ -21,7 +21,8 @@ How it decides (also in the README and, with sources, in docs/planner.md):
 4. Spill (:mod:`launcher.plan.spill`): the cores of nodes that host no rank go to the ranks of the nearest node
    that hosts ranks (distance table, then package), in balanced contiguous blocks. ``spill="loader"`` (default)
    makes them loader cores, ``"compute"`` compute cores; ``"none"`` leaves them idle.
-5. The last ``loader_cores`` cores of each home chunk are kept for DataLoader workers too. ``threads`` counts
+5. The last ``loader_cores`` cores of each home chunk are kept for DataLoader workers too; ``comm_cores`` compute
+   cores per rank for NCCL's threads (:mod:`launcher.plan.comm`). ``threads`` counts
    the compute cores (their PUs with ``smt``), divided among the ranks sharing them in ``numa``/``socket``.
    Under a CPU quota (cgroup ``cpu.max``) below the allowed CPUs, ``threads`` is capped so that ranks x threads
    fits the quota, with a warning.
@@ -37,6 +38,7 @@ from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
 from launcher.base.memnodes import memory_nodes
 from launcher.errors import Opt, PlanError
+from launcher.plan.comm import keep_comm_cores
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
@@ -72,6 +74,7 @@ class RankPlan:
     warnings: tuple[str, ...] = ()
     spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
     spill_nodes: tuple[int, ...] = ()  # the nodes they come from
+    comm_cpus: tuple[int, ...] = ()  # PUs of cpus kept for NCCL's threads (--comm-cores): no compute, no loader
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
@@ -93,6 +96,7 @@ class RankPlan:
             "warnings": list(self.warnings),
             "spill_cpus": list(self.spill_cpus),
             "spill_nodes": list(self.spill_nodes),
+            "comm_cpus": list(self.comm_cpus),
         }
 
 
@@ -174,6 +178,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         ranks.append(
             _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
         )
+    ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     return Plan(
         _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(reserved_pus)), req.spill,
@@ -393,6 +398,7 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         gpu = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
+    ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     return Plan(
         _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(_reserved_pus(topo, req))), "none",

@@ -24,6 +24,20 @@ class FakeGPU:
 
 
 @dataclass
+class FakeNIC:
+    """An RDMA device (kind infiniband or roce: ``sys/class/infiniband/<name>``) or a network interface (ethernet,
+    ipoib: ``sys/class/net/<name>``) of PCI function ``pci``. ``ports``: (state, rate) as the kernel writes them,
+    ``("4: ACTIVE", "400 Gb/sec (4X NDR)")`` for RDMA ports, ``("up", "100000")`` (operstate, speed in Mb/s) for an
+    interface. ``numa_node`` None writes -1."""
+
+    name: str
+    pci: str
+    numa_node: int | None
+    kind: str = "infiniband"
+    ports: Sequence[tuple[str, str]] = (("4: ACTIVE", "400 Gb/sec (4X NDR)"),)
+
+
+@dataclass
 class FakeMachine:
     """``cores``: SMT sibling tuples; ``node_of_core``/``package_of_core``/``l3_of_core``: per-core ids."""
 
@@ -44,6 +58,9 @@ class FakeMachine:
     # HMAT initiators: memory node -> {"access0"/"access1": initiator node ids}, written as the kernel's links
     # node<M>/access<K>/initiators/node<N> -> ../../../node<N>
     node_initiators: dict[int, dict[str, list[int]]] = field(default_factory=dict)
+    # NICs and the PCI tree (issue 29): written by write_nics, below
+    nics: list[FakeNIC] = field(default_factory=list)
+    pci_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)  # bdf -> (pciDDDD:BB, bridge, ...)
 
     @property
     def cpus(self) -> list[int]:
@@ -105,7 +122,7 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
     pci = root / "sys/bus/pci/devices"
     pci.mkdir(parents=True, exist_ok=True)
     for g in m.gpus:
-        d = pci / g.pci
+        d = pci_device_dir(root, m, g.pci)
         _w(d / "vendor", f"0x{g.vendor:04x}")
         _w(d / "class", f"0x{g.klass:06x}")
         _w(d / "numa_node", str(-1 if g.numa_node is None else g.numa_node))
@@ -143,6 +160,7 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
     if cgroups:
         _w(root / "proc/self/cgroup", "\n".join(cgroups))
         _w(root / "proc/mounts", "\n".join(mounts))
+    write_nics(root, m)
     return root
 
 
@@ -287,3 +305,121 @@ def generated_machines() -> dict[str, FakeMachine]:
         "gpus-without-node": loose_gpu,
         "more-gpus-than-cores": with_gpus(uniform(1, 2), [0, 0, 0, 0]),
     }
+
+
+# ---------------------------------------------------------------------------------------------- NICs, PCI tree
+def pci_device_dir(root: Path, m: FakeMachine, bdf: str) -> Path:
+    """The directory of PCI device ``bdf``: under ``sys/devices/<its PCI path>`` with the ``sys/bus/pci/devices``
+    link the kernel makes when ``m.pci_paths`` places it, else a plain ``sys/bus/pci/devices/<bdf>`` directory."""
+    entry = root / "sys/bus/pci/devices" / bdf
+    path = m.pci_paths.get(bdf)
+    if path is None:
+        entry.mkdir(parents=True, exist_ok=True)
+        return entry
+    real = root / "sys/devices" / "/".join(path) / bdf
+    real.mkdir(parents=True, exist_ok=True)
+    if not entry.is_symlink():
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.symlink_to("../../../devices/" + "/".join((*path, bdf)))
+    return real
+
+
+def write_nics(root: Path, m: FakeMachine) -> None:
+    """Each NIC's PCI function (class 0x0207 or 0x0200, Mellanox), its class device and the class link; plus the
+    virtual ``lo`` and ``docker0`` a real host has, which are no NICs. A NIC's function is under
+    ``pci0000:00`` when ``m.pci_paths`` does not place it."""
+    if not m.nics:
+        return
+    for name, kind in (("lo", "772"), ("docker0", "1")):
+        d = root / "sys/devices/virtual/net" / name
+        _w(d / "type", kind)
+        _w(d / "operstate", "unknown")
+        (root / "sys/class/net").mkdir(parents=True, exist_ok=True)
+        if not (root / "sys/class/net" / name).is_symlink():
+            (root / "sys/class/net" / name).symlink_to(f"../../devices/virtual/net/{name}")
+    for nic in m.nics:
+        m.pci_paths.setdefault(nic.pci, ("pci0000:00",))
+        fn = pci_device_dir(root, m, nic.pci)
+        rdma = nic.kind in ("infiniband", "roce")
+        _w(fn / "vendor", "0x15b3")
+        _w(fn / "class", "0x020700" if rdma else "0x020000")
+        _w(fn / "numa_node", str(-1 if nic.numa_node is None else nic.numa_node))
+        klass = "infiniband" if rdma else "net"
+        dev = fn / klass / nic.name
+        dev.mkdir(parents=True, exist_ok=True)
+        (dev / "device").symlink_to(f"../../../{nic.pci}")
+        if rdma:
+            for number, (state, rate) in enumerate(nic.ports, start=1):
+                _w(dev / f"ports/{number}/state", state)
+                _w(dev / f"ports/{number}/rate", rate)
+                _w(dev / f"ports/{number}/link_layer", "Ethernet" if nic.kind == "roce" else "InfiniBand")
+        else:
+            state, speed = nic.ports[0]
+            _w(dev / "type", "32" if nic.kind == "ipoib" else "1")
+            _w(dev / "operstate", state)
+            _w(dev / "speed", speed)
+        link = root / "sys/class" / klass / nic.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(f"../../devices/{'/'.join(m.pci_paths[nic.pci])}/{nic.pci}/{klass}/{nic.name}")
+
+
+def dgx_like() -> FakeMachine:
+    """A DGX H100-like node: 2 packages of 8 cores, one NUMA node each, 8 GPUs, each behind its own PCIe switch
+    (under its own host bridge) with one 400 Gb/s compute NIC; names in neither GPU nor PCI order
+    (mlx5_0,3,5,4 on package 0, mlx5_9,6,11,10 on package 1), plus dual-port 200 Gb/s storage cards, one function
+    each, directly under a root port: mlx5_1, mlx5_2 (package 0, mlx5_2's port down) and mlx5_7, mlx5_8
+    (package 1). And ``eno1``, an Ethernet interface, up."""
+    m = uniform(packages=2, cores_per_package=8)
+    compute = ["mlx5_0", "mlx5_3", "mlx5_5", "mlx5_4", "mlx5_9", "mlx5_6", "mlx5_11", "mlx5_10"]
+    gpu_buses = [0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF]
+    for i, bus in enumerate(gpu_buses):
+        top = bus - 3  # the host bridge's root bus; the switch's upstream port on top+1, downstream ports on top+2
+        path = (f"pci0000:{top:02x}", f"0000:{top:02x}:01.0", f"0000:{top + 1:02x}:00.0")
+        gpu, nic = f"0000:{bus:02x}:00.0", f"0000:{bus + 1:02x}:00.0"
+        m.pci_paths[gpu] = (*path, f"0000:{top + 2:02x}:00.0")
+        m.pci_paths[nic] = (*path, f"0000:{top + 2:02x}:01.0")
+        m.gpus.append(FakeGPU(pci=gpu, numa_node=i // 4, uuid=f"GPU-dgx-{i}"))
+        m.nics.append(FakeNIC(compute[i], nic, i // 4))
+    storage = [("mlx5_1", 0x2A, 0, 0), ("mlx5_2", 0x2A, 1, 0), ("mlx5_7", 0xAA, 0, 1), ("mlx5_8", 0xAA, 1, 1)]
+    for name, bus, fn, node in storage:
+        bdf = f"0000:{bus:02x}:00.{fn}"
+        m.pci_paths[bdf] = (f"pci0000:{bus - 1:02x}", f"0000:{bus - 1:02x}:01.0")
+        state = "1: DOWN" if name == "mlx5_2" else "4: ACTIVE"
+        m.nics.append(FakeNIC(name, bdf, node, ports=((state, "200 Gb/sec (4X HDR)"),)))
+    m.nics.append(FakeNIC("eno1", "0000:0a:00.0", 0, "ethernet", (("up", "25000"),)))
+    return m
+
+
+def break_nics(root: Path, case: str) -> str:
+    """Damage the NICs of a tree written from :func:`dgx_like` the way a hostile or broken sysfs can; returns the
+    name of the NIC that must give a warning and no NIC. ``loop``: mlx5_9's ``device`` link points at itself;
+    ``state``: mlx5_6's port state is garbage; ``node``: mlx5_11 is on NUMA node 7, which does not exist; ``fifo``:
+    mlx5_10's port rate is a FIFO; ``many``: 10,000 interfaces in ``sys/class/net`` (then no interface is read)."""
+    ib = root / "sys/class/infiniband"
+    if case == "loop":
+        device = ib / "mlx5_9" / "device"
+        device.unlink()
+        device.symlink_to("device")
+        return "mlx5_9"
+    if case == "state":
+        (ib / "mlx5_6/ports/1/state").write_text("banana: split\n")
+        return "mlx5_6"
+    if case == "node":
+        (ib / "mlx5_11/device/numa_node").write_text("7\n")
+        return "mlx5_11"
+    if case == "fifo":
+        import os
+
+        rate = ib / "mlx5_10/ports/1/rate"
+        rate.unlink()
+        os.mkfifo(rate)
+        return "mlx5_10"
+    if case == "many":
+        net = root / "sys/class/net"
+        for i in range(10_000):
+            (net / f"eth{i}").symlink_to(f"../../devices/virtual/net/eth{i}")
+        return "eno1"
+    raise ValueError(case)
+
+
+HOSTILE_NIC_CASES = ("loop", "state", "node", "fifo", "many")

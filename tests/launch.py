@@ -141,11 +141,12 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def rank_lines(stderr: str) -> list[dict[str, str]]:
-    """Parse affrun's documented per-rank lines: ``affrun: rank R/N host H cpus L numa L gpu G (PCI) omp T loader L mem M``
+    """Parse affrun's documented per-rank lines: ``affrun: rank R/N host H cpus L numa L gpu G (PCI) nic N omp T loader L mem M``
     (``affrun: starting rank ...`` where ``affrun torchrun`` prints them before its ranks start)."""
     pattern = re.compile(
         r"^affrun: (?:starting )?rank (?P<rank>\d+)/(?P<size>\d+) host (?P<host>\S+) cpus (?P<cpus>\S+) numa (?P<numa>\S+) "
-        r"gpu (?P<gpu>-|\d+ \(\S+\)) omp (?P<omp>\d+) loader (?P<loader>\S+)(?: comm (?P<comm>\S+))? mem (?P<mem>\S+)$"
+        r"gpu (?P<gpu>-|\d+ \(\S+\)) (?:nic (?P<nic>\S+) )?omp (?P<omp>\d+) loader (?P<loader>\S+)(?: comm (?P<comm>\S+))? "
+        r"mem (?P<mem>\S+)$"
     )
     return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
 

@@ -20,8 +20,13 @@ if TYPE_CHECKING:
     MemPolicy = Literal["auto", "membind", "preferred", "interleave", "none"]
     AppliedMemPolicy = Literal["membind", "preferred", "interleave", "none"]
     MemBackend = Literal["auto", "numactl", "syscall"]
+    NicKind = Literal["infiniband", "roce", "ethernet", "ipoib"]
+    PortState = Literal["active", "down", "init", "armed", "unknown"]
+    NicDistance = Literal["switch", "host-bridge", "numa-node", "package", "system"]
+    NicEnv = Literal["none", "ucx", "mpich"]
 else:
     Mode = GpuOrder = SpillChoice = OmpBind = EnvPolicy = MemPolicy = AppliedMemPolicy = MemBackend = str
+    NicKind = PortState = NicDistance = NicEnv = str
 
 MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
 GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
@@ -32,5 +37,13 @@ MEM_POLICIES: tuple[MemPolicy, ...] = ("auto", "membind", "preferred", "interlea
 # The memory policies a plan carries: resolved, never "auto".
 APPLIED_MEM_POLICIES: tuple[AppliedMemPolicy, ...] = ("membind", "preferred", "interleave", "none")
 MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
+# A NIC's kind: RDMA devices (InfiniBand, RoCE: an RDMA device whose link layer is Ethernet) and socket interfaces
+# (Ethernet, IPoIB); its ports' states; how far a NIC is from a rank's GPU, nearest first (docs/nics.md); and
+# which NIC variables a plan exports besides AFFRUN_NIC.
+NIC_KINDS: tuple[NicKind, ...] = ("infiniband", "roce", "ethernet", "ipoib")
+RDMA_KINDS: tuple[NicKind, ...] = ("infiniband", "roce")
+PORT_STATES: tuple[PortState, ...] = ("active", "down", "init", "armed", "unknown")
+NIC_DISTANCES: tuple[NicDistance, ...] = ("switch", "host-bridge", "numa-node", "package", "system")
+NIC_ENVS: tuple[NicEnv, ...] = ("none", "ucx", "mpich")
 # Modes whose ranks may share CPUs: every rank of the GPU's NUMA node or package shares them.
 SHARED_MODES: tuple[str, ...] = ("numa", "socket")

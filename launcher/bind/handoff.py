@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import EnvPolicy, MemBackend, OmpBind
+from launcher.base.choices import EnvPolicy, MemBackend, NicEnv, OmpBind
 from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, read_job
 from launcher.context.run_role import BOOT
 from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
@@ -50,6 +50,7 @@ class ParentPlan:
     mem_backend: MemBackend
     user_env: dict[str, str]  # the user's own values of the variables affrun sets, before torchrun touched them
     verbose: bool
+    nic_env: NicEnv = "none"  # which NIC variables the ranks get besides AFFRUN_NIC (--nic-env)
 
     def to_json(self) -> str:
         import json  # the planning parent's, not the rank's
@@ -72,7 +73,7 @@ class ParentPlan:
         """The variables ``rank`` gets, as the env policy judges the user's own values (:attr:`user_env`):
         computed here, once, for ``AFFRUN_PLAN`` and for ``affrun plan --json``."""
         return rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
-                                smt=self.plan.smt, policy=self.env_policy)
+                                smt=self.plan.smt, policy=self.env_policy, nic_env=self.nic_env)
 
     def _environment(self, rank: RankPlan) -> dict[str, Any]:
         """A rank's entry of ``AFFRUN_PLAN``'s ``env``: its OpenMP/BLAS variables. Its ``AFFRUN_*`` variables are
@@ -143,4 +144,4 @@ def plan_job(
     plan = make_plan(topo, opts.request(nproc))
     mem = effective_mem_policy(apply.mem_policy, len(topo.cpu_nodes()))
     return topo, ParentPlan(plan, apply.omp_bind, apply.env_policy, mem, apply.mem_backend, dict(user_env or {}),
-                            options.verbose)
+                            options.verbose, apply.nic_env)

@@ -59,6 +59,7 @@ class RankRecord:
     are a plan entry's (:class:`launcher.plan.planner.RankPlan`) and the variables the env policy decided."""
 
     __slots__ = ("comm_cpus", "compute_cores", "cpus", "gpu", "gpu_pci", "loader_cpus", "local_rank", "mem_nodes",
+                 "nic_device",
                  "notes", "numa_nodes", "set", "shared", "spill_cpus", "spill_nodes", "threads", "unset", "warnings")
 
     def __init__(self, d: dict[str, Any], env: dict[str, Any], index: int) -> None:
@@ -87,6 +88,9 @@ class RankRecord:
         _strings(d.get("reasons", []), f"{what}.reasons")  # the plan's; a rank shows none of them
         self.spill_cpus = _ids(d.get("spill_cpus", []), f"{what}.spill_cpus", MAX_CPU_ID)
         self.spill_nodes = _ids(d.get("spill_nodes", []), f"{what}.spill_nodes", MAX_NODE_ID)
+        nic = d.get("nic")
+        self.nic_device = None if nic is None else _str(_get(_obj(nic, f"{what}.nic"), "device", f"{what}.nic"),
+                                                        f"{what}.nic.device")
         what = f"env[{index}]"
         self.set = string_map(_get(env, "set", what), f"{what}.set", USER_VARIABLES)
         self.unset = _strings(_get(env, "unset", what), f"{what}.unset")

@@ -27,7 +27,7 @@ from launcher.topology.model import Topology
               "(needs nvidia-ml-py and the driver; without them, nothing changes).")
 def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None,
              nvml: bool) -> None:
-    """Show the machine: packages, NUMA nodes, cores, allowed CPUs and GPUs."""
+    """Show the machine: packages, NUMA nodes, cores, allowed CPUs, GPUs and NICs."""
     topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml)
     if save:
         from launcher.topology.snapshot import to_snapshot
@@ -58,6 +58,10 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
     for i, gpu in enumerate(topo.visible_gpus()):
         click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
                    f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
+    for nic in topo.nics:
+        ports = " ".join(f"{p.number}:{p.state}" + (f"@{p.rate_gbps:g}Gb/s" if p.rate_gbps else "") for p in nic.ports)
+        click.echo(f"nic {nic.name:<9} {nic.pci} {nic.kind:<10} numa "
+                   f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}")
     for w in topo.warnings:
         click.echo(f"warning: {w}")
     if save:

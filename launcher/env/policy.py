@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import BIND_MODES, ENV_POLICIES, EnvPolicy, OmpBind
+from launcher.base.choices import BIND_MODES, ENV_POLICIES, NIC_ENVS, EnvPolicy, NicEnv, OmpBind
 from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
@@ -101,12 +101,17 @@ def rank_environment(
     bind: OmpBind = "rank",
     smt: bool = False,
     policy: EnvPolicy = "safe",
+    nic_env: NicEnv = "none",
 ) -> RankEnvironment:
-    """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``."""
+    """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``. ``nic_env`` adds
+    the rank's NIC for one fabric library (:func:`nic_variables`); a user's value of those is kept unless
+    ``policy`` is ``override`` (a NIC the user chose is never dangerous)."""
     if bind not in BIND_MODES:
         raise ValueError(f"unknown bind mode {bind!r}")
     if policy not in ENV_POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
+    if nic_env not in NIC_ENVS:
+        raise ValueError(f"unknown NIC export {nic_env!r}")
     cpus = set(rank.cpus)
     compute = set(rank.compute_cpus)
     ours: dict[str, str] = {v: str(rank.threads) for v in THREAD_VARIABLES}
@@ -141,8 +146,27 @@ def rank_environment(
         if problem and policy != "keep":
             unset.append("GOMP_CPU_AFFINITY")
             notes.append(f"GOMP_CPU_AFFINITY={gomp} removed: {problem}")
+    for name, value in nic_variables(rank, nic_env).items():
+        user = user_env.get(name)
+        if user is not None and user != value and policy != "override":
+            notes.append(f"keeping {name}={user} set by the user (affrun would set {value})")
+            value = user
+        elif user is not None and user != value:
+            notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
+        out[name] = value
     out.update(affrun_variables(rank, local_world_size, bind))
     return RankEnvironment(out, tuple(unset), tuple(notes))
+
+
+def nic_variables(rank: RankPlan, nic_env: NicEnv) -> dict[str, str]:
+    """``--nic-env``'s variables for ``rank``: ``ucx``: ``UCX_NET_DEVICES`` = its NIC (``mlx5_0:1``), when it has
+    one; ``mpich``: ``MPICH_OFI_NIC_POLICY=GPU`` (Cray MPICH takes the NIC nearest the GPU), when it has a GPU.
+    NCCL's variables never: why in docs/nics.md."""
+    if nic_env == "ucx" and rank.nic is not None:
+        return {"UCX_NET_DEVICES": rank.nic.device}
+    if nic_env == "mpich" and rank.gpu is not None:
+        return {"MPICH_OFI_NIC_POLICY": "GPU"}
+    return {}
 
 
 def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> Problem | None:

@@ -1,7 +1,7 @@
 """The one summary line of a rank: every front end prints it (``affrun: rank 0/2 host ...``) and a bound
 process's :class:`launcher.bind.readback.TaskBinding` is it as a string, in the same fields and order.
 
-    rank 0/2 host n1 cpus 0-15 numa 0 gpu 0 (0000:18:00.0) omp 14 loader 14-15 mem membind:0
+    rank 0/2 host n1 cpus 0-15 numa 0 gpu 0 (0000:18:00.0) nic mlx5_0:1 omp 14 loader 14-15 mem membind:0
 
 A rank with comm cores (``--comm-cores``) shows them after its loader CPUs: ``... loader 14-15 comm 13 mem ...``.
 
@@ -30,12 +30,12 @@ def mem_text(policy: str, nodes: Sequence[int]) -> str:
 
 def rank_summary(local_rank: int, size: int, host: str, cpus: Iterable[int], numa_nodes: Sequence[int],
                  gpu: int | None, gpu_pci: str | None, threads: int, loader_cpus: Iterable[int], mem: str,
-                 comm_cpus: Iterable[int] = ()) -> str:
+                 nic: str | None = None, comm_cpus: Iterable[int] = ()) -> str:
     """The rank line without its ``affrun:`` prefix."""
     shown_gpu = "-" if gpu is None else f"{gpu} ({gpu_pci or '?'})"
     comm = format_cpulist(comm_cpus)
     return (f"rank {local_rank}/{size} host {host} cpus {format_cpulist(cpus)} "
-            f"numa {','.join(map(str, numa_nodes)) or '-'} gpu {shown_gpu} omp {threads} "
+            f"numa {','.join(map(str, numa_nodes)) or '-'} gpu {shown_gpu} nic {nic or '-'} omp {threads} "
             f"loader {format_cpulist(loader_cpus) or '-'}{f' comm {comm}' if comm else ''} mem {mem}")
 
 
@@ -43,4 +43,5 @@ def rank_line(rank: RankFields, size: int, mem: str, host: str) -> str:
     """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``), after
     ``affrun:``: of a plan's entry in the planning parent, of a rank's record in the rank."""
     return "affrun: " + rank_summary(rank.local_rank, size, host, rank.cpus, rank.numa_nodes, rank.gpu,
-                                     rank.gpu_pci, rank.threads, rank.loader_cpus, mem, rank.comm_cpus)
+                                     rank.gpu_pci, rank.threads, rank.loader_cpus, mem, rank.nic_device,
+                                     rank.comm_cpus)

@@ -33,17 +33,23 @@ if TYPE_CHECKING:
         def gpu_pci(self) -> str | None: ...
         @property
         def threads(self) -> int: ...
+        @property
+        def nic_device(self) -> str | None: ...
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
 # `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
 PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also read by libgomp
 BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
+# The NIC variables --nic-env exports (docs/nics.md): UCX's device list (ucx), Cray MPICH's NIC policy (mpich).
+NIC_VARIABLES = ("UCX_NET_DEVICES", "MPICH_OFI_NIC_POLICY")
 # The variables whose user values the env policy judges, and the only ones a plan's environment may set or unset
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
 # NCCL's proxy threads' CPUs (NCCL >= 2.28.3, src/proxy.cc): set to a rank's comm cores (--comm-cores).
 COMM_VARIABLE = "NCCL_PROXY_CPUSET"
-USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES, COMM_VARIABLE)
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES, *NIC_VARIABLES, COMM_VARIABLE)
+# The rank's NIC (launcher.plan.nics): mlx5_0:1 (an RDMA device and port) or eth0 (an interface); empty: none.
+NIC_VARIABLE = "AFFRUN_NIC"
 # Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.Job):
 # a process is "already bound" only when it carries the identity of the plan it reads (launcher.context.run_role).
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
@@ -64,6 +70,7 @@ def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict
         "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
         "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),
         "AFFRUN_GPU_PCI": rank.gpu_pci or "",
+        NIC_VARIABLE: rank.nic_device or "",
         "AFFRUN_THREADS": str(rank.threads),
         "AFFRUN_OMP_BIND": bind,
     }

@@ -19,6 +19,7 @@ from launcher.base.choices import (
     MEM_BACKENDS,
     MEM_POLICIES,
     MODES,
+    NIC_ENVS,
     SPILLS,
 )
 from launcher.plan.request import Request
@@ -96,6 +97,9 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
                "workers it forks) keeps the whole rank.", choices=BIND_MODES, default="rank"),
     OptionSpec("--env-policy", "env_policy", "env", "What to do with OMP/KMP/MKL variables the user already set.",
                choices=ENV_POLICIES, default="safe"),
+    OptionSpec("--nic-env", "nic_env", "env", "Also export the rank's nearest NIC for a fabric library (AFFRUN_NIC is "
+               "always set): ucx: UCX_NET_DEVICES=<name>:<port>; mpich: MPICH_OFI_NIC_POLICY=GPU (Cray MPICH); none. "
+               "NCCL's own variables are never set.", choices=NIC_ENVS, default="none"),
     OptionSpec("--mem-policy", "mem_policy", "env", "Memory policy of each rank (auto: preferred on multi-NUMA "
                "machines, else none).", choices=MEM_POLICIES, default="auto"),
     OptionSpec("--mem-backend", "mem_backend", "apply", "How the memory policy is applied (auto: the set_mempolicy "

@@ -42,6 +42,7 @@ from launcher.plan.comm import keep_comm_cores
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
+from launcher.plan.nics import NicChoice, choose_nics
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
 from launcher.topology.kinds import CoreKinds
@@ -74,11 +75,16 @@ class RankPlan:
     warnings: tuple[str, ...] = ()
     spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
     spill_nodes: tuple[int, ...] = ()  # the nodes they come from
+    nic: NicChoice | None = None  # the nearest NIC (launcher.plan.nics)
     comm_cpus: tuple[int, ...] = ()  # PUs of cpus kept for NCCL's threads (--comm-cores): no compute, no loader
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
         return tuple(sorted(p for core in self.compute_cores for p in core))
+
+    @property
+    def nic_device(self) -> str | None:
+        return self.nic.device if self.nic else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +102,7 @@ class RankPlan:
             "warnings": list(self.warnings),
             "spill_cpus": list(self.spill_cpus),
             "spill_nodes": list(self.spill_nodes),
+            "nic": self.nic.to_dict() if self.nic else None,
             "comm_cpus": list(self.comm_cpus),
         }
 
@@ -180,7 +187,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         )
     ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     return Plan(
-        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(reserved_pus)), req.spill,
     )
 
@@ -235,8 +242,10 @@ def quota_threads(topo: Topology, ranks: int) -> int | None:
     return max(1, int(quota // max(ranks, 1)))
 
 
-def _cap_threads(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
-    """Under a CPU quota below the allowed CPUs, cap each rank's threads so that ranks x threads fits the quota."""
+def _finish_ranks(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
+    """Each rank's NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so that ranks x
+    threads fits the quota."""
+    ranks = [replace(r, nic=c) for r, c in zip(ranks, choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks]))]
     quota = topo.cpu_quota
     cap = quota_threads(topo, len(ranks))
     if quota is None or cap is None:
@@ -400,6 +409,6 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
     ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     return Plan(
-        _cap_threads(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(_reserved_pus(topo, req))), "none",
     )

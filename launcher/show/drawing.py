@@ -51,6 +51,10 @@ def _gpu_alone(model: Model, entry: GpuEntry, color: bool, min_w: int = 0) -> Bl
         title = f"GPU {entry.visible} · {g.vendor}"
     rank = _rank_text(entry.ranks, color, model)
     lines = [text_line(Text(0, 0, g.pci, PLAIN, gpu=g.index), (" ", PLAIN), Text(0, 0, rank.text, rank.style, gpu=g.index))]
+    nics = [r.nic for r in model.plan.ranks if r.local_rank in entry.ranks and r.nic is not None]
+    if nics:  # the NIC beside its GPU: each distinct one its ranks were given, in rank order
+        shown = list(dict.fromkeys(f"{n.device} ({n.distance})" for n in nics))
+        lines.append(text_line((f"nic {', '.join(shown)}", DIM)))
     if entry.note:
         lines.append(text_line((entry.note, DIM)))
     return framed(title, vstack(lines), "gpu", min_w)
@@ -253,8 +257,8 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         key.append((mark.letter, f"{mark.kind.name}{'' if mark.speed == 'middle' else f' ({mark.speed})'}"))
     row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
     out.append(hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0))
-    headers = ("rank", "gpu", "pci", "omp", "numa", "cpus")
-    rows: list[tuple[Text, str, str, str, str, str]] = []
+    headers = ("rank", "gpu", "pci", "nic", "omp", "numa", "cpus")
+    rows: list[tuple[Text, str, str, str, str, str, str]] = []
     for r in plan.ranks:
         label = f"{r.local_rank:>2}"
         swatch = Text(0, 0, f" {label} " if color else f"[{label}]", Style("rank", (r.local_rank,)), swatch=r.local_rank)
@@ -268,11 +272,11 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         sharers = [o.local_rank for o in plan.ranks if o is not r and set(o.cpus) & set(r.cpus)]
         if sharers:
             cpus += f" (shared with {'rank' if len(sharers) == 1 else 'ranks'} {format_cpulist(sharers)})"
-        rows.append((swatch, "-" if r.gpu is None else str(r.gpu), r.gpu_pci or "-", str(r.threads),
-                     ",".join(map(str, r.numa_nodes)) or "?", cpus))
+        rows.append((swatch, "-" if r.gpu is None else str(r.gpu), r.gpu_pci or "-", r.nic_device or "-",
+                     str(r.threads), ",".join(map(str, r.numa_nodes)) or "?", cpus))
     widths = [max(len(headers[0]), *(len(x[0].text) for x in rows))]
-    widths += [max(len(headers[i]), *(len(str(x[i])) for x in rows)) for i in range(1, 5)]
-    out.append(text_line(("  ".join(h.ljust(w) for h, w in zip(headers, widths)) + "  " + headers[5], DIM)))
+    widths += [max(len(headers[i]), *(len(str(x[i])) for x in rows)) for i in range(1, 6)]
+    out.append(text_line(("  ".join(h.ljust(w) for h, w in zip(headers, widths)) + "  " + headers[6], DIM)))
     lead = sum(widths) + 2 * len(widths)
     for sw, *cols in rows:
         cpus_lines = textwrap.wrap(str(cols[-1]), max(width - lead, 16), break_on_hyphens=False) or [""]

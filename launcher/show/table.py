@@ -9,7 +9,8 @@ from launcher.topology.model import Topology
 
 def plan_table(topo: Topology, plan: Plan) -> str:
     comm = any(r.comm_cpus for r in plan.ranks)  # the column only where --comm-cores kept some
-    headers = ["rank", "cpus", "loader", *(["comm"] if comm else []), "spill", "numa", "gpu", "pci", "omp", "why"]
+    headers = ["rank", "cpus", "loader", *(["comm"] if comm else []), "spill", "numa", "gpu", "pci", "nic", "omp",
+               "why"]
     rows = []
     for r in plan.ranks:
         rows.append(
@@ -22,6 +23,7 @@ def plan_table(topo: Topology, plan: Plan) -> str:
                 ",".join(map(str, r.numa_nodes)) or "?",
                 "-" if r.gpu is None else str(r.gpu),
                 r.gpu_pci or "-",
+                f"{r.nic.device} ({r.nic.distance})" if r.nic else "-",
                 str(r.threads),
                 "; ".join(r.reasons),
             ]

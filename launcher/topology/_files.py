@@ -21,7 +21,8 @@ import stat
 from launcher.base.cpulist import cpu_error, id_problem, parse_cpulist, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, short
 from launcher.errors import AffrunError, TopologyError
-from launcher.topology.fsroot import listdir, open_fd
+from launcher.topology.fsroot import listdir, open_fd, realpath, root_real
+from launcher.topology.pci import sysfs_pci_path
 
 _CHUNK = 65536
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for regular files.
@@ -187,3 +188,16 @@ def numbered_entries(directory: str, prefix: str, kind: str | None = None) -> li
         out.append(number)
     out.sort()
     return out
+
+
+def pci_location(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """(address, PCI path) of the PCI device directory ``path`` names (a ``sys/bus/pci/devices`` entry, a
+    ``device`` link), its links resolved inside the fsroot (:func:`launcher.topology.pci.sysfs_pci_path`); ``None``
+    when it does not resolve (absent, a loop) or is no PCI device under a host bridge."""
+    real = realpath(path)
+    if real is None:
+        return None
+    top = root_real()
+    if top is not None:
+        real = real[len(top):] if real.startswith(top.rstrip("/") + "/") else "/"
+    return sysfs_pci_path(real)

@@ -167,3 +167,28 @@ def isdir(path: str) -> bool:
     """``os.path.isdir(path)``, confined to the active root."""
     real = _located(path, follow_last=True)
     return real is not None and os.path.isdir(real)
+
+
+def realpath(path: str) -> str | None:
+    """The real path of ``path`` with every link resolved, confined to the active root; ``None`` when it does not
+    exist or its links loop. Under a root the answer is the real path on disk (under the root's real path)."""
+    root = _ACTIVE.get()
+    rel = None if root is None else root.relative(path)
+    if root is None or rel is None:
+        try:
+            return os.path.realpath(path, strict=True)
+        except (OSError, ValueError):
+            return None
+    return root.resolve(rel, follow_last=True)
+
+
+def root_real() -> str | None:
+    """The real path of the active root (``None`` when none is set: the live machine)."""
+    root = _ACTIVE.get()
+    return None if root is None else root.real
+
+
+def lexists(path: str) -> bool:
+    """``os.path.lexists(path)`` (a link counts, wherever it points), confined to the active root."""
+    real = _located(path, follow_last=False)
+    return real is not None and os.path.lexists(real)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from launcher.base.slurm_step import slurm_global_visible
 from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
-from launcher.topology._files import numbered_entries, read_cpus, read_int, read_text
+from launcher.topology._files import numbered_entries, pci_location, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU
 from launcher.topology.pci import format_pci, pci_address, pci_order
@@ -79,9 +79,16 @@ def read_pci_gpus(
                 cpus=cpus,
                 uuid=uuid,
                 memory_node=memory_node,
+                pci_path=_path_of(dev, bdf),
             )
         )
     return _with_vendor_indexes(root, found), warnings
+
+
+def _path_of(dev: str, bdf: str) -> tuple[str, ...]:
+    """The PCI path of device ``bdf`` at ``dev`` (empty when its link does not resolve to it)."""
+    found = pci_location(dev)
+    return found[1] if found is not None and found[0] == bdf else ()
 
 
 def _pci_entries(base: str, entries: list[str], warnings: list[str]) -> list[tuple[str, str]]:

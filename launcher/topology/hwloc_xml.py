@@ -14,12 +14,13 @@ Standard library only (``xml.etree``). What is read:
   0x0380) of NVIDIA, AMD or Intel. NVSwitches (0x0680) and BMC VGAs (ASPEED 0x1a03, Matrox) are not GPUs. A
   GPU's locality is the cpuset/nodeset of its first non-I/O ancestor; its UUID comes from an NVML/CUDA OS
   device's ``NVIDIAUUID``.
+* NICs and every PCI device's path: :mod:`launcher.topology.nics_xml`.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from launcher.base.cpulist import cpu_error, format_cpulist, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
@@ -29,6 +30,7 @@ from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASS
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.nics_xml import xml_pci
 from launcher.topology.pci import pci_address, pci_order
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
@@ -234,6 +236,8 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
     gpus, warnings = _gpus(walk, online, nodes)
     kinds = kinds_from_hwloc_xml(top, online, path)
     node_ids = frozenset(n.os_index for n in nodes)
+    pci_paths, nics, nic_warnings = xml_pci(machine, node_ids)
+    gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
     allowed_nodeset = _mask(machine, "allowed_nodeset")
     allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids
     return Topology(
@@ -247,8 +251,9 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
         gpus=gpus,
         source=f"hwloc-xml {path}",
         allowed_mems=allowed_mems,
-        warnings=(*warnings, *kinds.warnings),
+        warnings=(*warnings, *kinds.warnings, *nic_warnings),
         core_kinds=CoreKinds(kinds.kinds),
+        nics=tuple(nics),
     )
 
 

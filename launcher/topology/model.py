@@ -1,4 +1,4 @@
-"""The machine model, in hwloc's vocabulary: Package, NUMA node, L3 group, Core, PU, plus PCI GPUs.
+"""The machine model, in hwloc's vocabulary: Package, NUMA node, L3 group, Core, PU, plus PCI GPUs and NICs.
 
 CPU ids are OS indexes (what the kernel, ``taskset`` and ``OMP_PLACES`` use). Logical indexes are positions
 in the tuples below. Everything here is immutable and free of I/O.
@@ -17,6 +17,13 @@ from launcher.topology.pci import pci_address
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from launcher.base.choices import NicKind, PortState
+
+# A device's PCI path: its ancestors from the host bridge down, the device itself left out, e.g.
+# ("pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:08.0") for a device behind a PCIe switch (root port,
+# the switch's upstream and downstream ports). The host bridge is named as sysfs names the root bus, pciDDDD:BB.
+PciPath = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,43 @@ class GPU:
     # NVIDIA GPUs), ROCm (KFD topology order, what rocm-smi and ROCR_VISIBLE_DEVICES count; not always PCI order).
     # None when unknown (Intel, or a source that does not say).
     vendor_index: int | None = None
+    pci_path: PciPath = ()  # empty when the source does not say (docs/nics.md)
+
+
+@dataclass(frozen=True)
+class NicPort:
+    """One port of a NIC: its number (1.. for RDMA ports; 1 for an interface), state and rate in Gb/s."""
+
+    number: int
+    state: PortState
+    rate_gbps: float | None = None  # None when the source does not say (hwloc XML, an interface without speed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"number": self.number, "state": self.state, "rate_gbps": self.rate_gbps}
+
+
+@dataclass(frozen=True)
+class NIC:
+    """A network device, as hwloc has it: an OS device (an RDMA device such as ``mlx5_0``, or a network interface
+    such as ``eth0``) under its PCI function. One function may carry both (``mlx5_0`` and its ``ib0``)."""
+
+    name: str
+    pci: str  # the PCI function, dddd:bb:dd.f
+    kind: NicKind
+    numa_node: int | None
+    ports: tuple[NicPort, ...] = ()
+    pci_path: PciPath = ()
+
+    @property
+    def rdma(self) -> bool:
+        return self.kind in ("infiniband", "roce")
+
+    def active_ports(self) -> tuple[NicPort, ...]:
+        return tuple(p for p in self.ports if p.state == "active")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "pci": self.pci, "kind": self.kind, "numa_node": self.numa_node,
+                "ports": [p.to_json() for p in self.ports], "pci_path": list(self.pci_path)}
 
 
 @dataclass(frozen=True)
@@ -96,6 +140,7 @@ class Topology:
     # Core kinds of the online CPUs (hybrid CPUs: P/E cores, big.LITTLE), fastest first; empty on a homogeneous
     # machine. :meth:`kinds` narrows them to the allowed CPUs, which is what the planner and the output use.
     core_kinds: CoreKinds = field(default_factory=CoreKinds)
+    nics: tuple[NIC, ...] = ()  # in PCI order, then by name
 
     def kinds(self) -> CoreKinds:
         """The core kinds of the allowed CPUs, fastest first (empty or one kind: homogeneous)."""
@@ -189,9 +234,11 @@ class Topology:
                     "numa_node": g.numa_node,
                     "cpus": sorted(g.cpus),
                     "uuid": g.uuid,
+                    "pci_path": list(g.pci_path),
                 }
                 for i, g in enumerate(gpus)
             ],
+            "nics": [n.to_json() for n in self.nics],
             "l3_groups": [sorted(g.cpus & allowed) for g in self.l3_groups],
             "online": format_cpulist(self.online),
             "offline": format_cpulist(self.offline),
@@ -241,6 +288,7 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
         *((f"GPU {clip(g.pci, 40)}", g.numa_node) for g in topo.gpus),
         *((f"GPU {clip(g.pci, 40)}'s memory", g.memory_node) for g in topo.gpus),
         *(("allowed_mems", m) for m in topo.allowed_mems or ()),
+        *((f"NIC {clip(n.name, 40)}", n.numa_node) for n in topo.nics),
     ]
     for what, node in nodes:
         if node is not None and not 0 <= node <= MAX_NODE_ID:
@@ -259,6 +307,9 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
         if gpu.pci in listed:
             raise TopologyError(f"{where}: two GPUs have the PCI address {gpu.pci}")
         listed.add(gpu.pci)
+    for nic in topo.nics:
+        if pci_address(nic.pci) != nic.pci:
+            raise TopologyError(f"{where}: NIC {short(nic.name, 40)}: {short(nic.pci, 40)} is not a PCI address")
     cores, twice = _one_core_per_pu(topo.cores)
     warnings = tuple(one_line(w) for w in topo.warnings)
     stray = frozenset().union(*(k.cpus for k in topo.core_kinds.kinds)) - topo.online

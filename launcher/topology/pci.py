@@ -51,3 +51,35 @@ def pci_order(address: str) -> tuple[int, ...]:
     domain, bus, rest = canonical.split(":")
     device, function = rest.split(".")
     return (int(domain, 16), int(bus, 16), int(device, 16), int(function, 16))
+
+
+def host_bridge(name: str) -> str | None:
+    """``pci0000:3a`` (the directory sysfs names a PCI root bus, whose bridge is the host bridge) in its canonical
+    spelling, or ``None`` when ``name`` is not one."""
+    if not name.startswith("pci"):
+        return None
+    domain, colon, bus = name[3:].partition(":")
+    number, bus_number = _hex(domain, 8, 0xFFFFFFFF), _hex(bus, 2, 0xFF)
+    if not colon or number is None or bus_number is None:
+        return None
+    return f"pci{number:04x}:{bus_number:02x}"
+
+
+def sysfs_pci_path(real_path: str) -> tuple[str, tuple[str, ...]] | None:
+    """(address, PCI path) of the PCI device whose resolved sysfs directory is ``real_path``
+    (``.../devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0``): the path is the host bridge
+    and the bridges above the device (:data:`launcher.topology.model.PciPath`). A device that is not itself a PCI
+    function (``.../0000:00:03.0/virtio2``, a virtio NIC) is its nearest PCI ancestor, as hwloc has it. ``None``
+    when no PCI function lies under a host bridge there. The last host bridge counts (a VMD domain nests one)."""
+    parts = real_path.rstrip("/").split("/")
+    start = max((i for i, p in enumerate(parts) if host_bridge(p)), default=None)
+    if start is None:
+        return None
+    chain = [pci_address(p) for p in parts[start + 1:]]
+    while chain and chain[-1] is None:
+        chain.pop()
+    addresses = [a for a in chain if a is not None]
+    bridge = host_bridge(parts[start])
+    if not addresses or len(addresses) != len(chain) or bridge is None:
+        return None
+    return addresses[-1], (bridge, *addresses[:-1])

@@ -16,6 +16,7 @@ from launcher.errors import TopologyError, one_line
 from launcher.topology._files import read_document
 from launcher.topology.kinds import CoreKinds, kinds_from_json, kinds_to_json
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.nics_json import BadNic, nics_from_json, pci_path_from_json
 from launcher.topology.pci import pci_address
 
 FORMAT = "affrun-topology/1"
@@ -43,9 +44,11 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
         ],
         "gpus": [
             {"index": g.index, "pci": g.pci, "vendor": g.vendor, "numa_node": g.numa_node, "cpus": cl(g.cpus),
-             "uuid": g.uuid, "memory_node": g.memory_node, "vendor_index": g.vendor_index}
+             "uuid": g.uuid, "memory_node": g.memory_node, "vendor_index": g.vendor_index,
+             "pci_path": list(g.pci_path)}
             for g in topo.gpus
         ],
+        "nics": [n.to_json() for n in topo.nics],
         "warnings": list(topo.warnings),
         "cpu_quota": topo.cpu_quota,
         "cpu_quota_source": topo.cpu_quota_source,
@@ -113,7 +116,7 @@ def from_snapshot(data: Any, where: str = "snapshot") -> Topology:
         raise TopologyError(f"{where}: not an affrun topology snapshot (expected \"format\": \"{FORMAT}\")")
     try:
         topo = _build(data)
-    except _Bad as exc:
+    except (_Bad, BadNic) as exc:
         raise TopologyError(f"{where}: bad topology snapshot: {exc}") from None
     except KeyError as exc:
         raise TopologyError(f"{where}: bad topology snapshot: missing key {clip(str(exc), 40)}") from None
@@ -189,6 +192,7 @@ def _build(data: dict[str, Any]) -> Topology:
                 _str(g.get("uuid"), f"gpus[{i}].uuid", optional=True),
                 _int(g.get("memory_node"), f"gpus[{i}].memory_node", optional=True),
                 _int(g.get("vendor_index"), f"gpus[{i}].vendor_index", optional=True),
+                pci_path_from_json(g.get("pci_path", []), f"gpus[{i}].pci_path"),
             )
         )
     online = _cpus(data["online"], "online")
@@ -203,6 +207,7 @@ def _build(data: dict[str, Any]) -> Topology:
     mems = data.get("allowed_mems")
     warnings = _list(data, "warnings") if "warnings" in data else []
     kinds = kinds_from_json(data.get("core_kinds"), online)
+    nics, nic_notes = nics_from_json(data.get("nics", []), frozenset(n.os_index for n in nodes))
     return Topology(
         packages=tuple(packages),
         numa_nodes=tuple(nodes),
@@ -214,8 +219,9 @@ def _build(data: dict[str, Any]) -> Topology:
         allowed_mems=None if mems is None else _cpus(mems, "allowed_mems"),
         gpus=tuple(gpus),
         source=_str(data.get("source", "snapshot"), "source"),
-        warnings=(*(_str(w, "warnings[]") for w in warnings), *gpu_notes, *kinds.warnings),
+        warnings=(*(_str(w, "warnings[]") for w in warnings), *gpu_notes, *kinds.warnings, *nic_notes),
         core_kinds=CoreKinds(kinds.kinds),
+        nics=nics,
         cpu_quota=_quota(data.get("cpu_quota")),
         cpu_quota_source=None if data.get("cpu_quota_source") is None else one_line(_str(data["cpu_quota_source"],
                                                                                           "cpu_quota_source")),

@@ -20,6 +20,7 @@ from launcher.topology.initiators import local_cpus, node_initiators
 from launcher.topology.kinds import CoreKinds
 from launcher.topology.kinds_sysfs import kinds_from_sysfs
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
+from launcher.topology.nics import read_nics
 from launcher.topology.numa_overlap import merge_overlapping_nodes
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
     node_cpus = {n.os_index: n.cpus for n in nodes if n.cpus}
     found, gpu_warnings = read_pci_gpus(root, online, node_cpus) if gpus else ([], [])
     warnings.extend(gpu_warnings)
+    nics, nic_warnings = read_nics(root, frozenset(n.os_index for n in nodes))
+    warnings.extend(nic_warnings)
     visible: tuple[int, ...] | None = None
     if environ is not None and found:
         resolved = resolve_visible(found, environ)
@@ -135,6 +138,7 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
         allowed_mems=None if cpuset is None else cpuset.mems,
         warnings=tuple(warnings),
         core_kinds=CoreKinds(kinds.kinds),
+        nics=tuple(nics),
     )))
 
 

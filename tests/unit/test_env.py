@@ -74,6 +74,7 @@ def test_affrun_variables() -> None:
         "AFFRUN_MEM_NODES": "3",
         "AFFRUN_GPU": "1",
         "AFFRUN_GPU_PCI": "0000:0f:00.0",
+        "AFFRUN_NIC": "",
         "AFFRUN_THREADS": "3",
         "AFFRUN_OMP_BIND": "rank",
     }

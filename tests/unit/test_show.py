@@ -134,7 +134,8 @@ def test_legend_lists_every_rank_with_cpus_gpu_and_threads(two_node: Topology) -
     for rank in plan.ranks:
         row = next(ln for ln in legend if ln.startswith(f"[{rank.local_rank:>2}]"))
         cols = row.split()
-        assert cols[2] == str(rank.gpu) and cols[3] == rank.gpu_pci and cols[4] == str(rank.threads)
+        assert cols[2] == str(rank.gpu) and cols[3] == rank.gpu_pci and cols[4] == (rank.nic_device or "-")
+        assert cols[5] == str(rank.threads)
         assert format_cpulist(rank.cpus) in row and format_cpulist(rank.loader_cpus) in row
 
 

@@ -1,0 +1,108 @@
+"""The nearest NIC of each rank, pure: by the PCI path from the rank's GPU, as NCCL ranks paths (docs/nics.md).
+
+Distance, nearest first: the same PCIe switch (a bridge below the host bridge in common), the same host bridge,
+the same NUMA node, the same package, any other. A rank without a GPU measures from its NUMA nodes. Only NICs
+with an active port count, RDMA ones (InfiniBand, RoCE) before interfaces (Ethernet, IPoIB), which count only
+when no RDMA port is active. At equal distance the higher rate wins; ranks spread over equally near and fast
+NICs, in rank order, each taking the one fewest ranks have so far (then PCI order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from launcher.base.choices import NIC_DISTANCES
+from launcher.topology.pci import pci_order
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from launcher.base.choices import NicDistance, NicKind
+    from launcher.topology.model import GPU, NIC, NicPort, Topology
+
+
+@dataclass(frozen=True)
+class NicChoice:
+    """The NIC a rank is given: ``port`` is the RDMA port (None for an interface)."""
+
+    name: str
+    port: int | None
+    pci: str
+    kind: NicKind
+    distance: NicDistance
+    rate_gbps: float | None = None
+
+    @property
+    def device(self) -> str:
+        """``mlx5_0:1`` for an RDMA port, ``eth0`` for an interface: ``AFFRUN_NIC``'s and ``UCX_NET_DEVICES``'s
+        spelling."""
+        return self.name if self.port is None else f"{self.name}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "port": self.port, "device": self.device, "pci": self.pci, "kind": self.kind,
+                "distance": self.distance, "rate_gbps": self.rate_gbps}
+
+
+def usable_nics(topo: Topology) -> list[tuple[NIC, NicPort]]:
+    """The NICs that count, each with its best active port (fastest, then lowest number): RDMA NICs when any has
+    an active port, else interfaces."""
+    found: list[tuple[NIC, NicPort]] = []
+    for nic in topo.nics:
+        ports = nic.active_ports()
+        if ports:
+            found.append((nic, min(ports, key=lambda p: (-(p.rate_gbps or 0.0), p.number))))
+    rdma = [(n, p) for n, p in found if n.rdma]
+    return rdma or found
+
+
+def _packages(topo: Topology) -> dict[int, int]:
+    """NUMA node -> logical package, from the cores."""
+    out: dict[int, int] = {}
+    for core in topo.cores:
+        if core.numa_node is not None:
+            out.setdefault(core.numa_node, core.package)
+    return out
+
+
+def distance(nic: NIC, gpu: GPU | None, nodes: Sequence[int], packages: dict[int, int]) -> NicDistance:
+    """How far ``nic`` is from ``gpu`` (its PCI path, then its NUMA node) or, without a GPU, from ``nodes``."""
+    if gpu is not None and gpu.pci_path and nic.pci_path and gpu.pci_path[0] == nic.pci_path[0]:
+        common = 0
+        for a, b in zip(gpu.pci_path, nic.pci_path):
+            if a != b:
+                break
+            common += 1
+        return "switch" if common >= 2 else "host-bridge"
+    homes = ((gpu.numa_node,) if gpu.numa_node is not None else ()) if gpu is not None else tuple(nodes)
+    if nic.numa_node is None or not homes:
+        return "system"
+    if nic.numa_node in homes:
+        return "numa-node"
+    nic_package = packages.get(nic.numa_node)
+    if nic_package is not None and any(packages.get(n) == nic_package for n in homes):
+        return "package"
+    return "system"
+
+
+def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]]) -> list[NicChoice | None]:
+    """The NIC of each rank, given as (its GPU's PCI address or None, its NUMA nodes); None when no NIC counts."""
+    usable = usable_nics(topo)
+    if not usable:
+        return [None] * len(ranks)
+    gpus = {g.pci: g for g in topo.gpus}
+    packages = _packages(topo)
+    uses: dict[str, int] = {}
+    out: list[NicChoice | None] = []
+    for gpu_pci, nodes in ranks:
+        gpu = gpus.get(gpu_pci) if gpu_pci is not None else None
+        scored = [(NIC_DISTANCES.index(distance(n, gpu, nodes, packages)), -(p.rate_gbps or 0.0), n, p)
+                  for n, p in usable]
+        best = min((level, rate) for level, rate, _, _ in scored)
+        tied = [(n, p) for level, rate, n, p in scored if (level, rate) == best]
+        nic, port = min(tied, key=lambda np: (uses.get(np[0].name, 0), pci_order(np[0].pci), np[0].name))
+        uses[nic.name] = uses.get(nic.name, 0) + 1
+        out.append(NicChoice(nic.name, port.number if nic.rdma else None, nic.pci, nic.kind,
+                             NIC_DISTANCES[best[0]], port.rate_gbps))
+    return out

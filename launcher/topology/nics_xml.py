@@ -1,0 +1,101 @@
+"""NICs and PCI paths from an hwloc XML export: ``OSDev`` objects of ``osdev_type`` 3 (OpenFabrics: ``mlx5_0``)
+and 2 (Network: ``ib0``, ``eth0``) under their ``PCIDev``, whose ``Bridge`` ancestors give the PCI path.
+
+A host bridge (``bridge_type="0-1"``, ``bridge_pci="0000:[10-15]"``) is named for its root bus (``pci0000:10``),
+as sysfs names it. A NIC's NUMA node is the single node in the nodeset of its first non-I/O ancestor. hwloc
+records an RDMA port's state (``Port1State``) but no rate, and no state for a network interface.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from launcher.base.cpulist import parse_hexmask
+from launcher.base.untrusted import ascii_uint, short
+from launcher.topology.model import NIC, NicPort
+from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS
+from launcher.topology.pci import host_bridge, pci_address, pci_order
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
+    from launcher.base.choices import NicKind, PortState
+
+_NON_IO = frozenset({"Bridge", "PCIDev", "OSDev", "Misc"})
+
+
+def xml_pci(machine: ET.Element, node_ids: frozenset[int]) -> tuple[dict[str, tuple[str, ...]], list[NIC], list[str]]:
+    """(PCI address -> PCI path of every ``PCIDev``, the NICs in PCI order, warnings)."""
+    paths: dict[str, tuple[str, ...]] = {}
+    nics: list[NIC] = []
+    warnings: list[str] = []
+    stack: list[tuple[ET.Element, tuple[str, ...], int | None]] = [(machine, (), None)]
+    while stack:
+        element, path, node = stack.pop()
+        kind = element.get("type", "")
+        below = path
+        if kind == "Bridge":
+            if (element.get("bridge_type") or "").startswith("0-"):
+                below = (_host_bridge(element.get("bridge_pci") or ""),)
+            elif path:
+                below = (*path, pci_address(element.get("pci_busid") or "") or "?")
+        elif kind == "PCIDev":
+            address = pci_address(element.get("pci_busid") or "")
+            if address is not None:
+                clean = path if path and "?" not in path and path[0] != "?" else ()
+                paths.setdefault(address, clean)
+                for osdev in element.findall("object"):
+                    nic = _nic(osdev, address, clean, node, warnings)
+                    if nic is not None:
+                        nics.append(nic)
+        elif kind not in _NON_IO and element.get("nodeset") is not None:
+            node = _one_node(element.get("nodeset") or "", node_ids)
+        for child in reversed(element.findall("object")):
+            stack.append((child, below, node))
+    if len(nics) > MAX_ENTRIES:
+        return paths, [], [*warnings, f"the XML lists {len(nics)} NICs, more than {MAX_ENTRIES}; no NIC is read"]
+    nics.sort(key=lambda n: (pci_order(n.pci), n.name))
+    return paths, nics, warnings
+
+
+def _host_bridge(bridge_pci: str) -> str:
+    """``0000:[10-15]`` -> ``pci0000:10``; ``?`` when it is not that."""
+    domain, _, buses = bridge_pci.partition(":")
+    return host_bridge(f"pci{domain}:{buses.strip('[]').partition('-')[0]}") or "?"
+
+
+def _one_node(nodeset: str, node_ids: frozenset[int]) -> int | None:
+    try:
+        nodes = parse_hexmask(nodeset) & node_ids if "..." not in nodeset else frozenset()
+    except ValueError:
+        return None
+    return next(iter(nodes)) if len(nodes) == 1 else None
+
+
+def _nic(osdev: ET.Element, address: str, path: tuple[str, ...], node: int | None, warnings: list[str]) -> NIC | None:
+    if osdev.get("type") != "OSDev" or osdev.get("osdev_type") not in ("2", "3"):
+        return None
+    name = osdev.get("name") or ""
+    if not name or len(name) > 64 or not name.isprintable() or not name.isascii():
+        warnings.append(f"a network device of PCI {address} has no usable name ({short(name, 40)}); not read as a NIC")
+        return None
+    infos = {i.get("name") or "": i.get("value") or "" for i in osdev.findall("info")}
+    if osdev.get("osdev_type") == "2":
+        address_len = len(infos.get("Address", "").split(":"))
+        net_kind: NicKind = "ipoib" if address_len == 20 else "ethernet"
+        return NIC(name, address, net_kind, node, (NicPort(1, "unknown"),), path)
+    ports: list[NicPort] = []
+    for key, value in sorted(infos.items()):
+        number = ascii_uint(key[4:-5]) if key.startswith("Port") and key.endswith("State") else None
+        if number is None:
+            continue
+        code = ascii_uint(value.strip())
+        state: PortState | None = IB_STATES.get(code) if code is not None else None
+        if state is None or not 1 <= number <= 255 or len(ports) >= MAX_PORTS:
+            warnings.append(f"NIC {short(name, 40)}: Port{short(key[4:-5], 8)}State={short(value, 20)} is not a port "
+                            "state; not read as a NIC")
+            return None
+        ports.append(NicPort(number, state))
+    roce = infos.get("LinkLayer", "").lower() == "ethernet"
+    return NIC(name, address, "roce" if roce else "infiniband", node, tuple(sorted(ports, key=lambda p: p.number)),
+               path)

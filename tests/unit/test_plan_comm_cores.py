@@ -156,3 +156,35 @@ def test_comm_cpus_are_apart_inside_and_out_of_the_openmp_team(case: tuple[objec
         for r in plan.ranks:
             assert seen.isdisjoint(r.cpus), "two ranks on one CPU"
             seen |= set(r.cpus)
+
+
+# ----------------------------------------------------------------------------------------------- the rank's record
+def test_the_rank_reads_its_comm_cpus_and_refuses_a_plan_no_planner_made(tmp_path: Path) -> None:
+    # What a rank reads from AFFRUN_PLAN: its comm CPUs, NCCL_PROXY_CPUSET among the variables affrun sets; a
+    # plan whose comm CPUs are also compute CPUs, or outside the rank, or whose NCCL_PROXY_CPUSET is neither the
+    # comm CPUs nor the user's value, is refused.
+    import json
+
+    import pytest
+
+    from launcher.bind.handoff import ParentPlan
+    from launcher.bind.wire import read_job
+    from launcher.errors import LaunchError
+
+    plan = plan_of(read(tmp_path, dgx_a100()), 8, loader_cores=2, comm_cores=1, spill="none")
+    value = json.loads(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False).to_json())
+    job = read_job(json.dumps(value))
+    assert job.ranks[0].comm_cpus == (53, 181)
+    assert job.variables(job.ranks[0])["NCCL_PROXY_CPUSET"] == "53,181"
+    from launcher.env.rank_line import rank_line
+
+    assert " comm 53,181 mem none" in rank_line(job.ranks[0], 8, "none", "h")
+    for field, bad, message in (("comm_cpus", [52, 180], "must split"), ("comm_cpus", [100], "comm_cpus must be CPUs"),
+                                ("env", "1", "NCCL_PROXY_CPUSET='1' is neither")):
+        broken = json.loads(json.dumps(value))
+        if field == "env":
+            broken["env"][0]["set"]["NCCL_PROXY_CPUSET"] = bad
+        else:
+            broken["plan"]["ranks"][0][field] = bad
+        with pytest.raises(LaunchError, match=message):
+            read_job(json.dumps(broken))

@@ -185,9 +185,8 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         ranks.append(
             _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
         )
-    ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     return Plan(
-        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, req, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(reserved_pus)), req.spill,
     )
 
@@ -242,9 +241,10 @@ def quota_threads(topo: Topology, ranks: int) -> int | None:
     return max(1, int(quota // max(ranks, 1)))
 
 
-def _finish_ranks(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
-    """Each rank's NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so that ranks x
-    threads fits the quota."""
+def _finish_ranks(topo: Topology, req: Request, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
+    """Each rank's comm cores and NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so
+    that ranks x threads fits the quota."""
+    ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     ranks = [replace(r, nic=c) for r, c in zip(ranks, choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks]))]
     quota = topo.cpu_quota
     cap = quota_threads(topo, len(ranks))
@@ -407,8 +407,7 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         gpu = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
-    ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     return Plan(
-        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, req, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(_reserved_pus(topo, req))), "none",
     )

@@ -59,7 +59,7 @@ def audit_job(tmp_path: Path, library: Path, nccl_cpu_index: int, *options: str)
     need(len(cpus) >= 2, "needs 2 CPUs")
     argv = affrun_argv("exec", *options, "--", sys.executable, "-c", JOB, str(library), str(cpus[nccl_cpu_index]),
                        "60")
-    with running(argv, job_env()) as (proc, lines):
+    with running(argv, job_env()) as (_proc, lines):
         pid = int(next(x for x in lines if x.startswith("READY")).split()[1])
         _, data = audit(pid, duration=1.0)
     return findings(data)

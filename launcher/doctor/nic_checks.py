@@ -53,7 +53,8 @@ def check_nccl_hca_prefix(environ: Mapping[str, str], topology: Topology, facts:
         traps = {name: extra for name, extra in traps.items() if extra}
         if not traps:
             continue
-        listed = "; ".join(f"{name} also selects {', '.join(extra)}" for name, extra in traps.items())
+        listed = "; ".join(f"{name} also selects {', '.join(extra[:8])}{', ...' if len(extra) > 8 else ''}"
+                           for name, extra in list(traps.items())[:4]) + ("; ..." if len(traps) > 4 else "")
         fixed = f"{variable}={'^' if exclude else ''}={value.strip().lstrip('^').lstrip('=')}"
         out.append(make_finding(
             "nccl-ib-hca-prefix", "warning",
@@ -83,7 +84,7 @@ def _told_nics(environ: Mapping[str, str]) -> list[tuple[str, str]]:
         value = environ.get(variable, "").strip()
         if value and value != "all":
             out += [(variable, item.split(":", 1)[0].strip()) for item in value.split(",")[:MAX_ENTRIES] if item]
-    return out
+    return list(dict.fromkeys(out))
 
 
 def check_nic_far(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:

@@ -35,6 +35,8 @@ class FakeNIC:
     numa_node: int | None
     kind: str = "infiniband"
     ports: Sequence[tuple[str, str]] = (("4: ACTIVE", "400 Gb/sec (4X NDR)"),)
+    local_cpus: Sequence[int] | None = None  # the function's local_cpulist, written when given
+    virtio: bool = False  # an interface of a virtio device (fn/virtio0/net/<name>), as in a VM
 
 
 @dataclass
@@ -344,10 +346,13 @@ def write_nics(root: Path, m: FakeMachine) -> None:
         _w(fn / "vendor", "0x15b3")
         _w(fn / "class", "0x020700" if rdma else "0x020000")
         _w(fn / "numa_node", str(-1 if nic.numa_node is None else nic.numa_node))
+        if nic.local_cpus is not None:
+            _w(fn / "local_cpulist", format_cpulist(nic.local_cpus))
         klass = "infiniband" if rdma else "net"
-        dev = fn / klass / nic.name
+        owner = fn / "virtio0" if nic.virtio else fn
+        dev = owner / klass / nic.name
         dev.mkdir(parents=True, exist_ok=True)
-        (dev / "device").symlink_to(f"../../../{nic.pci}")
+        (dev / "device").symlink_to(f"../../../{owner.name}")
         if rdma:
             for number, (state, rate) in enumerate(nic.ports, start=1):
                 _w(dev / f"ports/{number}/state", state)
@@ -360,7 +365,8 @@ def write_nics(root: Path, m: FakeMachine) -> None:
             _w(dev / "speed", speed)
         link = root / "sys/class" / klass / nic.name
         link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(f"../../devices/{'/'.join(m.pci_paths[nic.pci])}/{nic.pci}/{klass}/{nic.name}")
+        inner = f"{nic.pci}/virtio0" if nic.virtio else nic.pci
+        link.symlink_to(f"../../devices/{'/'.join(m.pci_paths[nic.pci])}/{inner}/{klass}/{nic.name}")
 
 
 def dgx_like() -> FakeMachine:

@@ -41,7 +41,7 @@ MEM_BACKENDS: tuple[MemBackend, ...] = ("auto", "numactl", "syscall")
 # (Ethernet, IPoIB); its ports' states; how far a NIC is from a rank's GPU, nearest first (docs/nics.md); and
 # which NIC variables a plan exports besides AFFRUN_NIC.
 NIC_KINDS: tuple[NicKind, ...] = ("infiniband", "roce", "ethernet", "ipoib")
-RDMA_KINDS: tuple[NicKind, ...] = ("infiniband", "roce")
+RDMA_KINDS: tuple[str, ...] = ("infiniband", "roce")  # the NIC kinds that are RDMA devices
 PORT_STATES: tuple[PortState, ...] = ("active", "down", "init", "armed", "unknown")
 NIC_DISTANCES: tuple[NicDistance, ...] = ("switch", "host-bridge", "numa-node", "package", "system")
 NIC_ENVS: tuple[NicEnv, ...] = ("none", "ucx", "mpich")

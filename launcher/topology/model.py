@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from launcher.base.choices import RDMA_KINDS
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
 from launcher.base.untrusted import clip, short
 from launcher.errors import TopologyError, one_line
@@ -104,7 +105,7 @@ class NIC:
 
     @property
     def rdma(self) -> bool:
-        return self.kind in ("infiniband", "roce")
+        return self.kind in RDMA_KINDS
 
     def active_ports(self) -> tuple[NicPort, ...]:
         return tuple(p for p in self.ports if p.state == "active")

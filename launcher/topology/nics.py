@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 
 from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import TopologyError
-from launcher.topology._files import numbered_entries, pci_location, read_int, read_text
-from launcher.topology.fsroot import lexists, listdir
+from launcher.topology._files import numbered_entries, pci_location, read_cpus, read_int, read_text
+from launcher.topology.fsroot import isdir, lexists, listdir
 from launcher.topology.model import NIC, NicPort
 from launcher.topology.pci import pci_order
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from launcher.base.choices import NicKind, PortState
 
 MAX_ENTRIES = 1024  # entries of one class directory read at most (a host of containers has hundreds of veths)
@@ -35,11 +37,12 @@ OPER_STATES: dict[str, PortState] = {
 NET_TYPES: dict[int, NicKind] = {1: "ethernet", 32: "ipoib"}  # net/<if>/type (ARPHRD_ETHER, ARPHRD_INFINIBAND)
 
 
-def read_nics(root: str, node_ids: frozenset[int]) -> tuple[list[NIC], list[str]]:
-    """The NICs under ``root`` in PCI order (then by name), and warnings. ``node_ids`` are the NUMA nodes that
-    exist: a NIC the kernel places on another one is not read."""
+def read_nics(root: str, nodes: Mapping[int, frozenset[int]]) -> tuple[list[NIC], list[str]]:
+    """The NICs under ``root`` in PCI order (then by name), and warnings. ``nodes`` maps every NUMA node that exists
+    to its CPUs: a NIC the kernel places on another node is not read; one it places on none (``numa_node`` -1) is
+    on the node whose CPUs hold all of its ``local_cpulist``, if there is exactly one (as hwloc and affrun's GPUs)."""
     warnings: list[str] = []
-    found = [*_class_devices(root, "infiniband", node_ids, warnings), *_class_devices(root, "net", node_ids, warnings)]
+    found = [*_class_devices(root, "infiniband", nodes, warnings), *_class_devices(root, "net", nodes, warnings)]
     found.sort(key=lambda n: (pci_order(n.pci), n.name))
     return found, warnings
 
@@ -60,17 +63,15 @@ def _names(base: str, net: bool, warnings: list[str]) -> list[str]:
     return [n for n in names if n not in odd]
 
 
-def _class_devices(root: str, klass: str, node_ids: frozenset[int], warnings: list[str]) -> list[NIC]:
+def _class_devices(root: str, klass: str, nodes: Mapping[int, frozenset[int]], warnings: list[str]) -> list[NIC]:
     net = klass == "net"
     base = os.path.join(root, "sys/class", klass)
     out: list[NIC] = []
     for name in _names(base, net, warnings):
-        dev = os.path.join(base, name)
-        link = os.path.join(dev, "device")
-        if net and not lexists(link):
+        if net and not lexists(os.path.join(base, name, "device")):
             continue  # a virtual interface
         try:
-            nic = _read_one(name, dev, link, net, node_ids)
+            nic = _read_one(root, name, net, nodes)
         except TopologyError as exc:  # a file that is not what the kernel writes (read_int, read_bytes)
             nic = f"{exc}"
         if isinstance(nic, str):
@@ -80,16 +81,20 @@ def _class_devices(root: str, klass: str, node_ids: frozenset[int], warnings: li
     return out
 
 
-def _read_one(name: str, dev: str, link: str, net: bool, node_ids: frozenset[int]) -> NIC | str | None:
-    """The NIC at ``dev``, ``None`` when it is none (a loopback type), or why it cannot be read."""
+def _read_one(root: str, name: str, net: bool, nodes: Mapping[int, frozenset[int]]) -> NIC | str | None:
+    """The NIC ``name`` of its class, ``None`` when it is none (a loopback type), or why it cannot be read."""
+    dev = os.path.join(root, "sys/class", "net" if net else "infiniband", name)
+    link = os.path.join(dev, "device")
     location = pci_location(link)
     if location is None:
         return f"{short(link, 120)} does not lead to a PCI function under a host bridge (missing, dangling or looping)"
     address, path = location
-    node = read_int(os.path.join(link, "numa_node"))
-    if node is not None and node >= 0 and node not in node_ids:
+    bus_entry = os.path.join(root, "sys/bus/pci/devices", address)
+    function = bus_entry if isdir(bus_entry) else link  # a virtio NIC's link names the virtio device, not the function
+    node = read_int(os.path.join(function, "numa_node"))
+    if node is not None and node >= 0 and node not in nodes:
         return f"the kernel places it on NUMA node {node}, which does not exist here"
-    numa = node if node is not None and node >= 0 else None
+    numa = node if node is not None and node >= 0 else _node_of(function, nodes)
     if net:
         kind = NET_TYPES.get(read_int(os.path.join(dev, "type")) or 1)
         if kind is None:
@@ -102,6 +107,13 @@ def _read_one(name: str, dev: str, link: str, net: bool, node_ids: frozenset[int
     if problem:
         return problem
     return NIC(name=name, pci=address, kind=kind, numa_node=numa, ports=ports, pci_path=path)
+
+
+def _node_of(function: str, nodes: Mapping[int, frozenset[int]]) -> int | None:
+    """The one node whose CPUs hold every CPU of the function's ``local_cpulist``; None when none or several do."""
+    cpus = read_cpus(os.path.join(function, "local_cpulist"), os.path.join(function, "local_cpus"))
+    holders = [n for n, node_cpus in nodes.items() if cpus and node_cpus and cpus <= node_cpus]
+    return holders[0] if len(holders) == 1 else None
 
 
 def _ib_ports(dev: str) -> tuple[tuple[NicPort, ...], str | None, bool]:

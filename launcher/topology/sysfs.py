@@ -34,7 +34,8 @@ def read_sysfs(
     environ: Mapping[str, str] | None = None,
     gpus: bool = True,
 ) -> Topology:
-    """Read the topology under ``root`` (without the PCI scan for GPUs when ``gpus`` is false).
+    """Read the topology under ``root`` (without the PCI scan for GPUs when ``gpus`` is false; NICs are read either
+    way: a rank without a GPU gets the NIC nearest its NUMA node).
 
     ``allowed`` is the process's affinity (live reads pass ``os.sched_getaffinity(0)``); with ``None`` the
     allowed set is the online CPUs narrowed by the cpuset found under ``root``. ``environ`` supplies the GPU
@@ -114,7 +115,7 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
     node_cpus = {n.os_index: n.cpus for n in nodes if n.cpus}
     found, gpu_warnings = read_pci_gpus(root, online, node_cpus) if gpus else ([], [])
     warnings.extend(gpu_warnings)
-    nics, nic_warnings = read_nics(root, frozenset(n.os_index for n in nodes))
+    nics, nic_warnings = read_nics(root, {n.os_index: n.cpus for n in nodes})
     warnings.extend(nic_warnings)
     visible: tuple[int, ...] | None = None
     if environ is not None and found:

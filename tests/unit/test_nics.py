@@ -205,6 +205,27 @@ def test_hwloc_xml_nics_and_the_nearest_per_rank() -> None:
     assert [(n.name, n.pci, n.numa_node) for n in lassen1.nics] == [(n.name, n.pci, n.numa_node) for n in lassen.nics]
 
 
+def test_a_nic_without_numa_node_takes_its_local_cpus_node_and_a_virtio_nic_its_pci_function(tmp_path: Path) -> None:
+    # numa_node -1 with local_cpulist 4-7 (node 1's CPUs): node 1; a VM's eth0 under 0000:00:03.0/virtio0: that function
+    m = machine([], [(FakeNIC("mlx5_0", "0000:a1:00.0", None, local_cpus=range(4, 8)), ("pci0000:a0", "0000:a0:01.0")),
+                     (FakeNIC("eth0", "0000:00:03.0", 0, "ethernet", (("up", "-1"),), virtio=True), ("pci0000:00",))])
+    topo = load_topology(fsroot=str(write_tree(tmp_path, m)), environ={})
+    assert [(n.name, n.pci, n.numa_node, n.pci_path) for n in topo.nics] == [
+        ("eth0", "0000:00:03.0", 0, ("pci0000:00",)), ("mlx5_0", "0000:a1:00.0", 1, ("pci0000:a0", "0000:a0:01.0"))]
+    assert not topo.warnings
+
+
+def test_hwloc_xml_bad_port_state_gives_a_warning_and_no_nic(tmp_path: Path) -> None:
+    need(FIXTURES.is_dir(), "shared fixtures not found")
+    text = (FIXTURES / "mpibind/topo-xml/coral-lassen.xml").read_text()
+    first = text.index('name="Port1State" value="4"')
+    bad = tmp_path / "bad.xml"
+    bad.write_text(text[:first] + 'name="Port1State" value="banana"' + text[first + len('name="Port1State" value="4"'):])
+    topo = load_topology(topology_file=str(bad), environ={})
+    assert "mlx5_0" not in {n.name for n in topo.nics} and "mlx5_1" in {n.name for n in topo.nics}
+    assert any("mlx5_0" in w and "banana" in w for w in topo.warnings)
+
+
 def test_hwloc_xml_gpu_fixtures_give_gpus_a_pci_path() -> None:
     need(FIXTURES.is_dir(), "shared fixtures not found")
     topo = load_topology(topology_file=str(FIXTURES / "hwloc-xml-gpu/nvidiaDGX2.xml"), environ={})

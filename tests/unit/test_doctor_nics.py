@@ -127,3 +127,11 @@ def test_nccl_threads_on_records() -> None:
     assert out[0].message == "NCCL 2.30.0 is loaded (/x/libnccl.so.2)"
     assert [x.id for x in nccl_findings(audit, p, topo, (2, 29, 2), "/x/l")][:2] == ["nccl-loaded", "nccl-mask-leak"]
     assert "nccl-mask-leak" not in {x.id for x in nccl_findings(audit, p, topo, (2, 29, 8), "/x/l")}
+
+
+def test_comm_and_loader_cpus_are_not_the_teams(dgx: Topology) -> None:
+    # affrun exec --comm-cores 1 on CPUs 0-1: OMP_NUM_THREADS=1 is the team's one core, not "1 of 2 cores"
+    env = {"OMP_NUM_THREADS": "1", "AFFRUN_CPUS": "0-1", "AFFRUN_COMM_CPUS": "1"}
+    assert "omp-threads-one" not in found(dgx, env, "0-1")
+    assert "omp-threads-one" not in found(dgx, {**env, "AFFRUN_COMM_CPUS": "", "AFFRUN_LOADER_CPUS": "1"}, "0-1")
+    assert "omp-threads-one" in found(dgx, {"OMP_NUM_THREADS": "1"}, "0-1")

@@ -307,6 +307,8 @@ def generated_machines() -> dict[str, FakeMachine]:
         "gpus-without-node": loose_gpu,
         "more-gpus-than-cores": with_gpus(uniform(1, 2), [0, 0, 0, 0]),
     }
+
+
 # ---------------------------------------------------------------------------------------------- NICs, PCI tree
 def pci_device_dir(root: Path, m: FakeMachine, bdf: str) -> Path:
     """The directory of PCI device ``bdf``: under ``sys/devices/<its PCI path>`` with the ``sys/bus/pci/devices``

@@ -145,7 +145,8 @@ def rank_lines(stderr: str) -> list[dict[str, str]]:
     (``affrun: starting rank ...`` where ``affrun torchrun`` prints them before its ranks start)."""
     pattern = re.compile(
         r"^affrun: (?:starting )?rank (?P<rank>\d+)/(?P<size>\d+) host (?P<host>\S+) cpus (?P<cpus>\S+) numa (?P<numa>\S+) "
-        r"gpu (?P<gpu>-|\d+ \(\S+\)) (?:nic (?P<nic>\S+) )?omp (?P<omp>\d+) loader (?P<loader>\S+) mem (?P<mem>\S+)$"
+        r"gpu (?P<gpu>-|\d+ \(\S+\)) (?:nic (?P<nic>\S+) )?omp (?P<omp>\d+) loader (?P<loader>\S+)(?: comm (?P<comm>\S+))? "
+        r"mem (?P<mem>\S+)$"
     )
     return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
 

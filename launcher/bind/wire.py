@@ -27,7 +27,7 @@ from launcher.base.choices import (
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist
 from launcher.base.memnodes import memory_nodes_fault
 from launcher.base.untrusted import BadJSON, clip, load_json, short
-from launcher.env.variables import THREAD_VARIABLES, USER_VARIABLES, affrun_variables
+from launcher.env.variables import COMM_VARIABLE, THREAD_VARIABLES, USER_VARIABLES, affrun_variables
 from launcher.errors import LaunchError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
@@ -52,7 +52,8 @@ class RankRecord:
     """One rank's binding, as its parent computed it: what to apply, and what the rank line shows. Its fields
     are a plan entry's (:class:`launcher.plan.planner.RankPlan`) and the variables the env policy decided."""
 
-    __slots__ = ("compute_cores", "cpus", "gpu", "gpu_pci", "loader_cpus", "local_rank", "mem_nodes", "nic_device",
+    __slots__ = ("comm_cpus", "compute_cores", "cpus", "gpu", "gpu_pci", "loader_cpus", "local_rank", "mem_nodes",
+                 "nic_device",
                  "notes", "numa_nodes", "set", "shared", "spill_cpus", "spill_nodes", "threads", "unset", "warnings")
 
     def __init__(self, d: dict[str, Any], env: dict[str, Any], index: int) -> None:
@@ -64,9 +65,12 @@ class RankRecord:
         self.compute_cores = tuple(_ids(c, f"{what}.compute_cores[]", MAX_CPU_ID)
                                    for c in _list(_get(d, "compute_cores", what), f"{what}.compute_cores"))
         self.loader_cpus = _ids(_get(d, "loader_cpus", what), f"{what}.loader_cpus", MAX_CPU_ID)
+        self.comm_cpus = _ids(d.get("comm_cpus", []), f"{what}.comm_cpus", MAX_CPU_ID)
         inside = set(self.cpus)
         if not all(set(core) <= inside for core in self.compute_cores) or not set(self.loader_cpus) <= inside:
             raise BadPlan(f"{what}: compute_cores and loader_cpus must be CPUs of the rank's cpus")
+        if not set(self.comm_cpus) <= inside:
+            raise BadPlan(f"{what}: comm_cpus must be CPUs of the rank's cpus (its mask holds them)")
         gpu, pci = _get(d, "gpu", what), d.get("gpu_pci")
         self.gpu = None if gpu is None else _int(gpu, f"{what}.gpu", 0, MAX_GPU_INDEX)
         self.gpu_pci = None if pci is None else _str(pci, f"{what}.gpu_pci")
@@ -260,9 +264,17 @@ def _check_rank(job: Job, rank: RankRecord) -> None:
         raise BadPlan(f"{what}.compute_cores is empty or holds an empty core: a rank computes on at least one core")
     if len(set(compute)) != len(compute):
         raise BadPlan(f"{what}.compute_cores lists a CPU in two cores")
-    if not set(compute).isdisjoint(rank.loader_cpus) or set(compute) | set(rank.loader_cpus) != set(rank.cpus):
-        raise BadPlan(f"{what}: compute_cores and loader_cpus must split the rank's cpus (no CPU in both, none in "
-                      "neither)")
+    parts = (set(compute), set(rank.loader_cpus), set(rank.comm_cpus))
+    rest = set(rank.cpus) - parts[0] - parts[1] - parts[2]
+    if sum(map(len, parts)) != len(set().union(*parts)) or (rest and not (rank.shared and rest <= {
+            p for r in job.ranks if r is not rank and r.shared and r.cpus == rank.cpus for p in r.comm_cpus})):
+        raise BadPlan(f"{what}: compute_cores, loader_cpus and comm_cpus must split the rank's cpus (no CPU in two, "
+                      "none in neither but the comm CPUs of ranks sharing them)")
+    comm_value = rank.set.get(COMM_VARIABLE)
+    if comm_value is not None and comm_value != format_cpulist(rank.comm_cpus) and (
+            comm_value != job.user_env.get(COMM_VARIABLE)):
+        raise BadPlan(f"env[{rank.local_rank}].set: {COMM_VARIABLE}={short(comm_value, 20)} is neither the rank's "
+                      "comm CPUs nor the user's value")
     units = len(compute) if job.smt else len(rank.compute_cores)
     if rank.threads > units:
         raise BadPlan(f"{what}.threads is {rank.threads}, more than its {units} compute "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.doctor import host_checks, omp_checks
+from launcher.doctor import host_checks, nic_checks, omp_checks
 from launcher.doctor.check_base import Check
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
@@ -26,6 +26,9 @@ PROCESS_CHECKS: tuple[Check, ...] = (
     omp_checks.check_kmp_ignored,
     omp_checks.check_mixed_runtimes,
     omp_checks.check_core_kinds_mixed,
+    nic_checks.check_nccl_hca_prefix,
+    nic_checks.check_nic_far,
+    nic_checks.check_rank_off_gpu_node,
 )
 HOST_CHECKS: tuple[Check, ...] = (
     host_checks.check_inherited_mask,

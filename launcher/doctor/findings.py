@@ -123,4 +123,14 @@ CATALOGUE: dict[str, str] = {
     "gpu-low-utilisation": "live: a GPU used by the job was mostly idle during the sample",
     "feed-starved": "live (--feed-report): a rank's training loop waited for its DataLoader more than 20% of its "
                     "wall time; affrun tune finds the loader cores and workers that feed it",
+    "nccl-ib-hca-prefix": "NCCL_IB_HCA or NCCL_SOCKET_IFNAME names a device that, as NCCL's prefix match, also "
+                          "selects others (mlx5_1 selects mlx5_10-19): the '=' form selects only those named",
+    "nic-far": "the NIC a rank was told to use (UCX_NET_DEVICES, AFFRUN_NIC) is farther from its GPU than the nearest",
+    "rank-off-gpu-node": "a rank's CPUs hold no CPU of its GPU's NUMA node: NCCL's own pinning finds an empty "
+                         "intersection",
+    "nccl-threads": "live: where NCCL's threads (named NCCL...) ran, apart from the OpenMP team and the loaders",
+    "nccl-threads-shared": "live: NCCL's threads ran on a core of the rank's OpenMP team or its DataLoader workers",
+    "nccl-loaded": "live: the NCCL version a rank has loaded",
+    "nccl-mask-leak": "live: NCCL 2.29.2 to 2.29.7 is loaded, which leaks the GPU-local mask into the thread that "
+                      "creates a communicator (NVIDIA/nccl #2033, fixed in 2.30)",
 }

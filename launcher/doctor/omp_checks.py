@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
+from launcher.bind.readback import exported_cpus
 from launcher.doctor.check_base import (
     AFFRUN_FIX,
     INTEL_RUNTIMES,
@@ -175,7 +176,9 @@ def _major(version: str) -> int:
 def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """OMP/MKL/OPENBLAS thread counts: invalid, oversubscribing, unset with shared CPUs, or 1 on a big rank."""
     out: list[Finding] = []
-    cpus = facts.rank_cpus
+    # affrun's loader and comm CPUs (AFFRUN_LOADER_CPUS, AFFRUN_COMM_CPUS) are the rank's but not its team's
+    kept = exported_cpus(environ, "AFFRUN_LOADER_CPUS") | exported_cpus(environ, "AFFRUN_COMM_CPUS")
+    cpus = (facts.rank_cpus - kept) or facts.rank_cpus
     n_cpus = len(cpus)
     n_cores = cores_in(cpus, topology)
     sharing = max(facts.ranks_sharing, 1)

@@ -18,8 +18,10 @@ from typing import Any, Literal
 from launcher.base.untrusted import short
 from launcher.context.runtimes import read_environ, runtimes_from_paths
 from launcher.doctor import procfs
+from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, job_findings
+from launcher.doctor.nccl_live import rank_nccl_findings
 from launcher.errors import AffrunError, ConfigError
 
 MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
@@ -194,4 +196,5 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         cpus = len(record.mask) or len(audit.machine_cpus)
         record.runtimes = runtimes_from_paths(record.libraries, record.environ, cpus)
     audit.findings = job_findings(audit, topo, ancestors_of=lambda p: procfs.ancestors(p, proc))
+    audit.findings = merge_subjects([*audit.findings, *rank_nccl_findings(audit, audit.ranks(), topo)])
     return audit

@@ -28,7 +28,7 @@ MAX_PLACE_IDS = 16 * (MAX_CPU_ID + 1)
 
 def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
     """``OMP_PLACES`` in explicit OS CPU ids. The first place, the main thread's, always holds the rank's whole
-    set (compute and loader CPUs), so that a process forked after ``import torch`` (a DataLoader worker) inherits
+    set but its comm CPUs (compute and loader CPUs), so that a process forked after ``import torch`` (a DataLoader worker) inherits
     all of it; the other places hold the other threads:
 
     - ``rank``: every thread may use all compute CPUs: ``{0,1,2,3}``; with loader CPUs, ``{0,1,2,3,4},{0:4},...``
@@ -37,11 +37,12 @@ def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str
       ``i`` of a ``close`` team takes place ``i``: the main thread keeps the whole rank, and every other thread
       is pinned to a core of its own.
     """
-    whole = _explicit_place(rank.cpus)
+    team = [p for p in rank.cpus if p not in set(rank.comm_cpus)]  # the comm cores are NCCL's, never OpenMP's
+    whole = _explicit_place(team)
     if bind == "core":
         units = [(p,) for core in rank.compute_cores for p in core] if smt else list(rank.compute_cores)
         return ",".join([whole, *(_explicit_place(unit) for unit in units[1:])])
-    if set(rank.compute_cpus) == set(rank.cpus):
+    if set(rank.compute_cpus) == set(team):
         return whole
     return ",".join([whole, *[_interval_place(rank.compute_cpus)] * (rank.threads - 1)])
 

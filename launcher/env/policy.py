@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import BIND_MODES, ENV_POLICIES, NIC_ENVS, EnvPolicy, NicEnv, OmpBind
-from launcher.base.cpulist import cpu_error, format_cpulist
+from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
@@ -31,7 +31,7 @@ from launcher.env.omp_syntax import (
     read_proclist,
     thread_count,
 )
-from launcher.env.variables import THREAD_VARIABLES, affrun_variables
+from launcher.env.variables import COMM_VARIABLE, THREAD_VARIABLES, affrun_variables
 from launcher.plan.planner import Plan, RankPlan
 
 if TYPE_CHECKING:
@@ -91,6 +91,8 @@ def rank_environment(
     ours["OMP_PLACES"] = omp_places(rank, bind, smt)
     ours["OMP_PROC_BIND"] = "close"
     ours["KMP_AFFINITY"] = KMP_DEFAULT
+    if rank.comm_cpus:
+        ours[COMM_VARIABLE] = format_cpulist(rank.comm_cpus)
     out: dict[str, str] = {}
     notes: list[str] = []
     unset: list[str] = []
@@ -209,7 +211,21 @@ def _problem(
         return None
     if name == "KMP_AFFINITY":
         return kmp_affinity_problem(value, cpus)
+    if name == COMM_VARIABLE:
+        return _cpuset_problem(value, cpus)
     return None
+
+
+def _cpuset_problem(value: str, cpus: set[int]) -> Problem | None:
+    """``NCCL_PROXY_CPUSET``: a cpulist (NCCL's syntax) inside the rank's CPUs."""
+    try:
+        listed = parse_cpulist(value)
+    except ValueError as exc:
+        return Problem("malformed", cpu_error(exc, "not a cpu list", "not a cpu list ({})"))
+    if not listed:
+        return Problem("empty", "empty NCCL_PROXY_CPUSET")
+    outside = listed - cpus
+    return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs") if outside else None
 
 
 def kmp_affinity_problem(value: str, cpus: set[int] | None) -> Problem | None:

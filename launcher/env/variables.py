@@ -22,6 +22,8 @@ if TYPE_CHECKING:
         @property
         def loader_cpus(self) -> tuple[int, ...]: ...
         @property
+        def comm_cpus(self) -> tuple[int, ...]: ...
+        @property
         def numa_nodes(self) -> tuple[int, ...]: ...
         @property
         def mem_nodes(self) -> tuple[int, ...]: ...
@@ -43,7 +45,9 @@ BINDING_VARIABLES = (*PLACE_VARIABLES, "KMP_AFFINITY")
 NIC_VARIABLES = ("UCX_NET_DEVICES", "MPICH_OFI_NIC_POLICY")
 # The variables whose user values the env policy judges, and the only ones a plan's environment may set or unset
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
-USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES, *NIC_VARIABLES)
+# NCCL's proxy threads' CPUs (NCCL >= 2.28.3, src/proxy.cc): set to a rank's comm cores (--comm-cores).
+COMM_VARIABLE = "NCCL_PROXY_CPUSET"
+USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES, *NIC_VARIABLES, COMM_VARIABLE)
 # The rank's NIC (launcher.plan.nics): mlx5_0:1 (an RDMA device and port) or eth0 (an interface); empty: none.
 NIC_VARIABLE = "AFFRUN_NIC"
 # Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.Job):
@@ -61,6 +65,7 @@ def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict
         "AFFRUN_CPUS": format_cpulist(rank.cpus),
         "AFFRUN_COMPUTE_CPUS": format_cpulist(rank.compute_cpus),
         "AFFRUN_LOADER_CPUS": format_cpulist(rank.loader_cpus),
+        "AFFRUN_COMM_CPUS": format_cpulist(rank.comm_cpus),
         "AFFRUN_NUMA_NODES": ",".join(map(str, rank.numa_nodes)),
         "AFFRUN_MEM_NODES": ",".join(map(str, rank.mem_nodes)),
         "AFFRUN_GPU": "" if rank.gpu is None else str(rank.gpu),

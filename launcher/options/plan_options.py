@@ -31,6 +31,7 @@ class PlanOptions:
     gpus: str | None = default("gpus")
     no_gpu: bool = default("no_gpu")
     spill: SpillChoice = default("spill")
+    comm_cores: int = default("comm_cores")
 
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)
@@ -92,6 +93,7 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
         gpus=gpus,
         use_gpus=not opts.no_gpu,
         spill=opts.spill,
+        comm_cores=opts.comm_cores,
     )
 
 

@@ -79,6 +79,9 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST", value="cpus"),
     OptionSpec("--loader-cores", "loader_cores", "plan", "Cores of each rank set aside for DataLoader workers.",
                count=True, default=_PLANNER["loader_cores"], metavar="N"),
+    OptionSpec("--comm-cores", "comm_cores", "plan", "Cores of each rank, near its GPU, kept for NCCL's proxy "
+               "threads (NCCL_PROXY_CPUSET), out of the OpenMP team and the loader cores.",
+               count=True, default=_PLANNER["comm_cores"], metavar="K"),
     OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
                "CPU region and its GPU.", choices=GPU_ORDERS, default=_PLANNER["gpu_order"]),
     OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "

@@ -17,6 +17,7 @@ from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
 from launcher.base.memnodes import memory_nodes
 from launcher.errors import Opt, PlanError
+from launcher.plan.comm import keep_comm_cores
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
@@ -54,6 +55,7 @@ class RankPlan:
     spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
     spill_nodes: tuple[int, ...] = ()  # the nodes they come from
     nic: NicChoice | None = None  # the nearest NIC (launcher.plan.nics)
+    comm_cpus: tuple[int, ...] = ()  # PUs of cpus kept for NCCL's threads (--comm-cores): no compute, no loader
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
@@ -80,6 +82,7 @@ class RankPlan:
             "spill_cpus": list(self.spill_cpus),
             "spill_nodes": list(self.spill_nodes),
             "nic": self.nic.to_dict() if self.nic else None,
+            "comm_cpus": list(self.comm_cpus),
         }
 
 
@@ -162,7 +165,7 @@ def make_plan(topo: Topology, req: Request) -> Plan:
             _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
         )
     return Plan(
-        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, req, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(reserved_pus)), req.spill,
     )
 
@@ -217,9 +220,10 @@ def quota_threads(topo: Topology, ranks: int) -> int | None:
     return max(1, int(quota // max(ranks, 1)))
 
 
-def _finish_ranks(topo: Topology, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
-    """Each rank's NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so that ranks x
-    threads fits the quota."""
+def _finish_ranks(topo: Topology, req: Request, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
+    """Each rank's comm cores and NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so
+    that ranks x threads fits the quota."""
+    ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     ranks = [replace(r, nic=c) for r, c in zip(ranks, choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks]))]
     quota = topo.cpu_quota
     cap = quota_threads(topo, len(ranks))
@@ -383,6 +387,6 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
     return Plan(
-        _finish_ranks(topo, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
+        _finish_ranks(topo, req, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
         tuple(sorted(_reserved_pus(topo, req))), "none",
     )

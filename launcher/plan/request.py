@@ -36,6 +36,7 @@ class Request:
     gpus: tuple[int, ...] | None = None  # explicit visible GPU per local rank
     use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
     spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
+    comm_cores: int = 0  # cores of each rank kept for NCCL's proxy threads (launcher.plan.comm)
 
 
 def check_choices(error: type[AffrunError], **values: object) -> None:
@@ -69,6 +70,8 @@ def validate_request(req: Request, topo: Topology | None = None) -> None:
     check_choices(PlanError, mode=req.mode, gpu_order=req.gpu_order, spill=req.spill)
     if req.loader_cores < 0:
         raise PlanError(Opt("loader_cores"), f" must be >= 0 (got {req.loader_cores})")
+    if req.comm_cores < 0:
+        raise PlanError(Opt("comm_cores"), f" must be >= 0 (got {req.comm_cores})")
     if req.mode == "map":
         if not req.cpu_map:
             raise PlanError(Opt("mode", "map"), " needs ", Opt("cpu_map"),

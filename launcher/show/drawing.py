@@ -227,6 +227,7 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         box_mark, _, box_info = model.core_marks[box_cpu]
         box_ranks = ", ".join(map(str, box_info.ranks))
         what = {"compute": f"a compute core of rank {box_ranks}", "loader": f"a DataLoader core of rank {box_ranks}",
+                "comm": f"a core of rank {box_ranks} kept for NCCL's threads",
                 "shared": f"shared by ranks {box_ranks}", "free": "free", "reserved": "reserved (--reserve)",
                 "disallowed": "not allowed"}.get(box_info.role, box_info.role)
         box_kind = model.kind_letter.get(box_cpu, "").strip()
@@ -235,10 +236,12 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
     out: list[Block] = [*wrap(f"Legend  each core is [first CPU id, owner]{kinds}{first_box}", width, DIM)]
     roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
     key: list[tuple[str, str]] = []
-    if roles & {"compute", "loader"}:
+    if roles & {"compute", "loader", "comm"}:
         key.append(("0", "compute core of rank 0"))
     if "loader" in roles:
         key.append(("0L", "DataLoader core of rank 0"))
+    if "comm" in roles:
+        key.append(("0C", "core of rank 0 for NCCL's threads (--comm-cores)"))
     shared = [info.ranks for _, _, info in model.core_marks.values() if info.role == "shared"]
     if shared:
         example = min(shared)
@@ -263,6 +266,8 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
         cpus = format_cpulist(r.cpus)
         if r.loader_cpus:
             cpus += f" (DataLoader {format_cpulist(r.loader_cpus)})"
+        if r.comm_cpus:
+            cpus += f" (comm {format_cpulist(r.comm_cpus)})"
         if r.spill_cpus:
             cpus += f" ({format_cpulist(r.spill_cpus)} from node(s) {','.join(map(str, r.spill_nodes)) or '?'})"
         sharers = [o.local_rank for o in plan.ranks if o is not r and set(o.cpus) & set(r.cpus)]

@@ -60,7 +60,7 @@ class CoreInfo:
     cpu: int  # first PU: the core's label
     pus: tuple[int, ...]
     ranks: tuple[int, ...]
-    role: str  # compute loader shared free reserved disallowed offline
+    role: str  # compute loader comm shared free reserved disallowed offline
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class Model:
                 self.owners.setdefault(p, set()).add(r.local_rank)
             for p in r.loader_cpus:
                 self.loader.setdefault(p, set()).add(r.local_rank)
+        self.comm = {p: r.local_rank for r in plan.ranks for p in r.comm_cpus}  # --comm-cores: NCCL's cores
         self.shared_alias: dict[tuple[int, ...], str] = {}
         self.cores = list(topo.cores)
         self.offline = sorted(topo.offline)
@@ -89,6 +90,10 @@ class Model:
             if any(p in self.topo.allowed for p in core.pus):
                 return ".", Style("free"), CoreInfo(first, core.pus, (), "free")
             return "x", Style("disallowed"), CoreInfo(first, core.pus, (), "disallowed")
+        comm = {self.comm.get(p, -1) for p in core.pus if p in self.owners}
+        if len(comm) == 1 and -1 not in comm:  # a comm core, shared or not, is its rank's alone
+            r = comm.pop()
+            return f"{r}C", Style("rank", (r,), True), CoreInfo(first, core.pus, (r,), "comm")
         if len(ranks) == 1:
             r = ranks[0]
             mine = [p for p in core.pus if r in self.owners.get(p, ())]

@@ -9,7 +9,9 @@ from launcher.topology.model import Topology
 
 
 def plan_table(topo: Topology, plan: Plan) -> str:
-    headers = ["rank", "cpus", "loader", "spill", "numa", "gpu", "pci", "nic", "omp", "why"]
+    comm = any(r.comm_cpus for r in plan.ranks)  # the column only where --comm-cores kept some
+    headers = ["rank", "cpus", "loader", *(["comm"] if comm else []), "spill", "numa", "gpu", "pci", "nic", "omp",
+               "why"]
     rows = []
     for r in plan.ranks:
         rows.append(
@@ -17,6 +19,7 @@ def plan_table(topo: Topology, plan: Plan) -> str:
                 str(r.local_rank),
                 format_cpulist(r.cpus),
                 format_cpulist(r.loader_cpus) or "-",
+                *([format_cpulist(r.comm_cpus) or "-"] if comm else []),
                 f"{format_cpulist(r.spill_cpus)} (node {','.join(map(str, r.spill_nodes)) or '?'})" if r.spill_cpus else "-",
                 ",".join(map(str, r.numa_nodes)) or "?",
                 "-" if r.gpu is None else str(r.gpu),

@@ -69,6 +69,7 @@ def test_affrun_variables() -> None:
         "AFFRUN_CPUS": "0-3,64-67",
         "AFFRUN_COMPUTE_CPUS": "0-2,64-66",
         "AFFRUN_LOADER_CPUS": "3,67",
+            "AFFRUN_COMM_CPUS": "",
         "AFFRUN_NUMA_NODES": "3",
         "AFFRUN_MEM_NODES": "3",
         "AFFRUN_GPU": "1",

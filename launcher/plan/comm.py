@@ -1,0 +1,132 @@
+"""Cores kept for NCCL's proxy and service threads (``--comm-cores K``). Pure; a part of
+:mod:`launcher.plan.planner`, applied to the ranks it planned, before the CPU quota caps their threads.
+
+The rule (docs/how-it-decides.md, "Comm cores"): each rank keeps K of its own compute cores, taken out of its
+OpenMP team (``threads``, the places) and never loader cores. Candidates are the rank's home compute cores (not
+spill cores) local to its GPU (in the GPU's ``local_cpus``, else on its node), fastest kind first (a proxy thread
+polls), the last ones in the rank's core order (next to its loader cores); a rank without a GPU, or none of whose
+cores is local to it, takes its own last cores. Ranks that share CPUs (``numa``, ``socket``) keep K each, apart,
+and none of them computes on another's comm cores. A rank that would be left without a compute core keeps none,
+with a warning. The rank's ``cpus`` (its mask) still hold the comm cores: NCCL pins its threads inside it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from launcher.base.cpulist import format_cpulist
+from launcher.plan.kinds import plan_kinds
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from launcher.topology.model import Topology
+
+Unit = tuple[int, ...]  # a core, as the PUs of a RankPlan's compute_cores
+
+
+class RankPlan(Protocol):
+    """What is read of a planned rank (:class:`launcher.plan.planner.RankPlan`, which imports this module)."""
+
+    @property
+    def local_rank(self) -> int: ...
+    @property
+    def cpus(self) -> tuple[int, ...]: ...
+    @property
+    def compute_cores(self) -> tuple[Unit, ...]: ...
+    @property
+    def spill_cpus(self) -> tuple[int, ...]: ...
+    @property
+    def gpu(self) -> int | None: ...
+    @property
+    def gpu_pci(self) -> str | None: ...
+    @property
+    def shared(self) -> bool: ...
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+
+
+def keep_comm_cores(topo: Topology, ranks: Sequence[RankPlan], k: int, smt: bool,
+                    warnings: list[str]) -> list[dict[str, Any]]:
+    """The fields that change in each of ``ranks`` when ``k`` comm cores are taken out of their compute cores
+    (module docstring): ``compute_cores``, ``threads``, ``comm_cpus``, ``reasons``, ``warnings``; none for ``k``
+    0. Warnings (a rank too small, no GPU-local core) also go to ``warnings``, prefixed with the rank."""
+    if k <= 0:
+        return [{} for _ in ranks]
+    groups: dict[tuple[int, ...], list[RankPlan]] = {}
+    for rank in ranks:
+        groups.setdefault(rank.cpus if rank.shared else (-1 - rank.local_rank,), []).append(rank)
+    out: dict[int, dict[str, Any]] = {}
+    notes: dict[int, list[str]] = {}
+    for members in groups.values():
+        out.update(_keep_in_group(topo, members, k, smt, notes))
+    for rank in ranks:
+        texts = notes.get(rank.local_rank, [])
+        warnings.extend(f"rank {rank.local_rank}: {text}" for text in texts)
+        if texts:
+            out[rank.local_rank]["warnings"] = (*rank.warnings, *texts)
+    return [out[r.local_rank] for r in ranks]
+
+
+def _keep_in_group(topo: Topology, members: list[RankPlan], k: int, smt: bool,
+                   notes: dict[int, list[str]]) -> dict[int, dict[str, Any]]:
+    """Comm cores for ranks that share one set of compute cores (one rank, outside the shared modes)."""
+    first = members[0]
+    cores = list(first.compute_cores)
+    if len(cores) - k * len(members) < 1:
+        for rank in members:
+            _warn(notes, rank, f"--comm-cores {k} ignored: its {len(cores)} compute core(s)"
+                  f"{f' (shared by {len(members)} ranks)' if len(members) > 1 else ''} would leave no core for its "
+                  "OpenMP team")
+        return {rank.local_rank: {} for rank in members}
+    taken: set[Unit] = set()
+    kept: dict[int, list[Unit]] = {}
+    for rank in members:
+        pool = [c for c in cores if c not in taken]
+        chosen = _choose(topo, rank, pool, k, notes)
+        taken.update(chosen)
+        kept[rank.local_rank] = chosen
+    out = {}
+    for rank in members:
+        compute = tuple(c for c in cores if c not in taken)
+        units = sum(len(c) for c in compute) if smt else len(compute)
+        threads = max(1, units // len(members)) if rank.shared else units
+        comm = tuple(sorted(p for c in kept[rank.local_rank] for p in c))
+        reason = f"{len(kept[rank.local_rank])} core(s) kept for NCCL's threads (CPUs {format_cpulist(comm)})"
+        out[rank.local_rank] = {"compute_cores": compute, "threads": threads, "comm_cpus": comm,
+                                "reasons": (*rank.reasons, reason)}
+    return out
+
+
+def _choose(topo: Topology, rank: RankPlan, pool: list[Unit], k: int, notes: dict[int, list[str]]) -> list[Unit]:
+    """The ``k`` cores of ``pool`` a rank keeps: home (not spill) cores local to its GPU, fastest kind first, the
+    last ones in core order."""
+    spill = set(rank.spill_cpus)
+    home = [c for c in pool if spill.isdisjoint(c)] or pool
+    local = home
+    gpu = next((g for g in topo.gpus if rank.gpu_pci is not None and g.pci == rank.gpu_pci), None)
+    if gpu is not None:
+        node_of = {p: c.numa_node for c in topo.cores for p in c.pus}
+        near = [c for c in home if (set(c) <= gpu.cpus if gpu.cpus and gpu.cpus != topo.online
+                                    else gpu.numa_node is not None and node_of.get(c[0]) == gpu.numa_node)]
+        if near:
+            local = near
+        elif gpu.cpus or gpu.numa_node is not None:
+            _warn(notes, rank, f"no core of the rank is local to its GPU {rank.gpu}; its comm cores are its own "
+                  "last cores")
+    kinds = plan_kinds(topo)
+    speed = {cpu: i for i, kind in enumerate(kinds.kinds) for cpu in kind.cpus} if kinds else {}
+    order = {c: i for i, c in enumerate(local)}
+    # fastest kind first, then the last cores of the rank first
+    ranked = sorted(local, key=lambda c: (max(speed.get(p, len(speed)) for p in c) if speed else 0, -order[c]))
+    chosen = ranked[:k]
+    if len(chosen) < k:  # fewer local cores than asked: the rest from its other home cores, then spill, last first
+        rest = [c for c in (*reversed(home), *reversed(pool)) if c not in chosen]
+        chosen += list(dict.fromkeys(rest))[: k - len(chosen)]
+    return sorted(chosen, key=pool.index)
+
+
+def _warn(notes: dict[int, list[str]], rank: RankPlan, text: str) -> None:
+    notes.setdefault(rank.local_rank, []).append(text)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_slurm_render import run_affrun, run_script
+from tests.sbatch_script import run_affrun, run_script
 
 VENV_AFFRUN = Path(sys.executable).parent / "affrun"
 

@@ -71,14 +71,14 @@ def doctor(
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
                  as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.diagnose import audited_machine, diagnose
-    from launcher.doctor.report import environment_json, findings_text
+    from launcher.doctor.report import cpu_json, cpu_text, environment_json, findings_text
     from launcher.plan.request import check_rank_count
 
     if nproc is not None:
         check_rank_count(nproc)
 
     environ = dict(os.environ)
-    machine = audited_machine(fsroot, topology_file, cpus, environ)
+    machine = audited_machine(fsroot, topology_file, cpus, environ, cpu_identity=True)
     topo = machine.topology
     facts, findings = diagnose(environ, machine, nproc=nproc)
     nodes = topo.cpu_nodes()
@@ -91,6 +91,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
             "numa_nodes": len(nodes),
             "gpus": len(topo.visible_gpus()),
         },
+        "cpu": cpu_json(topo),
         "rank": {
             "cpus": format_cpulist(facts.rank_cpus),
             "local_ranks": facts.local_size,
@@ -106,6 +107,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
         machine = context["machine"]
         click.echo(f"machine: CPUs {machine['allowed_cpus']} ({machine['cores']} cores, {machine['numa_nodes']} NUMA "
                    f"node(s), {machine['gpus']} GPU(s)); {facts.local_size} local rank(s): {facts.local_size_source}")
+        click.echo(cpu_text(topo))
         click.echo(f"OpenMP: {', '.join(facts.openmp) or 'unknown'}"
                    + (f" ({facts.openmp_source})" if facts.openmp_source else ""))
         click.echo(findings_text(findings))

@@ -18,6 +18,8 @@ from launcher.topology.pci import pci_address
 if TYPE_CHECKING:
     from typing import Any
 
+    from launcher.topology.cpu_identity import CpuIdentity
+
 
 @dataclass(frozen=True)
 class Core:
@@ -96,6 +98,9 @@ class Topology:
     # Core kinds of the online CPUs (hybrid CPUs: P/E cores, big.LITTLE), fastest first; empty on a homogeneous
     # machine. :meth:`kinds` narrows them to the allowed CPUs, which is what the planner and the output use.
     core_kinds: CoreKinds = field(default_factory=CoreKinds)
+    # The CPU's identity (vendor, model, binding flags): read only where asked (load_topology(cpu_identity=True),
+    # affrun topology and doctor), never on a rank's path; not part of the layout, so not compared.
+    cpu: CpuIdentity | None = field(default=None, compare=False)
 
     def kinds(self) -> CoreKinds:
         """The core kinds of the allowed CPUs, fastest first (empty or one kind: homogeneous)."""
@@ -193,6 +198,7 @@ class Topology:
                 for i, g in enumerate(gpus)
             ],
             "l3_groups": [sorted(g.cpus & allowed) for g in self.l3_groups],
+            "cpu": None if self.cpu is None else self.cpu.to_json(),
             "online": format_cpulist(self.online),
             "offline": format_cpulist(self.offline),
             "source": self.source,

@@ -146,3 +146,12 @@ def test_this_machine_has_an_identity_from_proc_cpuinfo() -> None:
     fields = {k.strip().lower(): " ".join(v.split()) for k, _, v in (line.partition(":") for line in first.splitlines())}
     assert cpu["vendor"] == (fields.get("vendor_id") or fields.get("cpu implementer") or None)
     assert cpu["model_name"] == (fields.get("model name") or fields.get("cpu") or None)
+
+
+def test_a_fifo_for_cpuinfo_is_a_warning_not_a_hang(tmp_path: Path) -> None:
+    root = flags_tree(tmp_path, "")
+    os.unlink(root / "proc/cpuinfo")
+    os.mkfifo(root / "proc/cpuinfo")
+    topo = load_topology(fsroot=str(root), cpu_identity=True)
+    assert topo.cpu is None
+    assert any(w.startswith("CPU identity not read: ") and "not a regular file" in w for w in topo.warnings)

@@ -42,6 +42,7 @@ TOPOLOGY_KEYS = {
     "offline": str,
     "source": str,
     "warnings": list,
+    "cpu": (dict, type(None)),
 }
 
 

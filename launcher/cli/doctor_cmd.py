@@ -88,14 +88,14 @@ def _seconds(name: Literal["duration", "interval"], text: str) -> float:
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,
                  as_json: bool, fail_on: Severity) -> int:
     from launcher.doctor.diagnose import audited_machine, diagnose
-    from launcher.doctor.report import environment_json, findings_lines
+    from launcher.doctor.report import cpu_json, cpu_text, environment_json, findings_lines
     from launcher.plan.request import check_rank_count
 
     if nproc is not None:
         check_rank_count(nproc)
 
     environ = dict(os.environ)
-    machine = audited_machine(fsroot, topology_file, cpus, environ)
+    machine = audited_machine(fsroot, topology_file, cpus, environ, cpu_identity=True)
     topo = machine.topology
     facts, findings = diagnose(environ, machine, nproc=nproc)
     nodes = topo.cpu_nodes()
@@ -108,6 +108,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
             "numa_nodes": len(nodes),
             "gpus": len(topo.visible_gpus()),
         },
+        "cpu": cpu_json(topo),
         "rank": {
             "cpus": format_cpulist(facts.rank_cpus),
             "local_ranks": facts.local_size,
@@ -124,6 +125,7 @@ def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None
         lines = [
             f"machine: CPUs {machine['allowed_cpus']} ({machine['cores']} cores, {machine['numa_nodes']} NUMA "
             f"node(s), {machine['gpus']} GPU(s)); {facts.local_size} local rank(s): {facts.local_size_source}",
+            cpu_text(topo),
             f"OpenMP: {', '.join(facts.openmp) or 'unknown'}"
             + (f" ({facts.openmp_source})" if facts.openmp_source else ""),
             *findings_lines(findings),

@@ -29,7 +29,7 @@ from launcher.topology.model import Topology
 def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None,
              nvml: bool) -> None:
     """Show the machine: packages, NUMA nodes, cores, allowed CPUs, GPUs and NICs."""
-    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml)
+    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml, cpu_identity=True)
     if save:
         from launcher.topology.snapshot import to_snapshot
 
@@ -50,6 +50,8 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
     for node in topo.numa_nodes:
         cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"
         click.echo(f"numa {node.os_index:<4} cpus {cpulist}")
+    if topo.cpu is not None:
+        click.echo(f"cpu      {topo.cpu.line()}; from {topo.cpu.source}")
     from launcher.show.model import kind_marks
 
     for mark in kind_marks(topo.kinds()):

@@ -25,15 +25,25 @@ class Audited:
 
 
 def audited_machine(fsroot: str | None = None, topology_file: str | None = None, cpus: str | None = None,
-                    environ: Mapping[str, str] | None = None) -> Audited:
-    """The machine that ``--fsroot``/``--topology``/``--cpus`` name (``$AFFRUN_FSROOT`` too), else this one."""
+                    environ: Mapping[str, str] | None = None, cpu_identity: bool = False) -> Audited:
+    """The machine that ``--fsroot``/``--topology``/``--cpus`` name (``$AFFRUN_FSROOT`` too), else this one.
+    ``cpu_identity``: with the CPU's identity (``affrun doctor``); on this machine, from py-cpuinfo (once, about
+    1 s) where ``/proc/cpuinfo`` gives none."""
     import os
 
     from launcher.topology import load_topology, tree_root
 
     root = tree_root(fsroot, topology_file, os.environ if environ is None else environ)
-    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, environ=environ)
-    return Audited(topo, live=not root and not topology_file, fsroot=root or "/")
+    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, environ=environ,
+                         cpu_identity=cpu_identity)
+    live = not root and not topology_file
+    if cpu_identity and live and topo.cpu is None:
+        from dataclasses import replace
+
+        from launcher.topology.cpu_identity import live_identity_from_py_cpuinfo
+
+        topo = replace(topo, cpu=live_identity_from_py_cpuinfo())
+    return Audited(topo, live=live, fsroot=root or "/")
 
 
 def diagnose(

@@ -14,6 +14,7 @@ from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
 from launcher.doctor.findings import Finding, worst_first
 from launcher.doctor.live import JobAudit, ProcessRecord
+from launcher.topology.model import Topology
 
 
 def finding_line(f: Finding) -> str:
@@ -104,3 +105,18 @@ def job_text(audit: JobAudit) -> str:
     lines.append("")
     lines.extend(findings_lines(audit.findings))
     return "\n".join(shown(line) for line in lines)
+
+
+
+def cpu_json(topo: Topology) -> dict[str, Any] | None:
+    """``affrun doctor --json``'s ``cpu``: the CPU's identity, and the core kinds beside its binding flags."""
+    if topo.cpu is None:
+        return None
+    return {**topo.cpu.to_json(), "core_kinds": [k.name for k in topo.kinds().kinds]}
+
+
+def cpu_text(topo: Topology) -> str:
+    """The doctor's ``cpu:`` line: identity, binding flags, and the core kinds (``one kind`` when homogeneous)."""
+    kinds = topo.kinds().kinds
+    kinds_text = f"core kinds {', '.join(k.name for k in kinds)}" if len(kinds) > 1 else "one core kind"
+    return f"cpu: {topo.cpu.line() if topo.cpu else 'unknown'}; {kinds_text}"

@@ -47,6 +47,7 @@ def load_topology(
     environ: Mapping[str, str] | None = None,
     nvml: bool = False,
     gpus: bool = True,
+    cpu_identity: bool = False,
 ) -> Topology:
     """Build the topology from the one source asked for, then narrow it by ``--cpus``.
 
@@ -55,6 +56,7 @@ def load_topology(
     Precedence: ``topology_file``, then ``fsroot``, then ``$AFFRUN_FSROOT``, then the live machine
     (whose allowed set is this process's affinity mask). ``environ`` gives the GPU visibility variables.
     ``nvml`` adds GPU UUIDs from NVML and cross-checks the GPU list (a no-op where NVML is unavailable).
+    ``cpu_identity`` adds the CPU's vendor, model and binding flags of the machine described (``Topology.cpu``).
     """
     env = os.environ if environ is None else environ
     wanted = check_sources(fsroot, topology_file, cpus)
@@ -91,6 +93,12 @@ def load_topology(
             raise TopologyError(Opt("cpus", cpus),
                                 f": none of these CPUs is allowed here (allowed: {format_cpulist(topo.allowed)})")
         topo = topo.restrict(wanted)
+    if cpu_identity:
+        from launcher.topology.cpu_identity import identify
+
+        found, warning = identify(fsroot or "/", topology_file)
+        topo = replace(topo, cpu=found)
+        topo = topo.with_warnings(warning) if warning else topo
     return topo
 
 

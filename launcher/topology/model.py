@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from launcher.base.choices import NicKind, PortState
+    from launcher.topology.cpu_identity import CpuIdentity
 
 # A device's PCI path: its ancestors from the host bridge down, the device itself left out, e.g.
 # ("pci0000:00", "0000:00:01.0", "0000:01:00.0", "0000:02:08.0") for a device behind a PCIe switch (root port,
@@ -142,6 +143,9 @@ class Topology:
     # machine. :meth:`kinds` narrows them to the allowed CPUs, which is what the planner and the output use.
     core_kinds: CoreKinds = field(default_factory=CoreKinds)
     nics: tuple[NIC, ...] = ()  # in PCI order, then by name
+    # The CPU's identity (vendor, model, binding flags): read only where asked (load_topology(cpu_identity=True),
+    # affrun topology and doctor), never on a rank's path; not part of the layout, so not compared.
+    cpu: CpuIdentity | None = field(default=None, compare=False)
 
     def kinds(self) -> CoreKinds:
         """The core kinds of the allowed CPUs, fastest first (empty or one kind: homogeneous)."""
@@ -241,6 +245,7 @@ class Topology:
             ],
             "nics": [n.to_json() for n in self.nics],
             "l3_groups": [sorted(g.cpus & allowed) for g in self.l3_groups],
+            "cpu": None if self.cpu is None else self.cpu.to_json(),
             "online": format_cpulist(self.online),
             "offline": format_cpulist(self.offline),
             "source": self.source,

@@ -53,6 +53,7 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
         "cpu_quota": topo.cpu_quota,
         "cpu_quota_source": topo.cpu_quota_source,
         "core_kinds": kinds_to_json(topo.core_kinds),
+        "cpu": None if topo.cpu is None else topo.cpu.to_json(),
     }
 
 

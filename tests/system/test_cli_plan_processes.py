@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from tests.launch import affrun
-from tests.unit import test_cli_plan as unit
-from tests.unit.test_cli_plan import (
+from tests import cli_contract
+from tests.cli_contract import (
     TOPOLOGY_KEYS,
     check_plan_contract,
     check_types,
 )
+from tests.launch import affrun
 
-root = unit.root  # the module-scoped pytest fixture the tests here share with the unit half
+root = cli_contract.root  # the module-scoped fixture shared with the unit half
 
 
 def test_real_process_plan_and_topology(root: str) -> None:

@@ -17,8 +17,8 @@ from launcher.doctor.facts import (
 )
 from launcher.doctor.findings import CATALOGUE
 from tests.conftest import need
+from tests.doctor_run import SECCOMP_WRAPPER, doctor
 from tests.launch import clean_env
-from tests.unit.test_doctor_env import SECCOMP_WRAPPER, doctor
 
 
 def test_torch_bundled_runtime_is_what_import_torch_loads() -> None:

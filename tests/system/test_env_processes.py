@@ -16,7 +16,7 @@ from launcher.env.policy import (
 from launcher.plan.planner import RankPlan
 from tests.conftest import need
 from tests.launch import compile_omp
-from tests.unit.test_env import GOMP_LINE, HOSTILE, IOMP_LINE, OMP_SOURCE, PLACES_SAMPLES, live_rank, run_rank
+from tests.omp import GOMP_LINE, HOSTILE, IOMP_LINE, OMP_SOURCE, PLACES_SAMPLES, live_rank, run_rank
 
 
 @pytest.fixture(scope="module")

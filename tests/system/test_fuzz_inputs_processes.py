@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.topology import load_topology
+from tests import fuzz
 from tests.conftest import link_tree
-from tests.unit import test_fuzz_inputs as unit
-from tests.unit.test_fuzz_inputs import FUZZ, MUTATIONS, TREES, bounded, mutate, plan_all, requests, tree_entries
+from tests.fuzz import FUZZ, MUTATIONS, TREES, bounded, mutate, plan_all, requests, tree_entries
 
-trees = unit.trees  # the module-scoped pytest fixture the tests here share with the unit half
+trees = fuzz.trees  # the module-scoped fixture shared with the unit half
 
 
 @FUZZ

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.fakesys import FakeGPU, write_tree
 from tests.launch import affrun
-from tests.unit.test_gpus_sysfs import FAKE_PYNVML, four_gpu_tree, two_node_machine
+from tests.machines import FAKE_PYNVML, four_gpu_tree, two_node_machine
 
 
 def test_cli_hidden_gpus_with_no_gpu_run(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tests.sbatch_script import CONTROL_CASES
 from tests.system.test_hostile_input import affrun, refused
-from tests.unit.test_hostile_api import CONTROL_CASES
 
 
 def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:

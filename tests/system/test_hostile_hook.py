@@ -25,8 +25,8 @@ from launcher.bind.wire import read_job
 from launcher.errors import LaunchError
 from tests.conftest import ROOT, need
 from tests.launch import clean_env, job_matches
+from tests.plan_cases import SETTINGS, cases, plan_or_error
 from tests.system.test_hostile_input import affrun, refused
-from tests.unit.test_plan_properties import SETTINGS, cases, plan_or_error
 
 ALLOWED = frozenset(os.sched_getaffinity(0))
 PROBE = ("import json, os\n"

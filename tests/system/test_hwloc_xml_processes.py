@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_hwloc_xml import GPU_XML
+from tests.conftest import FIXTURES
+
+GPU_XML = FIXTURES / "hwloc-xml-gpu"
 
 
 def test_cli_reads_xml_and_reports_bad_xml(tmp_path: Path) -> None:

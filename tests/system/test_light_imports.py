@@ -117,6 +117,21 @@ def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> 
     assert not heavy, sorted(heavy)
 
 
+
+def test_a_standalone_rank_reads_no_cpu_identity() -> None:
+    """The CPU's identity (launcher.topology.cpu_identity, py-cpuinfo) is for ``affrun topology`` and ``affrun
+    doctor``: a rank that reads the topology itself never reads /proc/cpuinfo for it."""
+    code = RANK_PROBE.replace('{{m.split(".")[0] for m in set(sys.modules) - before}}', '{{m for m in sys.modules}}')
+    code = code.format(argv=["exec", "--", "/nonexistent/affrun-probe"], env={})
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "SLURM_", "OMPI_", "PMI_"))}
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**clean, "PYTHONPATH": ROOT}, cwd=ROOT)
+    status, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
+    assert status == "127", proc.stderr
+    modules = set(ast.literal_eval(loaded))
+    assert "launcher.topology.sysfs" in modules  # it did read the topology
+    assert not modules & {"launcher.topology.cpu_identity", "cpuinfo"}
+
 LIGHT_TRICK = re.compile(r"^TYPE_CHECKING = False|^else:\n(?:    \w+ = )+str$", re.M)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import this_machine_with_gpus, write_tree
-from tests.unit.test_run_cmd import AFFRUN, dry_run, env
+from tests.run_dry import AFFRUN, dry_run, env
 
 
 def test_one_rank_per_visible_gpu(tmp_path: Path) -> None:

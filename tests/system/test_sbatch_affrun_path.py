@@ -1,6 +1,6 @@
 """``affrun sbatch`` writes the absolute path of the affrun that rendered it (issue 21 item 5): the job runs that
 affrun whether or not ``affrun`` is on the job's PATH; ``--affrun-command`` (or ``--affrun``, or a profile's
-``affrun-command``) overrides it. The script is run with bash, srun recorded (tests/unit/test_slurm_render.py)."""
+``affrun-command``) overrides it. The script is run with bash, srun recorded (tests/sbatch_script.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_slurm_render import run_affrun, run_script
+from tests.sbatch_script import run_affrun, run_script
 
 VENV_AFFRUN = Path(sys.executable).parent / "affrun"
 

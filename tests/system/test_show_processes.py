@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.topology import load_topology
+from tests.drawing import assert_every_core_under_its_owner, plan_for, rects, svg_root, two_node_four_gpus
 from tests.launch import affrun
-from tests.unit.test_show import assert_every_core_under_its_owner, plan_for, rects, svg_root, two_node_four_gpus
 
 
 def test_reserved_cpus_in_plan_json_and_table(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.slurm.script import SbatchSpec, render
-from tests.unit.test_slurm_render import GOLDEN, after, hostile, run_affrun, run_script
+from tests.sbatch_script import GOLDEN, after, hostile, run_affrun, run_script
 
 
 @pytest.mark.parametrize("style", ["srun", "torchrun"])

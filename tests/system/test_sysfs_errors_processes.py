@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from launcher.topology.sysfs import read_sysfs
+from tests.errors import assert_one_line_exit_2
 from tests.fakesys import uniform, write_tree
 from tests.launch import affrun
-from tests.unit.test_sysfs_errors import assert_one_line_exit_2, tree
+from tests.machines import tree
 
 
 def test_smt_sibling_of_a_cpu_with_a_known_package(tmp_path: Path) -> None:

@@ -6,71 +6,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from launcher.cli import cli
-from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
+from tests import cli_contract
+from tests.cli_contract import GPU_KEYS, TOPOLOGY_KEYS, check_plan_contract, check_types
 
-RANK_KEYS = {
-    "local_rank": int,
-    "cpus": list,
-    "compute_cores": list,
-    "loader_cpus": list,
-    "gpu": (int, type(None)),
-    "gpu_pci": (str, type(None)),
-    "numa_nodes": list,
-    "mem_nodes": list,
-    "threads": int,
-    "shared": bool,
-    "reasons": list,
-    "warnings": list,
-    "env": dict,
-    "unset": list,
-    "notes": list,
-    "mem_policy": str,
-}
-PLAN_KEYS = {"mode": str, "smt": bool, "gpu_order": str, "ranks": list, "warnings": list}
-TOPOLOGY_KEYS = {
-    "packages": int,
-    "numa_nodes": list,
-    "cores": list,
-    "cpus": list,
-    "gpus": list,
-    "l3_groups": list,
-    "online": str,
-    "offline": str,
-    "source": str,
-    "warnings": list,
-}
-GPU_KEYS = {
-    "index": int,
-    "physical_index": int,
-    "pci": str,
-    "vendor": str,
-    "numa_node": (int, type(None)),
-    "cpus": list,
-    "uuid": (str, type(None)),
-}
-
-
-def machine() -> FakeMachine:
-    """2 sockets x 8 cores, SMT2 (siblings c and c+16), node 0 = 0-7,16-23, node 1 = 8-15,24-31; 4 NVIDIA GPUs,
-    0 and 1 on node 0, 2 and 3 on node 1; plus a CPU-less node 2 (HBM-like)."""
-    m = uniform(packages=2, cores_per_package=8, threads=2)
-    m.cpuless_nodes = [2]
-    m.gpus = [
-        FakeGPU(pci=f"0000:{bus}:00.0", numa_node=i // 2, uuid=f"GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd")
-        for i, bus in enumerate(["18", "2a", "9a", "ab"])
-    ]
-    return m
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(write_tree(tmp_path_factory.mktemp("cli") / "root", machine()))
+root = cli_contract.root  # the module-scoped fixture shared with the system half
 
 
 def clean_env(**extra: str) -> dict[str, str | None]:
@@ -84,32 +28,6 @@ def clean_env(**extra: str) -> dict[str, str | None]:
 
 def invoke(args: list[str], **env: str) -> Result:
     return CliRunner().invoke(cli, args, env=clean_env(**env), catch_exceptions=False)
-
-
-def check_types(obj: dict[str, Any], keys: dict[str, Any], where: str) -> None:
-    missing = set(keys) - set(obj)
-    assert not missing, f"{where}: missing keys {sorted(missing)}"
-    for key, kind in keys.items():
-        assert isinstance(obj[key], kind), f"{where}.{key} is {type(obj[key]).__name__}"
-        if kind is int:
-            assert not isinstance(obj[key], bool), f"{where}.{key} is a bool"
-
-
-def check_plan_contract(data: dict[str, Any], smt: bool = False) -> None:
-    check_types(data, PLAN_KEYS, "plan")
-    assert all(isinstance(w, str) for w in data["warnings"])
-    for rank in data["ranks"]:
-        where = f"rank {rank['local_rank']}"
-        check_types(rank, RANK_KEYS, where)
-        assert all(isinstance(c, int) for c in rank["cpus"])
-        assert set(rank["loader_cpus"]) <= set(rank["cpus"]), where
-        compute = {p for core in rank["compute_cores"] for p in core}
-        assert compute | set(rank["loader_cpus"]) == set(rank["cpus"]), where
-        units = len(compute) if smt else len(rank["compute_cores"])
-        assert rank["threads"] == units, where
-        assert rank["env"]["OMP_NUM_THREADS"] == str(units), where
-        assert all(isinstance(k, str) and isinstance(v, str) for k, v in rank["env"].items()), where
-        assert all(isinstance(n, str) for n in rank["notes"] + rank["reasons"] + rank["unset"]), where
 
 
 # ---------------------------------------------------------------------------------------------- plan --json
@@ -266,8 +184,6 @@ def test_missing_fsroot_is_an_error(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- a real process
-
-
 
 
 def test_plan_table_says_what_each_mode_shares(root: str) -> None:

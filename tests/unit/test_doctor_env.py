@@ -14,10 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from launcher.base.slurm_step import parse_version, srun_inherits_cpus_per_task, version_text
-from launcher.cli import cli
 from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import (
     Facts,
@@ -30,6 +28,7 @@ from launcher.doctor.omp_checks import main_thread_place
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.conftest import need
+from tests.doctor_run import doctor
 from tests.fakesys import FakeGPU, uniform, write_tree
 from tests.launch import clean_env
 
@@ -299,8 +298,6 @@ def test_rank_view() -> None:
     assert rank_view({}, machine, machine, 4, False) == (machine, 4, False)  # before launch
 
 
-
-
 def test_gathered_facts_of_this_machine(tmp_path: Path) -> None:
     from launcher.topology import load_topology
 
@@ -308,18 +305,6 @@ def test_gathered_facts_of_this_machine(tmp_path: Path) -> None:
     f = gather_facts({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "PATH": os.environ["PATH"]}, topo, live=True)
     assert f.local_size == 2 and f.ranks_sharing == 2 and f.rank_cpus == frozenset(os.sched_getaffinity(0))
     assert f.host_probed and f.numactl == shutil.which("numactl")
-
-
-# ----------------------------------------------------------------------------- the CLI
-def doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run ``affrun doctor ARGS`` in-process with exactly ``env`` as the environment (default: clean_env())."""
-    wanted = clean_env() if env is None else env
-    overrides: dict[str, str | None] = {k: None for k in os.environ if k not in wanted}
-    overrides.update(wanted)
-    result = CliRunner().invoke(cli, ["doctor", *args], env=overrides)
-    return result.exit_code, result.output
-
-
 
 
 def test_fail_on_levels() -> None:
@@ -349,7 +334,6 @@ def test_ids_lists_the_catalogue() -> None:
     assert [line.split()[0] for line in out.splitlines()] == list(CATALOGUE)
 
 
-
 def test_gpus_without_numa_node_and_mixed_models(tmp_path: Path) -> None:
     m = uniform(2, 4)
     m.gpus = [FakeGPU(pci="0000:17:00.0", numa_node=None), FakeGPU(pci="0000:65:00.0", numa_node=None)]
@@ -366,25 +350,5 @@ def test_gpus_without_numa_node_and_mixed_models(tmp_path: Path) -> None:
     (root / "sys/bus/pci/devices/0000:65:00.0/device").write_text("0x2330\n")  # same model: CUDA order is PCI order
     same = json.loads(doctor("--fsroot", str(root), "--json", env=env)[1])
     assert "cuda-device-order" not in {f["id"] for f in same["findings"]}
-
-
-
-
-SECCOMP_WRAPPER = r"""
-import ctypes, os, sys
-# Deny set_mempolicy(2) with EPERM, as a container's seccomp profile does, then exec the command.
-ARCH, NR = int(sys.argv[1]), int(sys.argv[2])
-class F(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-class P(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
-prog = (F * 6)(F(0x20, 0, 0, 4), F(0x15, 0, 3, ARCH), F(0x20, 0, 0, 0), F(0x15, 0, 1, NR),
-               F(0x06, 0, 0, 0x00050000 | 1), F(0x06, 0, 0, 0x7FFF0000))
-libc = ctypes.CDLL(None, use_errno=True)
-assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
-fprog = P(6, prog)
-assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, FILTER
-os.execv(sys.argv[3], sys.argv[3:])
-"""
 
 

@@ -10,11 +10,8 @@ from launcher.base.cpulist import format_cpulist
 from launcher.topology import load_topology
 from launcher.topology.nvml import NvmlGpu, nvml_gpus, with_nvml
 from launcher.topology.sysfs import read_sysfs
-from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
-
-
-def two_node_machine() -> FakeMachine:
-    return uniform(2, 4, threads=2)  # node 0: cores 0-3 (PUs 0-3,8-11), node 1: cores 4-7 (PUs 4-7,12-15)
+from tests.fakesys import FakeGPU, uniform, write_tree
+from tests.machines import four_gpu_tree, two_node_machine
 
 
 def test_nvidia_amd_intel_found_in_pci_bus_order(tmp_path: Path) -> None:
@@ -89,15 +86,6 @@ def test_uuid_from_proc_driver_nvidia(tmp_path: Path) -> None:
     assert [g.pci for g in visible.visible_gpus()] == ["0000:17:00.0"]
 
 
-def four_gpu_tree(tmp_path: Path) -> Path:
-    m = two_node_machine()
-    m.gpus = [
-        FakeGPU(pci=f"0000:{bus}:00.0", numa_node=i // 2, uuid=f"GPU-{i}0000000-aaaa-bbbb-cccc-dddddddddddd")
-        for i, bus in enumerate(["17", "3a", "b1", "c1"])
-    ]
-    return write_tree(tmp_path / "root", m)
-
-
 @pytest.mark.parametrize(
     ("value", "visible", "stop"),
     [
@@ -138,8 +126,6 @@ def test_invalid_entries_before_slurms_renumbering(tmp_path: Path) -> None:
     topo = load_topology(fsroot=str(four_gpu_tree(tmp_path)), environ=env)
     assert [g.index for g in topo.visible_gpus()] == [3]
     assert any("'-1' is not a GPU index" in w for w in topo.warnings)
-
-
 
 
 def test_amd_order_follows_the_kfd_topology(tmp_path: Path) -> None:
@@ -199,19 +185,5 @@ def test_nvml_without_a_driver_changes_nothing(tmp_path: Path) -> None:
     m.gpus = [FakeGPU(pci="0000:17:00.0", numa_node=0)]
     root = write_tree(tmp_path, m)
     assert load_topology(fsroot=str(root), environ={}, nvml=True) == load_topology(fsroot=str(root), environ={})
-
-
-
-
-FAKE_PYNVML = '''
-"""NVML as nvidia-ml-py exposes it, for GPUs this machine cannot have: {gpus} as (bus id, uuid)."""
-GPUS = {gpus!r}
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlDeviceGetCount(): return len(GPUS)
-def nvmlDeviceGetHandleByIndex(i): return i
-def nvmlDeviceGetPciInfo(h): return type("Pci", (), {{"busId": GPUS[h][0].encode()}})()
-def nvmlDeviceGetUUID(h): return GPUS[h][1]
-'''
 
 

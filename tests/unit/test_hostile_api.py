@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from launcher.errors import AffrunError, ConfigError
+from tests.sbatch_script import CONTROL_CASES
 
 # ------------------------------------------------------------------------------------------- class 6: bind_rank
 WRONG_TYPES: list[tuple[str, object]] = [
@@ -164,10 +165,6 @@ def test_python_front_ends_share_one_keyword_check() -> None:
         assert str(shared.value) == str(executor.value)
 
 
-# ------------------------------------------------------------------------------- class 11: affrun sbatch
-CONTROL = ["a\x85b", "a\x9bb", "a\u2028b", "a\u2029b", "a\x7fb", "a\x1bb", "a\x0bb"]
-# (a newline or a carriage return in a #SBATCH value was refused already; in a setup line it was not)
-CONTROL_CASES = [(key, text) for key in ("setup", "job-name", "partition", "sbatch-line", "mem") for text in CONTROL]
 CONTROL_CASES += [("setup", "a\rb"), ("setup", "a\nb")]
 
 

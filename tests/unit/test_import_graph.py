@@ -125,14 +125,25 @@ def test_the_public_records_are_standard_dataclasses() -> None:
     assert dataclasses.asdict(request)["loader_cores"] == 1
 
 
+def tier_imports(tier: str, other: str) -> list[str]:
+    """Each ``tests/<tier>`` file's imports of ``tests.<other>`` (``from tests import <other>`` included)."""
+    reaching = []
+    for path in sorted((Path(__file__).resolve().parents[1] / tier).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                     if isinstance(node, ast.Import) else [])
+            reaching += [f"{path.name}: {n}" for n in names if n == f"tests.{other}" or n.startswith(f"tests.{other}.")]
+    return sorted(set(reaching))
+
+
 def test_the_fast_tier_imports_nothing_of_the_system_tier() -> None:
     """tests/unit runs with only pytest and hypothesis: none of its files may pull in a tests/system module (and,
     through it, subprocess helpers, torch or Slurm)."""
-    unit = Path(__file__).resolve().parent
-    reaching = []
-    for path in sorted(unit.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
-                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            reaching += [f"{path.name}: {n}" for n in names if n == "tests.system" or n.startswith("tests.system.")]
-    assert reaching == []
+    assert tier_imports("unit", "system") == []
+
+
+def test_the_system_tier_imports_nothing_of_the_fast_tier() -> None:
+    """The two tiers share helpers through tests/conftest.py and the helper modules beside it (tests/fakesys.py,
+    tests/launch.py, tests/machines.py, ...), never by one tier's file importing the other's."""
+    assert tier_imports("system", "unit") == []

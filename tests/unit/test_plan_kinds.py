@@ -17,7 +17,7 @@ from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology.kinds import CoreKind, CoreKinds
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
-from tests.unit.test_plan_properties import SETTINGS, Machine, machines, requests
+from tests.plan_cases import SETTINGS, Machine, machines, requests
 
 RAPTOR = "20em64t-hybrid-1p6c2t+2ca4co1t"
 P = tuple((2 * i, 2 * i + 1) for i in range(6))  # the P-cores' PU pairs

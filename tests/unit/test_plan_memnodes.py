@@ -20,7 +20,7 @@ from launcher.errors import PlanError
 from launcher.plan.planner import Request, make_plan
 from launcher.topology.model import NumaNode, Topology
 from tests.launch import job_matches
-from tests.unit.test_plan_properties import SETTINGS, Machine, machines, requests
+from tests.plan_cases import SETTINGS, Machine, machines, requests
 
 
 @st.composite

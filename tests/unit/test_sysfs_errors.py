@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,7 @@ from launcher.options.table import spell_error
 from launcher.topology import load_topology
 from launcher.topology.sysfs import read_sysfs
 from tests.fakesys import uniform, write_tree
-
-
-def tree(tmp_path: Path) -> Path:
-    """A healthy 2-socket, 2-node, SMT2 machine of 16 PUs."""
-    return write_tree(tmp_path / "root", uniform(2, 4, threads=2, nodes_per_package=1))
+from tests.machines import tree
 
 
 def one_line_error(root: Path, **kwargs: object) -> str:
@@ -107,8 +102,6 @@ def test_online_cpus_without_topology_are_dropped_with_a_warning(tmp_path: Path)
     assert any("CPUs 3 are online but have no topology/" in w for w in topo.warnings)
 
 
-
-
 @pytest.mark.parametrize(("cpus", "words"), [("abc", "not a cpu list"), ("200-210", "none of these CPUs is allowed")])
 def test_bad_cpus_option(tmp_path: Path, cpus: str, words: str) -> None:
     with pytest.raises(TopologyError) as info:
@@ -123,26 +116,5 @@ def test_fsroot_that_is_a_file(tmp_path: Path) -> None:
     f.write_text("x")
     with pytest.raises(TopologyError, match="fsroot is not a directory"):
         load_topology(fsroot=str(f), environ={})
-
-
-# ------------------------------------------------------------------------------------------ through the CLI
-def assert_one_line_exit_2(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("affrun: error: ") and result.stderr.count("\n") == 1, result.stderr
-    for needle in needles:
-        assert needle in result.stderr
-
-
-
-
-
-
-
-
-
-
-
-
 
 

@@ -24,9 +24,11 @@ def one_line(*args: str) -> str:
 @pytest.mark.parametrize(
     ("args", "kind", "guess", "where"),
     [
-        (["tune-x"], "command", None, "affrun"),
+        (["tune-x"], "command", "tune", "affrun"),
+        (["qqqqqqqq"], "command", None, "affrun"),
         (["tpology"], "command", "topology", "affrun"),
-        (["plan", "--comm-core"], "option", "--loader-cores", "affrun plan"),
+        (["plan", "--comm-core"], "option", "--comm-cores", "affrun plan"),
+        (["plan", "--loader-core"], "option", "--loader-cores", "affrun plan"),
         (["show", "--nproc"], "option", "--nproc-per-node", "affrun show"),
         (["doctor", "--jsonn"], "option", "--json", "affrun doctor"),
         (["sbatch", "--nodez", "2"], "option", "--nodes", "affrun sbatch"),

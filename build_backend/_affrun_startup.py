@@ -1,4 +1,5 @@
-"""affrun's startup hook, as ``affrun-startup.pth`` runs it at interpreter start when ``AFFRUN_RUN`` is set.
+"""affrun's startup hook, as ``affrun-startup.pth`` runs it at interpreter start when ``AFFRUN_RUN`` (binding) or
+``AFFRUN_FEED`` (the data-wait meter, ``--feed-report``) is set.
 
 It lives at the top of site-packages under a name no one else uses, so that the hook neither needs nor takes
 the generic top-level name ``launcher`` (affrun's package) at interpreter start: a ``launcher`` package on
@@ -15,6 +16,11 @@ from __future__ import annotations
 
 import os
 import sys
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: every hooked interpreter runs this module
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
 
 # The directory of affrun's package ``launcher``; ``None``: the ``launcher`` directory beside this file. The
 # build backend writes the source tree's directory here in editable wheels.
@@ -45,29 +51,59 @@ def _fail(text: str) -> None:
     os._exit(2)
 
 
+def _take_ours() -> dict[str, ModuleType]:
+    """Take every ``launcher`` entry out of ``sys.modules``; return them, for :func:`_put_back`."""
+    before: dict[str, ModuleType] = {name: module for name, module in sys.modules.items() if _ours(name)}
+    for name in before:
+        del sys.modules[name]
+    return before
+
+
+def _put_back(before: dict[str, ModuleType]) -> None:
+    for name in [n for n in sys.modules if _ours(n)]:
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
+def _load_package(why: str) -> None:
+    """Load affrun's package by location under ``launcher`` (raises when it is missing or broken)."""
+    import importlib.util
+
+    where = package_dir()
+    spec = importlib.util.spec_from_file_location(NAME, os.path.join(where, "__init__.py"),
+                                                  submodule_search_locations=[where])
+    if spec is None or spec.loader is None or not os.path.isfile(os.path.join(where, "startup.py")):
+        raise FileNotFoundError(f"{why} is set but affrun's package is not at {where!r} (reinstall affrun)")
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[NAME] = package
+    spec.loader.exec_module(package)
+
+
 def run() -> None:
-    """Load affrun's package by location, run its hook (``launcher.startup.main``), then leave ``sys.modules``
-    as it was: no ``launcher`` entry unless one was there before."""
+    """Run by the .pth line when ``AFFRUN_RUN`` or ``AFFRUN_FEED`` is set, once: the binding hook
+    (:func:`bind`), then the feed meter's import hook (:class:`FeedFinder`)."""
     global _done
     if _done:  # site may read the site-packages directory twice, through a lib64 link
         return
     _done = True
-    before = {name: module for name, module in sys.modules.items() if _ours(name)}
-    for name in before:
-        del sys.modules[name]
-    try:
-        import importlib.util
+    if os.environ.get("AFFRUN_RUN"):
+        bind()
+    if os.environ.get(FEED_VARIABLE):
+        sys.meta_path.insert(0, FeedFinder)  # type: ignore[arg-type]
 
-        where = package_dir()
-        spec = importlib.util.spec_from_file_location(NAME, os.path.join(where, "__init__.py"),
-                                                      submodule_search_locations=[where])
-        if spec is None or spec.loader is None or not os.path.isfile(os.path.join(where, "startup.py")):
-            _fail(f"AFFRUN_RUN is set but affrun's package is not at {where!r} (reinstall affrun)")
-            return
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[NAME] = package
-        spec.loader.exec_module(package)
+
+def bind() -> None:
+    """Load affrun's package by location, run its hook (``launcher.startup.main``), then leave ``sys.modules``
+    as it was: no ``launcher`` entry unless one was there before."""
+    before = _take_ours()
+    try:
+        import importlib
+
+        _load_package("AFFRUN_RUN")
         startup = importlib.import_module(NAME + ".startup")
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+        return
     except Exception as exc:  # the package is broken or half installed
         _fail(f"the startup hook cannot load affrun's package: {type(exc).__name__}: {exc}"[:400])
         return
@@ -77,6 +113,59 @@ def run() -> None:
         global answered_probe, hook_file
         answered_probe = bool(getattr(startup, "answered_probe", False))
         hook_file = str(getattr(startup, "__file__", ""))
-        for name in [n for n in sys.modules if _ours(n)]:
-            del sys.modules[name]
-        sys.modules.update(before)
+        _put_back(before)
+
+
+# --------------------------------------------------------------------------- the feed meter (--feed-report)
+FEED_VARIABLE = "AFFRUN_FEED"
+FEED_MODULE = "torch.utils.data.dataloader"  # what launcher.feed.meter patches, once the script imports it
+
+
+class FeedFinder:
+    """A one-shot import hook: when ``torch.utils.data.dataloader`` is imported, let the other finders find it,
+    and have its loader call :func:`meter` once the module has run. Nothing is imported before that."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> object:
+        if name != FEED_MODULE:
+            return None
+        if FeedFinder in sys.meta_path:  # type: ignore[comparison-overlap]
+            sys.meta_path.remove(FeedFinder)  # type: ignore[arg-type]
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader: Any = getattr(spec, "loader", None)
+        real = getattr(loader, "exec_module", None)
+        if real is None:
+            return spec
+
+        def exec_module(module: object) -> None:
+            del loader.exec_module  # the loader's own again
+            real(module)
+            meter(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def meter(module: object) -> None:
+    """Install affrun's meter on the DataLoader module (``launcher.feed.meter.install``); a failure is one
+    warning line, never the script's failure."""
+    before = _take_ours()
+    try:
+        import importlib
+
+        _load_package(FEED_VARIABLE)
+        importlib.import_module(NAME + ".feed.meter").install(module)
+    except Exception as exc:
+        try:
+            os.write(2, f"affrun: warning: --feed-report: the data-wait meter is not installed: "
+                        f"{type(exc).__name__}: {exc}\n"[:400].encode("utf-8", "replace"))
+        except OSError:
+            pass
+    finally:
+        _put_back(before)

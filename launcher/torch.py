@@ -142,6 +142,23 @@ def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int
     return init
 
 
+def loader_workers() -> int:
+    """The DataLoader workers affrun gives this rank: ``--loader-workers N``, else one per loader core of the rank
+    (``--loader-cores``; 0 without). Use as ``DataLoader(..., num_workers=launcher.torch.loader_workers())``: under
+    ``affrun tune`` each trial then tries its own count (the meter records that the script asked)."""
+    import sys
+
+    from launcher.feed.meter import ALIAS, FEED_VARIABLE
+    from launcher.feed.workers import suggested_workers
+
+    if ALIAS not in sys.modules and os.environ.get(FEED_VARIABLE):
+        import torch.utils.data.dataloader  # noqa: F401  (the startup hook's meter is installed at this import)
+    live = sys.modules.get(ALIAS)  # the rank's meter, installed by the startup hook under --feed-report
+    if live is not None and hasattr(live, "asked"):
+        return int(live.asked())
+    return suggested_workers(os.environ)
+
+
 def _said_at_import() -> None:
     """Say it once, in the process that builds the DataLoader (it imports this module to pass worker_init_fn):
     a worker forked from it inherits :data:`_WARNED`; one spawned (or the forkserver) imports this module while

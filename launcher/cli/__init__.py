@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "run": "launcher.cli.passthrough:run",
     "sbatch": "launcher.cli.sbatch_cmd:sbatch",
     "doctor": "launcher.cli.doctor_cmd:doctor",
+    "tune": "launcher.cli.tune_cmd:tune",
 }
 
 
@@ -142,11 +143,11 @@ def cli() -> None:
 
 def main(args: list[str] | None = None) -> None:
     words = sys.argv[1:] if args is None else list(args)
-    if words[:1] == ["torchrun"]:
+    if words[:1] in (["torchrun"], ["tune"]):
         # click's parser drops the first "--" of a command line, even into an UNPROCESSED argument. Every word
-        # after "torchrun" belongs to torchrun's own parser and the script, so put them all behind a "--" of
+        # after "torchrun" (or "tune") belongs to torchrun's own parser and the script, so put them all behind a "--" of
         # affrun's own: click drops that one, and passes the rest through untouched.
-        words = ["torchrun", "--", *words[1:]]
+        words = [words[0], "--", *words[1:]]
     cli.main(args=words, prog_name="affrun", standalone_mode=True)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from launcher.options.table import BINDING_OPTIONS, OptionSpec
+from launcher.options.table import BINDING_OPTIONS, FEED_OPTIONS, OptionSpec
 
 # Which commands build their options from which group of the table (launcher/cli/*, launcher/launch/*).
 GROUP_COMMANDS = {
@@ -20,12 +20,14 @@ GROUP_COMMANDS = {
     "plan": "plan, show, exec, torchrun, run, sbatch",
     "env": "plan, exec, torchrun, run, sbatch",
     "apply": "exec, torchrun, run",
+    "feed": "exec, torchrun, run",
 }
 GROUP_TITLES = {
     "topology": "Where the machine is read from",
     "plan": "Planning",
     "env": "Environment and memory",
     "apply": "Applying the plan",
+    "feed": "Measuring the feed",
 }
 
 HEADER = """\
@@ -64,12 +66,13 @@ def binding_section(group: str) -> list[str]:
     lines = [f"## {GROUP_TITLES[group]}", "", f"Taken by: {GROUP_COMMANDS[group]}.", "",
              "| option | value | default | profile key | Python keyword | meaning |",
              "|---|---|---|---|---|---|"]
-    for spec in BINDING_OPTIONS:
+    for spec in (*BINDING_OPTIONS, *FEED_OPTIONS):
         if spec.group != group:
             continue
         flag = f"`{spec.flag}`" + (f" / `${spec.envvar}`" if spec.envvar else "")
-        lines.append(f"| {flag} | {_value(spec)} | {_default(spec.default)} | `{spec.name('profile')}` | "
-                     f"`{spec.name('python')}` | {_cell(spec.help)} |")
+        keys = ("—", "—") if spec.group == "feed" else (f"`{spec.name('profile')}`", f"`{spec.name('python')}`")
+        lines.append(f"| {flag} | {_value(spec)} | {_default(spec.default)} | {keys[0]} | {keys[1]} | "
+                     f"{_cell(spec.help)} |")
     return [*lines, ""]
 
 

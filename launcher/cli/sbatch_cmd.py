@@ -16,7 +16,7 @@ from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.options.groups import ApplyOptions, pick
 from launcher.options.plan_options import PlanOptions
-from launcher.options.table import options_in, spell_error
+from launcher.options.table import TUNED_OPTION, options_in, spell_error
 from launcher.slurm.options import (
     SBATCH_OPTIONS,
     BadValue,
@@ -58,7 +58,7 @@ def _merge(ctx: click.Context, kwargs: dict[str, Any], settings: dict[str, Any])
     return merged, from_file
 
 
-def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
+def _spec(values: dict[str, Any], command: tuple[str, ...], tuned: str | None = None) -> SbatchSpec:
     spec = spec_values(values)
     if spec["affrun"] is None:  # neither --affrun-command nor the profile: this affrun, by absolute path
         spec["affrun"] = this_affrun()
@@ -67,7 +67,19 @@ def _spec(values: dict[str, Any], command: tuple[str, ...]) -> SbatchSpec:
         **spec,
         plan=pick(PlanOptions, values),  # --gpus is a str or None
         apply=pick(ApplyOptions, values),
+        tuned=tuned,
     )
+
+
+def _tuned(path: str | None) -> str | None:
+    """``--tuned FILE``, checked now and named by its absolute path: affrun applies it on the job's nodes (a flag
+    given here wins there too, and the machine it was tuned on is compared with theirs)."""
+    if not path:
+        return None
+    from launcher.options.tuned import load_tuned
+
+    load_tuned(path)
+    return os.path.abspath(path)
 
 
 class _WholeNumber(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 only
@@ -167,6 +179,7 @@ def _submit(script: str, path: str | None, wait: bool) -> int:
 @sbatch_options
 @plan_options
 @env_options
+@click.option(TUNED_OPTION.flag, TUNED_OPTION.dest, metavar=TUNED_OPTION.metavar, help=TUNED_OPTION.help)
 @click.option("-o", "--script-file", metavar="FILE", help="Write the script to FILE instead of printing it.")
 @click.option("--submit", is_flag=True, help="Submit with sbatch and print the job id.")
 @click.option("--wait", is_flag=True, help="With --submit: wait for the job and exit with its exit code.")
@@ -183,9 +196,10 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
 
     if kwargs["wait"] and not kwargs["submit"]:
         raise ConfigError("--wait needs --submit")
+    tuned = _tuned(kwargs.pop(TUNED_OPTION.dest))
     settings = load_config(kwargs.pop("config_file")).settings(kwargs.pop("profile"))
     values, from_file = _merge(ctx, _check_command_line(ctx, kwargs), settings)
-    spec = _spec(values, tuple(command))
+    spec = _spec(values, tuple(command), tuned)
     try:
         script = render(spec, values["template"])
     except AffrunError as exc:  # affrun's options that the profile set are named as its keys

@@ -121,4 +121,6 @@ CATALOGUE: dict[str, str] = {
                    "its interpreter did not load affrun's startup hook",
     "thread-migrations": "live: busy threads of a rank move between CPUs (unbound threads)",
     "gpu-low-utilisation": "live: a GPU used by the job was mostly idle during the sample",
+    "feed-starved": "live (--feed-report): a rank's training loop waited for its DataLoader more than 20% of its "
+                    "wall time; affrun tune finds the loader cores and workers that feed it",
 }

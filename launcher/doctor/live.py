@@ -21,11 +21,13 @@ from launcher.context.runtimes import LoadedRuntime, openmp_names
 from launcher.doctor import procfs
 from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source, slurm_bound
+from launcher.doctor.feed_checks import feed_finding
 from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.run_checks import planned_cpus, unbound_findings
 from launcher.env.variables import BINDING_VARIABLES
+from launcher.feed.figures import FeedFigures
 from launcher.topology.model import Topology
 
 
@@ -79,6 +81,7 @@ class ProcessRecord:
     owned: frozenset[int] = frozenset()  # ranks: the CPUs it was given
     launcher_mask: frozenset[int] = frozenset()  # ranks: the union of its parent's thread masks, at first sight
     alive: bool = True
+    feed: FeedFigures | None = None  # the meter's figures so far (--feed-report)
 
     @property
     def mask(self) -> frozenset[int]:
@@ -140,6 +143,7 @@ def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
         "owned_cpus": format_cpulist(p.owned) if p.role == "rank" else None,
         "cmdline": p.cmdline,
         "alive": p.alive,
+        "feed": p.feed.to_json() if p.feed else None,
         "runtimes": [r.to_json() for r in p.runtimes],
         "threads": [
             {
@@ -250,6 +254,9 @@ def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) 
         findings.extend(collapse_findings(audit, rank))
         findings.extend(migration_findings(audit, rank))
         findings.extend(kind_findings(audit, rank, topology))
+        team = max((r.threads or 1 for r in rank.runtimes if r.user_api == "openmp"), default=1)
+        findings.extend(feed_finding(subject, rank.feed, rank.owned, exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS"),
+                                     [c.mask for c in audit.children_of(rank) if c.threads], team))
     findings.extend(overlap_findings(ranks))
     findings.extend(unbound_findings(audit.processes))
     findings.extend(gpu_findings(audit))

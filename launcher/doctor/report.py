@@ -65,6 +65,11 @@ def job_text(audit: JobAudit) -> str:
         gone = " (exited)" if not p.alive else ""
         lines.append(f"{p.role}{rank} pid {p.pid} ({p.comm}){owner}{gone}: {' '.join(p.cmdline)[:100]}")
         lines.append(f"  runtimes: {_runtimes_line(p)}")
+        if p.feed is not None:
+            f = p.feed
+            lines.append(f"  feed: {f.batches} batches in {f.seconds:.1f} s, {f.batches_per_s:.1f} batches/s, data wait "
+                         f"{100 * f.data_wait_fraction:.1f}% ({f.loaders} DataLoader(s), workers "
+                         f"{','.join(map(str, f.num_workers)) or '-'}: {f.workers_source})")
     lines.append("")
     header = f"{'PID':>7} {'TID':>7} {'ROLE':<8} {'COMM':<16} {'ALLOWED':<12} {'LAST':>4} {'SEEN':<12} " \
              f"{'MIGR/S':>6} {'CPU%':>6}"

@@ -107,9 +107,12 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     elapsed = time.monotonic() - start
     if not records:
         raise AffrunError(f"--pid {pid}: the process ended before it could be read")
+    from launcher.feed.figures import read_live
+
     for record in records.values():
         if record.alive:
             _read_libraries(record, proc)  # libraries loaded during the sample (import torch) count too
+            record.feed = read_live(record.pid, record.environ, proc)  # --feed-report's figures so far
     ordered = sorted(records.values(), key=lambda r: r.pid)
     from launcher.doctor.facts import machine_cpus
     from launcher.topology import load_topology

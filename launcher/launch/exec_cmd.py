@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
+    from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
 
     p = argparse.ArgumentParser(
         prog="affrun exec",
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
                    help="Local ranks on this node (default: from the launcher's variables).")
     add_binding_arguments(p)
+    add_feed_arguments(p)
     add_run_flags(p, verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return p
@@ -58,11 +59,19 @@ def default_args() -> SimpleNamespace:
     one missing (a test holds the two equal)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(local_rank=None, nproc=None, verbose=False, dry_run=False, command=[])
+    return SimpleNamespace(local_rank=None, nproc=None, verbose=False, dry_run=False, command=[], tuned=None)
 
 
 def parse_args(before: Sequence[str]) -> Args:
-    return build_parser().parse_args(before) if before else default_args()
+    if not before:
+        return default_args()
+    parser = build_parser()
+    args = parser.parse_args(before)
+    if args.tuned:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        args, args.tuned_file = apply_tuned(parser, list(before), args)
+    return args
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -136,7 +145,14 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
     if user_env is None:
         user_env = user_values(environ)
-    _, parent = plan_job(BindingOptions.from_args(args), nproc, environ=environ, user_env=user_env)
+    options = BindingOptions.from_args(args)
+    topo, parent = plan_job(options, nproc, environ=environ, user_env=user_env)
+    if getattr(args, "tuned_file", None) is not None:
+        from launcher.options.tuned import tuned_warning
+
+        foreign = tuned_warning(args.tuned_file, topo, options.source, environ)
+        if foreign and rank == 0:
+            print(f"affrun: warning: {foreign}", file=sys.stderr)
     job = parent.job()
     return job, job.ranks[rank], detected
 
@@ -184,6 +200,12 @@ def main(argv: Sequence[str]) -> int:
     verbose = args.verbose or job.verbose
     env = rank_environ(job, rank, environ)
     env[MEM_VARIABLE] = mem_text(job.mem_policy, rank.mem_nodes)  # as planned; what took is written below
+    feed: dict[str, str] = {}
+    if hasattr(args, "feed_report"):  # options were parsed (default_args() has none): --feed-*, --loader-workers
+        from launcher.feed.variables import feed_variables
+
+        feed = feed_variables(args)
+        env.update(feed)
     if detected is not None and PLAN_VARIABLE not in environ:
         # Under srun/mpirun nobody sets torch's env:// variables (torchrun does): derive the missing ones.
         from launcher.context.local_rank import torch_distributed_env
@@ -193,7 +215,7 @@ def main(argv: Sequence[str]) -> int:
     host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
     if args.dry_run:
         print(rank_line(rank, job.size, mem_text(job.mem_policy, rank.mem_nodes), host))
-        for name in sorted({*rank_variables(job, rank), MEM_VARIABLE}):
+        for name in sorted({*rank_variables(job, rank), MEM_VARIABLE, *feed}):
             print(f"{name}={env[name]}")
         for name in rank.unset:
             print(f"unset {name}")

@@ -35,7 +35,7 @@ from launcher.errors import LaunchError
 from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command, exec_failure
 from launcher.options.groups import BindingOptions
-from launcher.options.table import add_binding_arguments, add_run_flags, non_negative
+from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
 from launcher.plan.request import check_rank_count
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
                    "deepspeed, mpirun, srun; rank0 otherwise).")
     add_binding_arguments(p)
+    add_feed_arguments(p)
     add_run_flags(p, verbose="Every process the hook binds prints its rank line (with its pid and why) on stderr.",
                   dry_run="Print the plan and the environment; start nothing.")
     p.add_argument("--strict", action="store_true",
@@ -74,7 +75,14 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
     user_env = user_values(environ)
-    _, parent = plan_job(BindingOptions.from_args(args), args.nproc, environ=environ, user_env=user_env, default_nproc=1)
+    options = BindingOptions.from_args(args)
+    topo, parent = plan_job(options, args.nproc, environ=environ, user_env=user_env, default_nproc=1)
+    if getattr(args, "tuned_file", None) is not None:
+        from launcher.options.tuned import tuned_warning
+
+        foreign = tuned_warning(args.tuned_file, topo, options.source, environ)
+        if foreign:
+            print(f"affrun: warning: {foreign}", file=sys.stderr)
     return parent
 
 
@@ -82,6 +90,10 @@ def main(argv: Sequence[str]) -> int:
     before, command = split_command(argv)
     parser = build_parser()
     args = parser.parse_args(before)
+    if args.tuned:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        args, args.tuned_file = apply_tuned(parser, before, args)
     if not command and not args.dry_run:
         parser.error("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
     environ = dict(os.environ)
@@ -89,6 +101,9 @@ def main(argv: Sequence[str]) -> int:
         raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "
                           "run the launcher directly")
     parent = prepare(args, environ)
+    from launcher.feed.variables import feed_variables, start_afresh
+
+    feed = feed_variables(args)
     # Before anything is printed or run: whether COMMAND's interpreter loads the hook that binds (warning,
     # or --strict's error). Without it the rank lines would report a binding that is never made.
     bound = check_command(command, environ, strict=args.strict, verbose=args.verbose) if command else True
@@ -111,6 +126,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"{PLAN_VARIABLE}={parent.to_json()}")
         if task:
             print(f"{TASK_VARIABLE}={task}")
+        for name, value in sorted(feed.items()):
+            print(f"{name}={value}")
         if command:
             print("exec " + shlex.join(command))
         return 0
@@ -120,6 +137,8 @@ def main(argv: Sequence[str]) -> int:
     environ.pop(TASK_VARIABLE, None)
     if task:
         environ[TASK_VARIABLE] = task
+    start_afresh(feed)
+    environ.update(feed)
     sys.stderr.flush()
     sys.stdout.flush()
     return exec_or_status(command, environ, lambda exc: exec_failure(command, environ, exc))

@@ -25,7 +25,7 @@ from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError
 from launcher.options.groups import BindingOptions
-from launcher.options.table import add_binding_arguments, add_run_flags
+from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 
@@ -33,6 +33,7 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
     add_binding_arguments(group, prefix="affrun_")
+    add_feed_arguments(group, prefix="affrun_")
     add_run_flags(group, verbose="Each rank also prints its line and env notes from inside the worker.",
                   dry_run="Print the plan and the rewritten worker command, start nothing.", prefix="affrun_",
                   short=False)
@@ -89,6 +90,11 @@ def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     parser.set_defaults(signals_to_handle=None)
     head, script_args = split_at_script(parser, list(argv))
     args = parser.parse_args(head)
+    args.affrun_tuned_file = None
+    if args.affrun_tuned:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        args, args.affrun_tuned_file = apply_tuned(parser, head, args, prefix="affrun_")
     if script_args:
         args.training_script_args = script_args
     return args
@@ -191,8 +197,15 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
     user_env = user_values(os.environ)
-    _, parent = plan_job(BindingOptions.from_args(args, prefix="affrun_"), nproc, user_env=user_env)
+    options = BindingOptions.from_args(args, prefix="affrun_")
+    topo, parent = plan_job(options, nproc, user_env=user_env)
     plan, mem = parent.plan, parent.mem_policy
+    if args.affrun_tuned_file is not None:
+        from launcher.options.tuned import tuned_warning
+
+        foreign = tuned_warning(args.affrun_tuned_file, topo, options.source)
+        if foreign:
+            print(f"affrun: warning: {foreign}", file=sys.stderr)
     host = os.uname().nodename
     for rank in plan.ranks:
         # "starting": the line is the plan a rank is about to start with, printed before any rank runs (a rank
@@ -207,9 +220,16 @@ def main(argv: Sequence[str]) -> int:
         args.signals_to_handle = os.environ.get("PET_SIGNALS_TO_HANDLE") or DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
     script = args.training_script  # what torchrun's failure report names (before the rewrite below)
     worker = rewrite_for_exec(args)
+    from launcher.feed.variables import feed_variables, start_afresh
+
+    feed = feed_variables(args, prefix="affrun_")
     if args.affrun_dry_run:
         print("worker: " + shlex.join(worker))
+        for name, value in sorted(feed.items()):
+            print(f"{name}={value}")
         return 0
+    start_afresh(feed)
+    os.environ.update(feed)  # every rank's environment: its startup hook meters it (launcher.feed.meter)
     os.environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
     # torchrun would set OMP_NUM_THREADS=1 (and warn) when it is unset; each worker's affrun exec replaces it
     # with that rank's own value anyway, so give torchrun the first rank's value to keep its warning away.

@@ -38,7 +38,7 @@ _PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 class OptionSpec:
     flag: str
     dest: str
-    group: str  # topology | plan | env | apply (apply: only where a rank is started: exec, torchrun)
+    group: str  # topology | plan | env | apply | feed (apply, feed: only where a rank is started: exec, torchrun, run)
     help: str
     choices: tuple[str, ...] | None = None
     default: str | int | bool | None = None
@@ -100,10 +100,32 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
+# The feed meter's options (docs/tune.md): only where a rank is started (exec, torchrun, run). Each rank gets them as
+# the AFFRUN_FEED* variables and AFFRUN_LOADER_WORKERS (launcher.feed.variables); they do not change the plan.
+FEED_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--feed-report", "feed_report", "feed", "Measure each rank's data wait (the time its loop waits "
+               "for the DataLoader's next batch) and batches/s, on an unmodified script; one line per rank on stderr "
+               "at its exit.",
+               is_flag=True, default=False),
+    OptionSpec("--feed-interval", "feed_interval", "feed", "Also print each rank's feed line every SECONDS "
+               "(default: only at exit). Implies --feed-report.", metavar="SECONDS"),
+    OptionSpec("--feed-json", "feed_json", "feed", "Write the figures as JSON, one object per rank, updated about "
+               "once a second and at exit. Implies --feed-report.", metavar="PATH", value="path"),
+    OptionSpec("--loader-workers", "loader_workers", "feed", "DataLoader workers per rank, for scripts that ask "
+               "launcher.torch.loader_workers() (default: one per loader core of the rank).", count=True,
+               metavar="N"),
+)
+
+
 # The rank count: each command adds it itself (exec's and run's argparse, torchrun's own parser, click's plan, show
 # and doctor), and the planner's message names it (launcher.plan.request.check_rank_count).
 NPROC_OPTION = OptionSpec("--nproc-per-node", "nproc", "plan", "Local ranks on this node.", keyword="nproc_per_node")
-_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in (*BINDING_OPTIONS, NPROC_OPTION)}
+# affrun tune's saved options (launcher.options.tuned): taken by exec, run, torchrun (add_binding_arguments) and sbatch,
+# outside BINDING_OPTIONS as it is no option of a plan record but a file of them, applied under the command line's.
+TUNED_OPTION = OptionSpec("--tuned", "tuned", "tuned", "Apply the options affrun tune --save wrote to FILE (a flag "
+                          "given on the command line wins; a file tuned on another machine gets a warning).",
+                          metavar="FILE", value="path")
+_BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in (*BINDING_OPTIONS, *FEED_OPTIONS, NPROC_OPTION, TUNED_OPTION)}
 
 
 def default(dest: str) -> Any:
@@ -187,6 +209,35 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
                 kwargs["choices"] = spec.choices
             if spec.count:
                 kwargs["type"] = non_negative
+        group.add_argument(spec.flag, **kwargs)
+    group.add_argument(TUNED_OPTION.flag, dest=prefix + TUNED_OPTION.dest, metavar=TUNED_OPTION.metavar,
+                       help=TUNED_OPTION.help)
+
+
+def positive_seconds(text: str) -> float:
+    """argparse ``type`` for a duration: a finite number of seconds > 0."""
+    from launcher.base.untrusted import short
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a number of seconds > 0")
+    return value
+
+
+def add_feed_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
+    """The feed meter's options (:data:`FEED_OPTIONS`), argparse side, for ``exec``, ``run`` and ``torchrun``."""
+    for spec in FEED_OPTIONS:
+        kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
+        if spec.is_flag:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(default=spec.default, metavar=spec.metavar,
+                          type=non_negative if spec.count else positive_seconds if spec.metavar == "SECONDS" else str)
         group.add_argument(spec.flag, **kwargs)
 
 

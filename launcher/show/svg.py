@@ -35,8 +35,26 @@ def _pattern_id(ranks: Sequence[int]) -> str:
     return "shared-" + "-".join(map(str, ranks))
 
 
-def _svg_text(x: float, y: float, text: str, fill: str, extra: str = "") -> str:
+def svg_text(x: float, y: float, text: str, fill: str, extra: str = "") -> str:
+    """A text element (``text`` escaped): one of the primitives ``affrun tune --svg`` draws with too."""
     return f'<text x="{x:g}" y="{y:g}" fill="{fill}"{extra}>{escape(text)}</text>'
+
+
+def svg_rect(x: float, y: float, w: float, h: float, fill: str, stroke: str, title: str = "",
+             stroke_width: float = 0.8) -> str:
+    """A rounded rectangle, with a tooltip when ``title`` is given."""
+    tip = f"<title>{escape(title)}</title>" if title else ""
+    return (f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="3" fill="{fill}" stroke="{stroke}"'
+            f' stroke-width="{stroke_width:g}">{tip}</rect>')
+
+
+def svg_document(w_px: float, h_px: float, title: str, body: Sequence[str], defs: Sequence[str] = ()) -> str:
+    """The document around ``body``: the font, the title, the definitions and a white background."""
+    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w_px:g}" height="{h_px:g}" '
+            f'viewBox="0 0 {w_px:g} {h_px:g}" font-family={quoteattr(_FONT)} font-size="13" xml:space="preserve">')
+    background = f'<rect x="0" y="0" width="{w_px:g}" height="{h_px:g}" fill="#ffffff"/>'
+    return "\n".join([head, f"<title>{escape(title)}</title>", f"<defs>{''.join(defs)}</defs>", background, *body,
+                      "</svg>"]) + "\n"
 
 
 def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
@@ -59,7 +77,7 @@ def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
         body.append(f'<rect class="tab" x="{tx:g}" y="{_MARGIN + f.y * _CH + 3:g}" width="{(len(f.title) + 2) * _CW:g}" '
                     f'height="{_CH - 6}" rx="3" fill="{fill}" stroke="{stroke}" stroke-width="1"{dash_attr}/>')
         weight = ' font-weight="bold"' if f.kind in ("package", "numa") else ""
-        body.append(_svg_text(tx + _CW, _MARGIN + f.y * _CH + 14, f.title, "#1a202c", weight))
+        body.append(svg_text(tx + _CW, _MARGIN + f.y * _CH + 14, f.title, "#1a202c", weight))
     for t in texts:
         x, y = _MARGIN + t.x * _CW, _MARGIN + t.y * _CH
         st = t.style
@@ -93,11 +111,11 @@ def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
                 body.append(f'<text x="{x + len(t.text) * _CW / 2:g}" y="{y + 14:g}" fill="{ink}" text-anchor="middle"'
                             f'{halo}>{escape(cpu)} <tspan font-weight="bold">{escape(mark.strip())}</tspan></text>')
             else:
-                body.append(_svg_text(x + len(t.text) * _CW / 2, y + 14, label, ink, ' text-anchor="middle"' + halo))
+                body.append(svg_text(x + len(t.text) * _CW / 2, y + 14, label, ink, ' text-anchor="middle"' + halo))
         elif t.text.strip():
             lead = len(t.text) - len(t.text.lstrip(" "))
             weight = ' font-weight="bold"' if st.kind in ("bold", "warn") else ""
-            body.append(_svg_text(x + lead * _CW, y + 14, t.text.strip(" "), _TEXT_FILL.get(st.kind, "#1a202c"), weight))
+            body.append(svg_text(x + lead * _CW, y + 14, t.text.strip(" "), _TEXT_FILL.get(st.kind, "#1a202c"), weight))
     defs = []
     for pid, ranks in patterns.items():
         stripe = 6
@@ -106,11 +124,7 @@ def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
                         for i, r in enumerate(ranks))
         defs.append(f'<pattern id="{pid}" patternUnits="userSpaceOnUse" width="{size}" height="{size}" '
                     f'patternTransform="rotate(45)">{rects}</pattern>')
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w_px}" height="{h_px}" '
-            f'viewBox="0 0 {w_px} {h_px}" font-family={quoteattr(_FONT)} font-size="13" xml:space="preserve">')
-    title = f"<title>affrun show: {len(plan.ranks)} ranks, mode {escape(plan.mode)}</title>"
-    background = f'<rect x="0" y="0" width="{w_px}" height="{h_px}" fill="#ffffff"/>'
-    return "\n".join([head, title, f"<defs>{''.join(defs)}</defs>", background, *body, "</svg>"]) + "\n"
+    return svg_document(w_px, h_px, f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}", body, defs)
 
 
 def _tooltip(t: Text) -> str:

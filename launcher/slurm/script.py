@@ -73,6 +73,7 @@ class SbatchSpec:
     plan: PlanOptions = field(default_factory=PlanOptions)
     apply: ApplyOptions = field(default_factory=ApplyOptions)
     verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
+    tuned: str | None = None  # --tuned FILE (absolute), applied by affrun on the job's nodes
 
     def gpu_count(self) -> int:
         if self.gpus_per_node is None:
@@ -148,7 +149,7 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
 
 def affrun_options(spec: SbatchSpec) -> list[str]:
     """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
-    argv = [*spec.plan.to_argv(), *spec.apply.to_argv()]
+    argv = [*spec.plan.to_argv(), *spec.apply.to_argv(), *(["--tuned", spec.tuned] if spec.tuned else [])]
     if spec.verbose and spec.style == "srun":
         argv.append("--verbose")
     return argv

@@ -35,7 +35,7 @@ def test_sbatch_table_fills_every_sbatch_spec_field_but_affrun_s_own() -> None:
     from launcher.slurm.script import SbatchSpec
 
     filled = {o.field for o in SBATCH_OPTIONS if o.field is not None}
-    affruns = {"command", "plan", "apply", "verbose"}  # affrun's own options: PlanOptions and ApplyOptions
+    affruns = {"command", "plan", "apply", "verbose", "tuned"}  # affrun's own options: PlanOptions, ApplyOptions, --tuned
     assert filled | affruns == {f.name for f in fields(SbatchSpec)} and not filled & affruns
     assert {o.key for o in SBATCH_OPTIONS} <= set(KEYS)
     sbatch_help = affrun("sbatch", "--help").stdout

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
 # Each package's floor; a module may import its own floor and the floors below it. Top-level modules are the
 # public faces and entry points, above every layer.
 FLOORS = {"errors": 0, "base": 1, "topology": 2, "plan": 3, "env": 4, "context": 5, "options": 6, "bind": 7,
-          "launch": 8, "doctor": 8, "show": 8, "slurm": 9, "cli": 10, "templates": 10}
+          "feed": 5, "launch": 8, "doctor": 8, "show": 8, "slurm": 9, "tune": 9, "cli": 10, "templates": 10}
 TOP = 11
 # Front ends of one floor import none of each other: each imports the layers. affrun sbatch (slurm) sits above
 # the launch commands its scripts run: it checks a job's command with affrun torchrun's own parse.

@@ -1,0 +1,94 @@
+"""The figures the ranks' meters wrote, read back as records: a rank's live file (``affrun doctor --pid``) and the
+``--feed-json`` list (``affrun tune``). Files are untrusted: anything malformed is left out, never an exception."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from launcher.base.untrusted import BadJSON, load_json
+from launcher.feed.meter import FEED_VARIABLE, live_paths
+
+WorkersSource = Literal["asked", "overridden", "script"]
+SOURCES: tuple[WorkersSource, ...] = ("asked", "overridden", "script")
+LIMIT = 1 << 20  # bytes read of one file
+
+
+@dataclass(frozen=True)
+class FeedFigures:
+    """One rank's figures, the keys of ``--feed-json``'s objects (docs/tune.md)."""
+
+    rank: int
+    batches: int
+    seconds: float
+    batches_per_s: float
+    data_wait_fraction: float
+    loaders: int
+    num_workers: tuple[int, ...]
+    workers_source: WorkersSource
+    final: bool
+    pid: int
+    host: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "num_workers": list(self.num_workers)}
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _number(value: object) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+    return float(value) if ok else None  # type: ignore[arg-type]
+
+
+def figures_of(item: object) -> FeedFigures | None:
+    """One object of the meter's JSON as :class:`FeedFigures`; ``None`` when a key is missing or out of range."""
+    if not isinstance(item, dict):
+        return None
+    counts = [_count(item.get(k)) for k in ("rank", "batches", "loaders", "pid")]
+    numbers = [_number(item.get(k)) for k in ("seconds", "batches_per_s", "data_wait_fraction")]
+    workers = item.get("num_workers")
+    source, final, host = item.get("workers_source"), item.get("final"), item.get("host")
+    if (None in counts or None in numbers or not isinstance(workers, list) or any(_count(w) is None for w in workers)
+            or source not in SOURCES or not isinstance(final, bool) or not isinstance(host, str)
+            or numbers[2] is None or numbers[2] > 1):
+        return None
+    rank, batches, loaders, pid = (c or 0 for c in counts)
+    seconds, per_s, wait = (n or 0.0 for n in numbers)
+    return FeedFigures(rank, batches, seconds, per_s, wait, loaders, tuple(workers),
+                       source, final, pid, host)
+
+
+def _read(path: str) -> object:
+    try:
+        with open(path, "rb") as fh:
+            return load_json(fh.read(LIMIT), finite=True)
+    except (OSError, BadJSON):
+        return None
+
+
+def read_feed_json(path: str) -> list[FeedFigures]:
+    """The ranks of a ``--feed-json`` file, sorted by rank (empty when it is missing or not the meter's)."""
+    data = _read(path)
+    found = [f for f in map(figures_of, data if isinstance(data, list) else []) if f is not None]
+    return sorted(found, key=lambda f: f.rank)
+
+
+def read_live(pid: int, environ: Mapping[str, str], proc: str = "/proc") -> FeedFigures | None:
+    """The live figures of process ``pid`` (whose environment is ``environ``) when it runs under the meter and
+    has iterated a DataLoader; ``None`` otherwise."""
+    if not environ.get(FEED_VARIABLE):
+        return None
+    try:
+        uid = os.stat(os.path.join(proc, str(pid))).st_uid
+    except OSError:
+        return None
+    for path in live_paths(pid, uid, environ):
+        found = figures_of(_read(path))
+        if found is not None and found.pid == pid:
+            return found
+    return None

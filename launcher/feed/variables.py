@@ -1,0 +1,50 @@
+"""The parent's side of the meter: the ``--feed-*`` and ``--loader-workers`` options as the variables every rank
+gets (``AFFRUN_FEED``, ``AFFRUN_FEED_INTERVAL``, ``AFFRUN_FEED_JSON``, ``AFFRUN_LOADER_WORKERS``), for ``affrun exec``,
+``run`` and ``torchrun``. No option given: no variable, and the rank patches and imports nothing."""
+
+from __future__ import annotations
+
+import os
+
+from launcher.errors import ConfigError, Opt
+from launcher.feed.meter import FEED_VARIABLE, INTERVAL_VARIABLE, JSON_VARIABLE
+from launcher.feed.workers import WORKERS_VARIABLE
+
+DESTS = ("feed_report", "feed_interval", "feed_json", "loader_workers")  # the table's FEED_OPTIONS
+
+
+def feed_variables(args: object, prefix: str = "") -> dict[str, str]:
+    """The variables of the feed options an argparse namespace holds (``prefix``: torchrun's ``affrun_``).
+    ``--feed-json``'s directory must exist; its path is made absolute (ranks may run elsewhere)."""
+    report, interval, path, workers = (getattr(args, prefix + dest, None) for dest in DESTS)
+    out: dict[str, str] = {}
+    if workers is not None:
+        out[WORKERS_VARIABLE] = str(workers)
+    if not (report or interval is not None or path):
+        return out
+    out[FEED_VARIABLE] = "1"
+    if interval is not None:
+        out[INTERVAL_VARIABLE] = repr(float(interval))
+    if path:
+        full = os.path.abspath(path)
+        where = os.path.dirname(full)
+        if os.path.isdir(full) or not os.path.isdir(where):
+            what = "is a directory" if os.path.isdir(full) else f"names a directory that does not exist ({where})"
+            raise ConfigError(Opt("feed_json", path, quoted=True), f" {what}: give a file in an existing directory")
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise ConfigError(Opt("feed_json", path, quoted=True), f": the directory {where} is not writable")
+        out[JSON_VARIABLE] = full
+    return out
+
+
+def start_afresh(variables: dict[str, str]) -> None:
+    """Before a job's ranks start (``affrun torchrun``, ``affrun run``): a JSON file left by an earlier job is
+    removed, so that the file holds this job's ranks only."""
+    path = variables.get(JSON_VARIABLE)
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ConfigError(Opt("feed_json", path, quoted=True), f": {exc.strerror or exc}") from None

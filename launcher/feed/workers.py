@@ -1,0 +1,47 @@
+"""How many DataLoader workers a rank is given: ``--loader-workers N`` (``AFFRUN_LOADER_WORKERS``), else the plan's
+suggestion, one per loader core of the rank (``AFFRUN_LOADER_CPUS``, grouped into cores by the rank's sysfs)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from launcher.base.cpulist import parse_cpulist
+from launcher.base.untrusted import ascii_uint, short
+from launcher.errors import LaunchError
+
+WORKERS_VARIABLE = "AFFRUN_LOADER_WORKERS"
+LOADER_VARIABLE = "AFFRUN_LOADER_CPUS"
+
+
+def _core_key(cpu: int, sysfs: str) -> str:
+    """What identifies ``cpu``'s core: its sibling list (the CPU alone where sysfs does not say)."""
+    base = os.path.join(sysfs, "devices", "system", "cpu", f"cpu{cpu}", "topology")
+    for name in ("core_cpus_list", "thread_siblings_list"):
+        try:
+            with open(os.path.join(base, name), encoding="ascii") as fh:
+                return fh.read(4096).strip()
+        except (OSError, ValueError):
+            continue
+    return str(cpu)
+
+
+def loader_cores(environ: Mapping[str, str], sysfs: str = "/sys") -> int:
+    """The number of cores among the rank's loader CPUs (0 when it has none)."""
+    text = environ.get(LOADER_VARIABLE, "")
+    try:
+        cpus = parse_cpulist(text) if text else frozenset()
+    except ValueError:
+        raise LaunchError(f"{LOADER_VARIABLE}={short(text)} is not a cpu list") from None
+    return len({_core_key(cpu, sysfs) for cpu in cpus})
+
+
+def suggested_workers(environ: Mapping[str, str], sysfs: str = "/sys") -> int:
+    """``AFFRUN_LOADER_WORKERS`` when set (``--loader-workers``), else :func:`loader_cores`."""
+    text = environ.get(WORKERS_VARIABLE)
+    if text is None or text == "":
+        return loader_cores(environ, sysfs)
+    value = ascii_uint(text)
+    if value is None:
+        raise LaunchError(f"{WORKERS_VARIABLE}={short(text)} is not a whole number >= 0")
+    return value

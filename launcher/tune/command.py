@@ -1,0 +1,178 @@
+"""``affrun tune``'s command line: its own options (:data:`TUNE_OPTIONS`) taken out from among affrun torchrun's,
+which every trial gets as given, with the script and its arguments untouched."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from launcher.errors import ConfigError
+
+if TYPE_CHECKING:
+    from launcher.options.groups import SourceOptions
+    from launcher.topology.model import Topology
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = _positive(text) if text.strip() not in ("0", "0.0") else 0.0
+    return value
+
+
+def _repeats(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+# flag, dest, type (None: a flag), default, metavar, help
+TUNE_OPTIONS: tuple[tuple[str, str, Any, Any, str | None, str], ...] = (
+    ("--trial-seconds", "trial_seconds", _positive, 10.0, "S", "Measure each trial for S seconds of the loop, "
+     "after its warm-up."),
+    ("--warmup-seconds", "warmup_seconds", _non_negative, 2.0, "S", "Let every rank run S seconds past its first "
+     "batch before the measurement starts."),
+    ("--repeats", "repeats", _repeats, 1, "R", "Run every trial R times, interleaved (round after round), for "
+     "the spread."),
+    ("--budget", "budget", _positive, 900.0, "SECONDS", "Stop with what has been measured once the trials have "
+     "taken this long."),
+    ("--start-seconds", "start_seconds", _positive, 120.0, "S", "How long a trial may take to reach every rank's "
+     "first batch; the first trial's script then never iterated a DataLoader."),
+    ("--json", "as_json", None, False, None, "Print the result as JSON (keys: trials, best)."),
+    ("--save", "save", str, None, "FILE", "Write the best options as YAML, with this machine's identity: "
+     "affrun torchrun --tuned FILE applies them."),
+    ("--svg", "svg", str, None, "FILE", "Also draw the trials as an SVG bar chart."),
+)
+TUNE_DESTS = {dest for _, dest, *_ in TUNE_OPTIONS}
+
+USAGE = "affrun tune [AFFRUN TORCHRUN OPTIONS] [TUNE OPTIONS] SCRIPT [ARGS...]"
+DESCRIPTION = """\
+Find the split of loader and compute cores, and the DataLoader workers, that feed your own script fastest.
+
+Runs SCRIPT in short trials under `affrun torchrun --feed-report` with your options: the default plan first, then
+--loader-cores 0 .. half a rank's cores, each with --loader-workers 0, one and two per loader core (the DataLoaders'
+num_workers are set by affrun unless the script asks launcher.torch.loader_workers()). Each trial warms up, is
+measured for --trial-seconds, and is stopped (SIGTERM to the job, SIGKILL after a grace period, nothing left
+running). Prints each trial's batches/s (median, min, max), data wait and ratio to the default, and the best
+options, or that the default stands. Ctrl-C stops and prints the table so far.
+
+  affrun tune --nproc-per-node 2 train.py --epochs 1
+  affrun tune --trial-seconds 5 --repeats 3 --save tuned.yaml train.py
+  affrun torchrun --tuned tuned.yaml --nproc-per-node 2 train.py
+
+Every affrun torchrun option (affrun torchrun --help) is taken too and given to every trial; the arguments after
+SCRIPT reach it byte for byte. See docs/tune.md."""
+
+
+def help_text() -> str:
+    rows = [f"usage: {USAGE}", "", DESCRIPTION, "", "tune options:"]
+    for flag, _, kind, default, metavar, text in TUNE_OPTIONS:
+        name = flag if kind is None else f"{flag} {metavar}"
+        shown = f" (default: {default:g})" if isinstance(default, (int, float)) and kind is not None else ""
+        rows.append(f"  {name:<22} {text}{shown}")
+    rows.append(f"  {'-h, --help':<22} Show this message and exit.")
+    return "\n".join(rows) + "\n"
+
+
+def _tune_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="affrun tune", add_help=False, allow_abbrev=False)
+    for flag, dest, kind, default, metavar, text in TUNE_OPTIONS:
+        if kind is None:
+            parser.add_argument(flag, dest=dest, action="store_true", help=text)
+        else:
+            parser.add_argument(flag, dest=dest, type=kind, default=default, metavar=metavar, help=text)
+
+    def error(message: str) -> NoReturn:
+        raise ConfigError(f"{message} (affrun tune --help gives the usage)")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+@dataclass(frozen=True)
+class TuneArgs:
+    values: dict[str, Any]  # tune's own options by dest
+    before: list[str]  # affrun torchrun's and torchrun's options, as given
+    script: list[str]  # ["--"]? SCRIPT ARGS..., as given
+    torchrun: argparse.Namespace  # affrun torchrun's parse of before + script
+
+
+def split(argv: list[str]) -> TuneArgs | None:
+    """Tune's options, the user's torchrun options and the script; ``None`` for ``--help``."""
+    from torch.distributed.run import get_args_parser
+
+    from launcher.launch.torchrun import add_affrun_options, check_args, check_script, parse
+
+    parser = get_args_parser()
+    add_affrun_options(parser)
+    for flag, dest, kind, _, _, _ in TUNE_OPTIONS:
+        extra: dict[str, Any] = {"action": "store_true"} if kind is None else {}
+        parser.add_argument(flag, dest=f"tune_{dest}", **extra)
+    mine, theirs, script = _walk(parser, list(argv))
+    if any(word in ("-h", "--help") for word in theirs):
+        return None
+    values = vars(_tune_parser().parse_args(mine))
+    if not [w for w in script if w != "--"]:
+        raise ConfigError(f"no script: {USAGE}")
+    args = check_args(parse([*theirs, *script]))
+    check_script(args)
+    return TuneArgs(values, theirs, script, args)
+
+
+def _walk(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(tune's options with their values, the other options, the script and its arguments), read as affrun
+    torchrun reads them (launcher.launch.torchrun.split_at_script), abbreviations resolved as argparse does."""
+    actions = parser._option_string_actions
+    long_names = [name for name in actions if name.startswith("--")]
+    mine: list[str] = []
+    theirs: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            return mine, theirs, words[i:]
+        name, has_value, _ = word.partition("=")
+        action = actions.get(name if word.startswith("--") else word[:2])
+        if action is None and word.startswith("--"):
+            matches = [n for n in long_names if n.startswith(name)]
+            action = actions[matches[0]] if len(matches) == 1 else None
+        takes = action is not None and action.nargs != 0 and not has_value and (word.startswith("--") or len(word) == 2)
+        span = words[i: i + (2 if takes else 1)]
+        if action is not None and action.dest.startswith("tune_"):
+            full = next(f for f in action.option_strings if f.startswith("--"))
+            mine += [full + ("=" + word.partition("=")[2] if has_value else ""), *span[1:]]
+        else:
+            theirs += span
+        i += len(span)
+    return mine, theirs, []
+
+
+def rank_cores(args: argparse.Namespace) -> tuple[int, int, Topology, SourceOptions]:
+    """(local ranks, the fewest cores a rank of the plan has with no loader cores: the candidates' range, the
+    machine, where it was read from)."""
+    import os
+
+    from torch.distributed.run import determine_local_world_size
+
+    from launcher.bind.handoff import plan_job
+    from launcher.env.variables import user_values
+    from launcher.options.groups import BindingOptions
+
+    try:
+        nproc = determine_local_world_size(args.nproc_per_node)
+    except ValueError as exc:
+        raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
+    options = BindingOptions.from_args(args, prefix="affrun_")
+    planned = replace(options, plan=replace(options.plan, loader_cores=0))
+    topo, parent = plan_job(planned, nproc, user_env=user_values(os.environ))
+    return nproc, min(len(rank.compute_cores) for rank in parent.plan.ranks), topo, options.source

@@ -1,0 +1,124 @@
+"""A tune's result: each trial's repeats, its statistics against the default, the best plan, as a table and as
+JSON. Pure.
+
+The best is the trial of the highest median batches/s. It replaces the default only when it beats it beyond the
+spread: its slowest repeat faster than the default's fastest, and (for a single repeat, which has no spread) by
+more than :data:`MARGIN`. Otherwise the default stands.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.tune.candidates import Candidate
+
+MARGIN = 0.05
+
+
+@dataclass
+class TrialResult:
+    candidate: Candidate
+    rates: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    workers: tuple[int, ...] = ()
+    workers_source: str = ""
+    failures: list[str] = field(default_factory=list)
+    pruned: str = ""  # why it was not run again ("" while it is)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.rates)
+
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def wait(self) -> float:
+        """The median data wait of the repeats (0..1)."""
+        return statistics.median(self.waits) if self.waits else 0.0
+
+
+@dataclass(frozen=True)
+class Best:
+    trial: TrialResult
+    default_stands: bool
+    gain: float  # the best's median over the default's
+
+
+def beats(trial: TrialResult, default: TrialResult) -> bool:
+    """``trial`` is faster than ``default`` beyond the spread of both."""
+    if not trial.measured or not default.measured:
+        return False
+    if min(trial.rates) <= max(default.rates):
+        return False
+    return trial.median() > default.median() * (1 + MARGIN) or (len(trial.rates) > 1 and len(default.rates) > 1)
+
+
+def best(results: list[TrialResult]) -> Best | None:
+    default = next((r for r in results if r.candidate.is_default and r.measured), None)
+    measured = [r for r in results if r.measured]
+    if default is None or not measured:
+        return None
+    top = max(measured, key=lambda r: (r.median(), r.candidate.is_default))
+    if top is default or not beats(top, default):
+        return Best(default, True, 1.0)
+    return Best(top, False, top.median() / default.median())
+
+
+def _ratio(r: TrialResult, default: TrialResult | None) -> float | None:
+    if default is None or not r.measured or not default.measured or default.median() <= 0:
+        return None
+    return r.median() / default.median()
+
+
+def table(results: list[TrialResult], workers_how: str) -> str:
+    """The table: options, batches/s (median, min, max), data wait, ratio to the default, workers."""
+    default = next((r for r in results if r.candidate.is_default), None)
+    head = f"{'trial':<40} {'batches/s':>10} {'min':>9} {'max':>9} {'wait':>6} {'vs default':>10}  workers"
+    lines = [head]
+    for r in results:
+        if r.measured:
+            ratio = _ratio(r, default)
+            workers = ",".join(map(str, r.workers)) or "-"
+            extra = f" ({r.workers_source})" if r.workers_source else ""
+            lines.append(f"{r.candidate.label():<40} {r.median():>10.1f} {min(r.rates):>9.1f} {max(r.rates):>9.1f} "
+                         f"{100 * r.wait():>5.0f}% {'' if ratio is None else f'{ratio:.2f}x':>10}  "
+                         f"{workers}{extra}")
+        else:
+            why = r.failures[-1] if r.failures else r.pruned or "not run"
+            lines.append(f"{r.candidate.label():<40} {'-':>10} {'-':>9} {'-':>9} {'-':>6} {'-':>10}  {why}")
+    lines.append(f"workers: {workers_how}")
+    return "\n".join(lines)
+
+
+def verdict(chosen: Best | None) -> str:
+    if chosen is None:
+        return "no trial of the default plan was measured: no advice"
+    if chosen.default_stands:
+        return "the default stands: no trial beat it beyond the spread"
+    return f"best: {' '.join(chosen.trial.candidate.options())} ({chosen.gain:.2f}x the default)"
+
+
+def to_json(results: list[TrialResult], chosen: Best | None, workers_how: str, stopped: str) -> dict[str, Any]:
+    default = next((r for r in results if r.candidate.is_default), None)
+    trials = []
+    for r in results:
+        trials.append({
+            "options": r.candidate.options(),
+            "default": r.candidate.is_default,
+            "batches_per_s": (r.rates[0] if len(r.rates) == 1 else list(r.rates)) if r.rates else None,
+            "median": r.median() if r.measured else None,
+            "min": min(r.rates) if r.rates else None,
+            "max": max(r.rates) if r.rates else None,
+            "data_wait_fraction": r.wait() if r.measured else None,
+            "vs_default": _ratio(r, default),
+            "num_workers": list(r.workers),
+            "workers_source": r.workers_source or None,
+            "failures": list(r.failures),
+            "pruned": r.pruned or None,
+        })
+    best_json = None if chosen is None else {
+        "options": chosen.trial.candidate.options(), "default_stands": chosen.default_stands,
+        "vs_default": chosen.gain}
+    return {"trials": trials, "best": best_json, "workers": workers_how, "stopped": stopped or None}

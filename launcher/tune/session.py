@@ -1,0 +1,129 @@
+"""The rounds of a tune: the default plan first, then each family of candidates, pruned as it goes; then the
+repeats, interleaved (every surviving trial once per round); the budget and Ctrl-C stop it with what it has."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.errors import LaunchError
+from launcher.tune.candidates import DEFAULT, clearly_worse, families
+from launcher.tune.result import TrialResult
+from launcher.tune.trial import TrialRun, TrialSpec, run_trial
+
+ASKED = "the script asks affrun (launcher.torch.loader_workers())"
+OVERRIDDEN = "overridden: affrun set num_workers of every DataLoader the script built (AFFRUN_FEED_FORCE_WORKERS=1)"
+
+
+@dataclass
+class Session:
+    results: list[TrialResult]
+    workers_how: str
+    stopped: str  # "" (complete), "budget", "interrupted"
+
+
+class _Stop(Exception):
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float,
+         progress: Callable[[str], None]) -> Session:
+    """Run the trials; raise :class:`LaunchError` when the first one (the default plan) fails or never iterates a
+    DataLoader."""
+    workdir = tempfile.mkdtemp(prefix="affrun-tune-")
+    deadline = time.monotonic() + budget
+    default = TrialResult(DEFAULT)
+    results = [default]
+    session = Session(results, "", "")
+    counter = [0]
+    took: list[float] = []
+    force = [True]
+
+    def run(result: TrialResult) -> TrialRun:
+        estimate = max(took) if took else 0.0
+        if time.monotonic() + estimate > deadline:
+            raise _Stop("budget")
+        counter[0] += 1
+        started = time.monotonic()
+        trial = run_trial(spec, result.candidate.options(), force[0] and not result.candidate.is_default,
+                          workdir, f"trial{counter[0]}", deadline)
+        took.append(time.monotonic() - started)
+        if trial.survivors:
+            progress(f"warning: {trial.survivors} process(es) of trial {counter[0]} could not be stopped")
+        if trial.outcome == "interrupted":
+            raise _Stop("interrupted")
+        if trial.outcome == "out-of-time":
+            raise _Stop("budget")
+        if trial.outcome == "measured" and trial.window is not None:
+            w = trial.window
+            result.rates.append(w.batches_per_s)
+            result.waits.append(w.data_wait_fraction)
+            result.workers, result.workers_source = w.num_workers, w.workers_source
+            progress(f"trial {counter[0]} {result.candidate.label()}: {w.batches_per_s:.1f} batches/s, "
+                     f"data wait {100 * w.data_wait_fraction:.0f}%")
+        else:
+            why = ("never iterated a DataLoader" if trial.outcome == "no-loader"
+                   else f"failed (exit {trial.exit_code}){': ' + trial.last_line if trial.last_line else ''}")
+            result.failures.append(why)
+            progress(f"trial {counter[0]} {result.candidate.label()}: {why}; skipped")
+        return trial
+
+    try:
+        first = run(default)
+        if not default.measured:
+            if first.outcome == "no-loader":
+                raise LaunchError("the script never iterated a torch DataLoader in its first trial (the default "
+                                  "plan): affrun tune measures the batches a DataLoader feeds the loop")
+            raise LaunchError(f"the script failed in its first trial (the default plan, exit {first.exit_code})"
+                              + (f": {first.last_line}" if first.last_line else ""))
+        asked = default.workers_source == "asked"
+        force[0] = not asked
+        session.workers_how = ASKED if asked else OVERRIDDEN
+        _first_round(results, rank_cores, run)
+        for _ in range(repeats - 1):
+            for result in list(results):
+                if not result.pruned and not result.failures:
+                    run(result)
+    except _Stop as stop:
+        session.stopped = stop.why
+    except KeyboardInterrupt:
+        session.stopped = "interrupted"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if not session.workers_how:
+        session.workers_how = OVERRIDDEN
+    return session
+
+
+def _first_round(results: list[TrialResult], rank_cores: int, run: Callable[[TrialResult], TrialRun]) -> None:
+    """Each family in turn, its worker counts in order; a family stops at a count clearly worse than the one
+    before it (more workers that only add wait), and the families stop at one clearly worse than the one before
+    (loader cores taken from the compute that only slow it)."""
+    previous_best: TrialResult | None = None
+    all_families = families(rank_cores)
+    for index, family in enumerate(all_families):
+        members = [TrialResult(c) for c in family]
+        results.extend(members)
+        before: TrialResult | None = None
+        for i, member in enumerate(members):
+            run(member)
+            if before is not None and before.measured and member.measured and clearly_worse(member.rates, before.rates):
+                for rest in members[i + 1:]:
+                    rest.pruned = f"pruned: {member.candidate.label()} was clearly slower than fewer workers"
+                break
+            before = member if member.measured else before
+        measured = [m for m in members if m.measured]
+        if not measured:
+            continue
+        top = max(measured, key=lambda m: m.median())
+        if previous_best is not None and clearly_worse(top.rates, previous_best.rates):
+            why = f"pruned: --loader-cores {family[0].loader_cores} was clearly slower than fewer loader cores"
+            results.extend(TrialResult(later[0], pruned=why) for later in all_families[index + 1:])
+            return
+        previous_best = top if previous_best is None or top.median() > previous_best.median() else previous_best
+

@@ -1,39 +1,12 @@
 """The startup hook: under ``affrun run``, every Python process binds itself before any user import.
 
-The package installs ``affrun-startup.pth`` into site-packages (see ``build_backend/``). Python's ``site``
-module executes its one line at every interpreter start; without ``AFFRUN_RUN`` in the environment the line
-is a dictionary lookup and imports nothing. ``affrun run`` sets ``AFFRUN_RUN`` (the role of the first process,
-``rank0`` or ``launcher``), ``AFFRUN_PLAN`` (the plan, as for ``affrun torchrun``) and, when it runs inside a
-scheduler's task, ``AFFRUN_RUN_TASK`` (the rank variables of that task); then this module decides what the
-starting process is (:func:`decide`, pure) and applies it (:func:`main`):
-
-- ``rank``: a launcher's rank (``LOCAL_RANK``, ``SLURM_LOCALID``, ``OMPI_...``: the variables ``affrun exec``
-  reads) not bound yet, or a rank started by a bound rank with another rank number (Lightning's ranks 1..N-1,
-  started by rank 0). It gets the plan's mask, memory policy and OpenMP/BLAS variables in ``os.environ``.
-  With ``AFFRUN_RUN=launcher``, rank variables of the task ``affrun run`` itself runs in (``SLURM_LOCALID`` of
-  the batch script or of an srun task, unchanged: ``AFFRUN_RUN_TASK``) are not a rank: they describe the task
-  that runs the launcher, not the ranks it starts.
-- the first process with no rank variable, when ``AFFRUN_RUN=rank0``: it is rank 0 (Lightning's script, a
-  single-process job). ``LOCAL_RANK`` is not set: Lightning reads a set ``LOCAL_RANK`` as "launched externally".
-- a script or module with no rank variable started below an unbound launcher (``AFFRUN_LAUNCHER_PID``, set by
-  the launcher's own hook), itself no known launcher and no ``multiprocessing`` helper, when the plan has one
-  rank or accelerate's simple launcher started it (``ACCELERATE_USE_CPU``, which only that launcher sets): it
-  is rank 0. accelerate runs one process without any rank variable for 1 process, ``--cpu``, or no multi-GPU
-  configuration.
-- ``launcher``: no rank variable and ``AFFRUN_RUN=launcher`` otherwise (torchrun's agent, ``accelerate launch``,
-  ``deepspeed`` and the ``launch.py`` it starts): left as it is, so that it never confines the ranks it starts.
-- ``worker``: a ``multiprocessing`` child (spawn or forkserver bootstrap) of a bound rank, such as a DataLoader
-  worker. It is not rebound as a rank: it moves to the rank's loader CPUs when the plan has some, and drops the
-  per-thread placement variables (``OMP_PLACES``, ``OMP_PROC_BIND``) so that its OpenMP runtime cannot pin it to
-  the first place of the rank (the DataLoader collapse) nor keep a place list of another rank (a
-  ``torch.multiprocessing.spawn`` child that calls :func:`launcher.bind_rank` next).
-- ``inherit``: any other process below a bound rank (a helper ``subprocess``, a re-exec of the rank itself):
-  already bound, left alone.
-- ``skip``: affrun's own processes (``affrun exec`` binds itself; ``affrun doctor`` audits). ``affrun exec``,
-  ``torchrun`` and ``sbatch`` below ``affrun run`` are jobs of their own: they lose its variables (:func:`leave_run`).
-
-``AFFRUN_RUN=probe`` is no role: ``affrun run`` asking whether this interpreter loads the hook
-(:mod:`launcher.launch.run_target`). The hook sets :data:`answered_probe` and does nothing else.
+``affrun-startup.pth`` runs ``_affrun_startup`` (``build_backend/``, at the top of site-packages so that it
+neither takes nor needs the name ``launcher``) at every interpreter start; with ``AFFRUN_RUN`` set, that loads
+this module by its path and calls :func:`main`. Here the decision (:func:`launcher.context.run_role.decide`,
+pure, in the context layer because ``affrun run``, ``bind_rank`` and ``affrun doctor --pid`` ask it too) is
+applied: bind as a rank, move a DataLoader worker to the loader CPUs, mark a launcher, or leave the process
+alone. ``AFFRUN_RUN=probe`` only sets :data:`answered_probe`. The roles and how each is recognised:
+docs/launchers.md (``affrun run``). This module keeps its path: installed shims load ``launcher/startup.py``.
 
 A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2.
 """

@@ -10,7 +10,7 @@ is :class:`Unreadable` (a warning; ``--strict`` refuses); a COMMAND that cannot 
 rank line; its exec names the bad interpreter: :func:`exec_failure`).
 
 :func:`probe` then runs that interpreter once, as ``INTERPRETER [-I|-S|-s|-E] -c CODE`` under
-``AFFRUN_RUN=probe``: the hook answers (:data:`launcher.startup.PROBE`) without binding or printing. It is
+``AFFRUN_RUN=probe``: the hook answers (:data:`launcher.context.run_role.PROBE`) without binding or printing. It is
 bounded for real (its own process group, output in memory files: nothing it leaves running can hold affrun).
 Anything else (``bash -c``, ``srun``, ``mpirun``, a compiled program) cannot be checked.
 """

@@ -19,8 +19,8 @@ from launcher.errors import AffrunError, LaunchError, error_line
 from launcher.options.table import spell_error
 from launcher.options.usage import unknown_word, usage_hint
 
-# command name -> "module:attribute" of a click command; modules are imported lazily so that `affrun plan` never
-# loads torch/yaml.
+# command name -> "module:attribute": a click command, or the main(words) of an argparse front end (FRONT_ENDS).
+# Modules are imported lazily so that `affrun plan` never loads torch/yaml.
 COMMANDS: dict[str, str] = {
     "topology": "launcher.cli.topology_cmds:topology",
     "plan": "launcher.cli.topology_cmds:plan",
@@ -32,8 +32,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "launcher.cli.doctor_cmd:doctor",
     "tune": "launcher.cli.tune_cmd:tune",
 }
-# The commands that parse their own words (argparse: docs/development.md), "module:main" above, with their line
-# in `affrun --help`. The console script runs exec and run before click is imported (launcher.main).
+# The commands that parse their own words (argparse: docs/development.md), with their line in `affrun --help`. The console script runs exec and run before click is imported (launcher.main).
 FRONT_ENDS: dict[str, str] = {
     "exec": "Bind one rank (local rank from LOCAL_RANK, SLURM_LOCALID, ...) and exec CMD: affrun exec -- CMD ARGS.",
     "torchrun": "torchrun with each local rank bound by affrun (affrun's options go before the script).",
@@ -105,7 +104,6 @@ class LazyGroup(click.Group):
         except click.UsageError as exc:
             raise UsageLine(usage_text(exc, _subcommand_context(ctx))) from None
 
-
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -113,16 +111,10 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(cmd_name)
         if target is None:
             return None
-        module_name, attr = target.split(":")
         if cmd_name in FRONT_ENDS:
-            return _front_end(cmd_name, module_name)
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None  # command not built yet
-            raise
-        command: click.Command = getattr(module, attr)
+            return _front_end(cmd_name, target)
+        module_name, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
         return command
 
 
@@ -139,14 +131,16 @@ def cli() -> None:
     """Put every training rank on the right CPU cores: GPU-local, disjoint, whole cores, matching OpenMP settings."""
 
 
-def _front_end(name: str, module: str) -> click.Command:
-    """A click command that gives the words after ``name`` to ``module.main`` untouched and exits with its code."""
+def _front_end(name: str, target: str) -> click.Command:
+    """A click command that gives the words after ``name`` to ``target`` (``module:main``) untouched and exits
+    with its code."""
 
     @click.command(name, help=FRONT_ENDS[name], add_help_option=False,
                    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def command(args: tuple[str, ...]) -> None:
-        sys.exit(importlib.import_module(module).main(list(args)))
+        module, attr = target.split(":")
+        sys.exit(getattr(importlib.import_module(module), attr)(list(args)))
 
     return command
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from launcher.options.table import BINDING_OPTIONS, FEED_OPTIONS, OptionSpec
+from launcher.options.table import BINDING_OPTIONS, FEED_OPTIONS, TUNED_OPTION, OptionSpec
 
 # Which commands build their options from which group of the table (launcher/cli/*, launcher/launch/*).
 GROUP_COMMANDS = {
@@ -21,6 +21,7 @@ GROUP_COMMANDS = {
     "env": "plan, exec, torchrun, run, sbatch",
     "apply": "exec, torchrun, run",
     "feed": "exec, torchrun, run",
+    "tuned": "exec, torchrun, run, sbatch",
 }
 GROUP_TITLES = {
     "topology": "Where the machine is read from",
@@ -28,6 +29,7 @@ GROUP_TITLES = {
     "env": "Environment and memory",
     "apply": "Applying the plan",
     "feed": "Measuring the feed",
+    "tuned": "Options saved by `affrun tune --save`",
 }
 
 HEADER = """\
@@ -66,11 +68,11 @@ def binding_section(group: str) -> list[str]:
     lines = [f"## {GROUP_TITLES[group]}", "", f"Taken by: {GROUP_COMMANDS[group]}.", "",
              "| option | value | default | profile key | Python keyword | meaning |",
              "|---|---|---|---|---|---|"]
-    for spec in (*BINDING_OPTIONS, *FEED_OPTIONS):
+    for spec in (*BINDING_OPTIONS, *FEED_OPTIONS, TUNED_OPTION):
         if spec.group != group:
             continue
         flag = f"`{spec.flag}`" + (f" / `${spec.envvar}`" if spec.envvar else "")
-        keys = ("—", "—") if spec.group == "feed" else (f"`{spec.name('profile')}`", f"`{spec.name('python')}`")
+        keys = ("—", "—") if spec.group in ("feed", "tuned") else (f"`{spec.name('profile')}`", f"`{spec.name('python')}`")
         lines.append(f"| {flag} | {_value(spec)} | {_default(spec.default)} | {keys[0]} | {keys[1]} | "
                      f"{_cell(spec.help)} |")
     return [*lines, ""]

@@ -23,9 +23,10 @@ def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], 
     union = frozenset().union(*worker_masks) if worker_masks else frozenset()
     compute = owned - loader
     causes: list[str] = []
-    if worker_masks and len(union) == 1 and len(owned) > 1:
+    pool = loader or owned  # where the workers may run: the loader CPUs, else the rank's
+    if worker_masks and len(union) == 1 and len(pool) > 1:
         causes.append(f"workers on one core: its {len(worker_masks)} worker process(es) all run on CPU "
-                      f"{format_cpulist(union)}")
+                      f"{format_cpulist(union)} of {format_cpulist(pool)}")
     if worker_masks and union & compute and omp_threads > 1:
         causes.append(f"loader threads compete with the OpenMP team: the workers may run on CPUs "
                       f"{format_cpulist(union & compute)}, where the rank's {omp_threads} OpenMP threads compute")

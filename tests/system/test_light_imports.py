@@ -157,14 +157,15 @@ def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
 def test_exec_without_options_takes_the_parsers_defaults() -> None:
     """exec skips argparse when no option comes before `--`: what it uses instead must be what argparse gives."""
     from launcher.launch.exec_cmd import build_parser, default_args
-    from launcher.options.table import BINDING_OPTIONS
+    from launcher.options.table import BINDING_OPTIONS, FEED_OPTIONS
 
     parsed = vars(build_parser().parse_args([]))
     given = vars(default_args())
     assert given == {k: parsed[k] for k in given}
-    # the binding options it leaves out are what plan_job fills in: the table's defaults, as argparse has them
+    # the binding options it leaves out are what plan_job fills in: the table's defaults, as argparse has them;
+    # the feed options left out are no variable (launcher.feed.variables), as their defaults give none
     assert {k: v for k, v in parsed.items() if k not in given} == {
-        s.dest: False if s.is_flag else s.default for s in BINDING_OPTIONS}
+        s.dest: False if s.is_flag else s.default for s in (*BINDING_OPTIONS, *FEED_OPTIONS)}
 
 
 HOT_LITERALS = ("launcher.base.choices",)

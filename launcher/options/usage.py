@@ -2,15 +2,13 @@
 ``unknown option --x: did you mean --y? (affrun CMD --help gives the full usage)``, one line, exit status 2.
 
 Standard library only, and ``difflib`` only once a word is unknown: ``affrun exec`` imports this module when
-argparse refuses its options.
+it parses options (with argparse, which imports typing).
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: affrun exec imports this module
-if TYPE_CHECKING:
-    import argparse
-    from typing import NoReturn
+import argparse  # imported already: only a parser's error needs this module
+from typing import NoReturn
 
 
 def usage_hint(command: str) -> str:
@@ -39,8 +37,6 @@ def unknown_word(kind: str, word: str, known: list[str], command: str) -> str:
 def argparse_line(parser: argparse.ArgumentParser, message: str, command: str) -> str:
     """What argparse's ``parser.error`` says, as one line of that form: an unknown option gets the nearest of the
     ``--`` spellings ``--help`` lists (the first unknown word that has one, else the first unknown word)."""
-    import argparse
-
     known = sorted(name for name, action in parser._option_string_actions.items()
                    if name.startswith("--") and action.help != argparse.SUPPRESS)
     prefix = "unrecognized arguments: "

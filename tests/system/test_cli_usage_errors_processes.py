@@ -24,7 +24,7 @@ def one_line(*args: str) -> str:
 @pytest.mark.parametrize(
     ("args", "kind", "guess", "where"),
     [
-        (["tune-x"], "command", None, "affrun"),
+        (["bogus-x"], "command", None, "affrun"),
         (["tpology"], "command", "topology", "affrun"),
         (["plan", "--comm-core"], "option", "--loader-cores", "affrun plan"),
         (["show", "--nproc"], "option", "--nproc-per-node", "affrun show"),

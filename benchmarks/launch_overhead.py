@@ -24,7 +24,7 @@ import tempfile
 
 from _common import AFFRUN, PY, byte_compile_affrun, clean_env, install_affrun, median_walls
 
-# Plain torchrun with the collector treatment affrun's agent gets (launcher.cli.torchrun_cmd): the baseline that
+# Plain torchrun with the collector treatment affrun's agent gets (launcher.launch.torchrun.main): the baseline that
 # shows what affrun's own work (plan, AFFRUN_PLAN, the exec hop per rank) costs, apart from that gain.
 TORCHRUN_FROZEN = ("import gc, sys; gc.disable(); import torch.distributed.run as r; gc.freeze(); gc.enable(); "
                    "sys.argv[0] = 'torchrun'; r.main()")

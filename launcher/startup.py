@@ -1,15 +1,16 @@
 """The startup hook: under ``affrun run``, every Python process binds itself before any user import.
 
-``affrun-startup.pth`` (put in site-packages by ``build_backend/``) runs :func:`hook` at every interpreter start;
-without ``AFFRUN_RUN`` it is one dictionary lookup and imports nothing. ``affrun run`` sets ``AFFRUN_RUN`` (the
-first process's role, ``rank0`` or ``launcher``), ``AFFRUN_PLAN`` and, inside a scheduler's task,
-``AFFRUN_RUN_TASK``. :func:`main` takes the decision of :func:`launcher.context.run_role.decide` (``rank``,
-``worker``, ``inherit``, ``launcher`` or ``skip``) and applies it: a rank gets its plan's mask, memory policy and
-variables; a worker moves to its rank's loader CPUs. :func:`leave_run` takes ``affrun run``'s variables from an
-``affrun exec``, ``torchrun`` or ``sbatch`` below it. ``AFFRUN_RUN=probe`` only sets :data:`answered_probe`.
-A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2.
+``affrun-startup.pth`` runs ``_affrun_startup`` (``build_backend/``, at the top of site-packages so that it
+neither takes nor needs the name ``launcher``) at every interpreter start; with ``AFFRUN_RUN`` set, that loads
+this module by its path and calls :func:`main`. Here the decision (:func:`launcher.context.run_role.decide`,
+pure, in the context layer because ``affrun run``, ``bind_rank`` and ``affrun doctor --pid`` ask it too) is
+applied: bind as a rank, move a DataLoader worker to the loader CPUs, mark a launcher, or leave the process
+alone. :func:`leave_run` takes ``affrun run``'s variables from an ``affrun exec``, ``torchrun`` or ``sbatch`` below
+it. ``AFFRUN_RUN=probe`` only sets :data:`answered_probe`. This
+module keeps its path: installed shims load ``launcher/startup.py``.
 
-Each role, in order, and why: docs/launchers.md ("Other launchers: affrun run") and docs/design.md §9.
+A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2. Each role,
+in order: docs/launchers.md ("Other launchers: affrun run"); why: docs/design.md §9.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The click command group. Each command lives in its own module and is imported only when it runs.
+"""The click command group. Each command lives in its own module and is imported only when it runs; ``exec``,
+``run`` and ``torchrun`` parse their own words with argparse (:mod:`launcher.launch`) and are listed here.
 
 A usage error of any click command (an unknown command or option, a bad or missing value) is one line in
 ``affrun torchrun``'s form, ``affrun: error: unknown option --x: did you mean --y? (affrun plan --help gives the
@@ -7,44 +8,38 @@ full usage)``, and exit status 2: :class:`UsageLine`.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import sys
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 import click
 
-from launcher.base.untrusted import clip
 from launcher.base.version import __version__
 from launcher.errors import AffrunError, LaunchError, error_line
 from launcher.options.table import spell_error
+from launcher.options.usage import unknown_word, usage_hint
 
-# command name -> "module:attribute"; modules are imported lazily so that `affrun plan` never loads torch/yaml.
+# command name -> "module:attribute": a click command, or the main(words) of an argparse front end (FRONT_ENDS).
+# Modules are imported lazily so that `affrun plan` never loads torch/yaml.
 COMMANDS: dict[str, str] = {
     "topology": "launcher.cli.topology_cmds:topology",
     "plan": "launcher.cli.topology_cmds:plan",
     "show": "launcher.cli.topology_cmds:show",
-    "exec": "launcher.cli.passthrough:exec_",
-    "torchrun": "launcher.cli.torchrun_cmd:torchrun",
-    "run": "launcher.cli.passthrough:run",
+    "exec": "launcher.launch.exec_cmd:main",
+    "torchrun": "launcher.launch.torchrun:main",
+    "run": "launcher.launch.run_cmd:main",
     "sbatch": "launcher.cli.sbatch_cmd:sbatch",
     "doctor": "launcher.cli.doctor_cmd:doctor",
     "tune": "launcher.cli.tune_cmd:tune",
 }
-
-
-def nearest(word: str, known: list[str]) -> str | None:
-    """The spelling of ``known`` nearest to ``word`` (difflib's, as ``affrun torchrun`` finds it), if one is close."""
-    close = difflib.get_close_matches(word.replace("_", "-") if word.startswith("--") else word, known, n=1,
-                                      cutoff=0.6)
-    return close[0] if close else None
-
-
-def unknown_word(kind: str, word: str, known: list[str], command: str) -> str:
-    """``unknown option --x: did you mean --y? (CMD --help gives the full usage)``: ``affrun torchrun``'s words."""
-    close = nearest(word, known)
-    guess = f": did you mean {close}?" if close else ""
-    return f"unknown {kind} {clip(word)}{guess} ({command} --help gives the full usage)"
+# The commands that parse their own words (argparse: docs/development.md), with their line in `affrun --help`. The console script runs exec and run before click is imported (launcher.main).
+FRONT_ENDS: dict[str, str] = {
+    "exec": "Bind one rank (local rank from LOCAL_RANK, SLURM_LOCALID, ...) and exec CMD: affrun exec -- CMD ARGS.",
+    "torchrun": "torchrun with each local rank bound by affrun (affrun's options go before the script).",
+    "run": "Plan once and run any launcher (accelerate, deepspeed, Lightning, mp.spawn): affrun run -- CMD ARGS.",
+}
+# Commands whose words all belong to a parser of their own (click would drop their first "--"): main().
+OWN_WORDS = (*FRONT_ENDS, "tune")
 
 
 def long_options(command: click.Command) -> list[str]:
@@ -66,7 +61,7 @@ def usage_text(exc: click.UsageError, where: click.Context) -> str:
     text = exc.format_message().rstrip(".")
     if text[1:2].islower():  # "Invalid value...", "Option '--pid' requires...": mid-line, as argparse's
         text = text[0].lower() + text[1:]
-    return f"{text} ({ctx.command_path} --help gives the full usage)"
+    return f"{text} {usage_hint(ctx.command_path)}"
 
 
 class UsageLine(click.ClickException):
@@ -109,7 +104,6 @@ class LazyGroup(click.Group):
         except click.UsageError as exc:
             raise UsageLine(usage_text(exc, _subcommand_context(ctx))) from None
 
-
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -117,14 +111,10 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(cmd_name)
         if target is None:
             return None
+        if cmd_name in FRONT_ENDS:
+            return _front_end(cmd_name, target)
         module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None  # command not built yet
-            raise
-        command: click.Command = getattr(module, attr)
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
         return command
 
 
@@ -141,16 +131,25 @@ def cli() -> None:
     """Put every training rank on the right CPU cores: GPU-local, disjoint, whole cores, matching OpenMP settings."""
 
 
+def _front_end(name: str, target: str) -> click.Command:
+    """A click command that gives the words after ``name`` to ``target`` (``module:main``) untouched and exits
+    with its code."""
+
+    @click.command(name, help=FRONT_ENDS[name], add_help_option=False,
+                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        module, attr = target.split(":")
+        sys.exit(getattr(importlib.import_module(module), attr)(list(args)))
+
+    return command
+
+
 def main(args: list[str] | None = None) -> None:
     words = sys.argv[1:] if args is None else list(args)
-    if words[:1] in (["torchrun"], ["tune"]):
+    if words[:1] and words[0] in OWN_WORDS:
         # click's parser drops the first "--" of a command line, even into an UNPROCESSED argument. Every word
-        # after "torchrun" (or "tune") belongs to torchrun's own parser and the script, so put them all behind a "--" of
-        # affrun's own: click drops that one, and passes the rest through untouched.
+        # after the command belongs to its own parser and the script, so put them all behind a "--" of affrun's
+        # own: click drops that one, and passes the rest through untouched.
         words = [words[0], "--", *words[1:]]
     cli.main(args=words, prog_name="affrun", standalone_mode=True)
-
-
-def fail(exc: AffrunError) -> NoReturn:
-    """Stop the command with ``exc``, reported by :meth:`LazyGroup.invoke` (``raise exc`` does the same)."""
-    raise exc

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def tune(args: tuple[str, ...]) -> None:
     """Find the loader cores and DataLoader workers that feed your script fastest (affrun tune --help)."""
-    from launcher.cli.torchrun_cmd import import_torch_unbound
+    from launcher.launch.torchrun import import_torch_unbound
     from launcher.tune.command import help_text, rank_cores, split
 
     try:

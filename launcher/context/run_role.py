@@ -1,7 +1,9 @@
 """What a Python process is under ``affrun run``, decided when its interpreter starts (:func:`decide`, pure): a
-rank to bind, a worker or helper of a bound rank, a launcher to leave alone, or affrun's own process. The startup
-hook (:mod:`launcher.startup`) applies the decision; ``affrun doctor --pid`` asks the same question of a running
-process. The roles, in order: docs/launchers.md ("Other launchers: affrun run"); their reasons: docs/design.md §9.
+rank to bind, a worker or helper of a bound rank, a launcher to leave alone, or affrun's own process, with the
+variables that carry it. The startup hook (:mod:`launcher.startup`) applies the decision; ``affrun run``,
+``bind_rank`` and ``affrun doctor --pid`` use the same rule and names, so it lives here, below ``bind/``, and not
+in the hook. The roles, in order: docs/launchers.md; their reasons:
+docs/design.md §9.
 """
 
 from __future__ import annotations

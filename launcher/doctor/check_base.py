@@ -6,10 +6,9 @@ run is :mod:`launcher.doctor.checks`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from launcher.doctor.facts import Facts
-from launcher.doctor.findings import Finding, Severity
+from launcher.doctor.findings import Finding
 from launcher.topology.model import Topology
 
 Check = Callable[[Mapping[str, str], Topology, Facts], list[Finding]]
@@ -59,7 +58,3 @@ def kmp_readers(facts: Facts) -> str:
     version = f" {facts.intel_openmp_version}" if facts.intel_openmp_version else ""
     return (f"intel-openmp{version} is installed: programs that load libiomp5 (MKL, Intel builds) read it; "
             f"{', '.join(facts.openmp)} ignores it")
-
-
-def make_finding(fid: str, severity: Severity, message: str, why: str, fix: str, **extra: Any) -> Finding:
-    return Finding(fid, severity, message, why, fix, **extra)

@@ -6,9 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from launcher.base.slurm_step import srun_inherits_cpus_per_task, version_text
-from launcher.doctor.check_base import (
-    make_finding,
-)
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.env.omp_syntax import (
@@ -24,7 +21,7 @@ def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: 
     collapse = facts.inherited_collapse
     if collapse is None:
         return []
-    return [make_finding(
+    return [Finding(
         "inherited-mask-collapsed", "error", collapse.message(),
         f"all {collapse.local_ranks} local ranks start on that CPU: a launcher that plans over this mask sees one "
         "CPU (affrun refuses to put two ranks on it), and one that does not plan runs every rank, thread and "
@@ -33,7 +30,7 @@ def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: 
 
 def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     under_affrun = bool(environ.get("AFFRUN_CPUS") or environ.get("AFFRUN_RUN"))
-    out = [make_finding(
+    out = [Finding(
         "double-binding", "error", f"{binder.source} while affrun binds the ranks",
         f"{binder.tool} and affrun both set the rank's CPUs: the last one wins and the other's OpenMP settings no "
         "longer match the mask", binder.fix,
@@ -41,7 +38,7 @@ def check_double_binding(environ: Mapping[str, str], topology: Topology, facts: 
         for binder in (facts.other_binders if under_affrun else ())]
     if not facts.numa_binding:
         return out
-    return [*out, make_finding(
+    return [*out, Finding(
         "double-binding", "error",
         f"{facts.numa_binding}" + (" while affrun bound this rank" if under_affrun else ""),
         "torchrun's --numa-binding and affrun both set the rank's CPUs: the last one wins and the other's "
@@ -57,7 +54,7 @@ def check_srun_cpus_per_task(environ: Mapping[str, str], topology: Topology, fac
         return []
     if srun_inherits_cpus_per_task(facts.slurm_version):
         return []
-    return [make_finding(
+    return [Finding(
         "srun-cpus-per-task", "warning",
         f"SLURM_CPUS_PER_TASK={per_task} is set but SRUN_CPUS_PER_TASK is not, on Slurm {version_text(facts.slurm_version)}",
         "from 22.05.0 until 23.02.5, srun does not inherit the job's --cpus-per-task: each task of an srun step "
@@ -70,7 +67,7 @@ def check_numactl(environ: Mapping[str, str], topology: Topology, facts: Facts) 
     if not facts.host_probed or facts.numactl:
         return []
     multi = len(topology.cpu_nodes()) > 1
-    return [make_finding(
+    return [Finding(
         "numactl-missing", "warning" if multi else "info", "numactl is not installed (not on PATH)",
         "affrun binds CPUs with sched_setaffinity and sets the memory policy with set_mempolicy without it, but "
         "torchrun --numa-binding dies without numactl, and generated job scripts that call numactl fail"
@@ -82,7 +79,7 @@ def check_membind(environ: Mapping[str, str], topology: Topology, facts: Facts) 
     if not facts.host_probed or not facts.membind_error:
         return []
     multi = len(topology.cpu_nodes()) > 1
-    return [make_finding(
+    return [Finding(
         "membind-blocked", "warning" if multi else "info",
         f"the memory policy is blocked here: {facts.membind_error}",
         "numactl --membind exits before the program starts, and affrun falls back from membind to preferred to "
@@ -99,7 +96,7 @@ def check_gpu_numa(environ: Mapping[str, str], topology: Topology, facts: Facts)
     multi = len(topology.cpu_nodes()) > 1
     everywhere = [g for g in unknown if not g.cpus or g.cpus >= topology.online]
     names = ", ".join(g.pci for g in unknown)
-    return [make_finding(
+    return [Finding(
         "gpu-numa-unknown", "warning" if multi and everywhere else "info",
         f"GPU(s) {names} report numa_node=-1" + (" and local_cpulist spans every CPU" if everywhere else ""),
         "nothing can tell which CPUs are close to these GPUs (affrun, torchrun --numa-binding, NVIDIA's "
@@ -115,7 +112,7 @@ def check_cuda_device_order(environ: Mapping[str, str], topology: Topology, fact
     order = environ.get("CUDA_DEVICE_ORDER", "")
     if len(models) < 2 or order == "PCI_BUS_ID":
         return []
-    return [make_finding(
+    return [Finding(
         "cuda-device-order", "warning",
         f"CUDA_DEVICE_ORDER is {order or 'unset (FASTEST_FIRST)'} on a machine with {len(models)} GPU models "
         f"(PCI device ids {', '.join(sorted(models))})",
@@ -137,7 +134,7 @@ def check_cpu_quota(environ: Mapping[str, str], topology: Topology, facts: Facts
     now = (f"; OMP_NUM_THREADS={threads} × {ranks} rank(s) = {threads * ranks} threads" if threads is not None
            else "; OMP_NUM_THREADS is " + ("unset" if value is None else "not a number")
            + ", so each runtime starts one thread per allowed CPU")
-    return [make_finding(
+    return [Finding(
         "cpu-quota", "error" if over or threads is None else "warning",
         f"a CPU quota of {quota:g} CPUs ({topology.cpu_quota_source}) is below the {len(topology.allowed)} allowed "
         f"CPUs{now}",

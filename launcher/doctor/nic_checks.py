@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from launcher.base.choices import NIC_DISTANCES, RDMA_KINDS
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
-from launcher.doctor.check_base import make_finding
+from launcher.doctor.check_base import Finding
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.plan.nics import distance, usable_nics
@@ -56,7 +56,7 @@ def check_nccl_hca_prefix(environ: Mapping[str, str], topology: Topology, facts:
         listed = "; ".join(f"{name} also selects {', '.join(extra[:8])}{', ...' if len(extra) > 8 else ''}"
                            for name, extra in list(traps.items())[:4]) + ("; ..." if len(traps) > 4 else "")
         fixed = f"{variable}={'^' if exclude else ''}={value.strip().lstrip('^').lstrip('=')}"
-        out.append(make_finding(
+        out.append(Finding(
             "nccl-ib-hca-prefix", "warning",
             f"{variable}={short(value, 80)} is a prefix match: {listed}",
             f"NCCL matches each name of {variable} as a prefix unless the list starts with '=': the value "
@@ -108,7 +108,7 @@ def check_nic_far(environ: Mapping[str, str], topology: Topology, facts: Facts) 
         if NIC_DISTANCES.index(level) <= NIC_DISTANCES.index(best):
             continue
         origin = f"GPU {gpu.pci}" if gpu is not None else f"NUMA node(s) {','.join(map(str, nodes)) or '?'}"
-        out.append(make_finding(
+        out.append(Finding(
             "nic-far", "warning",
             f"{variable} names {name} ({level}), but {', '.join(nearest)} {'is' if len(nearest) == 1 else 'are'} "
             f"nearer to the rank's {origin} ({best})",
@@ -130,7 +130,7 @@ def check_rank_off_gpu_node(environ: Mapping[str, str], topology: Topology, fact
         return []
     where = f"node {gpu.numa_node} (CPUs {format_cpulist(local)})" if node is not None and node.cpus else (
         f"local CPUs {format_cpulist(local)}")
-    return [make_finding(
+    return [Finding(
         "rank-off-gpu-node", "warning",
         f"the rank's CPUs {format_cpulist(facts.rank_cpus)} hold no CPU of its GPU {gpu.pci}'s {where}",
         "host-device copies cross the socket link, and NCCL pins its threads to the rank's mask ∩ the GPU's local "

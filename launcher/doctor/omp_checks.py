@@ -19,7 +19,6 @@ from launcher.doctor.check_base import (
     intel_in_process,
     intel_possible,
     kmp_readers,
-    make_finding,
     runtime_text,
 )
 from launcher.doctor.facts import Facts
@@ -142,7 +141,7 @@ def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Fa
     fix_env = {"KMP_AFFINITY": KMP_DEFAULT}
     runtime = kmp_readers(facts)
     if not value.strip():
-        return [make_finding(
+        return [Finding(
             "kmp-affinity-empty", "warning", f"KMP_AFFINITY is set but empty ({runtime})",
             "libiomp5 warns and ignores it, so the binding the job script meant to set is silently missing",
             "unset KMP_AFFINITY, or give it a value (affrun uses KMP_AFFINITY=granularity=fine)", env_fix=fix_env)]
@@ -153,16 +152,16 @@ def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Fa
         if version and _major(version) >= 2025:
             why += (f". intel-openmp {version} also aborts forked children with this value (OMP: Error #13: "
                     "Assertion failure), so DataLoader workers die with 'worker killed by signal: Aborted'")
-        return [make_finding(
+        return [Finding(
             "kmp-affinity-disabled", "error", f"KMP_AFFINITY={value} ({runtime})", why,
             "unset KMP_AFFINITY or export KMP_AFFINITY=granularity=fine (affrun's value); to turn binding off "
             "use KMP_AFFINITY=none, never 'disabled'", env_fix=fix_env)]
     if problem.code == "outside":
-        return [make_finding(
+        return [Finding(
             "kmp-proclist-outside", "error", f"KMP_AFFINITY={value}: {problem} ({format_cpulist(facts.rank_cpus)})",
             "libiomp5 drops the CPUs it may not use, and the remaining threads pile onto the CPUs left in the list",
             "list only the rank's CPUs in proclist, or drop proclist and " + AFFRUN_FIX, env_fix=fix_env)]
-    return [make_finding(
+    return [Finding(
         "kmp-affinity-malformed", "warning", f"KMP_AFFINITY={value}: {problem} ({runtime})",
         "libiomp5 prints a warning and ignores the value: the intended binding does not happen",
         "fix the value (e.g. KMP_AFFINITY=granularity=fine,compact) or unset it and " + AFFRUN_FIX, env_fix=fix_env)]
@@ -196,7 +195,7 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
             continue
         threads = thread_count(value)
         if threads is None:
-            out.append(make_finding(
+            out.append(Finding(
                 "omp-threads-invalid", "warning", f"{name}={short(value)} is not a positive integer",
                 "the runtimes ignore it (some with a warning) and start one thread per CPU",
                 f"export {name}={per_rank}", env_fix={name: str(per_rank)}))
@@ -206,7 +205,7 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
             severity: Severity = "error" if total > n_cpus else "warning"
             what = f"{name}={threads}" + (f" × {sharing} ranks = {total} threads" if sharing > 1 else " threads")
             limit = f"{n_cpus} CPUs" if total > n_cpus else f"{n_cores} cores ({n_cpus} hardware threads)"
-            out.append(make_finding(
+            out.append(Finding(
                 "omp-oversubscribed", severity, f"{what} on {limit}: {where}",
                 "waiting OpenMP threads spin, so oversubscription costs far more than the ratio (2 ranks × 2 threads "
                 "on 2 cores ran 12× to 50× slower than 1 thread each in affrun's measurements)"
@@ -215,14 +214,14 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
         elif name == "OMP_NUM_THREADS" and threads == 1 and per_rank >= 2:
             by = ("torchrun sets OMP_NUM_THREADS=1 when it is unset" if "TORCHELASTIC_RUN_ID" in environ
                   else "a launcher, job script or container hook set it")
-            out.append(make_finding(
+            out.append(Finding(
                 "omp-threads-one", "warning" if per_rank >= 4 else "info",
                 f"OMP_NUM_THREADS=1 on a rank that owns {cores_each} cores ({where}); {by}",
                 f"intra-op CPU work (preprocessing, CPU ops, optimizer steps on CPU) uses 1 of the {cores_each} cores",
                 f"export OMP_NUM_THREADS={per_rank}{under_quota} before launching (torchrun keeps a value that is "
                 "set), or " + AFFRUN_FIX, env_fix={name: str(per_rank)}))
     if "OMP_NUM_THREADS" not in environ and sharing > 1:
-        out.append(make_finding(
+        out.append(Finding(
             "omp-threads-unset", "warning",
             f"OMP_NUM_THREADS is unset and {where}: each rank's OpenMP/BLAS runtimes start {n_cpus} threads, "
             f"{n_cpus * sharing} in all",
@@ -244,13 +243,13 @@ def check_binding_values(environ: Mapping[str, str], topology: Topology, facts: 
         if problem is None or problem.code == "collapse":
             continue  # the collapse is judged by check_collapse_risk
         if problem.code == "outside":
-            out.append(make_finding(
+            out.append(Finding(
                 "places-outside-mask", "error", f"{name}={value}: {problem} ({format_cpulist(facts.rank_cpus)})",
                 "the runtime drops places it may not use (libgomp: 'None of the places contain usable logical "
                 "CPUs' when none remain); the threads of dropped places share the remaining CPUs",
                 f"unset {name} and {AFFRUN_FIX}", env_fix={name: None}))
         else:
-            out.append(make_finding(
+            out.append(Finding(
                 "omp-binding-malformed", "warning", f"{name}={value}: {problem}",
                 "the runtime warns and ignores it, so the intended binding does not happen",
                 f"fix or unset {name}; {AFFRUN_FIX}", env_fix={name: None}))
@@ -277,7 +276,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
     if not gnu_possible(facts):
         why += " (libiomp5 gives fork()ed children the full mask back; spawn/forkserver workers keep the one place)"
     if facts.ranks_sharing > 1:
-        return [make_finding(
+        return [Finding(
             "collapse-risk", "error",
             f"{cause} without a per-rank CPU mask: all {facts.ranks_sharing} local ranks pin their main thread to "
             f"CPU {place_text} {when}",
@@ -287,7 +286,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
     planned_loaders = environ.get("AFFRUN_LOADER_CPUS", "")
     core_mode = environ.get("AFFRUN_OMP_BIND") == "core"
     severity: Severity = "info" if planned_loaders or core_mode else "warning"
-    return [make_finding(
+    return [Finding(
         "collapse-risk", severity,
         f"{cause} pins the main thread to CPU {place_text} of the rank's CPUs {format_cpulist(facts.rank_cpus)} "
         f"{when}",
@@ -330,7 +329,7 @@ def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Fac
         fixes.append(fix)
     if not ignored:
         return []
-    return [make_finding(
+    return [Finding(
         "kmp-ignored-by-libgomp", "warning" if uncovered else "info",
         f"{', '.join(ignored)} set, but {runtime_text(facts)} ignores KMP_* variables",
         "the setting does nothing (no error, no warning): the threads are not bound or tuned as intended"
@@ -344,7 +343,7 @@ def check_kmp_ignored(environ: Mapping[str, str], topology: Topology, facts: Fac
 def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     if not ("libgomp" in facts.openmp and any(r in INTEL_RUNTIMES for r in facts.openmp)):
         return []
-    return [make_finding(
+    return [Finding(
         "openmp-runtimes-mixed", "warning", f"two OpenMP runtimes in one process: {runtime_text(facts)}",
         "each runtime keeps its own thread pool, so the process runs twice the threads it was given; with binding "
         "variables libgomp pins the main thread first and libiomp5 then sees one CPU for all its threads",
@@ -371,7 +370,7 @@ def check_core_kinds_mixed(environ: Mapping[str, str], topology: Topology, facts
     out: list[Finding] = []
     if threads is not None and threads > per_rank:
         what = f"OMP_NUM_THREADS={value}" if value is not None else f"OMP_NUM_THREADS unset ({threads} threads)"
-        out.append(make_finding(
+        out.append(Finding(
             "core-kinds-mixed", "warning",
             f"{what} on a rank whose CPUs {format_cpulist(facts.rank_cpus)} hold {plural(per_rank, fast.name)} per rank "
             f"({', '.join(f'{k.name} {format_cpulist(k.cpus)}' for k in kinds.kinds)}): the team spans core kinds",
@@ -380,7 +379,7 @@ def check_core_kinds_mixed(environ: Mapping[str, str], topology: Topology, facts
     team = places[1:(threads or len(places))] if places and len(places) > 1 else places or []
     used = {k.name for place in team for cpu in place if (k := kinds.kind_of(cpu))}
     if len(used) > 1 and not out:
-        out.append(make_finding(
+        out.append(Finding(
             "core-kinds-mixed", "warning",
             f"OMP_PLACES puts the team's threads on {' and '.join(sorted(used))} CPUs: the team spans core kinds",
             why, fix, env_fix={"OMP_NUM_THREADS": str(per_rank)}))

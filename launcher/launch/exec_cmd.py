@@ -20,7 +20,7 @@ from launcher.bind.wire import PLAN_VARIABLE, Job, RankRecord, read_job
 from launcher.context.local_rank import LocalRank
 from launcher.env.rank_line import MEM_VARIABLE, mem_text, rank_line
 from launcher.env.variables import user_values
-from launcher.errors import LaunchError, error_line
+from launcher.errors import ConfigError, LaunchError, error_line
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
 
     from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
+    from launcher.options.usage import one_line_errors
 
     p = argparse.ArgumentParser(
         prog="affrun exec",
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_feed_arguments(p)
     add_run_flags(p, verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    return p
+    return one_line_errors(p, "affrun exec")
 
 
 def default_args() -> SimpleNamespace:
@@ -183,9 +184,9 @@ def main(argv: Sequence[str]) -> int:
     before, command = split_command(argv)
     args = parse_args(before)
     if args.command:
-        build_parser().error(f"unexpected argument {short(args.command[0])}: put the command after --")
+        raise ConfigError(f"unexpected argument {short(args.command[0])}: put the command after --")
     if not command and not args.dry_run:
-        build_parser().error("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
+        raise ConfigError("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
     environ = os.environ
     from launcher.context.inherited_mask import read_collapse
 

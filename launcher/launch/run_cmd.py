@@ -31,11 +31,12 @@ from launcher.context.local_rank import task_identity
 from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
-from launcher.errors import LaunchError
+from launcher.errors import ConfigError, LaunchError
 from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command, exec_failure
 from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
+from launcher.options.usage import one_line_errors
 from launcher.plan.request import check_rank_count
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="When COMMAND's Python interpreter does not load affrun's startup hook, exit 2 with an "
                    "error and run nothing, instead of a warning (for CI).")
-    return p
+    return one_line_errors(p, "affrun run")
 
 
 def top_role(command: Sequence[str]) -> str:
@@ -95,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
 
         args, args.tuned_file = apply_tuned(parser, before, args)
     if not command and not args.dry_run:
-        parser.error("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
+        raise ConfigError("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
     environ = dict(os.environ)
     if environ.get(RUN_VARIABLE):
         raise LaunchError("affrun run is already running above this process (AFFRUN_RUN is set): "

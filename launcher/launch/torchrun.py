@@ -1,16 +1,16 @@
-"""``affrun torchrun``: torchrun with every local rank started through ``affrun exec``.
+"""``affrun torchrun``: torchrun with every local rank started through ``affrun exec``; the whole command.
 
-torchrun's own parser reads the arguments (affrun's options are added to it), the plan is computed once,
-and torchrun then runs in this process, unchanged, with each worker command rewritten to
-``affrun exec -- <the original worker command>`` (started by this interpreter, see
-``launcher.bind.handoff.exec_prefix``). The plan reaches the workers as JSON in
-``AFFRUN_PLAN``. Exit status, signal forwarding and logs are torchrun's own.
+torchrun's own parser reads the arguments (affrun's options are added to it: argparse, since it mirrors that
+parser), the plan is computed once, and torchrun then runs in this process, unchanged, with each worker command
+rewritten to ``affrun exec -- <the original worker command>`` (started by this interpreter, see
+``launcher.bind.handoff.exec_prefix``). The plan reaches the workers as JSON in ``AFFRUN_PLAN``. Exit status,
+signal forwarding and logs are torchrun's own. ``affrun --help`` lists it through :mod:`launcher.cli`, which hands
+it every word after ``torchrun`` (:func:`main`).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import gc
 import os
 import stat
@@ -22,10 +22,11 @@ from launcher.base.untrusted import shell_join, shown
 from launcher.bind.handoff import exec_prefix, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
-from launcher.env.variables import user_values
+from launcher.env.variables import BINDING_VARIABLES, user_values
 from launcher.errors import ConfigError
 from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags
+from launcher.options.usage import argparse_line
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
 
@@ -42,26 +43,6 @@ def add_affrun_options(parser: argparse.ArgumentParser) -> None:
 # torchrun's options that affrun refuses (check_args): kept in the parser, so that they are refused by name, but
 # not listed in --help nor offered as a spelling.
 REFUSED_OPTIONS = ("--numa-binding", "--numa_binding", "--run-path", "--run_path")
-USAGE_HINT = "affrun torchrun --help gives the full usage"
-
-
-def option_error(parser: argparse.ArgumentParser, message: str) -> str:
-    """argparse's complaint as one line: the nearest spelling of an unknown option, and where the usage is."""
-    known = sorted(name for name, action in parser._option_string_actions.items()
-                   if name.startswith("--") and action.help != argparse.SUPPRESS)
-    prefix = "unrecognized arguments: "
-    if message.startswith(prefix):
-        unknown = [word for word in message[len(prefix):].split() if word.startswith("-")]
-        for word in unknown:
-            name = word.partition("=")[0]
-            close = difflib.get_close_matches(name.replace("_", "-"), known, n=1, cutoff=0.6)
-            if close:
-                return f"unknown option {name}: did you mean {close[0]}? ({USAGE_HINT})"
-        if unknown:
-            return f"unknown option {unknown[0].partition('=')[0]} ({USAGE_HINT})"
-    return f"{message} ({USAGE_HINT})"
-
-
 def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
 
@@ -83,7 +64,7 @@ def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     def error(message: str) -> NoReturn:
         if refuse:
             raise ConfigError(f"affrun torchrun would refuse it in the job: {message}")
-        raise ConfigError(option_error(parser, message))  # one line, not torchrun's 30-line usage
+        raise ConfigError(argparse_line(parser, message, "affrun torchrun"))  # not torchrun's 30-line usage
 
     parser.error = error  # type: ignore[method-assign]
     # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).
@@ -187,7 +168,40 @@ def check_script(args: argparse.Namespace) -> None:
         raise ConfigError(f"the training script {script!r} cannot be read: {exc.strerror or exc}") from None
 
 
+def import_torch_unbound() -> None:
+    """``import torch`` without letting its OpenMP runtime pin this process (the agent) to one CPU.
+
+    libgomp reads the binding variables once, when it loads, and with any of them set it binds the loading
+    thread to its first place: the agent, every rank it starts and the plan would all be confined to one CPU.
+    So the variables are out of the environment during the import and back right after it: the ranks get the
+    user's values, and the env policy judges them there. The mask is read before the import and put back if the
+    import narrowed it anyway (a runtime preloaded with a variable affrun does not know).
+    """
+    hidden = {name: os.environ.pop(name) for name in BINDING_VARIABLES if name in os.environ}
+    before = os.sched_getaffinity(0)
+    try:
+        import torch  # noqa: F401
+    finally:
+        os.environ.update(hidden)
+    if os.sched_getaffinity(0) != before:
+        os.sched_setaffinity(0, before)
+
+
 def main(argv: Sequence[str]) -> int:
+    """``affrun torchrun ARGS``: every word after ``torchrun``, as typed."""
+    # After `import torch` the agent holds ~257,000 objects, and every full collection walks all of them (118 ms
+    # a pass, measured on a 2-CPU machine whose CPUs the ranks need). The collector stays off until torchrun's
+    # agent starts; launch() then freezes those objects and turns it back on. Ranks are untouched.
+    gc.disable()
+    try:
+        import_torch_unbound()
+    except ImportError:
+        raise ConfigError("affrun torchrun needs torch (pip install torch)") from None
+    return launch(argv)
+
+
+def launch(argv: Sequence[str]) -> int:
+    """Parse, plan once, and run torchrun's agent here (torch is imported: :func:`main`)."""
     args = check_args(parse(argv))
     check_script(args)
     from torch.distributed.run import determine_local_world_size
@@ -246,7 +260,7 @@ def main(argv: Sequence[str]) -> int:
         except ChildFailedError as exc:
             raise ChildFailedError(name=script, failures=exc.failures) from None
 
-    # The collector was off while torch was imported (launcher.cli.torchrun_cmd): what exists now lives as long
+    # The collector was off while torch was imported (main): what exists now lives as long
     # as the agent, so move it out of every future collection, and collect normally from here on.
     gc.freeze()
     gc.enable()

@@ -33,6 +33,9 @@ def one_line(*args: str) -> str:
         (["doctor", "--jsonn"], "option", "--json", "affrun doctor"),
         (["sbatch", "--nodez", "2"], "option", "--nodes", "affrun sbatch"),
         (["--verison"], "option", "--version", "affrun"),
+        (["exec", "--feed-reprot", "--", "true"], "option", "--feed-report", "affrun exec"),
+        (["run", "--loader-coers", "1", "--", "true"], "option", "--loader-cores", "affrun run"),
+        (["exec", "--qqqqqqqqqqqq"], "option", None, "affrun exec"),
     ],
 )
 def test_unknown_words_get_one_line_and_the_nearest_spelling(args: list[str], kind: str, guess: str | None,
@@ -52,7 +55,8 @@ def test_the_form_is_torchruns_own() -> None:
     assert torchrun.groups()[:3] == click.groups()[:3] == ("option", "--gpuss", "--gpus")
 
 
-@pytest.mark.parametrize("args", [["plan", "--mode", "bogus"], ["doctor", "--pid"], ["topology", "extra"]])
+@pytest.mark.parametrize("args", [["plan", "--mode", "bogus"], ["doctor", "--pid"], ["topology", "extra"],
+                                  ["exec", "--mode", "bogus", "--", "true"], ["run", "--top", "x", "--", "true"]])
 def test_other_usage_errors_are_one_line_too(args: list[str]) -> None:
     line = one_line(*args)
     assert line.startswith("affrun: error: ") and line.endswith(f"(affrun {args[0]} --help gives the full usage)")

@@ -13,11 +13,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import COMMANDS, cli
+from launcher.cli import COMMANDS, OWN_WORDS, cli
 
-# Parsed by argparse before click sees them (exec, run) or by torchrun's own parser (torchrun, tune).
-NOT_CLICK = ("exec", "run", "torchrun", "tune")
-CLICK_COMMANDS = sorted(name for name in COMMANDS if name not in NOT_CLICK)
+# Not click's to parse: exec, run and torchrun parse their words with argparse, tune hands them to torchrun's parser.
+CLICK_COMMANDS = sorted(name for name in COMMANDS if name not in OWN_WORDS)
 LINE = re.compile(r"^affrun: error: unknown (option|command) (\S+)(?:: did you mean (\S+)\?)? "
                   r"\((affrun(?: \S+)?) --help gives the full usage\)$")
 

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from launcher.base.choices import NIC_DISTANCES, RDMA_KINDS
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
-from launcher.doctor.check_base import Finding
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.plan.nics import distance, usable_nics

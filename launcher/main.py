@@ -4,15 +4,10 @@ A dispatcher only: ``affrun exec`` runs before every rank, so it goes to its fro
 (:mod:`launcher.launch.exec_cmd`) before click, whose import costs about 30 ms, is imported (and ``affrun run``,
 whose options are exec's); every other command goes to the click group in :mod:`launcher.cli`.
 
-The standard streams, for every command (:func:`main`):
-
-- a closed one (``>&-``, ``2>&-``: Python makes it ``None``) reads as ``/dev/null``, opened close-on-exec: what
-  affrun would write there goes nowhere, and a command affrun ``exec``\\ s (or torchrun starts) finds the
-  descriptor closed, as the user left it;
-- stderr carries diagnostics (rank lines, warnings): a full or broken stderr never stops a command, the one
-  affrun runs included (:class:`_Stream`);
-- stdout carries the result: when it cannot be written (``> /dev/full``, a terminal that hung up), one
-  ``affrun: error:`` line on stderr and exit 1, as for a reader that left (``| head``: exit 1, no line).
+The standard streams, for every command (:func:`main`): a closed one (``>&-``) reads as ``/dev/null``, opened
+close-on-exec, so a command affrun ``exec``\\ s still finds it closed; a full or broken stderr never stops a
+command (:class:`_Stream`); stdout carries the result, and when it cannot be written (``> /dev/full``) that is one
+``affrun: error:`` line on stderr and exit 1, as for a reader that left (``| head``: exit 1, no line).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from launcher.feed.meter import FORCE_VARIABLE  # the meter sets every DataLoader's num_workers
 from launcher.tune.measure import Reading, Window, all_advanced, all_started, reading, window
 
 MARKER = "AFFRUN_TUNE_TRIAL"  # in every process of a trial: what the sweep finds them by
-FORCE_VARIABLE = "AFFRUN_FEED_FORCE_WORKERS"  # the meter sets every DataLoader's num_workers (the contract)
 GRACE = 5.0
 POLL = 0.2
 Outcome = Literal["measured", "failed", "no-loader", "interrupted", "out-of-time"]

@@ -222,8 +222,8 @@ def stop(proc: subprocess.Popen[bytes], marker: str, family: set[tuple[int, int]
 
 
 def _stop(proc: subprocess.Popen[bytes], marker: str, family: set[tuple[int, int]]) -> int:
-    family.update(descendants(proc.pid))
-    if proc.poll() is None:
+    if proc.poll() is None:  # not reaped: its pid is still the job's, not a stranger's that reuses it
+        family.update(descendants(proc.pid))
         _signal_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=GRACE)

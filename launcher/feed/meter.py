@@ -223,7 +223,7 @@ def merge_json(path: str, figures: dict[str, Any]) -> None:
         try:
             with open(path, encoding="utf-8") as fh:
                 old = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # not the meter's list: replaced, never raised in the loop
             old = []
         ranks = [r for r in old if isinstance(r, dict) and r.get("rank") != figures["rank"]] \
             if isinstance(old, list) else []

@@ -1,5 +1,6 @@
-"""SIGTERM that lands while the meter writes ``--feed-json`` (holding the flock of its directory): the rank still
-writes its final figures and dies of SIGTERM, instead of waiting forever for the lock it holds itself."""
+"""The meter's ``--feed-json`` writes under stress: a SIGTERM that lands while the rank holds the flock of the
+file's directory (the rank still writes its final figures and dies of SIGTERM, instead of waiting forever for the
+lock it holds itself), and a hostile file already at the path (never an exception in the training loop)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def test_sigterm_during_a_write_keeps_the_final_figures_and_the_signal(tmp_path:
     figures = json.loads(out.read_text())
     assert [f["final"] for f in figures] == [True]
     assert figures[0]["batches"] == 5
+
+
+def test_a_hostile_file_at_the_json_path_never_stops_the_training_loop(tmp_path: Path) -> None:
+    """``affrun exec --feed-json`` over a file nested too deep for Python's JSON reader: the loop runs to its end
+    and the file ends up holding the rank's figures."""
+    from tests.launch import PROGRAMS, affrun_argv, require_torch, run
+
+    require_torch()
+    out = tmp_path / "feed.json"
+    out.write_text("[" * 200_000 + "]" * 200_000)
+    proc = run(affrun_argv("exec", "--feed-json", str(out), "--", sys.executable, str(PROGRAMS / "feed_loop.py")))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert [f["final"] for f in json.loads(out.read_text())] == [True]

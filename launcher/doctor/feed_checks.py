@@ -13,10 +13,11 @@ STARVED = 0.20
 
 
 def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], loader: frozenset[int],
-                 worker_masks: Sequence[frozenset[int]], omp_threads: int) -> list[Finding]:
-    """The finding for one rank: ``owned`` its CPUs, ``loader`` its loader CPUs (``--loader-cores``),
-    ``worker_masks`` the CPU masks of its child processes (the DataLoader workers), ``omp_threads`` the size of its
-    OpenMP team. Pure."""
+                 worker_masks: Sequence[frozenset[int]], omp_threads: int,
+                 loader_cores: int | None = None) -> list[Finding]:
+    """The finding for one rank: ``owned`` its CPUs, ``loader`` its loader CPUs (``--loader-cores``, in
+    ``loader_cores`` cores: one per CPU when not given), ``worker_masks`` the CPU masks of its child processes (the
+    DataLoader workers), ``omp_threads`` the size of its OpenMP team. Pure."""
     if feed is None or feed.batches == 0 or feed.data_wait_fraction <= STARVED:
         return []
     workers = sum(feed.num_workers)
@@ -30,9 +31,10 @@ def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], 
     if worker_masks and union & compute and omp_threads > 1:
         causes.append(f"loader threads compete with the OpenMP team: the workers may run on CPUs "
                       f"{format_cpulist(union & compute)}, where the rank's {omp_threads} OpenMP threads compute")
-    if loader and workers < len(loader):
-        causes.append(f"too few workers for the loader CPUs: {workers} worker(s) for {len(loader)} loader CPU(s) "
-                      f"({format_cpulist(loader)})")
+    cores = len(loader) if loader_cores is None else loader_cores
+    if loader and workers < cores:  # affrun's own count is one worker per loader core (launcher.feed.workers)
+        causes.append(f"too few workers for the loader CPUs: {workers} worker(s) for {cores} loader core(s) "
+                      f"(CPUs {format_cpulist(loader)})")
     elif workers == 0:
         causes.append("no workers: the training process loads every batch itself (num_workers=0)")
     if not causes:

@@ -255,8 +255,10 @@ def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) 
         findings.extend(migration_findings(audit, rank))
         findings.extend(kind_findings(audit, rank, topology))
         team = max((r.threads or 1 for r in rank.runtimes if r.user_api == "openmp"), default=1)
-        findings.extend(feed_finding(subject, rank.feed, rank.owned, exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS"),
-                                     [c.mask for c in audit.children_of(rank) if c.threads], team))
+        loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
+        loader_cores = len({c.pus for c in topology.cores if not loader.isdisjoint(c.pus)}) or len(loader)
+        findings.extend(feed_finding(subject, rank.feed, rank.owned, loader,
+                                     [c.mask for c in audit.children_of(rank) if c.threads], team, loader_cores))
     findings.extend(overlap_findings(ranks))
     findings.extend(unbound_findings(audit.processes))
     findings.extend(gpu_findings(audit))

@@ -18,7 +18,7 @@ from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
-from launcher.plan.nics import distance, usable_nics
+from launcher.plan.nics import distance, node_packages, usable_nics
 from launcher.topology.model import GPU, Topology
 
 HCA_VARIABLES = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
@@ -93,7 +93,7 @@ def check_nic_far(environ: Mapping[str, str], topology: Topology, facts: Facts) 
         return []
     gpu = _rank_gpu(environ, topology)
     nodes = sorted({c.numa_node for c in topology.cores if c.numa_node is not None and set(c.pus) & facts.rank_cpus})
-    packages = {c.numa_node: c.package for c in reversed(topology.cores) if c.numa_node is not None}
+    packages = node_packages(topology)
     far = {n.name: distance(n, gpu, nodes, packages) for n, _ in usable}
     best = min(far.values(), key=NIC_DISTANCES.index)
     nearest = sorted(name for name, d in far.items() if d == best)

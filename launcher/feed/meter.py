@@ -59,8 +59,8 @@ class Meter:
     closure (:func:`install`), read through :attr:`counts`; everything else runs in :meth:`tick`, at most once per
     :data:`FLUSH_S`."""
 
-    __slots__ = ("asked", "counts", "done", "first", "forced", "interval", "json_path", "live", "pid", "shown",
-                 "workers")
+    __slots__ = ("asked", "busy", "counts", "done", "first", "forced", "interval", "json_path", "live", "pid",
+                 "shown", "term", "workers")
 
     def __init__(self, environ: Any) -> None:
         self.counts: Callable[[], tuple[int, float, float]] = lambda: (0, 0.0, 0.0)  # batches, wait, last batch
@@ -70,6 +70,8 @@ class Meter:
         self.asked = False
         self.forced = False
         self.done = False
+        self.busy = False  # in flush(), maybe holding --feed-json's lock: a SIGTERM now waits for it (term)
+        self.term = False
         self.json_path = environ.get(JSON_VARIABLE) or ""
         self.live = ""
         self.shown = 0.0
@@ -110,6 +112,16 @@ class Meter:
         return due
 
     def flush(self, final: bool) -> None:
+        self.busy = True
+        try:
+            self._flush(final)
+        finally:
+            self.busy = False
+        if self.term:  # a SIGTERM came meanwhile (_at_exit): act on it now that the lock is released
+            self.term = False
+            _terminate(self)
+
+    def _flush(self, final: bool) -> None:
         figures = self.figures(final)
         if self.json_path:
             try:
@@ -211,7 +223,7 @@ def merge_json(path: str, figures: dict[str, Any]) -> None:
         try:
             with open(path, encoding="utf-8") as fh:
                 old = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # not the meter's list: replaced, never raised in the loop
             old = []
         ranks = [r for r in old if isinstance(r, dict) and r.get("rank") != figures["rank"]] \
             if isinstance(old, list) else []
@@ -236,11 +248,21 @@ def _at_exit(m: Meter) -> None:
         return
 
     def on_term(signum: int, frame: Any) -> None:
-        m.finish()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        if m.busy:  # the rank holds the JSON's flock: writing again here would wait for it forever
+            m.term = True
+            return
+        _terminate(m)
 
     signal.signal(signal.SIGTERM, on_term)
+
+
+def _terminate(m: Meter) -> None:
+    """SIGTERM with the default action: the final figures, then the signal again, which ends the process."""
+    import signal
+
+    m.finish()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _forced_init(module: Any, m: Meter) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from launcher.base.outpath import unwritable
 from launcher.errors import ConfigError, Opt
 from launcher.feed.meter import FEED_VARIABLE, INTERVAL_VARIABLE, JSON_VARIABLE
 from launcher.feed.workers import WORKERS_VARIABLE
@@ -15,25 +16,21 @@ DESTS = ("feed_report", "feed_interval", "feed_json", "loader_workers")  # the t
 
 def feed_variables(args: object, prefix: str = "") -> dict[str, str]:
     """The variables of the feed options an argparse namespace holds (``prefix``: torchrun's ``affrun_``).
-    ``--feed-json``'s directory must exist; its path is made absolute (ranks may run elsewhere)."""
+    ``--feed-json`` must be writable (:func:`launcher.base.outpath.unwritable`); its path is made absolute (ranks may run elsewhere)."""
     report, interval, path, workers = (getattr(args, prefix + dest, None) for dest in DESTS)
     out: dict[str, str] = {}
     if workers is not None:
         out[WORKERS_VARIABLE] = str(workers)
-    if not (report or interval is not None or path):
+    if not (report or interval is not None or path is not None):
         return out
     out[FEED_VARIABLE] = "1"
     if interval is not None:
         out[INTERVAL_VARIABLE] = repr(float(interval))
-    if path:
-        full = os.path.abspath(path)
-        where = os.path.dirname(full)
-        if os.path.isdir(full) or not os.path.isdir(where):
-            what = "is a directory" if os.path.isdir(full) else f"names a directory that does not exist ({where})"
-            raise ConfigError(Opt("feed_json", path, quoted=True), f" {what}: give a file in an existing directory")
-        if not os.access(where, os.W_OK | os.X_OK):
-            raise ConfigError(Opt("feed_json", path, quoted=True), f": the directory {where} is not writable")
-        out[JSON_VARIABLE] = full
+    if path is not None:
+        problem = unwritable(path)
+        if problem is not None:
+            raise ConfigError(Opt("feed_json", path, quoted=True), f" {problem}")
+        out[JSON_VARIABLE] = os.path.abspath(path)
     return out
 
 

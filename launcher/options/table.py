@@ -10,7 +10,7 @@ Standard library only: ``affrun exec`` imports it before every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from launcher.base.choices import (
     BIND_MODES,
@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 _PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 
 
+OptionGroup = Literal["topology", "plan", "env", "apply", "feed", "tuned"]
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     flag: str
     dest: str
-    group: str  # topology | plan | env | apply | feed (apply, feed: only where a rank is started: exec, torchrun, run)
+    group: OptionGroup  # apply, feed: only where a rank is started (exec, torchrun, run); tuned: --tuned alone
     help: str
     choices: tuple[str, ...] | None = None
     default: str | int | bool | None = None

@@ -114,7 +114,7 @@ def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argpars
     """``args`` parsed again from ``words`` with the options of ``--tuned`` (when given) as the parser's defaults:
     a flag given on the command line wins."""
     path = getattr(args, prefix + TUNED_OPTION.dest, None)
-    if not path:
+    if path is None:  # "" is a path that cannot be read, not no --tuned
         return args, None
     tuned = load_tuned(path)
     parser.set_defaults(**{prefix + dest: value for dest, value in tuned.values.items()})

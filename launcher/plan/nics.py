@@ -57,7 +57,7 @@ def usable_nics(topo: Topology) -> list[tuple[NIC, NicPort]]:
     return rdma or found
 
 
-def _packages(topo: Topology) -> dict[int, int]:
+def node_packages(topo: Topology) -> dict[int, int]:
     """NUMA node -> logical package, from the cores."""
     out: dict[int, int] = {}
     for core in topo.cores:
@@ -92,7 +92,7 @@ def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]
     if not usable:
         return [None] * len(ranks)
     gpus = {g.pci: g for g in topo.gpus}
-    packages = _packages(topo)
+    packages = node_packages(topo)
     uses: dict[str, int] = {}
     out: list[NicChoice | None] = []
     for gpu_pci, nodes in ranks:

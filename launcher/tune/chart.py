@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from launcher.show.layout import rank_color
 from launcher.show.svg import svg_document, svg_rect, svg_text
-from launcher.tune.result import Best, TrialResult
+from launcher.tune.result import Best, TrialResult, verdict
 
 _LABEL_W, _BAR_W, _ROW_H, _MARGIN = 330, 420, 26, 16
 
@@ -41,9 +41,7 @@ def chart(results: list[TrialResult], chosen: Best | None, title: str) -> str:
             why = r.failures[-1] if r.failures else r.pruned or "not run"
             body.append(svg_text(x0, y + 16, why[:70], "#c05621"))
         y += _ROW_H
-    verdict = ("the default stands" if chosen is None or chosen.default_stands
-               else f"best: {chosen.trial.candidate.label()} ({chosen.gain:.2f}x the default)")
-    body.append(svg_text(_MARGIN, y + 18, verdict, "#1a202c", ' font-weight="bold"'))
+    body.append(svg_text(_MARGIN, y + 18, verdict(chosen), "#1a202c", ' font-weight="bold"'))
     width = _MARGIN * 2 + _LABEL_W + _BAR_W + 200
     return svg_document(width, y + _ROW_H + _MARGIN, title, body)
 

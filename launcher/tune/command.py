@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from launcher.base.outpath import unwritable
 from launcher.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -122,6 +123,10 @@ def split(argv: list[str]) -> TuneArgs | None:
     if any(word in ("-h", "--help") for word in theirs):
         return None
     values = vars(_tune_parser().parse_args(mine))
+    for option, dest in (("--save", "save"), ("--svg", "svg")):  # refused now, not after the trials
+        problem = None if values[dest] is None else unwritable(values[dest])
+        if problem is not None:
+            raise ConfigError(f"{option} {values[dest]!r} {problem}")
     if not [w for w in script if w != "--"]:
         raise ConfigError(f"no script: {USAGE}")
     args = check_args(parse([*theirs, *script]))

@@ -9,7 +9,11 @@ and the window is exactly the loop time the batches took. docs/tune.md says why.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from launcher.feed.figures import WorkersSource, figures_of
+
+Source = WorkersSource | Literal["mixed"]  # a window's: "mixed" when its ranks' sources differ
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,7 @@ class RankFigures:
     wait_seconds: float
     loaders: int
     num_workers: tuple[int, ...]
-    workers_source: str
+    workers_source: WorkersSource
     final: bool
 
 
@@ -27,23 +31,13 @@ Reading = dict[int, RankFigures]
 
 
 def reading(data: Any) -> Reading:
-    """The ranks of the meter's JSON list (entries that are not a rank's object are left out)."""
+    """The ranks of the meter's JSON list, as :func:`launcher.feed.figures.figures_of` reads them (entries that
+    are not a rank's object are left out)."""
     out: Reading = {}
-    if not isinstance(data, list):
-        return out
-    for item in data:
-        if not isinstance(item, dict) or not isinstance(item.get("rank"), int):
-            continue
-        try:
-            seconds = float(item.get("seconds", 0.0))
-            fraction = float(item.get("data_wait_fraction", 0.0))
-            workers = item.get("num_workers") or []
-            out[item["rank"]] = RankFigures(
-                batches=int(item.get("batches", 0)), seconds=seconds, wait_seconds=fraction * seconds,
-                loaders=int(item.get("loaders", 0)), num_workers=tuple(int(w) for w in workers),
-                workers_source=str(item.get("workers_source", "script")), final=bool(item.get("final", False)))
-        except (TypeError, ValueError):
-            continue
+    for found in map(figures_of, data if isinstance(data, list) else []):
+        if found is not None:
+            out[found.rank] = RankFigures(found.batches, found.seconds, found.data_wait_fraction * found.seconds,
+                                          found.loaders, found.num_workers, found.workers_source, found.final)
     return out
 
 
@@ -67,7 +61,7 @@ class Window:
     batches: int
     seconds: float
     num_workers: tuple[int, ...]
-    workers_source: str
+    workers_source: Source
 
 
 def window(start: Reading, end: Reading) -> Window | None:
@@ -85,6 +79,6 @@ def window(start: Reading, end: Reading) -> Window | None:
     if spent <= 0:
         return None
     sources = {f.workers_source for f in end.values()}
-    source = sources.pop() if len(sources) == 1 else "mixed"
+    source: Source = sources.pop() if len(sources) == 1 else "mixed"
     workers = tuple(w for r in sorted(end) for w in end[r].num_workers)
     return Window(rate, min(1.0, waited / spent), batches, spent / max(1, len(end)), workers, source)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from launcher.tune.candidates import Candidate
+from launcher.tune.measure import Source
 
 MARGIN = 0.05
 
@@ -23,7 +24,7 @@ class TrialResult:
     rates: list[float] = field(default_factory=list)
     waits: list[float] = field(default_factory=list)
     workers: tuple[int, ...] = ()
-    workers_source: str = ""
+    workers_source: Source | Literal[""] = ""  # "": not measured
     failures: list[str] = field(default_factory=list)
     pruned: str = ""  # why it was not run again ("" while it is)
 

@@ -8,12 +8,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from launcher.errors import LaunchError
 from launcher.tune.candidates import DEFAULT, clearly_worse, families
 from launcher.tune.result import TrialResult
 from launcher.tune.trial import TrialRun, TrialSpec, run_trial
 
+Stopped = Literal["", "budget", "interrupted"]  # "": every trial ran
 ASKED = "the script asks affrun (launcher.torch.loader_workers())"
 OVERRIDDEN = "overridden: affrun set num_workers of every DataLoader the script built (AFFRUN_FEED_FORCE_WORKERS=1)"
 
@@ -22,11 +24,11 @@ OVERRIDDEN = "overridden: affrun set num_workers of every DataLoader the script 
 class Session:
     results: list[TrialResult]
     workers_how: str
-    stopped: str  # "" (complete), "budget", "interrupted"
+    stopped: Stopped
 
 
 class _Stop(Exception):
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: Stopped) -> None:
         super().__init__(why)
         self.why = why
 

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from launcher.feed.meter import FORCE_VARIABLE  # the meter sets every DataLoader's num_workers
 from launcher.tune.measure import Reading, Window, all_advanced, all_started, reading, window
 
 MARKER = "AFFRUN_TUNE_TRIAL"  # in every process of a trial: what the sweep finds them by
-FORCE_VARIABLE = "AFFRUN_FEED_FORCE_WORKERS"  # the meter sets every DataLoader's num_workers (the contract)
 GRACE = 5.0
 POLL = 0.2
 Outcome = Literal["measured", "failed", "no-loader", "interrupted", "out-of-time"]
@@ -222,8 +222,8 @@ def stop(proc: subprocess.Popen[bytes], marker: str, family: set[tuple[int, int]
 
 
 def _stop(proc: subprocess.Popen[bytes], marker: str, family: set[tuple[int, int]]) -> int:
-    family.update(descendants(proc.pid))
-    if proc.poll() is None:
+    if proc.poll() is None:  # not reaped: its pid is still the job's, not a stranger's that reuses it
+        family.update(descendants(proc.pid))
         _signal_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=GRACE)

@@ -44,3 +44,13 @@ def test_figures_from_untrusted_json() -> None:
                      ("final", 1), ("seconds", "1"), ("batches", True)):
         assert figures_of({**good, key: bad}) is None, key
     assert figures_of([good]) is None
+
+
+def test_one_worker_per_loader_core_is_not_too_few_on_smt() -> None:
+    """affrun's own default (one worker per loader core, launcher.feed.workers) is not a cause on an SMT machine,
+    where 2 loader cores are 4 loader CPUs."""
+    loader = frozenset({4, 5, 6, 7})
+    found = feed_finding("r", figures(0.5), RANK, loader, (loader, loader), 1, loader_cores=2)
+    assert "too few workers" not in found[0].why
+    fewer = feed_finding("r", figures(0.5, (1,)), RANK, loader, (loader,), 1, loader_cores=2)
+    assert "1 worker(s) for 2 loader core(s)" in fewer[0].why

@@ -1,0 +1,57 @@
+"""The meter's ``--feed-json`` writes under stress: a SIGTERM that lands while the rank holds the flock of the
+file's directory (the rank still writes its final figures and dies of SIGTERM, instead of waiting forever for the
+lock it holds itself), and a hostile file already at the path (never an exception in the training loop)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PROGRAM = """
+import json, os, signal, sys
+from launcher.feed import meter
+
+m = meter.Meter({"AFFRUN_FEED_JSON": sys.argv[1]})
+m.counts = lambda: (5, 0.5, 2.0)
+m.first = 1.0
+meter._at_exit(m)
+real = json.dump
+
+def dump(*args, **kwargs):  # SIGTERM arrives in the middle of the periodic write, under the lock
+    json.dump = real
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+
+json.dump = dump
+m.flush(False)
+print("not killed")
+"""
+
+
+def test_sigterm_during_a_write_keeps_the_final_figures_and_the_signal(tmp_path: Path) -> None:
+    out = tmp_path / "feed.json"
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30)  # the bug: a hang on the rank's own flock
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    figures = json.loads(out.read_text())
+    assert [f["final"] for f in figures] == [True]
+    assert figures[0]["batches"] == 5
+
+
+def test_a_hostile_file_at_the_json_path_never_stops_the_training_loop(tmp_path: Path) -> None:
+    """``affrun exec --feed-json`` over a file nested too deep for Python's JSON reader: the loop runs to its end
+    and the file ends up holding the rank's figures."""
+    from tests.launch import PROGRAMS, affrun_argv, require_torch, run
+
+    require_torch()
+    out = tmp_path / "feed.json"
+    out.write_text("[" * 200_000 + "]" * 200_000)
+    proc = run(affrun_argv("exec", "--feed-json", str(out), "--", sys.executable, str(PROGRAMS / "feed_loop.py")))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert [f["final"] for f in json.loads(out.read_text())] == [True]

@@ -74,7 +74,7 @@ def _spec(values: dict[str, Any], command: tuple[str, ...], tuned: str | None = 
 def _tuned(path: str | None) -> str | None:
     """``--tuned FILE``, checked now and named by its absolute path: affrun applies it on the job's nodes (a flag
     given here wins there too, and the machine it was tuned on is compared with theirs)."""
-    if not path:
+    if path is None:
         return None
     from launcher.options.tuned import load_tuned
 

@@ -68,7 +68,7 @@ def parse_args(before: Sequence[str]) -> Args:
         return default_args()
     parser = build_parser()
     args = parser.parse_args(before)
-    if args.tuned:  # affrun tune --save's options, under the flags given here
+    if args.tuned is not None:  # affrun tune --save's options, under the flags given here
         from launcher.options.tuned import apply_tuned
 
         args, args.tuned_file = apply_tuned(parser, list(before), args)

@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
     before, command = split_command(argv)
     parser = build_parser()
     args = parser.parse_args(before)
-    if args.tuned:  # affrun tune --save's options, under the flags given here
+    if args.tuned is not None:  # affrun tune --save's options, under the flags given here
         from launcher.options.tuned import apply_tuned
 
         args, args.tuned_file = apply_tuned(parser, before, args)

@@ -72,7 +72,7 @@ def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     head, script_args = split_at_script(parser, list(argv))
     args = parser.parse_args(head)
     args.affrun_tuned_file = None
-    if args.affrun_tuned:  # affrun tune --save's options, under the flags given here
+    if args.affrun_tuned is not None:  # affrun tune --save's options, under the flags given here
         from launcher.options.tuned import apply_tuned
 
         args, args.affrun_tuned_file = apply_tuned(parser, head, args, prefix="affrun_")

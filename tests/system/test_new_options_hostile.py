@@ -37,8 +37,7 @@ def test_tune_refuses_an_output_it_cannot_write_before_any_trial(tmp_path: Path,
     assert "trial 1" not in proc.stderr
 
 
-@pytest.mark.parametrize("option", ["--feed-json", pytest.param("--tuned", marks=pytest.mark.xfail(
-    strict=True, reason="launcher/launch/torchrun.py and exec_cmd.py call apply_tuned only for a true --tuned"))])
+@pytest.mark.parametrize("option", ["--feed-json", "--tuned"])
 def test_an_empty_path_is_an_error_not_ignored(tmp_path: Path, option: str) -> None:
     require_torch()
     proc = affrun("torchrun", "--nproc-per-node", "1", option, "", _script(tmp_path))

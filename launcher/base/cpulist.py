@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 # os.sched_setaffinity takes any id up to it (the kernel ignores bits above nr_cpu_ids). The same limit holds for
 # CPU ids from every source: list files, ``cpuN`` directory names, hwloc XML ``os_index``, snapshots, AFFRUN_PLAN.
 MAX_CPU_ID = (1 << 16) - 1
+# No machine has more CPUs than affrun has CPU ids: a count of cores, workers or ranks above it fits none.
+MAX_COUNT = MAX_CPU_ID + 1
 # The largest NUMA node id: Linux's MAX_NUMNODES is 1 << NODES_SHIFT, at most 1 << 10 on x86_64, arm64 and
 # powerpc; set_mempolicy(2) refuses a mask with a set bit above it (EINVAL).
 MAX_NODE_ID = (1 << 10) - 1

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from launcher.base.cpulist import MAX_COUNT
 from launcher.options.table import OptionSpec, options_in
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -16,7 +17,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _click_option(spec: OptionSpec) -> Callable[[F], F]:
     if spec.is_flag:
         return click.option(spec.flag, spec.dest, is_flag=True, help=spec.help)
-    kind: Any = click.Choice(spec.choices) if spec.choices else click.IntRange(min=0) if spec.count else None
+    kind: Any = click.Choice(spec.choices) if spec.choices else click.IntRange(min=0, max=MAX_COUNT) if spec.count else None
     return click.option(spec.flag, spec.dest, type=kind, default=spec.default, metavar=spec.metavar,
                         envvar=spec.envvar, show_default=spec.default is not None, help=spec.help)
 

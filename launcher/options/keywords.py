@@ -18,7 +18,7 @@ import os
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import MAX_CPU_ID, CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
+from launcher.base.cpulist import MAX_COUNT, MAX_CPU_ID, CpuIdTooLarge, format_cpulist, id_problem, parse_cpulist
 from launcher.base.untrusted import short
 from launcher.errors import ConfigError
 from launcher.options.table import BINDING_OPTIONS, OptionSpec
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 # A CPU or GPU list holds at most one entry per CPU id affrun accepts (an endless generator is refused, not read).
 MAX_ITEMS = MAX_CPU_ID + 1
-# No machine has more CPUs than affrun has CPU ids: a count of cores or ranks above it fits none, on any machine.
-MAX_COUNT = MAX_CPU_ID + 1
 _EXPECTED = {
     "flag": "True or False",
     "count": f"a whole number from 0 to {MAX_COUNT} (an int, not a bool)",

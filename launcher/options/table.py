@@ -194,13 +194,14 @@ def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_
 
 def non_negative(text: str) -> int:
     """argparse ``type`` for counts and ranks: ASCII digits only (``int()`` also takes '٣', ' 3' and '1_0')."""
+    from launcher.base.cpulist import MAX_COUNT
     from launcher.base.untrusted import ascii_uint, short
 
     value = ascii_uint(text)
-    if value is None:
+    if value is None or value > MAX_COUNT:
         import argparse
 
-        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number >= 0")
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number from 0 to {MAX_COUNT}")
     return value
 
 

@@ -42,3 +42,13 @@ def test_an_empty_path_is_an_error_not_ignored(tmp_path: Path, option: str) -> N
     require_torch()
     proc = affrun("torchrun", "--nproc-per-node", "1", option, "", _script(tmp_path))
     _one_error(proc, option)
+
+
+@pytest.mark.parametrize("command", ["exec", "run"])
+@pytest.mark.parametrize("option", ["--loader-workers", "--loader-cores", "--comm-cores", "--nproc-per-node"])
+@pytest.mark.parametrize("value", ["99999999999999999999", "65537", "-1", "nan", "1_0"])
+def test_a_count_no_machine_could_hold_is_refused(tmp_path: Path, command: str, option: str, value: str) -> None:
+    """A count above one per CPU id affrun accepts (65536) fits no machine: refused where it is given, not taken
+    to a rank (a script that asks for its workers would try to start that many)."""
+    proc = affrun(command, "--dry-run", option, value, "--", "python3", _script(tmp_path))
+    _one_error(proc, option)

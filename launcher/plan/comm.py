@@ -55,12 +55,9 @@ def keep_comm_cores(topo: Topology, ranks: Sequence[RankPlan], k: int, smt: bool
     0. Warnings (a rank too small, no GPU-local core) also go to ``warnings``, prefixed with the rank."""
     if k <= 0:
         return [{} for _ in ranks]
-    groups: dict[tuple[int, ...], list[RankPlan]] = {}
-    for rank in ranks:
-        groups.setdefault(rank.cpus if rank.shared else (-1 - rank.local_rank,), []).append(rank)
     out: dict[int, dict[str, Any]] = {}
     notes: dict[int, list[str]] = {}
-    for members in groups.values():
+    for members in _overlapping(ranks):
         out.update(_keep_in_group(topo, members, k, smt, notes))
     for rank in ranks:
         texts = notes.get(rank.local_rank, [])
@@ -70,27 +67,39 @@ def keep_comm_cores(topo: Topology, ranks: Sequence[RankPlan], k: int, smt: bool
     return [out[r.local_rank] for r in ranks]
 
 
+def _overlapping(ranks: Sequence[RankPlan]) -> list[list[RankPlan]]:
+    """The ranks in groups whose compute cores overlap, in rank order: the sharers of ``numa``/``socket``, and
+    ``--map`` lists that overlap. Each group keeps its comm cores apart."""
+    groups: list[tuple[set[int], list[RankPlan]]] = []
+    for rank in ranks:
+        mine = {p for core in rank.compute_cores for p in core}
+        joined = [g for g in groups if g[0] & mine]
+        merged = (mine.union(*(g[0] for g in joined)), [m for g in joined for m in g[1]] + [rank])
+        groups = [g for g in groups if all(g is not j for j in joined)] + [merged]
+    return [sorted(members, key=lambda r: r.local_rank) for _, members in groups]
+
+
 def _keep_in_group(topo: Topology, members: list[RankPlan], k: int, smt: bool,
                    notes: dict[int, list[str]]) -> dict[int, dict[str, Any]]:
-    """Comm cores for ranks that share one set of compute cores (one rank, outside the shared modes)."""
-    first = members[0]
-    cores = list(first.compute_cores)
-    if len(cores) - k * len(members) < 1:
-        for rank in members:
-            _warn(notes, rank, f"--comm-cores {k} ignored: its {len(cores)} compute core(s)"
-                  f"{f' (shared by {len(members)} ranks)' if len(members) > 1 else ''} would leave no core for its "
-                  "OpenMP team")
-        return {rank.local_rank: {} for rank in members}
+    """Comm cores for ranks whose compute cores overlap (one rank, mostly): each keeps ``k`` of its own, and
+    none computes on another's; if one of them would be left no compute core, none keeps any."""
     taken: set[Unit] = set()
     kept: dict[int, list[Unit]] = {}
     for rank in members:
-        pool = [c for c in cores if c not in taken]
-        chosen = _choose(topo, rank, pool, k, notes)
+        pool = [c for c in rank.compute_cores if c not in taken]
+        chosen = _choose(topo, rank, pool, k, notes) if len(pool) > k else []
         taken.update(chosen)
         kept[rank.local_rank] = chosen
+    left = {r.local_rank: tuple(c for c in r.compute_cores if c not in taken) for r in members}
+    if any(len(kept[r.local_rank]) < k or not left[r.local_rank] for r in members):
+        for rank in members:
+            shared = f" (shared by {len(members)} ranks)" if len(members) > 1 else ""
+            _warn(notes, rank, f"--comm-cores {k} ignored: its {len(rank.compute_cores)} compute core(s){shared} "
+                  "would leave no core for its OpenMP team")
+        return {rank.local_rank: {} for rank in members}
     out = {}
     for rank in members:
-        compute = tuple(c for c in cores if c not in taken)
+        compute = left[rank.local_rank]
         units = sum(len(c) for c in compute) if smt else len(compute)
         threads = max(1, units // len(members)) if rank.shared else units
         comm = tuple(sorted(p for c in kept[rank.local_rank] for p in c))

@@ -19,7 +19,7 @@ from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.fakesys import FakeGPU, uniform
 from tests.unit.test_plan_layouts import dgx_a100, plan_of, read, two_nodes
-from tests.unit.test_plan_properties import SETTINGS, cases, plan_or_error
+from tests.plan_cases import SETTINGS, cases, plan_or_error
 
 RAPTOR = "20em64t-hybrid-1p6c2t+2ca4co1t"  # hwloc's i7-1370P: 6 P-cores (PUs 0-11, HT), 8 E-cores (12-19)
 
@@ -61,6 +61,18 @@ def test_numa_mode_sharers_keep_one_comm_core_each(tmp_path: Path) -> None:
     assert format_cpulist(r0.compute_cpus) == format_cpulist(r1.compute_cpus) == "48-61,176-189"
     assert r0.threads == r1.threads == 7
     assert r0.cpus == r1.cpus and {63, 62} <= set(r0.cpus)
+
+
+def test_overlapping_map_lists_keep_their_comm_cores_apart(tmp_path: Path) -> None:
+    # --map '4-7;6-9' (no GPU): ranks 0 and 1 overlap on 6-7. Rank 0 keeps its last core, 7; rank 1 then takes
+    # its last that rank 0 did not, 9; neither computes on the other's: 4-6 for rank 0, 6 and 8 for rank 1.
+    topo = read(tmp_path, two_nodes([]))
+    plan = plan_of(topo, 2, cpu_map="4-7;6-9", comm_cores=1)
+    assert comm(plan) == ["7", "9"]
+    assert [format_cpulist(r.compute_cpus) for r in plan.ranks] == ["4-6", "6,8"]
+    # the same list twice on two cores: each would keep one and compute on none, so neither keeps any
+    plan = plan_of(topo, 2, cpu_map="4-5;4-5", comm_cores=1)
+    assert comm(plan) == ["", ""] and all("ignored" in " ".join(r.warnings) for r in plan.ranks)
 
 
 def test_comm_core_is_gpu_local_not_merely_last(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.fakesys import FakeGPU, uniform
-from tests.unit.test_plan_layouts import dgx_a100, plan_of, read, two_nodes
 from tests.plan_cases import SETTINGS, cases, plan_or_error
+from tests.unit.test_plan_layouts import dgx_a100, plan_of, read, two_nodes
 
 RAPTOR = "20em64t-hybrid-1p6c2t+2ca4co1t"  # hwloc's i7-1370P: 6 P-cores (PUs 0-11, HT), 8 E-cores (12-19)
 

@@ -18,8 +18,9 @@ def _click_option(spec: OptionSpec) -> Callable[[F], F]:
     if spec.is_flag:
         return click.option(spec.flag, spec.dest, is_flag=True, help=spec.help)
     kind: Any = click.Choice(spec.choices) if spec.choices else click.IntRange(min=0, max=MAX_COUNT) if spec.count else None
+    # no envvar: load_topology reads $AFFRUN_FSROOT itself, after a --topology given here (as argparse's side does)
     return click.option(spec.flag, spec.dest, type=kind, default=spec.default, metavar=spec.metavar,
-                        envvar=spec.envvar, show_default=spec.default is not None, help=spec.help)
+                        show_default=spec.default is not None, help=spec.help)
 
 
 def _options(*groups: str) -> Callable[[F], F]:

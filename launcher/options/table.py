@@ -49,7 +49,7 @@ class OptionSpec:
     is_flag: bool = False
     count: bool = False  # an integer >= 0
     metavar: str | None = None
-    envvar: str | None = None  # click reads it; on the argparse side load_topology reads it from the environment
+    envvar: str | None = None  # the variable that stands in for the option (load_topology reads it): for the help
     keyword: str | None = None  # the name Python callers give it (AffinityOptions), where that is not ``dest``
     value: str = ""  # what a Python caller may give besides a string: "path", "cpus", "gpus", "cpu_map" (options/keywords.py)
 

@@ -142,7 +142,8 @@ def test_this_machine_has_an_identity_from_proc_cpuinfo() -> None:
     """Every Linux host has /proc/cpuinfo with at least a model name, a vendor or a part number."""
     cpu = topology_json()["cpu"]
     assert isinstance(cpu, dict) and cpu["source"] == "proc/cpuinfo"
-    first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
+    root = Path(os.environ.get("AFFRUN_FSROOT") or "/")  # the "live" machine: tests/conftest.py may fake it
+    first = (root / "proc/cpuinfo").read_text().split("\n\n", 1)[0]
     fields = {k.strip().lower(): " ".join(v.split()) for k, _, v in (line.partition(":") for line in first.splitlines())}
     assert cpu["vendor"] == (fields.get("vendor_id") or fields.get("cpu implementer") or None)
     assert cpu["model_name"] == (fields.get("model name") or fields.get("cpu") or None)
@@ -155,3 +156,14 @@ def test_a_fifo_for_cpuinfo_is_a_warning_not_a_hang(tmp_path: Path) -> None:
     topo = load_topology(fsroot=str(root), cpu_identity=True)
     assert topo.cpu is None
     assert any(w.startswith("CPU identity not read: ") and "not a regular file" in w for w in topo.warnings)
+
+
+def test_a_topology_file_wins_over_affrun_fsroot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$AFFRUN_FSROOT is the default tree, not a second source: --topology given on the command line wins, on the
+    click commands as on exec (click used to read the variable as --fsroot: 'two sources')."""
+    snap = tmp_path / "snap.json"
+    assert CliRunner().invoke(cli, ["topology", "--save", str(snap)]).exit_code == 0
+    monkeypatch.setenv("AFFRUN_FSROOT", str(tmp_path / "elsewhere"))
+    for command in (["topology"], ["plan", "--nproc-per-node", "1"], ["show", "--nproc-per-node", "1"]):
+        result = CliRunner().invoke(cli, [*command, "--topology", str(snap)])
+        assert result.exit_code == 0, result.output

@@ -273,8 +273,10 @@ def test_a_plan_file_removed_under_the_job_is_one_line(tmp_path: Path) -> None:
     startup hook of a Python process as through affrun exec."""
     gone = tmp_path / "affrun-plan.json"
     env = {"AFFRUN_PLAN": f"@{gone}", "AFFRUN_RUN": "rank0"}
-    refused(affrun("exec", "--", "true", env={**env, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}), str(gone),
-            "no such file")
+    # affrun exec reads it as its parent's plan; (under AFFRUN_RUN it would be a job of its own, which leaves
+    # affrun run's variables: tests/system/test_run_nesting.py)
+    refused(affrun("exec", "--", "true", env={"AFFRUN_PLAN": f"@{gone}", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}),
+            str(gone), "no such file")
     proc = subprocess.run([sys.executable, "-c", "print('user code ran')"], env=clean_env(**env), capture_output=True,
                           text=True, timeout=BOUND)
     refused(proc, "no such file")

@@ -499,8 +499,11 @@ def test_absurd_rank_counts_are_one_line_fast(tree: Path, mode: str, nproc: str)
 
 
 def test_absurd_rank_count_through_exec(tree: Path) -> None:
-    refused(affrun("exec", "--fsroot", str(tree), "--dry-run", "--nproc-per-node", "1000000", "--local-rank", "0",
+    refused(affrun("exec", "--fsroot", str(tree), "--dry-run", "--nproc-per-node", "60000", "--local-rank", "0",
                    "--mode", "numa", "--", "true"), "more ranks than")
+    # above one rank per CPU id affrun accepts, no machine could hold it: refused as the option is read
+    refused(affrun("exec", "--fsroot", str(tree), "--dry-run", "--nproc-per-node", "1000000", "--local-rank", "0",
+                   "--mode", "numa", "--", "true"), "from 0 to 65536")
 
 
 # ---------------------------------------------------------------------------------------------- arguments

@@ -4,7 +4,7 @@ Under ``affrun run`` every Python process binds itself at interpreter start (the
 :mod:`launcher.startup`). One whose interpreter lacks the hook (another venv, ``python -S``) still carries
 ``AFFRUN_RUN`` and ``AFFRUN_PLAN`` in its environment, and runs wherever it was started. ``/proc/PID/environ``
 holds the environment the process started with, not what the hook wrote into ``os.environ``
-(``AFFRUN_LOCAL_RANK``), so the audit asks the hook's own rule (:func:`launcher.startup.decide`, pure) what the
+(``AFFRUN_LOCAL_RANK``), so the audit asks the hook's own rule (:func:`launcher.context.run_role.decide`, pure) what the
 process is from that environment and its command line, and compares the CPUs of its threads with the planned
 rank's.
 """

@@ -13,24 +13,12 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from launcher.base.split import balanced_slices
+from launcher.base.split import worker_cpus
 from launcher.bind.readback import current_binding
 
-
-def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: Sequence[int]) -> list[int]:
-    """The CPUs for worker ``worker_id`` of ``num_workers``. Pure.
-
-    With loader CPUs: worker k gets loader CPU k (round robin) when workers outnumber them, else a disjoint
-    slice of them. Without: a disjoint slice of the rank's CPUs (round robin when workers outnumber CPUs).
-    """
-    pool = sorted(loader) if loader else sorted(rank)
-    if not pool:
-        return []
-    if num_workers >= len(pool):
-        return [pool[worker_id % len(pool)]]
-    return pool[balanced_slices(len(pool), num_workers)[worker_id]]
+__all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
 
 
 def _parent_cpus() -> list[int]:

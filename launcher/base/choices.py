@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     PortState = Literal["active", "down", "init", "armed", "unknown"]
     NicDistance = Literal["switch", "host-bridge", "numa-node", "package", "system"]
     NicEnv = Literal["none", "ucx", "mpich"]
+    MainThread = Literal["none", "compute", "priority"]
+    RankHooks = Literal["auto", "none"]
 else:
     Mode = GpuOrder = SpillChoice = OmpBind = EnvPolicy = MemPolicy = AppliedMemPolicy = MemBackend = str
-    NicKind = PortState = NicDistance = NicEnv = str
+    NicKind = PortState = NicDistance = NicEnv = MainThread = RankHooks = str
 
 MODES: tuple[Mode, ...] = ("exclusive", "numa", "socket", "l3", "map")
 GPU_ORDERS: tuple[GpuOrder, ...] = ("rank", "closest")
@@ -45,5 +47,11 @@ RDMA_KINDS: tuple[str, ...] = ("infiniband", "roce")  # the NIC kinds that are R
 PORT_STATES: tuple[PortState, ...] = ("active", "down", "init", "armed", "unknown")
 NIC_DISTANCES: tuple[NicDistance, ...] = ("switch", "host-bridge", "numa-node", "package", "system")
 NIC_ENVS: tuple[NicEnv, ...] = ("none", "ucx", "mpich")
+# Where a rank's main thread lives (docs/threads.md): none: the rank's whole set (default); compute: a compute core
+# of its own; priority: a priority core of its own, near its GPU (found by launcher.topology.priority).
+MAIN_THREADS: tuple[MainThread, ...] = ("none", "compute", "priority")
+# What affrun patches inside a rank (docs/threads.md): auto: DataLoader workers' pins and pools, the pin-memory
+# thread, torch's inter-op pool and the main thread; none: only the mask and the environment.
+RANK_HOOKS: tuple[RankHooks, ...] = ("auto", "none")
 # Modes whose ranks may share CPUs: every rank of the GPU's NUMA node or package shares them.
 SHARED_MODES: tuple[str, ...] = ("numa", "socket")

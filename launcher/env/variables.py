@@ -37,6 +37,23 @@ if TYPE_CHECKING:
         def nic_device(self) -> str | None: ...
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+# The pools beyond OpenMP that a process sizes from its environment when it first uses them (docs/threads.md):
+# BLIS, numexpr, OpenCV's parallel_for, Rayon (HF tokenizers). A rank's are sized by its thread plan, a DataLoader
+# worker's to the CPUs it has (launcher.plan.threads).
+POOL_VARIABLES = ("BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM", "RAYON_NUM_THREADS")
+# The pool of a thread plan (launcher.plan.threads.POOL_NAMES) each variable sizes: MKL's threads are OpenMP's;
+# OpenBLAS's own threads and BLIS's are started by the thread that loads them and inherit its mask.
+POOL_OF = {"OMP_NUM_THREADS": "openmp", "MKL_NUM_THREADS": "openmp", "OPENBLAS_NUM_THREADS": "blas",
+           "BLIS_NUM_THREADS": "blas", "NUMEXPR_NUM_THREADS": "numexpr", "OPENCV_FOR_THREADS_NUM": "opencv",
+           "RAYON_NUM_THREADS": "rayon"}
+# The main thread's home when it has one of its own (--main-thread compute|priority); empty: the rank's whole set.
+MAIN_VARIABLE = "AFFRUN_MAIN_CPUS"
+# The pool and thread variables whose value in the rank is the user's, kept by the env policy (comma-separated
+# names), and that policy: a worker never raises a user's value, and under keep leaves it as it is.
+USER_POOLS_VARIABLE = "AFFRUN_USER_POOLS"
+POLICY_VARIABLE = "AFFRUN_ENV_POLICY"
+# What affrun patches inside the rank (--rank-hooks auto|none): the startup hook reads it.
+HOOKS_VARIABLE = "AFFRUN_RANK_HOOKS"
 # The variables that make an OpenMP runtime bind threads: libgomp binds the main thread when it loads (at
 # `import torch`) if any of the first three is set; libiomp5/libomp read all four at their first parallel region.
 PLACE_VARIABLES = ("OMP_PLACES", "OMP_PROC_BIND", "GOMP_CPU_AFFINITY")  # also read by libgomp

@@ -15,6 +15,7 @@ from launcher.base.untrusted import clip, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology.kinds import CoreKinds, kinds_to_json
 from launcher.topology.pci import pci_address
+from launcher.topology.priority import PriorityCores
 
 if TYPE_CHECKING:
     from typing import Any
@@ -146,10 +147,17 @@ class Topology:
     # The CPU's identity (vendor, model, binding flags): read only where asked (load_topology(cpu_identity=True),
     # affrun topology and doctor), never on a rank's path; not part of the layout, so not compared.
     cpu: CpuIdentity | None = field(default=None, compare=False)
+    # Priority cores of the online CPUs (launcher.topology.priority): empty, with the reason, where none are found.
+    # :meth:`priority_cores` narrows them to the allowed CPUs, which is what the planner and the output use.
+    priority: PriorityCores = field(default_factory=PriorityCores)
 
     def kinds(self) -> CoreKinds:
         """The core kinds of the allowed CPUs, fastest first (empty or one kind: homogeneous)."""
         return self.core_kinds.restricted(self.allowed) if self.core_kinds.kinds else self.core_kinds
+
+    def priority_cores(self) -> PriorityCores:
+        """The priority cores among the allowed CPUs (empty, with the reason, where there are none)."""
+        return self.priority.restricted(self.allowed)
 
     @property
     def origin(self) -> str:

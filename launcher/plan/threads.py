@@ -1,0 +1,139 @@
+"""The thread plan of a rank: a home for every thread of the rank and of each of its DataLoader workers. Pure.
+
+A rank runs more than its OpenMP team: its main thread, torch's inter-op pool, the pin-memory thread, NCCL's
+proxy threads, and DataLoader workers with pools of their own (OpenMP, BLAS, OpenCV, Rayon, numexpr).
+:func:`thread_plan` derives every home from a rank's fields (a plan's entry, a rank's record, or the ``AFFRUN_*``
+variables a live rank carries) and a worker count, so that ``affrun plan`` shows the same homes that the rank's
+hooks apply and ``affrun doctor --pid`` checks each live thread against. The rules and why: docs/threads.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from launcher.base.cpulist import format_cpulist
+from launcher.base.split import worker_cpus
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Protocol
+
+    class RankThreadFields(Protocol):
+        """What a thread plan is made from: a RankPlan, a RankRecord or a live rank's variables."""
+
+        @property
+        def local_rank(self) -> int: ...
+        @property
+        def cpus(self) -> tuple[int, ...]: ...
+        @property
+        def compute_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def loader_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def comm_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def main_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def threads(self) -> int: ...
+
+
+ThreadRole = Literal["main", "omp", "interop", "pin_memory", "nccl_proxy", "worker"]
+# The pools a process sizes (the names its variables and its thread plan use), in the order they are shown.
+PoolName = Literal["openmp", "blas", "opencv", "rayon", "numexpr", "interop"]
+POOL_NAMES: tuple[PoolName, ...] = ("openmp", "blas", "opencv", "rayon", "numexpr", "interop")
+
+
+@dataclass(frozen=True)
+class Home:
+    """Where the threads of one role may run: ``cpus``; ``threads``: how many the plan sizes (0: not sized by
+    affrun, such as NCCL's proxies); ``pinned``: each thread on a place of its own rather than free in ``cpus``."""
+
+    role: ThreadRole
+    cpus: tuple[int, ...]
+    threads: int
+    why: str
+    pinned: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "cpus": format_cpulist(self.cpus), "threads": self.threads,
+                "pinned": self.pinned, "why": self.why}
+
+
+@dataclass(frozen=True)
+class WorkerHome:
+    """DataLoader worker ``index`` of the plan's count: its CPUs, and the size of every pool inside it."""
+
+    index: int
+    cpus: tuple[int, ...]
+    pools: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "cpus": format_cpulist(self.cpus), "pools": self.pools}
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """Every home of one rank. ``pools``: each pool of the rank process, by name, and its size."""
+
+    local_rank: int
+    main: Home
+    omp: Home
+    interop: Home
+    pin_memory: Home
+    nccl_proxy: Home
+    workers: tuple[WorkerHome, ...]
+    pools: dict[PoolName, int]
+
+    def homes(self) -> tuple[Home, ...]:
+        """The rank process's homes, main thread first (workers are processes of their own: :attr:`workers`)."""
+        return (self.main, self.omp, self.interop, self.pin_memory, self.nccl_proxy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"local_rank": self.local_rank, **{h.role: h.to_dict() for h in self.homes()},
+                "pools": dict(self.pools), "workers": [w.to_dict() for w in self.workers]}
+
+
+def _minus(cpus: Sequence[int], taken: Sequence[int]) -> tuple[int, ...]:
+    """``cpus`` without ``taken``; all of ``cpus`` when nothing would be left."""
+    left = tuple(sorted(set(cpus) - set(taken)))
+    return left or tuple(sorted(cpus))
+
+
+def thread_plan(rank: RankThreadFields, workers: int) -> ThreadPlan:
+    """The homes of ``rank``'s threads with ``workers`` DataLoader workers (docs/threads.md, "The thread plan").
+
+    * main: its own core (``main_cpus``: ``--main-thread compute|priority``), else the rank's whole set;
+    * OpenMP: the team's other threads on the compute CPUs, off the main thread's core when it has one;
+    * pools that inherit the main thread's mask (inter-op, OpenCV, Rayon, numexpr, OpenBLAS's threads) are
+      sized to the main thread's home when it is one core, else to the rank's threads;
+    * pin-memory: the loader CPUs, else the compute CPUs off the main core; NCCL: the comm CPUs, else the
+      rank's CPUs off the main core; worker *k*: :func:`launcher.base.split.worker_cpus`, off the main core,
+      every pool inside it sized to its CPUs.
+    """
+    main_cpus = tuple(sorted(rank.main_cpus))
+    compute = tuple(sorted(rank.compute_cpus))
+    everything = tuple(sorted(rank.cpus))
+    threads = max(1, rank.threads)
+    if main_cpus:
+        main = Home("main", main_cpus, 1, "a core of its own", pinned=True)
+        inherit = min(threads, len(main_cpus))
+    else:
+        main = Home("main", everything, 1, "the rank's whole set")
+        inherit = threads
+    team = _minus(compute, main_cpus)
+    omp = Home("omp", team, threads - 1, "the OpenMP team beside the main thread (its thread 0)")
+    interop = Home("interop", main.cpus, inherit, "torch's inter-op pool: created by the main thread, on its mask")
+    loader = tuple(sorted(rank.loader_cpus))
+    pin = Home("pin_memory", loader or team, 1,
+               "the loader CPUs" if loader else "the compute CPUs, off the main thread's core")
+    comm = tuple(sorted(rank.comm_cpus))
+    nccl = Home("nccl_proxy", comm or _minus(everything, main_cpus), 0,
+                "the comm cores (--comm-cores)" if comm else "the rank's CPUs, off the main thread's core")
+    pool_cpus = _minus(everything, main_cpus)
+    homes = tuple(WorkerHome(k, tuple(cpus), len(cpus))
+                  for k in range(max(0, workers))
+                  for cpus in [worker_cpus(k, workers, loader, pool_cpus)])
+    pools: dict[PoolName, int] = {"openmp": threads, "blas": inherit, "opencv": inherit, "rayon": inherit,
+                                  "numexpr": inherit, "interop": inherit}
+    return ThreadPlan(rank.local_rank, main, omp, interop, pin, nccl, homes, pools)

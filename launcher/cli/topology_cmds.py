@@ -58,6 +58,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         kind = mark.kind
         click.echo(f"kind {mark.letter:<4} cpus {format_cpulist(kind.cpus)}  {kind.name} "
                    f"(efficiency {kind.efficiency}, {mark.speed}; from {kind.source})")
+    click.echo(_priority_line(topo))
     for i, gpu in enumerate(topo.visible_gpus()):
         click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
                    f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
@@ -69,6 +70,17 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         click.echo(f"warning: {shown(w)}")
     if save:
         click.echo(f"saved {save}")
+
+
+def _priority_line(topo: Topology) -> str:
+    """The priority CPUs best first and their evidence, or why there are none (docs/priority-cores.md); where the
+    core kinds are priority classes, that the planner treats them as one kind."""
+    prio = topo.priority_cores()
+    classes = ("; the kinds above are priority classes (one frequency alone differs, on a non-hybrid Intel CPU): "
+               "planned as one kind" if prio.one_kind and topo.kinds().hybrid else "")
+    if not prio.cpus:
+        return f"priority none: {shown(prio.why_none)}{classes}"
+    return f"priority cpus {','.join(map(str, prio.order))} (best first); from {shown(prio.source)}{classes}"
 
 
 def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:

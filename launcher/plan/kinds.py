@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 
 def plan_kinds(topo: Topology) -> CoreKinds | None:
-    """The allowed CPUs' kinds, fastest first, when there are two or more; ``None`` on a homogeneous machine."""
+    """The allowed CPUs' kinds, fastest first, when there are two or more; ``None`` on a homogeneous machine, and
+    where the kinds are priority classes (``topo.priority.one_kind``: they differ by one frequency alone on a
+    non-hybrid Intel CPU; docs/core-kinds.md), so that no rank's team lands on its few priority cores alone."""
     kinds = topo.kinds()
-    return kinds if kinds.hybrid else None
+    return kinds if kinds.hybrid and not topo.priority.one_kind else None
 
 
 def _rank_of(kinds: CoreKinds) -> dict[int, int]:

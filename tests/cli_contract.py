@@ -43,6 +43,7 @@ TOPOLOGY_KEYS = {
     "source": str,
     "warnings": list,
     "cpu": (dict, type(None)),
+    "priority_cores": dict,
 }
 
 

@@ -28,6 +28,7 @@ from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.run_checks import planned_cpus, unbound_findings
 from launcher.env.variables import BINDING_VARIABLES
 from launcher.feed.figures import FeedFigures
+from launcher.plan.kinds import plan_kinds
 from launcher.topology.model import Topology
 
 
@@ -331,8 +332,8 @@ def migration_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
 
 def kind_findings(audit: JobAudit, rank: ProcessRecord, topology: Topology) -> list[Finding]:
     """Busy threads of one rank (its OpenMP team) that ran on two core kinds during the sample (hybrid CPUs)."""
-    kinds = topology.kinds()
-    if not kinds.hybrid or audit.duration <= 0:
+    kinds = plan_kinds(topology)  # the planner's kinds: none where they are priority classes (SST-BF)
+    if kinds is None or audit.duration <= 0:
         return []
     on: dict[str, list[int]] = {}
     for t in rank.threads.values():

@@ -341,3 +341,21 @@ def test_a_machine_without_evidence_says_so(tmp_path: Path) -> None:
     prio = load(write_tree(tmp_path / "t", FakeMachine(cores=[(0,), (1,)], node_of_core=[0, 0],
                                                        package_of_core=[0, 0]))).priority_cores()
     assert prio.why_none.startswith("no per-CPU performance evidence")
+
+
+def test_doctor_judges_by_the_planners_kinds(trees: dict[str, Path]) -> None:
+    """On the SST-BF machine a team over both classes is what the planner made: no core-kinds-mixed finding."""
+    from launcher.doctor.gpu import GpuReport
+    from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, kind_findings
+
+    topo = load(trees["xeon-sst-bf"])
+    rank = ProcessRecord(10, 1, "python3", ["python3"], {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    for i, cpu in enumerate([0, 1, 2, 3]):  # 1 and 2 are high-priority cores, 0 and 3 not
+        rank.threads[10 + i] = ThreadRecord(10 + i, "python3", topo.online, cpu, seen={cpu: 20}, samples=20,
+                                            first_ticks=0, last_ticks=100)
+    job = JobAudit(10, 1.0, 0.05, 20, [rank], GpuReport(False, "n/a"), topo.online)
+    assign_roles(job)
+    assert kind_findings(job, job.processes[0], topo) == []
+    result = CliRunner().invoke(cli, ["doctor", "--fsroot", str(trees["xeon-sst-bf"])], env={"OMP_NUM_THREADS": "12"},
+                                catch_exceptions=False)
+    assert "core-kinds-mixed" not in result.output

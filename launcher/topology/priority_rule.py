@@ -2,8 +2,9 @@
 
 * :func:`find_priority`: the first evidence whose values differ among the cores of one kind decides; the priority
   cores are those above the kind's most common value, where they are fewer than half its cores.
-* :func:`priority_classes`: core kinds that differ by one frequency alone (base or max) on a non-hybrid Intel CPU
-  are priority classes (SST-BF, SST-TF, Priority Core Turbo), not kinds: the planner treats them as one kind.
+* :func:`priority_classes`: core kinds that differ by one frequency alone (base or max, :func:`frequency_classes`)
+  on a non-hybrid Intel CPU are priority classes (SST-BF, SST-TF, Priority Core Turbo), not kinds: the planner
+  treats them as one kind.
 * :func:`priority_from_xml`: what an hwloc XML export allows: its ``<cpukind>`` frequencies, where they are classes.
 """
 
@@ -65,6 +66,8 @@ def find_priority(cores: Sequence[tuple[int, ...]], groups: Sequence[tuple[str, 
     for pos, ev in enumerate(evidence):
         if not ev.values:
             continue
+        if any(p not in ev.values for core in cores for p in core):
+            return none_found(f"{ev.name}: no value for some of the CPUs{tail}", one_kind=one_kind)
         value = [min(ev.values[p] for p in core) for core in cores]
         spread = [(name, m) for name, m in members if len({value[i] for i in m}) > 1]
         if not spread:
@@ -115,9 +118,17 @@ def _found(cores: Sequence[tuple[int, ...]], picked: list[int], evidence: list[E
 def priority_classes(kinds: Sequence[tuple[frozenset[int], Mapping[str, str]]], vendor: str | None,
                      flags: Sequence[str] | None) -> str | None:
     """Why ``kinds`` (CPUs, hwloc infos) are priority classes and not kinds of core, or ``None`` when they are
-    kinds: an Intel CPU (``vendor``) without the ``hybrid_cpu`` flag, kinds whose infos differ in one of
-    ``FrequencyMaxMHz`` or ``FrequencyBaseMHz`` and nothing else, and the faster ones fewer than half the CPUs."""
-    if len(kinds) < 2 or vendor != "GenuineIntel" or "hybrid_cpu" in (flags or ()):
+    kinds: an Intel CPU (``vendor``) without the ``hybrid_cpu`` flag, and :func:`frequency_classes`."""
+    if vendor != "GenuineIntel" or "hybrid_cpu" in (flags or ()):
+        return None
+    return frequency_classes(kinds)
+
+
+def frequency_classes(kinds: Sequence[tuple[frozenset[int], Mapping[str, str]]]) -> str | None:
+    """The shape of priority classes, whatever the CPU (readers check it before they read the CPU's identity):
+    two kinds or more whose infos differ in one of ``FrequencyMaxMHz`` or ``FrequencyBaseMHz`` and nothing else,
+    the faster ones fewer than half the CPUs. The reason, or ``None``."""
+    if len(kinds) < 2:
         return None
     rest = [{k: v for k, v in infos.items() if k not in FREQUENCY_INFOS} for _, infos in kinds]
     if any(r != rest[0] for r in rest):

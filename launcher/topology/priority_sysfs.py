@@ -16,11 +16,10 @@ from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import clip
 from launcher.errors import TopologyError
 from launcher.topology._files import read_text
-from launcher.topology.cpu_identity import read_cpu_identity
 from launcher.topology.kinds import MAX_MHZ
 from launcher.topology.kinds_sysfs import CPU, Refused, per_cpu_values
 from launcher.topology.priority import none_found
-from launcher.topology.priority_rule import Evidence, find_priority, priority_classes
+from launcher.topology.priority_rule import Evidence, find_priority, frequency_classes, priority_classes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -61,10 +60,12 @@ def _read(fsroot: str, cores: Sequence[tuple[int, ...]], kinds: CoreKinds, read:
     pus = sorted(p for core in cores for p in core)
     online = frozenset(pus)
     classes = None
-    if kinds.hybrid:  # only then: /proc/cpuinfo of a big machine is large, and the rule needs it only here
+    raw = [(k.cpus, dict(k.infos)) for k in kinds.kinds]
+    if frequency_classes(raw):  # only then the CPU's identity: /proc/cpuinfo of a big machine is large
+        from launcher.topology.cpu_identity import read_cpu_identity  # off a standalone rank's imports
+
         identity, _ = read_cpu_identity(fsroot)
-        classes = priority_classes([(k.cpus, dict(k.infos)) for k in kinds.kinds],
-                                   identity.vendor if identity else None, identity.flags if identity else None)
+        classes = priority_classes(raw, identity.vendor if identity else None, identity.flags if identity else None)
     groups = ([(k.name, k.cpus) for k in kinds.kinds] if kinds.hybrid and classes is None
               else [("", online)])
     notes: list[str] = []

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from launcher.cli import cli
 from launcher.plan.kinds import plan_kinds
@@ -24,8 +26,16 @@ from launcher.topology.priority import PriorityCores, priority_from_json
 from launcher.topology.priority_rule import XML_WHY, Evidence, find_priority, priority_classes
 from launcher.topology.snapshot import from_snapshot, to_snapshot
 from tests.conftest import FIXTURES, extract_tarball, need
-from tests.fakesys import PRIORITY_MACHINES, FakeMachine, priority_machines, uniform, write_tree
-from tests.fuzz import bounded
+from tests.fakesys import (
+    PRIORITY_MACHINES,
+    CoreClock,
+    FakeMachine,
+    priority_machines,
+    uniform,
+    with_clocks,
+    write_tree,
+)
+from tests.fuzz import FUZZ, MUTATIONS, bounded, mutate
 
 CPU = "sys/devices/system/cpu"
 PCT = (*range(0, 4), *range(24, 28), *range(48, 52), *range(72, 76))
@@ -183,6 +193,20 @@ def test_hostile_evidence_gives_none_with_a_reason(tmp_path: Path, case: str, na
     assert line.startswith("priority none: ") and ("cpu7" in line or "7" in line), line
 
 
+@FUZZ
+@given(data=st.data())
+def test_corrupted_clock_files(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """Any mutation of any clock file (content, deletion, dangling link, loop, FIFO, /dev/zero) gives priority
+    cores that are CPUs of the machine, or none with a one-line reason; never an exception, within the bound."""
+    copy = write_tree(tmp_path_factory.mktemp("clocks") / "t", priority_machines()["itmt-desktop"])
+    entries = sorted(p for p in priority_machines()["itmt-desktop"].files if "/cpu" in p or "itmt" in p)
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        kind, value = data.draw(MUTATIONS, label="mutation")
+        mutate(copy / data.draw(st.sampled_from(entries), label="entry"), kind, value)
+    prio = load(copy).priority_cores()
+    assert prio.cpus <= frozenset(range(20)) and (prio.cpus or (prio.why_none and "\n" not in prio.why_none))
+
+
 def test_a_hostile_itmt_switch_is_ignored(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "t", priority_machines()["itmt-desktop"])
     switch = root / "proc/sys/kernel/sched_itmt_enabled"
@@ -224,6 +248,19 @@ def test_rankings_of_every_core_have_no_common_level(tmp_path: Path) -> None:
     assert not prio.cpus and prio.why_none.startswith("cpufreq/amd_pstate_prefcore_ranking has no common level")
 
 
+def test_pct_cores_10_percent_faster_with_one_base_frequency(tmp_path: Path) -> None:
+    """hwloc cannot rank kinds that share a base frequency: affrun's kinds reader refuses them with a warning (one
+    kind), and the priority cores are found as on the xeon6-pct machine."""
+    m = uniform(2, 8, threads=2)
+
+    def clock(ci: int) -> CoreClock:
+        return CoreClock(46, 4_600_000, 2_300_000) if ci % 8 < 2 else CoreClock(38, 3_800_000, 2_300_000)
+
+    topo = load(write_tree(tmp_path / "t", with_clocks(m, clock, ("Intel(R) Xeon(R) 6776P", 173, 1), "ht hwp")))
+    assert not topo.kinds().kinds and any("cannot be ranked" in w for w in topo.warnings)
+    assert topo.priority_cores().order == (0, 1, 8, 9, 16, 17, 24, 25) and plan_kinds(topo) is None
+
+
 # ---------------------------------------------------------------------------------------------- the rules, pure
 def test_find_priority_levels_groups_and_reasons() -> None:
     cores = [(0, 4), (1, 5), (2, 6), (3, 7)]
@@ -249,6 +286,8 @@ def test_find_priority_levels_groups_and_reasons() -> None:
     found = find_priority(three, kinds3, [Evidence("perf", {0: 60, 1: 60, 2: 40, 3: 40, 4: 40, 5: 42})], absent="-")
     assert found.order == (5,) and found.source == "perf 42 against 40 (E-cores)"
     assert find_priority(cores, one, [Evidence("perf", {})], absent="nothing here").why_none == "nothing here"
+    partial = find_priority(cores, one, [Evidence("perf", {0: 1, 4: 1})], absent="-")
+    assert not partial.cpus and partial.why_none == "perf: no value for some of the CPUs"
 
 
 def test_priority_classes_rule() -> None:

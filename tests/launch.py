@@ -236,7 +236,7 @@ def thread_bindings(text: str) -> dict[int, dict[int, frozenset[int]]]:
 
 
 RANK_FIELDS = ("local_rank", "cpus", "compute_cores", "loader_cpus", "gpu", "gpu_pci", "numa_nodes", "mem_nodes", "threads",
-               "shared", "warnings", "spill_cpus", "spill_nodes")
+               "shared", "warnings", "spill_cpus", "spill_nodes", "comm_cpus", "main_cpus")
 PLAN_FIELDS = ("mode", "smt", "gpu_order", "spill", "reserved", "warnings")
 
 

@@ -315,11 +315,15 @@ def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
     return requested
 
 
-def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str) -> dict[str, object]:
-    """The documented ``affrun plan --json`` contract: the plan plus each rank's environment."""
+def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str,
+              threads: Sequence[ThreadPlan] = ()) -> dict[str, object]:
+    """The documented ``affrun plan --json`` contract: the plan plus each rank's environment, and its thread plan
+    (``thread_plan``, when ``threads`` gives them)."""
     out: dict[str, Any] = plan.to_dict()
     ranks = []
-    for rank, entry, env in zip(plan.ranks, out["ranks"], envs):
+    for i, (rank, entry, env) in enumerate(zip(plan.ranks, out["ranks"], envs)):
+        if i < len(threads):
+            entry = {**entry, "thread_plan": threads[i].to_dict()}
         entry = {**entry, "env": dict(env.set), "unset": list(env.unset), "notes": list(env.notes),
                  "mem_policy": mem_policy if rank.mem_nodes else "none",
                  "numactl": ["numactl", f"--physcpubind={format_cpulist(rank.cpus)}",

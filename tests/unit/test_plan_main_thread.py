@@ -254,3 +254,24 @@ def test_the_main_thread_changes_nothing_else_without_priority_cores(case: tuple
     assert (asked is None) == (plain is None)
     if asked is not None and plain is not None:
         assert asked.ranks == plain.ranks
+
+
+def test_python_keywords_and_tuned_files_take_the_options() -> None:
+    from launcher.options.keywords import check_keywords
+    from launcher.submitit import AffinityOptions
+
+    assert check_keywords({"main_thread": "priority", "rank_hooks": "none"}) == {"main_thread": "priority",
+                                                                                 "rank_hooks": "none"}
+    for keyword, value in (("main_thread", "fast"), ("main_thread", None), ("rank_hooks", True)):
+        with pytest.raises(ConfigError) as caught:
+            check_keywords({keyword: value})
+        assert str(caught.value).startswith(f"{keyword}="), str(caught.value)
+    opts = AffinityOptions.from_kwargs(main_thread="compute", rank_hooks="none")
+    assert opts.to_argv() == ["--main-thread", "compute", "--rank-hooks", "none"]
+    assert opts.binding().plan.request(1).main_thread == "compute"
+    from launcher.options.tuned import parse_tuned
+
+    tuned = parse_tuned("affrun-tuned: 1\noptions:\n  main-thread: compute\n", "t.yaml")
+    assert tuned.argv() == ["--main-thread", "compute"]
+    with pytest.raises(ConfigError, match="main-thread: 'sideways' is not one of none, compute, priority"):
+        parse_tuned("affrun-tuned: 1\noptions:\n  main-thread: sideways\n", "t.yaml")

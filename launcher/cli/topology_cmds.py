@@ -102,17 +102,18 @@ nproc_option = click.option(
 @env_options
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
 def plan(**kwargs: Any) -> None:
-    """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment."""
+    """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment, and where each thread lives."""
     as_json = kwargs.pop("as_json")
     topo, parent = _plan(kwargs)
     the_plan = parent.plan
+    from launcher.show.table import plan_table, thread_plans
+
+    threads = thread_plans(topo, the_plan)
     if as_json:
         envs = [parent.environment(r) for r in the_plan.ranks]
-        click.echo(json.dumps(plan_json(the_plan, envs, parent.mem_policy), indent=2))
+        click.echo(json.dumps(plan_json(the_plan, envs, parent.mem_policy, threads), indent=2))
         return
-    from launcher.show.table import plan_table
-
-    click.echo(plan_table(topo, the_plan))
+    click.echo(plan_table(topo, the_plan, threads))
 
 
 @click.command()

@@ -49,11 +49,11 @@ def tensorrt_llm(libraries: Sequence[str], environ: Mapping[str, str]) -> Binder
 
 
 def pinning_ancestor(chain: Sequence[tuple[int, str]]) -> Binder | None:
-    """A ``numactl`` or ``taskset`` among the ancestors (the nearest): it set the mask the process started with."""
-    for pid, cmdline in chain:
-        words = cmdline.split()
-        tool = os.path.basename(words[0]) if words else ""
-        if tool in PINNING_TOOLS:
+    """A ``numactl`` or ``taskset`` in an ancestor's command line (the nearest): it set the mask the process
+    started with."""
+    for pid, cmdline in chain:  # numactl and taskset exec their command: a shell or launcher that ran one shows
+        tool = next((os.path.basename(w) for w in cmdline.split() if os.path.basename(w) in PINNING_TOOLS), None)
+        if tool is not None:
             return Binder(f"{tool} in the parent process {pid} ({cmdline[:120]})",
                           f"drop {tool} from the command: affrun binds each rank itself")
     return None

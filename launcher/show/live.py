@@ -69,7 +69,8 @@ class LiveModel(Model):
         by_role: dict[str, int] = {}
         for (_, role, _), n in counts.items():
             by_role[role] = by_role.get(role, 0) + n
-        role = max(by_role, key=lambda r: (by_role[r], r))
+        order = list(ROLE_MARKS)  # a tie goes to the role listed first: the main thread's
+        role = max(by_role, key=lambda r: (by_role[r], -order.index(r) if r in order else -len(order)))
         stray = any(strayed for _, _, strayed in counts)
         letter = ROLE_MARKS.get(role, ("?", ""))[0] + (STRAY_MARK if stray else "")
         info = CoreInfo(core.pus[0], core.pus, ranks, "stray" if stray else role)

@@ -38,10 +38,21 @@ def _listed(items: Sequence[str]) -> str:
     return "; ".join(items[:LISTED]) + (f"; and {more} more" if more > 0 else "")
 
 
-def subject(rank: ProcessRecord, p: ProcessRecord) -> str:
-    if p is rank or p.worker is None:
-        return rank.label()
-    return f"{rank.label()}, DataLoader worker {p.worker.index} of {p.workers_seen} (pid {p.pid})"
+def worker_name(p: ProcessRecord) -> str:
+    return f"DataLoader worker {p.worker.index} of {p.workers_seen} (pid {p.pid})" if p.worker else f"pid {p.pid}"
+
+
+def _items(rank: ProcessRecord, p: ProcessRecord, threads: Sequence[ThreadRecord], verb: str,
+           cpus_of: Callable[[ThreadRecord], frozenset[int]], home: bool = True) -> list[str]:
+    """The rank's own threads one by one; a worker's together (a worker's threads share one home)."""
+    def outside(t: ThreadRecord) -> str:
+        return f", outside its home {_cpus(t.home or ())}" if home and t.home is not None else ""
+
+    if p is rank:
+        return [f"{_thread(t)} {verb} CPUs {_cpus(cpus_of(t))}{outside(t)}" for t in threads]
+    where = frozenset().union(*(cpus_of(t) for t in threads))
+    return [f"{worker_name(p)}: {len(threads)} of its {len(p.threads)} thread(s) ({', '.join(sorted({t.comm for t in threads}))}) "
+            f"{verb} CPUs {_cpus(where)}{outside(threads[0])}"]
 
 
 def _planned(audit: JobAudit) -> list[tuple[ProcessRecord, ThreadPlan, list[ProcessRecord]]]:
@@ -54,14 +65,15 @@ def _planned(audit: JobAudit) -> list[tuple[ProcessRecord, ThreadPlan, list[Proc
 
 
 def thread_findings(audit: JobAudit, ancestors_of: Ancestors | None = None) -> list[Finding]:
-    """Every thread finding of every rank that carries a thread plan, and of its DataLoader workers."""
+    """Every thread finding of every rank that carries a thread plan, its DataLoader workers' included: at most
+    one of each id a rank, which lists the rank's threads and each worker's."""
     out: list[Finding] = []
     for rank, plan, workers in _planned(audit):
         chain = ancestors_of(rank.pid) if ancestors_of else []
-        for p in (rank, *workers):
-            out.extend(strayed_findings(rank, plan, p))
-            out.extend(mask_findings(rank, plan, p, chain))
-            out.extend(busy_pool_findings(audit, rank, plan, p))
+        procs = [rank, *workers]
+        out.extend(strayed_findings(rank, plan, procs))
+        out.extend(mask_findings(rank, plan, procs, chain))
+        out.extend(busy_pool_findings(audit, rank, plan, procs))
         out.extend(pool_variable_findings(rank, plan))
         out.extend(main_findings(rank, plan))
     return out
@@ -81,27 +93,27 @@ _STRAY_OTHER = ("find what moved the other threads (mask-changed-after-start nam
                 "does): a thread a library starts inherits its caller's mask")
 
 
-def strayed_findings(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord) -> list[Finding]:
-    """The threads of ``p`` that ran outside their homes (a rank's main thread with a core of its own is
-    ``main-off-priority``'s)."""
-    strays = [t for t in sorted(p.threads.values(), key=lambda t: t.tid) if t.verdict == "strayed"
-              and not (p is rank and t.tid == rank.pid and plan.main.pinned)]
-    if not strays:
+def strayed_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[ProcessRecord]) -> list[Finding]:
+    """The threads of the rank and its workers (``procs``) that ran outside their homes (a rank's main thread with
+    a core of its own is ``main-off-priority``'s)."""
+    strays = {p.pid: [t for t in sorted(p.threads.values(), key=lambda t: t.tid) if t.verdict == "strayed"
+                      and not (p is rank and t.tid == rank.pid and plan.main.pinned)] for p in procs}
+    every = [t for ts in strays.values() for t in ts]
+    if not every:
         return []
-    beyond = frozenset().union(*(t.strayed_to for t in strays)) - rank.owned
-    roles = list(dict.fromkeys(t.role for t in strays))
-    fixes = list(dict.fromkeys(_STRAY_FIXES.get(r, _STRAY_OTHER) for r in roles))
-    items = [f"{_thread(t)} ran on CPUs {_cpus(t.strayed_to)}, outside its home {_cpus(t.home or ())}"
-             for t in strays]
+    beyond = frozenset().union(*(t.strayed_to for t in every)) - rank.owned
+    fixes = list(dict.fromkeys(_STRAY_FIXES.get(t.role, _STRAY_OTHER) for t in every))
+    items = [item for p in procs if strays[p.pid]
+             for item in _items(rank, p, strays[p.pid], "ran on", lambda t: t.strayed_to)]
     return [Finding(
         "thread-strayed", "error" if beyond else "warning",
-        f"{len(strays)} thread(s) ran outside their homes in the thread plan ({p.plan_source}): {_listed(items)}"
+        f"{len(every)} thread(s) ran outside their homes in the thread plan ({rank.plan_source}): {_listed(items)}"
         + (f"; CPUs {_cpus(beyond)} are not the rank's" if beyond else ""),
         "a thread off its home takes CPU time from the threads that live there (the OpenMP team, another "
         "DataLoader worker, NCCL's proxy thread); off the rank's CPUs it competes with another rank, and the "
         "slowest rank sets the pace of every collective",
         "; ".join(fixes),
-        subject(rank, p),
+        rank.label(),
     )]
 
 
@@ -129,19 +141,23 @@ def _explained(t: ThreadRecord, masks: set[frozenset[int]], rank: ProcessRecord,
     return False
 
 
-def mask_findings(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord,
+def mask_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[ProcessRecord],
                   chain: Sequence[tuple[int, str]]) -> list[Finding]:
-    """Threads of ``p`` whose mask nothing of affrun's explains, and who may have set it."""
-    masks = explained_masks(rank, plan, p)
-    odd = [t for t in sorted(p.threads.values(), key=lambda t: t.tid) if not _explained(t, masks, rank, plan, p)]
-    if not odd:
+    """Threads of the rank and its workers whose mask nothing of affrun's explains, and who may have set it."""
+    odd = {p.pid: [t for t in sorted(p.threads.values(), key=lambda t: t.tid)
+                   if not _explained(t, explained_masks(rank, plan, p), rank, plan, p)] for p in procs}
+    every = [t for ts in odd.values() for t in ts]
+    if not every:
         return []
-    beyond = frozenset().union(*(t.allowed for t in odd)) - rank.owned
-    off_home = any(t.home is not None and not t.allowed <= t.home for t in odd)
-    items = [f"{_thread(t)} may run on CPUs {_cpus(t.allowed)}"
-             + (f" (it was {_cpus(t.first_allowed)} at the first sample)" if t.first_allowed != t.allowed else "")
-             for t in odd]
-    binders = likely_binders(p, chain)
+    beyond = frozenset().union(*(t.allowed for t in every)) - rank.owned
+    off_home = any(t.home is not None and not t.allowed <= t.home for t in every)
+
+    def mask(t: ThreadRecord) -> frozenset[int]:
+        return t.allowed
+
+    items = [item for p in procs if odd[p.pid] for item in _items(rank, p, odd[p.pid], "may run on", mask, False)]
+    moved = [t for t in every if t.first_allowed != t.allowed]
+    binders = list({b.what: b for p in procs if odd[p.pid] for b in likely_binders(p, chain)}.values())
     named = "; ".join(b.what for b in binders) if binders else (
         "no binder was identified: something in the process called sched_setaffinity (the script, or a library "
         "it loaded: os.sched_setaffinity, psutil's cpu_affinity, taskset -p from outside)")
@@ -151,13 +167,14 @@ def mask_findings(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord,
     env_fix = {k: v for b in binders for k, v in b.env_fix.items()}
     return [Finding(
         "mask-changed-after-start", "error" if beyond else "warning" if off_home else "info",
-        f"{len(odd)} thread(s) have a CPU mask that is neither what affrun applied (CPUs {_cpus(rank.owned)}, the "
+        f"{len(every)} thread(s) have a CPU mask that is neither what affrun applied (CPUs {_cpus(rank.owned)}, the "
         f"thread plan's homes) nor one of the rank's OpenMP places: {_listed(items)}"
-        + (f"; CPUs {_cpus(beyond)} are not the rank's" if beyond else "") + f". Likely binder: {named}",
+        + (f"; CPUs {_cpus(beyond)} are not the rank's" if beyond else "")
+        + (f"; {len(moved)} of them changed while sampled" if moved else "") + f". Likely binder: {named}",
         "two binders on one rank fight: the last to set a mask wins, and threads started after it inherit its "
         "choice; a mask wider than the rank's lets its threads run on another rank's cores",
         "; ".join(dict.fromkeys(fixes)),
-        subject(rank, p),
+        rank.label(),
         env_fix,
     )]
 
@@ -185,34 +202,44 @@ def _pool_groups(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord) -> lis
              [t for t in others if t.role in ("torch", "unknown")], pool_union(plan))]
 
 
-def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord) -> list[Finding]:
-    """More busy threads of one pool (besides the main thread, thread 0 of every pool) than the pool's CPUs."""
-    out: list[Finding] = []
-    for what, threads, home in _pool_groups(rank, plan, p):
-        busy = _busy(threads, audit.duration)
-        if not home or len(busy) <= len(home):
-            continue
-        names = [f"{_thread(t)} {t.cpu_percent(audit.duration):.0f}%" for t in sorted(busy, key=lambda t: t.tid)]
-        users = [f"{n}={rank.environ[n]}" for n in _user_pools(rank.environ)
-                 if n in rank.environ and (thread_count(rank.environ[n]) or 0) > len(home)]
-        fix = ("size every pool inside a DataLoader worker to its CPUs: keep --rank-hooks auto, or in "
-               "worker_init_fn call torch.set_num_threads(len(os.sched_getaffinity(0))) and cv2.setNumThreads(1)"
-               if p is not rank else
-               f"size the pool to its {len(home)} CPU(s): do not raise affrun's thread counts, and start no more "
-               "threads of one pool than its home holds (torch.set_num_interop_threads, your own thread pools)")
-        if users:
-            fix = f"lower or unset your {', '.join(users)} (AFFRUN_USER_POOLS names them as yours); then " + fix
-        out.append(Finding(
-            "pool-oversubscribed", "warning",
-            f"{len(busy)} busy {what} ran on {len(home)} CPU(s) ({_cpus(home)}): {_listed(names)}"
-            + (f"; your {', '.join(users)} asked for more threads than that" if users else ""),
-            "more busy threads than CPUs take turns on them: each waits for the others, and a parallel region ends "
-            "with its slowest thread (4 DataLoader workers per GPU on 64 cores started 2,048 OpenCV threads and "
-            "loaded about 4x slower: open-mmlab/mmdetection #6867)",
-            fix,
-            subject(rank, p),
-        ))
-    return out
+def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan,
+                       procs: Sequence[ProcessRecord]) -> list[Finding]:
+    """More busy threads of one pool (besides the main thread, thread 0 of every pool) than the pool's CPUs, in
+    the rank or in any of its workers."""
+    items: list[str] = []
+    busiest, smallest = 0, 0
+    in_worker = False
+    for p in procs:
+        for what, threads, home in _pool_groups(rank, plan, p):
+            busy = sorted(_busy(threads, audit.duration), key=lambda t: t.tid)
+            if not home or len(busy) <= len(home):
+                continue
+            busiest, smallest = max(busiest, len(busy)), min(smallest or len(home), len(home))
+            in_worker = in_worker or p is not rank
+            names = ", ".join(f"{t.tid} {t.comm} {t.cpu_percent(audit.duration):.0f}%" for t in busy[:LISTED])
+            where = "" if p is rank else f"{worker_name(p)}: "
+            items.append(f"{where}{len(busy)} busy {what} on {len(home)} CPU(s) ({_cpus(home)}): tids {names}"
+                         + (f" and {len(busy) - LISTED} more" if len(busy) > LISTED else ""))
+    if not items:
+        return []
+    users = [f"{n}={rank.environ[n]}" for n in _user_pools(rank.environ)
+             if n in rank.environ and (thread_count(rank.environ[n]) or 0) > smallest]
+    fix = ("size every pool inside a DataLoader worker to its CPUs: keep --rank-hooks auto, or in worker_init_fn "
+           "call torch.set_num_threads(len(os.sched_getaffinity(0))) and cv2.setNumThreads(1)" if in_worker else
+           "size each pool to its home's CPUs: do not raise affrun's thread counts, and start no more threads of "
+           "one pool than its home holds (torch.set_num_interop_threads, your own thread pools)")
+    if users:
+        fix = f"lower or unset your {', '.join(users)} (AFFRUN_USER_POOLS names them as yours); then " + fix
+    return [Finding(
+        "pool-oversubscribed", "warning",
+        f"a pool ran more busy threads than its CPUs (up to {busiest}): {_listed(items)}"
+        + (f"; your {', '.join(users)} (AFFRUN_USER_POOLS) may ask for them" if users else ""),
+        "more busy threads than CPUs take turns on them: each waits for the others, and a parallel region ends "
+        "with its slowest thread (4 DataLoader workers per GPU on 64 cores started 2,048 OpenCV threads and "
+        "loaded about 4x slower: open-mmlab/mmdetection #6867)",
+        fix,
+        rank.label(),
+    )]
 
 
 def pool_variable_findings(rank: ProcessRecord, plan: ThreadPlan) -> list[Finding]:

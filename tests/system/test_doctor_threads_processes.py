@@ -235,13 +235,14 @@ def test_a_worker_whose_pool_is_larger_than_its_cpus(tmp_path: Path) -> None:
     spec = {"mask": [a, b], "workers": [{"cpus": [b], "threads": pool}]}
     env = rank_env([a, b], compute=[a], loader=[b], OPENCV_FOR_THREADS_NUM="3",
                    AFFRUN_USER_POOLS="OPENCV_FOR_THREADS_NUM", AFFRUN_ENV_POLICY="keep")
-    code, data, _, ready = audit_job(tmp_path, spec, env, duration=2.0)
+    code, data, pid, ready = audit_job(tmp_path, spec, env, duration=2.0)
     (worker_pid, tids), = ready["workers"].items()
     over = [f for f in data["findings"] if f["id"] == "pool-oversubscribed"]
-    busy = next(f for f in over if "DataLoader worker 0 of 1" in f.get("subject", ""))
-    assert code == 1 and busy["severity"] == "warning"
-    assert "3 busy threads besides its main one" in busy["message"] and f"on 1 CPU(s) ({b})" in busy["message"]
-    assert all(f"tid {tid} (cv-pool-" in busy["message"] for tid in tids)
+    busy = next(f for f in over if f["message"].startswith("a pool ran more busy threads"))
+    assert code == 1 and busy["severity"] == "warning" and busy["subject"] == f"rank 0 (pid {pid})"
+    assert f"DataLoader worker 0 of 1 (pid {worker_pid}): 3 busy threads besides its main one" in busy["message"]
+    assert f"on 1 CPU(s) ({b}): tids " in busy["message"]
+    assert all(f"{tid} cv-pool-" in busy["message"] for tid in tids)
     assert "your OPENCV_FOR_THREADS_NUM=3" in busy["message"] and "cv2.setNumThreads" in busy["fix"]
     variable = next(f for f in over if f["message"].startswith("OPENCV_FOR_THREADS_NUM=3"))
     assert "your value (AFFRUN_USER_POOLS), kept under --env-policy keep" in variable["message"]

@@ -103,9 +103,9 @@ def test_workers_are_matched_by_mask_then_pid_order_and_their_threads_judged() -
     assert tracker.worker is None and {t.verdict for t in tracker.threads.values()} == {"unplanned"}
     assert {t.tid: t.verdict for t in w0.threads.values()} == {20: "strayed", 21: "home"}  # home: CPU 2
     (stray,) = thread_findings(job)
-    assert stray.id == "thread-strayed" and stray.severity == "warning"
-    assert stray.subject == "rank 0 (pid 10), DataLoader worker 0 of 2 (pid 20)"
-    assert "tid 20 (pt_data_worker, worker) ran on CPUs 0, outside its home 2" in stray.message
+    assert stray.id == "thread-strayed" and stray.severity == "warning" and stray.subject == "rank 0 (pid 10)"
+    assert ("DataLoader worker 0 of 2 (pid 20): 1 of its 2 thread(s) (pt_data_worker) ran on CPUs 0, outside its "
+            "home 2") in stray.message
     assert "worker_init_fn=launcher.torch.worker_init_fn" in stray.fix
 
 
@@ -146,9 +146,9 @@ def test_a_thread_off_the_ranks_cpus_is_an_error_and_its_mask_is_named() -> None
     job = audited(rank)
     plan = rank.thread_plan
     assert plan is not None
-    (stray,) = strayed_findings(rank, plan, rank)
+    (stray,) = strayed_findings(rank, plan, [rank])
     assert stray.severity == "error" and "CPUs 5 are not the rank's" in stray.message
-    (changed,) = mask_findings(rank, plan, rank, [(9, "sh -c numactl --physcpubind=0-5 python train.py")])
+    (changed,) = mask_findings(rank, plan, [rank], [(9, "sh -c numactl --physcpubind=0-5 python train.py")])
     assert changed.severity == "error" and "tid 11 (mine, unknown) may run on CPUs 0-5" in changed.message
     assert "numactl in the parent process 9" in changed.message and "drop numactl" in changed.fix
     assert {f.id for f in thread_findings(job)} == {"thread-strayed", "mask-changed-after-start"}
@@ -162,7 +162,7 @@ def test_how_severe_a_changed_mask_is(allowed: set[int], severity: str) -> None:
     audited(rank)
     assert rank.thread_plan is not None
     rank.threads[11].role, rank.threads[11].home = "omp", frozenset({0, 1})
-    (changed,) = mask_findings(rank, rank.thread_plan, rank, [])
+    (changed,) = mask_findings(rank, rank.thread_plan, [rank], [])
     assert changed.severity == severity and "no binder was identified" in changed.message
 
 
@@ -173,8 +173,7 @@ def test_masks_affrun_or_the_places_explain_are_not_findings() -> None:
     worker = process(20, 10, [thread(20, "pt_data_worker", {2}, {2})], rank_env(), comm="pt_data_worker")
     job = audited(rank, worker)
     assert rank.thread_plan is not None
-    assert mask_findings(rank, rank.thread_plan, rank, []) == []
-    assert mask_findings(rank, rank.thread_plan, worker, []) == []
+    assert mask_findings(rank, rank.thread_plan, [rank, worker], []) == []
     assert thread_findings(job) == []
 
 
@@ -203,14 +202,16 @@ def test_busy_pools_are_counted_against_their_home() -> None:
     job = audited(rank, worker)
     plan = rank.thread_plan
     assert plan is not None and worker.worker is not None and worker.worker.cpus == (2, 3)  # the loader CPUs
-    (busy,) = busy_pool_findings(job, rank, plan, worker)
-    assert busy.message.startswith("3 busy threads besides its main one") and "on 2 CPU(s) (2-3)" in busy.message
-    assert "your OPENCV_FOR_THREADS_NUM=8" in busy.message
+    (busy,) = busy_pool_findings(job, rank, plan, [rank, worker])
+    assert busy.message.startswith("a pool ran more busy threads than its CPUs (up to 3): DataLoader worker 0 of 1 "
+                                   "(pid 20): 3 busy threads besides its main one")
+    assert "on 2 CPU(s) (2-3): tids 21 cv-pool 30%, 22 cv-pool 30%, 23 cv-pool 30%" in busy.message
+    assert "your OPENCV_FOR_THREADS_NUM=8 (AFFRUN_USER_POOLS)" in busy.message and "cv2.setNumThreads" in busy.fix
     (variable,) = pool_variable_findings(rank, plan)
     assert "your value (AFFRUN_USER_POOLS), kept under --env-policy keep" in variable.message
     assert variable.env_fix == {"OPENCV_FOR_THREADS_NUM": "2"} and "drop --env-policy keep" in variable.fix
     worker.threads = {t.tid: t for t in [worker.threads[20], *pool[:2], *idle]}
-    assert busy_pool_findings(job, rank, plan, worker) == []  # two busy pool threads on two CPUs
+    assert busy_pool_findings(job, rank, plan, [rank, worker]) == []  # two busy pool threads on two CPUs
     rank.environ.pop("AFFRUN_USER_POOLS")
     (theirs,) = pool_variable_findings(rank, plan)
     assert "your value" not in theirs.message
@@ -228,7 +229,7 @@ def test_a_main_thread_with_a_core_of_its_own(allowed: set[int], ran: set[int], 
         return
     (off,) = found
     assert off.id == "main-off-priority" and said in off.message and "AFFRUN_MAIN_CPUS" in off.message
-    assert strayed_findings(rank, rank.thread_plan, rank) == []  # the main thread is this finding's
+    assert strayed_findings(rank, rank.thread_plan, [rank]) == []  # the main thread is this finding's
     rank.environ["AFFRUN_RANK_HOOKS"] = "none"
     assert "drop --rank-hooks none" in main_findings(rank, rank.thread_plan)[0].fix
 

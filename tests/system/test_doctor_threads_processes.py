@@ -355,3 +355,17 @@ def test_show_pid_refuses_a_dead_pid_a_thread_and_a_kernel_thread() -> None:
     kernel = _kernel_thread()
     if kernel is not None:
         _refused(run(affrun_argv("show", "--pid", str(kernel)), timeout=120), "kernel thread")
+
+
+def test_a_rank_under_affrun_run_is_judged_by_the_plan_it_carries() -> None:
+    """affrun run's hook binds in-process: /proc/PID/environ has AFFRUN_PLAN but no AFFRUN_CPUS. The plan's entry
+    for the rank is its thread plan."""
+    a, _ = two_cpus()
+    job = "import os, time; os.write(1, f'READY {os.getpid()}\\n'.encode()); time.sleep(600)"
+    with running(affrun_argv("run", "--map", str(a), "--", sys.executable, "-c", job), clean_env()) as (_proc, lines):
+        pid = int(lines[-1].split()[1])
+        _, data = audit(pid, 0.3)
+    rank = process(data, pid)
+    assert rank["plan_source"] == "affrun run's plan (AFFRUN_PLAN)" and rank["thread_plan"]["main"]["cpus"] == str(a)
+    main = thread(data, pid, pid)
+    assert (main["role"], main["home"], main["verdict"], main["allowed"]) == ("main", str(a), "home", str(a))

@@ -107,7 +107,8 @@ def strayed_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[Proc
              for item in _items(rank, p, strays[p.pid], "ran on", lambda t: t.strayed_to)]
     return [Finding(
         "thread-strayed", "error" if beyond else "warning",
-        f"{len(every)} thread(s) ran outside their homes in the thread plan ({rank.plan_source}): {_listed(items)}"
+        f"{len(every)} thread(s) ran outside their homes in the thread plan (from {rank.plan_source}): "
+        f"{_listed(items)}"
         + (f"; CPUs {_cpus(beyond)} are not the rank's" if beyond else ""),
         "a thread off its home takes CPU time from the threads that live there (the OpenMP team, another "
         "DataLoader worker, NCCL's proxy thread); off the rank's CPUs it competes with another rank, and the "
@@ -144,8 +145,9 @@ def _explained(t: ThreadRecord, masks: set[frozenset[int]], rank: ProcessRecord,
 def mask_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[ProcessRecord],
                   chain: Sequence[tuple[int, str]]) -> list[Finding]:
     """Threads of the rank and its workers whose mask nothing of affrun's explains, and who may have set it."""
+    masks = {p.pid: explained_masks(rank, plan, p) for p in procs}
     odd = {p.pid: [t for t in sorted(p.threads.values(), key=lambda t: t.tid)
-                   if not _explained(t, explained_masks(rank, plan, p), rank, plan, p)] for p in procs}
+                   if not _explained(t, masks[p.pid], rank, plan, p)] for p in procs}
     every = [t for ts in odd.values() for t in ts]
     if not every:
         return []

@@ -122,8 +122,8 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {what}" for what, n in counts.items())
 
 
-def _plan_lines(p: ProcessRecord) -> list[str]:
-    """What the process's threads are judged against, said once."""
+def _plan_lines(p: ProcessRecord, planned: set[int]) -> list[str]:
+    """What the process's threads are judged against, said once (``planned``: the pids of ranks with a plan)."""
     told = thread_summary(p)
     tally = f"{told['threads']} thread(s): {_counts(told['verdicts'])}"
     if p.thread_plan is not None:
@@ -140,6 +140,9 @@ def _plan_lines(p: ProcessRecord) -> list[str]:
         return [f"  threads: DataLoader worker {p.worker.index} of {p.workers_seen} (matched by "
                 f"{p.worker_matched_by}), home CPUs {format_cpulist(p.worker.cpus)}, pools of {p.worker.pools}; "
                 f"{tally}"]
+    if p.role == "child" and p.rank_pid in planned:
+        return [f"  threads: not a DataLoader or multiprocessing worker: its rank's thread plan has no home for it; "
+                f"{told['threads']} thread(s)"]
     return [f"  threads: no thread plan (no AFFRUN_* variables, no affrun run plan): roles only, no homes; "
             f"{told['threads']} thread(s)"]
 
@@ -176,6 +179,7 @@ def job_text(audit: JobAudit) -> str:
     :data:`THREAD_LINES` per process, the rest counted by role and verdict), the GPUs and the findings."""
     threads = sum(len(p.threads) for p in audit.processes)
     ended = any(p.pid == audit.pid and not p.alive for p in audit.processes)
+    planned = {r.pid for r in audit.ranks() if r.thread_plan is not None}
     lines = [
         f"job {audit.pid}: {len(audit.processes)} process(es), {threads} thread(s), {audit.samples} samples over "
         f"{audit.duration:.2f} s (every {audit.interval:g} s); machine CPUs {format_cpulist(audit.machine_cpus)}"
@@ -188,7 +192,7 @@ def job_text(audit: JobAudit) -> str:
         gone = " (exited)" if not p.alive else ""
         lines.append(f"{p.role}{rank} pid {p.pid} ({p.comm}){owner}{gone}: {' '.join(p.cmdline)[:100]}")
         lines.append(f"  runtimes: {_runtimes_line(p)}")
-        lines.extend(_plan_lines(p))
+        lines.extend(_plan_lines(p, planned))
         if p.feed is not None:
             f = p.feed
             lines.append(f"  feed: {f.batches} batches in {f.seconds:.1f} s, {f.batches_per_s:.1f} batches/s, data wait "

@@ -101,6 +101,7 @@ def test_workers_are_matched_by_mask_then_pid_order_and_their_threads_judged() -
     assert (w1.worker and w1.worker.index, w1.worker_matched_by) == (1, "mask")
     assert (w0.worker and w0.worker.index, w0.worker_matched_by) == (0, "pid order")  # forked: the rank's command
     assert tracker.worker is None and {t.verdict for t in tracker.threads.values()} == {"unplanned"}
+    assert "not a DataLoader or multiprocessing worker: its rank's thread plan has no home for it" in job_text(job)
     assert {t.tid: t.verdict for t in w0.threads.values()} == {20: "strayed", 21: "home"}  # home: CPU 2
     (stray,) = thread_findings(job)
     assert stray.id == "thread-strayed" and stray.severity == "warning" and stray.subject == "rank 0 (pid 10)"

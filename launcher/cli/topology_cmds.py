@@ -122,23 +122,69 @@ def plan(**kwargs: Any) -> None:
 @plan_options
 @click.option("--svg", metavar="FILE", help="Also write the map as SVG (or HTML when FILE ends in .html).")
 @click.option("--color/--no-color", default=None, help="Force colours on or off (default: when stdout is a terminal).")
+@click.option("--pid", type=click.IntRange(min=1), default=None,
+              help="Draw this running job instead: each core coloured by the rank whose threads ran there, marked "
+                   "with the role that ran there most, strays highlighted.")
+@click.option("--duration", default=None, metavar="SECONDS",
+              help="With --pid: seconds to sample for, at most a day (default 2; sampling ends when the job does).")
 def show(**kwargs: Any) -> None:
-    """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node."""
+    """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node; with
+    --pid, by the rank whose threads ran there."""
     svg_path, color = kwargs.pop("svg"), kwargs.pop("color")
-    topo, parent = _plan(kwargs)
-    the_plan = parent.plan
+    pid, duration = kwargs.pop("pid"), kwargs.pop("duration")
     import shutil
-
-    from launcher.show import picture, write_map
 
     if color is None:
         color = sys.stdout.isatty()
-
     width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 120)
+    if pid is None and duration is not None:
+        raise click.UsageError("--duration applies to --pid only")
+    if pid is not None:
+        ctx = click.get_current_context()
+        given = [p.opts[0] for p in ctx.command.params if p.name in kwargs and ctx.get_parameter_source(p.name)
+                 in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)]
+        if given:
+            raise click.UsageError(f"--pid draws the live job on this machine: drop {', '.join(given)}")
+        _show_live(pid, duration, svg_path, color, width)
+        return
+    topo, parent = _plan(kwargs)
+    the_plan = parent.plan
+    from launcher.show import picture, write_map
+
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)
     if svg_path:
         try:
             write_map(topo, the_plan, svg_path)
+        except OSError as exc:
+            raise AffrunError(f"{svg_path}: {exc.strerror}") from None
+        click.echo(f"wrote {svg_path}")
+
+
+def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool, width: int) -> None:
+    """``affrun show --pid``: sample the job as ``affrun doctor --pid`` does, then draw where its threads ran."""
+    from launcher.base.cpulist import format_cpulist
+    from launcher.cli.doctor_cmd import parse_seconds
+    from launcher.doctor.sampling import sample_job
+    from launcher.doctor.thread_homes import cpu_use
+    from launcher.show.live import LiveJob, LiveRank, live_picture, live_svg
+
+    audit = sample_job(pid, duration=2.0 if duration is None else parse_seconds("duration", duration))
+    ranks = audit.ranks()
+    local = [r.rank for r in ranks]
+    distinct = None not in local and len(set(local)) == len(local)
+    key = {r.pid: (r.rank if distinct and r.rank is not None else i) for i, r in enumerate(ranks)}
+    use = {cpu: {(key[pid_], role, strayed): n for (pid_, role, strayed), n in cell.items()}
+           for cpu, cell in cpu_use(audit).items()}
+    live = tuple(LiveRank(key[r.pid], r.label(), format_cpulist(r.owned),
+                          sum(len(p.threads) for p in (r, *audit.children_of(r))),
+                          sum(1 for p in (r, *audit.children_of(r)) for t in p.threads.values() if t.verdict == "strayed"),
+                          r.thread_plan is not None) for r in ranks)
+    job = LiveJob(pid, len(audit.processes), audit.samples, audit.duration, live, use)
+    topo = load_topology()
+    click.echo(live_picture(topo, job, color=color, width=width), color=color)
+    if svg_path:
+        try:
+            live_svg(topo, job, svg_path)
         except OSError as exc:
             raise AffrunError(f"{svg_path}: {exc.strerror}") from None
         click.echo(f"wrote {svg_path}")

@@ -223,7 +223,8 @@ def _link_libiomp5(venv: Path, parents: list[str]) -> str | None:
     if target.exists():
         return str(target)
     for site in [*parents, sysconfig.get_paths()["purelib"]]:
-        candidate = Path(site).parents[2] / "lib" / "libiomp5.so"
+        prefix = Path(site).parents[2] if len(Path(site).parents) > 2 else Path(site)
+        candidate = prefix / "lib" / "libiomp5.so"
         if candidate.exists():
             target.symlink_to(candidate)
             return str(candidate)
@@ -262,8 +263,9 @@ def install(work: Path, carry: Path, timeout: float) -> Interpreter:
         fallback.log.append(f"python -m venv failed ({out[-300:]}): PYTHONPATH={ROOT}, no startup hook")
         return _verified(fallback)
     site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], 30)[1].strip())
-    # The parent's packages (torch, nvidia-ml-py...) after the venv's own: a .pth line adds a directory.
-    (site / "zz-device-check-parent.pth").write_text("".join(f"{p}\n" for p in parents))
+    # The parent's packages (torch, nvidia-ml-py...) after the venv's own, each directory added as a site
+    # directory (its own .pth files run too), as --system-site-packages does for a system interpreter.
+    (site / "zz-device-check-parent.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in parents))
     libiomp5 = _link_libiomp5(venv, parents)
     interp = Interpreter(python, tier="pip")
     interp.log.append(f"venv {venv} seeing {len(parents)} package dir(s) of {sys.executable}; "

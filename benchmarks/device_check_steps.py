@@ -268,5 +268,5 @@ def tune_step(ctx: Context) -> Result:
     res.checks["a_trial_measured"] = bool(measured)
     res.headline = (f"{len(measured)} trial(s) measured; "
                     + ("default stands" if best.get("default_stands") else
-                       f"best {' '.join(best.get('options') or []) or '?'} ({best.get('vs_default')}x)"))
+                       f"best {' '.join(best.get('options') or []) or '?'} ({best.get('vs_default') or 0:.2f}x the default)"))
     return res.judge(call.rc)

@@ -108,10 +108,10 @@ def topology_step(ctx: Context) -> Result:
     res.figures = {"allowed_cpus": format_cpulist(allowed), "whole_cores": ctx.facts["cores"], "gpus": gpus,
                    "numa_nodes": [n["id"] for n in topo["numa_nodes"]], "nics": topo.get("nics"),
                    "warnings": topo.get("warnings"), "source": topo.get("source")}
+    # A numa_node of -1 in sysfs leaves affrun to place the GPU by its local_cpulist: any node is then its answer.
     res.checks["gpus_as_sysfs_says"] = (
         sorted(sysfs) == sorted(g["pci"] for g in gpus)
-        and all(str(g["numa_node"] if g["numa_node"] is not None else -1) == sysfs[g["pci"]]["numa_node"]
-                for g in gpus))
+        and all(sysfs[g["pci"]]["numa_node"] in ("-1", str(g["numa_node"])) for g in gpus))
     res.headline = (f"{ctx.facts['cores']} whole cores, CPUs {format_cpulist(allowed)}; GPUs "
                     + (", ".join(f"{g['pci']} node {g['numa_node']} cpus {g['cpus']}" for g in gpus) or "none"))
     return res.judge(call.rc)

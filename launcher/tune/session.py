@@ -44,9 +44,9 @@ def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progress
     """Run the trials; raise :class:`LaunchError` when the first one (the default plan) fails or never iterates a
     DataLoader. ``interrupted()``: whether to stop (:func:`launcher.tune.signals.noted`)."""
     since = boot_ticks()
-    with subreaping():
+    with subreaping() as subreaper:
         try:
-            return _tune(spec, rank_cores, repeats, budget, progress, interrupted)
+            return _tune(spec, rank_cores, repeats, budget, progress, interrupted, subreaper)
         finally:
             left = sweep(f"{os.getpid()}-", set(), since)  # every trial's marker begins so
             if left:
@@ -62,7 +62,7 @@ def _why(trial: TrialRun) -> str:
 
 
 def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progress: Callable[[str], None],
-          interrupted: Callable[[], bool]) -> Session:
+          interrupted: Callable[[], bool], subreaper: bool) -> Session:
     workdir = tempfile.mkdtemp(prefix="affrun-tune-")
     deadline = time.monotonic() + budget
     default = TrialResult(DEFAULT)
@@ -81,7 +81,7 @@ def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progres
         counter[0] += 1
         started = time.monotonic()
         trial = run_trial(spec, result.candidate.options(), force[0] and not result.candidate.is_default,
-                          workdir, f"trial{counter[0]}", deadline, interrupted)
+                          workdir, f"trial{counter[0]}", deadline, interrupted, subreaper)
         took.append(time.monotonic() - started)
         if trial.survivors:
             progress(f"warning: {trial.survivors} process(es) of trial {counter[0]} could not be stopped")

@@ -141,6 +141,38 @@ def reap(since: int, table: dict[int, Proc] | None = None, keep: int = 0) -> Non
                 pass
 
 
+def _children() -> list[int] | None:
+    """This process's children, from /proc/self/task/*/children (``None`` where the kernel has no such file)."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as fh:
+                out += [int(word) for word in fh.read().split()]
+    except (OSError, ValueError):
+        return None
+    return out
+
+
+def watch(job: int, family: set[Member], since: int, subreaper: bool) -> None:
+    """The sweep's part of each poll of a running trial: reap the orphans re-parented to tune that have exited (a
+    process that forks and exits in a loop must not use up the pids), reading tune's own children only; without
+    the subreaper, note the job's descendants instead from the whole of /proc (an orphan of the job would go to
+    init, out of sight)."""
+    kids = _children() if subreaper else None
+    if kids is None:
+        table = processes()
+        family.update(descendants(job, table))
+        reap(since, table, keep=job)
+        return
+    for pid in kids:
+        p = _proc(pid) if pid != job else None
+        if p is not None and p.state == "Z" and p.start >= since:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
 def kill(member: Member) -> None:
     """SIGKILL the process and its process group (a group of one of a trial's sessions, never tune's own: a
     process that forks and exits to change its pid is stopped with its group at once); by pidfd where the kernel

@@ -18,7 +18,7 @@ from typing import Literal
 from launcher.feed.meter import FORCE_VARIABLE  # the meter sets every DataLoader's num_workers
 from launcher.tune.capture import Tail, last_line
 from launcher.tune.measure import Reading, Window, all_advanced, all_started, reading, window
-from launcher.tune.sweep import MARKER, Member, boot_ticks, descendants, processes, reap, stop
+from launcher.tune.sweep import MARKER, Member, boot_ticks, stop, watch
 
 POLL = 0.2
 Outcome = Literal["measured", "failed", "no-loader", "stalled", "interrupted", "out-of-time"]
@@ -61,9 +61,10 @@ def _read(path: str) -> Reading:
 
 
 def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, tag: str, deadline: float,
-              interrupted: Callable[[], bool] = lambda: False) -> TrialRun:
+              interrupted: Callable[[], bool] = lambda: False, subreaper: bool = False) -> TrialRun:
     """Run one trial until its window is measured, it ends, ``deadline`` (``time.monotonic``) passes or
-    ``interrupted()`` says so; then stop it and sweep every process it started."""
+    ``interrupted()`` says so; then stop it and sweep every process it started. ``subreaper``: whether tune is
+    one (:func:`launcher.tune.sweep.subreaping`)."""
     feed_json = os.path.join(workdir, f"{tag}.json")
     marker = f"{os.getpid()}-{tag}"
     env = dict(os.environ)
@@ -81,7 +82,8 @@ def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, ta
                                 stdin=subprocess.DEVNULL, stdout=tail.fd, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         tail.started()
-        outcome, first = _watch(proc, spec, feed_json, deadline, family, since, interrupted)
+        outcome, first = _watch(proc, spec, feed_json, deadline, lambda: watch(proc.pid, family, since, subreaper),
+                                interrupted)
     except KeyboardInterrupt:  # a caller without launcher.tune.signals.noted()
         outcome = "interrupted"
     finally:
@@ -102,19 +104,17 @@ def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, ta
     return TrialRun(outcome, measured, code, last_line(output), survivors)  # type: ignore[arg-type]
 
 
-def _watch(proc: subprocess.Popen[bytes], spec: TrialSpec, feed_json: str, deadline: float, family: set[Member],
-           since: int, interrupted: Callable[[], bool]) -> tuple[str, Window | Reading | None]:
+def _watch(proc: subprocess.Popen[bytes], spec: TrialSpec, feed_json: str, deadline: float,
+           sweep_part: Callable[[], None], interrupted: Callable[[], bool]) -> tuple[str, Window | Reading | None]:
     """Wait for every rank's first batch, warm up, take the first reading, measure, take the last. Returns the
-    outcome and the window, or for ``"ended"`` the first reading (``None`` before it); every poll also notes the
-    job's descendants and reaps orphans re-parented to tune that have exited."""
+    outcome and the window, or for ``"ended"`` the first reading (``None`` before it); every poll also does
+    ``sweep_part()`` (:func:`launcher.tune.sweep.watch`)."""
     started_at = time.monotonic()
     warm_until: float | None = None
     first: Reading | None = None
     measure_until = 0.0
     while True:
-        table = processes()
-        family.update(descendants(proc.pid, table))
-        reap(since, table, keep=proc.pid)
+        sweep_part()
         now = time.monotonic()
         if proc.poll() is not None:
             return "ended", first

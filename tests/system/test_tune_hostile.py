@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -33,6 +33,16 @@ SHORT = ("--trial-seconds", "1", "--warmup-seconds", "0.5")
 @pytest.fixture(autouse=True)
 def _torch() -> None:
     require_torch()
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Iterator[Path]:
+    """The directory the script records its processes in; whatever of them still runs at the test's end (a
+    failed test) is killed, by pid, so that no test leaves one behind."""
+    where = tmp_path / "record"
+    where.mkdir()
+    yield where
+    _left_behind(where, within=0)
 
 
 def _one_core() -> tuple[str, str]:
@@ -129,11 +139,9 @@ def _escaped(record: Path) -> list[int]:
     return [pid for pid, (_, what) in _recorded(record).items() if what == "escaped"]
 
 
-def test_nothing_a_trial_starts_outlives_it(tmp_path: Path) -> None:
+def test_nothing_a_trial_starts_outlives_it(record: Path) -> None:
     """Daemons in the rank's group, a child in a session of its own, and a double fork that re-executes with an
     empty environment and then changes its pid every 0.1 s: every one of them, in both trials, is gone."""
-    record = tmp_path / "record"
-    record.mkdir()
     tune = _Tune("--nproc-per-node", "1", *_one_core(), *SHORT, HOSTILE, "--record", str(record), "--daemon",
                  "--setsid", "--escape", "--hop")
     tune.wait_for(lambda: _escaped(record), "the script's first escape")
@@ -149,12 +157,10 @@ def test_nothing_a_trial_starts_outlives_it(tmp_path: Path) -> None:
     assert not _left_behind(record)
 
 
-def test_ctrl_c_held_down_while_the_job_ignores_sigterm(tmp_path: Path) -> None:
+def test_ctrl_c_held_down_while_the_job_ignores_sigterm(tmp_path: Path, record: Path) -> None:
     """SIGINT to tune's process group (as a terminal sends it) during the first trial, whose rank ignores SIGTERM
     and escapes once more when it gets it, then again and again while tune stops and sweeps the trial and writes
     --save and --svg: the table so far, exit 130, whole files, nothing left."""
-    record = tmp_path / "record"
-    record.mkdir()
     svg, saved = tmp_path / "t.svg", tmp_path / "t.yaml"
     tune = _Tune("--nproc-per-node", "1", *_one_core(), *SHORT, "--svg", str(svg), "--save", str(saved), HOSTILE,
                  "--record", str(record), "--escape", "--escape-on-term")
@@ -175,10 +181,8 @@ def test_ctrl_c_held_down_while_the_job_ignores_sigterm(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_between_trials_stops_with_the_table(tmp_path: Path, sig: signal.Signals) -> None:
+def test_a_signal_between_trials_stops_with_the_table(record: Path, sig: signal.Signals) -> None:
     """SIGINT or SIGTERM to tune alone as the first trial ends and the second starts."""
-    record = tmp_path / "record"
-    record.mkdir()
     tune = _Tune("--nproc-per-node", "1", *_one_core(), *SHORT, "--json", HOSTILE, "--record", str(record),
                  "--escape")
     tune.wait_for(lambda: any("trial 1 default" in line for line in tune.lines), "the first trial's end")
@@ -189,9 +193,7 @@ def test_a_signal_between_trials_stops_with_the_table(tmp_path: Path, sig: signa
     assert not _left_behind(record)
 
 
-def test_ctrl_c_before_any_trial_is_exit_130(tmp_path: Path) -> None:
-    record = tmp_path / "record"
-    record.mkdir()
+def test_ctrl_c_before_any_trial_is_exit_130(record: Path) -> None:
     tune = _Tune("--nproc-per-node", "1", *_one_core(), *SHORT, HOSTILE, "--record", str(record), "--escape")
 
     def importing_torch() -> bool:
@@ -229,12 +231,11 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def test_megabytes_a_second_and_stdin_are_bounded(tmp_path: Path) -> None:
+def test_megabytes_a_second_and_stdin_are_bounded(tmp_path: Path, record: Path) -> None:
     """A script that reads stdin to its end (tune's own stdin is a pipe nobody writes or closes) and prints
     16 MB a second: the trials are measured, tune's temporary directory and memory stay small, nothing of theirs
     is left in TMPDIR (torchrun's log directory included); odd arguments stay out of --save's YAML."""
-    record, tmp = tmp_path / "record", tmp_path / "tmp"
-    record.mkdir()
+    tmp = tmp_path / "tmp"
     tmp.mkdir()
     saved, svg = tmp_path / "tuned.yaml", tmp_path / "tune.svg"
     odd = ["\nmachine: injected", "caf\udcc3\udca9", "\x1b[31mred"]
@@ -277,9 +278,7 @@ def test_a_script_that_ends_early_is_one_error_line(script: list[str], needle: s
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "1_0", "ten", "1e999", "\u0661\u0660"])
-def test_a_bad_budget_is_one_line_before_any_trial(tmp_path: Path, value: str) -> None:
-    record = tmp_path / "record"
-    record.mkdir()
+def test_a_bad_budget_is_one_line_before_any_trial(record: Path, value: str) -> None:
     proc = _tune("--nproc-per-node", "1", "--budget", value, HOSTILE, "--record", str(record))
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     (line,) = _error_lines(proc.stderr)

@@ -327,8 +327,8 @@ def test_doctor_reads_no_live_file_another_user_planted(outside: Path, planted: 
     need(shutil.which("nsenter"), "needs nsenter(1) to run doctor in the rank's mount namespace")
     (outside / "tmp").mkdir()
     d = "/dev/shm/affrun-feed-0"
-    fake = json.dumps(FAKE)[:-1] + ', "pid": $$}'
-    plant = f"mkfifo {d}/$$.json" if planted == "fifo" else f"echo '{fake}' > {d}/$$.json"
+    fake = json.dumps(FAKE)[:-1] + ', "pid": '  # and the rank's pid, $$ for the shell that execs it
+    plant = f"mkfifo {d}/$$.json" if planted == "fifo" else f"echo '{fake}'$$'}}' > {d}/$$.json"
     setup = f"mkdir -m 755 {d} && {plant} && chown -R {OTHER_UID} {d}"
     argv = affrun_argv("exec", "--feed-report", "--", sys.executable, LOOP, "--items", "100000", "--hang-after", "150")
     script = f'mount -t tmpfs -o size=1m,mode=1777 tmpfs /dev/shm && {setup} && exec "$@"'

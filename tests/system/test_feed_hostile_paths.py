@@ -180,6 +180,17 @@ def test_ranks_merge_their_figures_where_flock_works_as_on_nfs(tmp_path: Path) -
     assert os.listdir(path.parent) == ["feed.json"]  # no temporary file left
 
 
+def test_a_lock_that_fails_under_the_rank_is_one_warning(tmp_path: Path) -> None:
+    """flock failing only in the rank (ENOLCK: the lock manager went away after the start; the rank's own variables,
+    as torchrun's ranks get them): one warning, the loop runs to its end."""
+    shim = _nfs_shim(tmp_path)
+    path = tmp_path / "feed.json"
+    proc = run([sys.executable, LOOP], env=clean_env(AFFRUN_FEED="1", AFFRUN_FEED_JSON=str(path),
+                                                     LD_PRELOAD=str(shim), NFS_FLOCK_ERRNO="ENOLCK"))
+    _quiet(proc, warnings=1)
+    assert "No locks available" in proc.stderr and path.read_bytes() == b""  # made to be locked, never written
+
+
 RACE = """
 import os, sys, time
 from torch.utils.data import DataLoader
@@ -297,6 +308,13 @@ def test_a_live_directory_others_may_write_is_not_used(outside: Path) -> None:
     _quiet(_namespace(setup, argv, {"TMPDIR": str(outside / "tmp")}))
     assert victim.read_bytes() == held
     assert os.listdir(outside / "tmp") == []  # $TMPDIR's directory was used instead, and removed at exit
+
+
+def test_a_read_only_filesystem_is_refused(outside: Path) -> None:
+    """Even for root, whom the permission bits do not stop."""
+    setup = f"mount -t tmpfs -o ro tmpfs {outside}"
+    proc = _namespace(setup, affrun_argv("exec", "--feed-json", str(outside / "feed.json"), "--", "true"), {})
+    refused(proc, "--feed-json", "is not writable")
 
 
 def test_a_full_tmpfs_is_one_warning_each_and_leaves_nothing(outside: Path) -> None:

@@ -144,3 +144,19 @@ def test_each_rank_s_variables_are_its_plan_s(dgx: str, case: str) -> None:
         assert env.get("NCCL_PROXY_CPUSET") == planned.get("NCCL_PROXY_CPUSET")
     if case == "as many as the rank has":
         assert all(not r["comm_cpus"] and r["threads"] == 2 for r in ranks)
+
+
+def test_a_spill_core_kept_for_comm_is_the_rank_s(tmp_path: Path) -> None:
+    """One rank on a 2-node machine (cores 0-1 on its node, 2-3 spilled to it as compute cores): 3 comm cores take
+    its 2 home cores and a spill core. The rank accepts the plan (it refused it: a spill CPU that is not a compute
+    CPU) and computes on the core left."""
+    from tests.fakesys import uniform
+
+    root = write_tree(tmp_path / "two", uniform(1, 4, nodes_per_package=2))
+    proc = affrun("exec", "--dry-run", "--fsroot", str(root), "--local-rank", "0", "--nproc-per-node", "1",
+                  "--spill", "compute", "--comm-cores", "3", "--", "true")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    env = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line and line[:1].isupper())
+    comm = parse_cpulist(env["AFFRUN_COMM_CPUS"])
+    assert len(comm) == 3 and {0, 1} <= comm and env["NCCL_PROXY_CPUSET"] == env["AFFRUN_COMM_CPUS"]
+    assert env["OMP_NUM_THREADS"] == "1" and not comm & parse_cpulist(env["AFFRUN_COMPUTE_CPUS"])

@@ -8,9 +8,7 @@ in one mapping), then builds it with PyYAML's safe constructor, timestamps left 
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 # A tuned file is three levels deep and a site profile four; a few dozen values each, a site's profiles a few
 # thousand. Counted with every alias expanded, as a program walking the data would meet them.

@@ -122,7 +122,7 @@ def test_no_file_is_fine_unless_named(tmp_path: Path) -> None:
     ("defaults:\n  mode: fastest\n", "defaults.mode: expected one of exclusive"),
     ("defaults:\n  setup: [1, 2]\n", "defaults.setup: expected a string or a list of strings"),
     ("defaults:\n  rdzv-port: 70000\n", "defaults.rdzv-port: expected an integer from 1 to 65535"),
-    ("default:\n  nodes: 2\n", "default: unknown key (valid at the top: defaults, profiles)"),
+    ("default:\n  nodes: 2\n", "default: unknown key: did you mean defaults? (valid at the top: defaults, profiles)"),
     ("- a\n- b\n", "expected a mapping with 'defaults' and/or 'profiles'"),
     ("profiles: [a]\n", "profiles: expected a mapping of profile names"),
     ("profiles:\n  p: 3\n", "profiles.p: expected a mapping of option names to values"),

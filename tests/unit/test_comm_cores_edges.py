@@ -1,12 +1,14 @@
 """Issue 34, class 6: ``--comm-cores`` at the edges, as properties over generated machines (core kinds, SMT,
 several nodes, GPUs, restricted CPU sets) and requests (every mode, ``--loader-cores``, ``--map`` lists that
-overlap or leave the machine, ``--spill``, ``--comm-cores`` from 0 to more than a rank has, one CPU per rank).
+overlap or leave the machine, ``--spill``, ``--main-thread``, ``--comm-cores`` from 0 to more than a rank has, one
+CPU per rank).
 
 What holds, whatever the request: ``--comm-cores`` never turns a plan into an error and never changes a rank's
 mask or loader CPUs; a rank's comm CPUs are inside its mask, none of its loader CPUs, none of its team's; no CPU
-is two ranks' comm CPU, nor a comm CPU of one rank and a compute CPU of another; in the exclusive modes no rank's
-mask holds another's comm CPU; a rank keeps exactly K comm cores or none, with a warning, and always an OpenMP team;
-and its ``OMP_NUM_THREADS``, ``OMP_PLACES``, ``NCCL_PROXY_CPUSET`` and ``AFFRUN_COMM_CPUS`` agree with the plan."""
+is two ranks' comm CPU, nor a comm CPU of one rank and a compute or loader CPU of another; no other rank's mask
+holds a comm CPU but those of ranks that share their CPUs (numa, socket; overlapping --map lists do not); a rank
+keeps exactly K comm cores or none, with a warning, and always an OpenMP team, never on its main core; and its
+``OMP_NUM_THREADS``, ``OMP_PLACES``, ``NCCL_PROXY_CPUSET`` and ``AFFRUN_COMM_CPUS`` agree with the plan."""
 
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def check_comm(topo: Topology, req: Request, plan: Plan, without: Plan) -> None:
         assert comm <= set(r.cpus), f"rank {r.local_rank}: comm CPUs outside its mask"
         assert comm.isdisjoint(r.loader_cpus), f"rank {r.local_rank}: a comm CPU is a loader CPU"
         assert comm.isdisjoint(r.compute_cpus), f"rank {r.local_rank}: a comm CPU is in its OpenMP team"
+        assert comm.isdisjoint(r.main_cpus), f"rank {r.local_rank}: a comm CPU is its main core"
         assert comm <= set(before.compute_cpus), "a comm core that was not one of the rank's compute cores"
         assert set(r.compute_cpus) <= set(before.compute_cpus)
         assert r.compute_cores and r.threads >= 1, f"rank {r.local_rank}: no OpenMP team left"
@@ -65,6 +68,8 @@ def check_comm(topo: Topology, req: Request, plan: Plan, without: Plan) -> None:
             assert not others, f"CPU {p}: comm CPU of rank {r.local_rank}, compute CPU of ranks {sorted(others)}"
             loaders = [o.local_rank for o in plan.ranks if p in o.loader_cpus]
             assert not loaders, f"CPU {p}: comm CPU of rank {r.local_rank}, loader CPU of ranks {loaders}"
+            holders = [o.local_rank for o in plan.ranks if o is not r and p in o.cpus and not (o.shared and r.shared)]
+            assert not holders, f"CPU {p}: comm CPU of rank {r.local_rank}, in the mask of ranks {holders}"
         check_environment(r, len(plan.ranks), req.smt)
     # the plan every rank reads back and checks (AFFRUN_PLAN): a rank refuses a plan no planner makes
     for bind in BINDS:
@@ -91,6 +96,10 @@ def check_environment(r: object, size: int, smt: bool) -> None:
         if comm:
             assert parse_cpulist(env.set["NCCL_PROXY_CPUSET"]) == comm
             assert env.set["AFFRUN_COMM_CPUS"] == format_cpulist(comm)
+        elif r.main_cpus:  # type: ignore[attr-defined]  # the rank's CPUs off its main core (docs/threads.md)
+            proxy = parse_cpulist(env.set["NCCL_PROXY_CPUSET"])
+            off_main = set(r.cpus) - set(r.main_cpus)  # type: ignore[attr-defined]
+            assert proxy <= set(r.cpus) and (proxy <= off_main or not off_main), (proxy, r)  # type: ignore[attr-defined]
         else:
             assert "NCCL_PROXY_CPUSET" not in env.set
 

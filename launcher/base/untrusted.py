@@ -1,4 +1,5 @@
-"""Reading untrusted text: ASCII-only integers, bounded JSON, and bounded echoes of input in error messages.
+"""Reading untrusted text: ASCII-only integers and decimals (every duration on the command line), bounded JSON,
+and bounded echoes of input in error messages.
 
 Every parser of files, environment variables and option values goes through these, so that one rule holds
 everywhere: ``str.isdigit`` and ``int`` accept ``'²'``, ``'١'``, ``'1_0'`` and ``' +3'``, which no kernel,
@@ -41,6 +42,36 @@ def ascii_hex(text: str, max_digits: int = MAX_DIGITS) -> int | None:
     if not text or len(text) > max_digits or not _ASCII_HEX.issuperset(text):
         return None
     return int(text, 16)
+
+
+def ascii_decimal(text: str) -> float | None:
+    """``text`` as a finite number if it is a plain decimal in ASCII: an optional sign, digits with at most one
+    point (``5``, ``0.25``, ``.5``, ``2.``), an optional exponent (``1e-3``); else ``None``. ``float`` also reads
+    ``nan``, ``inf``, ``1_0``, `` 5 `` and other scripts' digits (``'٥'``), which nobody types as a number."""
+    if not text.isascii():
+        return None
+    head, mark, power = text.lower().partition("e")
+    digits = power[1:] if power[:1] in ("+", "-") else power
+    if mark and not (digits and _ASCII_DIGITS.issuperset(digits)):
+        return None
+    whole, _, fraction = (head[1:] if head[:1] in ("+", "-") else head).partition(".")
+    if not (whole or fraction) or not _ASCII_DIGITS.issuperset(whole + fraction):
+        return None
+    value = float(text) + 0.0  # + 0.0: -0 reads as 0
+    return value if value - value == 0.0 else None  # 1e999 reads as inf
+
+
+def seconds(text: str, low: float = 0.0, *, inclusive: bool = False, high: float | None = None,
+            error: type[Exception] = ValueError) -> float:
+    """``text`` as a number of seconds over ``low`` (from ``low`` on with ``inclusive``) and at most ``high``: the
+    one reader of every duration on affrun's command lines. Anything else raises ``error`` with the one wording,
+    ``'nan' is not a number of seconds > 0`` (the caller puts the option's name before it)."""
+    value = ascii_decimal(text)
+    if value is not None and (value > low or (inclusive and value == low)) and (high is None or value <= high):
+        return value
+    bound = f"{'>=' if inclusive else '>'} {low:g}" if high is None else (
+        f"from {low:g} to {high:g}" if inclusive else f"> {low:g} and at most {high:g}")
+    raise error(f"{short(text)} is not a number of seconds {bound}")
 
 
 def short(value: object, limit: int = 60) -> str:

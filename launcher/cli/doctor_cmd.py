@@ -11,8 +11,8 @@ from typing import Any, Literal
 import click
 
 from launcher.base.cpulist import format_cpulist
-from launcher.base.untrusted import short, shown
-from launcher.cli.options import topology_options
+from launcher.base.untrusted import seconds, shown
+from launcher.cli.options import COUNT, PID, topology_options
 from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
 from launcher.errors import ConfigError
 
@@ -28,9 +28,9 @@ def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
 
 @click.command()
 @topology_options
-@click.option("--nproc-per-node", "--nproc_per_node", "nproc", type=click.IntRange(min=0), default=None,
+@click.option("--nproc-per-node", "--nproc_per_node", "nproc", type=COUNT, default=None,
               help="Local ranks the job will run (default: from LOCAL_WORLD_SIZE/SLURM/..., else one per GPU, else 1).")
-@click.option("--pid", type=click.IntRange(min=1), default=None,
+@click.option("--pid", type=PID, default=None,
               help="Audit this running job instead: the process, its children and all their threads.")
 @click.option("--duration", default=None, metavar="SECONDS",
               help="With --pid: seconds to sample for, at most a day (default 2; sampling ends when the job does).")
@@ -71,18 +71,16 @@ def doctor(
     sys.exit(_environment(fsroot, topology_file, cpus, nproc, as_json, fail_on))
 
 
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-
-
 def parse_seconds(name: Literal["duration", "interval"], text: str) -> float:
-    """``--duration``/``--interval`` as a number of seconds in range, else :class:`ConfigError` (exit 2)."""
-    from launcher.doctor.sampling import timing_problem
+    """``--duration``/``--interval`` as a number of seconds in range (:func:`launcher.base.untrusted.seconds`),
+    else :class:`ConfigError` (exit 2)."""
+    from launcher.doctor.sampling import MAX_SECONDS, MIN_INTERVAL
 
-    value = float(text) if _DECIMAL.fullmatch(text) else None  # not float(): it reads "nan", "1_0" and "١"
-    problem = timing_problem(name, value)
-    if problem:
-        raise ConfigError(f"--{name} {short(text)}: {problem}")
-    return float(text)
+    low = MIN_INTERVAL if name == "interval" else 0.0
+    try:
+        return seconds(text, low, inclusive=True, high=MAX_SECONDS)
+    except ValueError as exc:
+        raise ConfigError(f"--{name} {exc}") from None
 
 
 def _environment(fsroot: str | None, topology_file: str | None, cpus: str | None, nproc: int | None,

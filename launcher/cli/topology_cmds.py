@@ -11,7 +11,7 @@ import click
 
 from launcher.base.untrusted import shown
 from launcher.bind.handoff import ParentPlan, plan_job
-from launcher.cli.options import env_options, plan_options, topology_options
+from launcher.cli.options import COUNT, PID, env_options, plan_options, topology_options
 from launcher.env.policy import plan_json
 from launcher.env.variables import user_values
 from launcher.errors import AffrunError
@@ -90,7 +90,7 @@ def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
 
 
 nproc_option = click.option(
-    "--nproc-per-node", "--nproc_per_node", "nproc_per_node", type=click.IntRange(min=0), default=None,
+    "--nproc-per-node", "--nproc_per_node", "nproc_per_node", type=COUNT, default=None,
     help="Local ranks (default: one per --gpus/--map entry, else per visible GPU unless --no-gpu, else 1).",
 )
 
@@ -122,7 +122,7 @@ def plan(**kwargs: Any) -> None:
 @plan_options
 @click.option("--svg", metavar="FILE", help="Also write the map as SVG (or HTML when FILE ends in .html).")
 @click.option("--color/--no-color", default=None, help="Force colours on or off (default: when stdout is a terminal).")
-@click.option("--pid", type=click.IntRange(min=1), default=None,
+@click.option("--pid", type=PID, default=None,
               help="Draw this running job instead: each core coloured by the rank whose threads ran there, marked "
                    "with the role that ran there most, strays highlighted.")
 @click.option("--duration", default=None, metavar="SECONDS",

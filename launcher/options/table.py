@@ -237,18 +237,12 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
 
 
 def positive_seconds(text: str) -> float:
-    """argparse ``type`` for a duration: a finite number of seconds > 0."""
-    from launcher.base.untrusted import short
+    """argparse ``type`` for a duration: a plain decimal number of seconds > 0 (:func:`launcher.base.untrusted.seconds`)."""
+    import argparse
 
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        import argparse
+    from launcher.base.untrusted import seconds
 
-        raise argparse.ArgumentTypeError(f"{short(text)} is not a number of seconds > 0")
-    return value
+    return seconds(text, error=argparse.ArgumentTypeError)
 
 
 def add_feed_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:

@@ -4,13 +4,11 @@ which every trial gets as given, with the script and its arguments untouched."""
 from __future__ import annotations
 
 import argparse
-import math
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from launcher.base.outpath import unwritable
-from launcher.base.untrusted import ascii_uint, short
+from launcher.base.untrusted import ascii_uint, seconds, short
 from launcher.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -18,23 +16,12 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
 
-# A plain decimal: float() also reads "nan", "inf", "1_0", " 5 " and "١٠", none of which is a duration.
-_DECIMAL = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-
-
-def _seconds(text: str, zero: bool) -> float:
-    value = float(text) if _DECIMAL.fullmatch(text) else math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        raise argparse.ArgumentTypeError(f"{short(text)} is not a number of seconds {'>= 0' if zero else '> 0'}")
-    return value
-
-
 def _positive(text: str) -> float:
-    return _seconds(text, zero=False)
+    return seconds(text, error=argparse.ArgumentTypeError)
 
 
 def _non_negative(text: str) -> float:
-    return _seconds(text, zero=True)
+    return seconds(text, inclusive=True, error=argparse.ArgumentTypeError)
 
 
 def _repeats(text: str) -> int:

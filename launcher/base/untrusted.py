@@ -170,6 +170,17 @@ def shown(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def warning_line(text: str) -> str:
+    """The one line of a warning: ``affrun: warning: TEXT``, as :func:`shown` writes it (a path, a user's value, a
+    device's name in it stays on its line and sends nothing to the terminal)."""
+    return shown(f"affrun: warning: {text}")
+
+
+def note_line(text: str) -> str:
+    """The one line of a note: ``affrun: note: TEXT``, as :func:`shown` writes it."""
+    return shown(f"affrun: note: {text}")
+
+
 def _shell_escape(c: str) -> str:
     if c in "\\'":
         return "\\" + c

@@ -20,7 +20,7 @@ from launcher.options.groups import BindingOptions
 from launcher.plan.planner import Plan, RankPlan
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from launcher.topology.model import Topology
@@ -127,11 +127,13 @@ def plan_job(
     environ: Mapping[str, str] | None = None,
     user_env: Mapping[str, str] | None = None,
     default_nproc: int | None = None,
+    loaded: Callable[[Topology], None] | None = None,
 ) -> tuple[Topology, ParentPlan]:
     """Load the topology, plan ``nproc`` local ranks and resolve the memory policy, for every front end.
 
     With ``nproc=None`` the job has one rank per ``--gpus``/``--map`` entry, else per visible GPU, else
-    ``default_nproc`` (``None``: refuse, the caller must be told the count)."""
+    ``default_nproc`` (``None``: refuse, the caller must be told the count). ``loaded`` is called with the
+    topology before planning (the warning for a ``--tuned`` file of another machine comes before any plan error)."""
     from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
 
@@ -139,6 +141,8 @@ def plan_job(
     apply.check()
     topo = load_topology(fsroot=source.fsroot, topology_file=source.topology_file, cpus=source.cpus,
                          environ=environ, gpus=not opts.no_gpu)
+    if loaded is not None:
+        loaded(topo)
     if nproc is None:
         nproc = opts.rank_count() or (0 if opts.no_gpu else len(topo.visible_gpus())) or default_nproc
         if nproc is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.base.untrusted import shell_join, short, shown
+from launcher.base.untrusted import note_line, shell_join, short, shown, warning_line
 from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank_variables
 from launcher.bind.wire import PLAN_VARIABLE, Job, RankRecord, read_job
 from launcher.context.local_rank import LocalRank
@@ -146,16 +146,22 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
         raise LaunchError(f"local rank {rank} is outside 0..{nproc - 1}")
     if user_env is None:
         user_env = user_values(environ)
-    options = BindingOptions.from_args(args)
-    topo, parent = plan_job(options, nproc, environ=environ, user_env=user_env)
-    if getattr(args, "tuned_file", None) is not None:
-        from launcher.options.tuned import tuned_warning
+    tuned = getattr(args, "tuned_file", None)
+    if tuned is None:
+        _, parent = plan_job(BindingOptions.from_args(args), nproc, environ=environ, user_env=user_env)
+    else:  # the file of another machine is warned about before planning; an error it caused names it
+        from launcher.options.tuned import foreign_check, plan_tuned
 
-        foreign = tuned_warning(args.tuned_file, topo, options.source, environ)
-        if foreign and rank == 0:
-            print(shown(f"affrun: warning: {foreign}"), file=sys.stderr)
+        options = BindingOptions.from_args(args)
+        loaded = foreign_check(tuned, options.source, environ, _warn if rank == 0 else lambda _: None)
+        _, parent = plan_tuned(tuned, args, lambda a: plan_job(BindingOptions.from_args(a), nproc, environ=environ,
+                                                                user_env=user_env, loaded=loaded))
     job = parent.job()
     return job, job.ranks[rank], detected
+
+
+def _warn(text: str) -> None:
+    print(warning_line(text), file=sys.stderr)
 
 
 def size_source(detected: LocalRank) -> str:
@@ -192,7 +198,7 @@ def main(argv: Sequence[str]) -> int:
 
     collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
     if collapse is not None:
-        print(shown(f"affrun: warning: {collapse.message()}. Fix: {collapse.fix()}"), file=sys.stderr)
+        _warn(f"{collapse.message()}. Fix: {collapse.fix()}")
     given = given_options(before)
     job, rank, detected = _job_and_rank(args, environ, given)
     notes = list(rank.notes)
@@ -233,11 +239,11 @@ def main(argv: Sequence[str]) -> int:
     mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend)
     env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:
-        print(shown(f"affrun: warning: rank {rank.local_rank}: {warning}"), file=sys.stderr)
+        _warn(f"rank {rank.local_rank}: {warning}")
     if verbose:
         print(shown(rank_line(rank, job.size, mem_text(mem.policy, mem.nodes), host)), file=sys.stderr)
         for note in notes:
-            print(shown(f"affrun: note: rank {rank.local_rank}: {note}"), file=sys.stderr)
+            print(note_line(f"rank {rank.local_rank}: {note}"), file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
     if mem.wrapper and _missing(command[0]):

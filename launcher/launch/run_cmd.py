@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from launcher.base.untrusted import shell_join, shown
+from launcher.base.untrusted import shell_join, shown, warning_line
 from launcher.bind.apply import exec_or_status
 from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
@@ -76,15 +76,20 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
     user_env = user_values(environ)
-    options = BindingOptions.from_args(args)
-    topo, parent = plan_job(options, args.nproc, environ=environ, user_env=user_env, default_nproc=1)
-    if getattr(args, "tuned_file", None) is not None:
-        from launcher.options.tuned import tuned_warning
+    from launcher.options.tuned import foreign_check, plan_tuned
 
-        foreign = tuned_warning(args.tuned_file, topo, options.source, environ)
-        if foreign:
-            print(f"affrun: warning: {foreign}", file=sys.stderr)
-    return parent
+    tuned = getattr(args, "tuned_file", None)
+    loaded = None if tuned is None else foreign_check(tuned, BindingOptions.from_args(args).source, environ, _warn)
+
+    def plan(values: argparse.Namespace) -> ParentPlan:
+        return plan_job(BindingOptions.from_args(values), values.nproc, environ=environ, user_env=user_env,
+                        default_nproc=1, loaded=loaded)[1]
+
+    return plan_tuned(tuned, args, plan)  # a file of another machine is warned about before planning
+
+
+def _warn(text: str) -> None:
+    print(warning_line(text), file=sys.stderr)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -114,21 +119,20 @@ def main(argv: Sequence[str]) -> int:
         print(shown(rank_line(rank, len(parent.plan.ranks), mem_text(parent.mem_policy, rank.mem_nodes), host)),
               file=sys.stderr)
     for warning in parent.plan.warnings:
-        print(shown(f"affrun: warning: {warning}"), file=sys.stderr)
+        _warn(warning)
     from launcher.context.binders import binders_in_command, binders_in_environment
 
     for binder in (*binders_in_environment(environ), *binders_in_command(command)):
-        print(shown(f"affrun: warning: double-binding: {binder.source} binds the ranks too, and the last binder "
-                    f"wins: {binder.fix}"), file=sys.stderr)
+        _warn(f"double-binding: {binder.source} binds the ranks too, and the last binder wins: {binder.fix}")
     identity = task_identity(environ)
     task = json.dumps(identity, separators=(",", ":")) if identity else ""
-    if args.dry_run:
+    if args.dry_run:  # every line shown: a --feed-json path may hold a newline or an escape sequence
         print(f"{RUN_VARIABLE}={role}")
-        print(f"{PLAN_VARIABLE}={parent.to_json()}")
+        print(shown(f"{PLAN_VARIABLE}={parent.to_json()}"))
         if task:
-            print(f"{TASK_VARIABLE}={task}")
+            print(shown(f"{TASK_VARIABLE}={task}"))
         for name, value in sorted(feed.items()):
-            print(f"{name}={value}")
+            print(shown(f"{name}={value}"))
         if command:
             print("exec " + shell_join(command))
         return 0

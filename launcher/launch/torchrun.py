@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from launcher.base.untrusted import shell_join, shown
+from launcher.base.untrusted import shell_join, shown, warning_line
 from launcher.bind.handoff import exec_prefix, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
@@ -200,6 +200,10 @@ def main(argv: Sequence[str]) -> int:
     return launch(argv)
 
 
+def _warn(text: str) -> None:
+    print(warning_line(text), file=sys.stderr)
+
+
 def launch(argv: Sequence[str]) -> int:
     """Parse, plan once, and run torchrun's agent here (torch is imported: :func:`main`)."""
     args = check_args(parse(argv))
@@ -211,15 +215,14 @@ def launch(argv: Sequence[str]) -> int:
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
     user_env = user_values(os.environ)
-    options = BindingOptions.from_args(args, prefix="affrun_")
-    topo, parent = plan_job(options, nproc, user_env=user_env)
-    plan, mem = parent.plan, parent.mem_policy
-    if args.affrun_tuned_file is not None:
-        from launcher.options.tuned import tuned_warning
+    from launcher.options.tuned import foreign_check, plan_tuned
 
-        foreign = tuned_warning(args.affrun_tuned_file, topo, options.source)
-        if foreign:
-            print(f"affrun: warning: {foreign}", file=sys.stderr)
+    tuned = args.affrun_tuned_file
+    source = BindingOptions.from_args(args, prefix="affrun_").source
+    loaded = None if tuned is None else foreign_check(tuned, source, None, _warn)
+    parent = plan_tuned(tuned, args, lambda values: plan_job(BindingOptions.from_args(values, prefix="affrun_"), nproc,
+                                                             user_env=user_env, loaded=loaded)[1], prefix="affrun_")
+    plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename
     for rank in plan.ranks:
         # "starting": the line is the plan a rank is about to start with, printed before any rank runs (a rank
@@ -227,7 +230,7 @@ def launch(argv: Sequence[str]) -> int:
         line = rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host)
         print(shown(line.replace("affrun: rank ", "affrun: starting rank ", 1)), file=sys.stderr)
     for warning in plan.warnings:
-        print(shown(f"affrun: warning: {warning}"), file=sys.stderr)
+        _warn(warning)
     if args.signals_to_handle is None:
         # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too,
         # unless the user chose the signals (--signals-to-handle or PET_SIGNALS_TO_HANDLE).

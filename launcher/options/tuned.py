@@ -10,17 +10,17 @@ docs/tune.md describes the format.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.base.cpulist import MAX_COUNT
 from launcher.base.untrusted import ascii_uint, clip, short, shown
-from launcher.errors import ConfigError
+from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.options.table import FEED_OPTIONS, TUNED_OPTION, OptionSpec, options_in
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from launcher.options.groups import SourceOptions
     from launcher.topology.model import Topology
@@ -29,6 +29,7 @@ FORMAT = 1  # the file's ``affrun-tuned`` key
 TOP_KEYS = ("affrun-tuned", "options", "machine", "date")
 # A saved file is a few hundred bytes; PyYAML reads about a MB a second (libyaml's parser) or less.
 TUNED_LIMIT = 64 << 10
+T = TypeVar("T")
 
 
 def tunable() -> tuple[OptionSpec, ...]:
@@ -47,6 +48,7 @@ class Tuned:
     values: dict[str, Any]
     machine: dict[str, Any]
     date: str
+    applied: frozenset[str] = frozenset()  # the dests whose value is the file's: no flag given (apply_tuned)
 
     def argv(self) -> list[str]:
         """The options as flags (``--loader-cores 2 --loader-workers 4``)."""
@@ -173,13 +175,76 @@ def load_tuned(path: str) -> Tuned:
 def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argparse.Namespace,
                 prefix: str = "") -> tuple[argparse.Namespace, Tuned | None]:
     """``args`` parsed again from ``words`` with the options of ``--tuned`` (when given) as the parser's defaults:
-    a flag given on the command line wins."""
+    a flag given on the command line wins. The file's :attr:`Tuned.applied` are those no flag gave."""
     path = getattr(args, prefix + TUNED_OPTION.dest, None)
     if path is None:  # "" is a path that cannot be read, not no --tuned
         return args, None
     tuned = load_tuned(path)
+    unset = object()
+    parser.set_defaults(**{prefix + dest: unset for dest in tuned.values})
+    given = vars(parser.parse_args(words))
+    applied = frozenset(dest for dest in tuned.values if given.get(prefix + dest) is unset)
     parser.set_defaults(**{prefix + dest: value for dest, value in tuned.values.items()})
-    return parser.parse_args(words), tuned
+    return parser.parse_args(words), replace(tuned, applied=applied)
+
+
+def plan_tuned(tuned: Tuned | None, args: Any, plan: Callable[[Any], T], prefix: str = "") -> T:
+    """``plan(args)``; an :class:`AffrunError` it raises that an option of the file caused ends with
+    ``(from --tuned FILE, tuned on MACHINE)``. Caused: the error names one of :attr:`Tuned.applied` first, or
+    ``plan`` succeeds without them (each back to the table's default), so that the flags given are not why.
+    ``args``: the parsed namespace (argparse's, or exec's default one)."""
+    try:
+        return plan(args)
+    except AffrunError as exc:
+        if tuned is not None and tuned.applied and _caused(tuned, exc, args, plan, prefix):
+            exc.parts = (*exc.parts, f" (from {TUNED_OPTION.flag} {clip(tuned.path, 120)}, "
+                                     f"{machine_text(tuned.machine)})")
+        raise
+
+
+def _caused(tuned: Tuned, exc: AffrunError, args: Any, plan: Callable[[Any], T], prefix: str) -> bool:
+    named = [part.key for part in exc.parts if isinstance(part, Opt)]
+    if named and named[0] in tuned.applied:
+        return True
+    import argparse
+
+    defaults = {spec.dest: spec.default for spec in tunable()}
+    without = argparse.Namespace(**vars(args))
+    for dest in tuned.applied:
+        setattr(without, prefix + dest, defaults[dest])
+    try:
+        plan(without)
+    except AffrunError:
+        return False
+    return True
+
+
+def machine_text(machine: Mapping[str, Any]) -> str:
+    """The machine a file was tuned on, in words: ``tuned on 'EPYC 9654', 2 packages, 192 cores, 384 CPUs, 8 GPUs``."""
+    parts = [short(machine["cpu-model"])] if "cpu-model" in machine else []
+    for key, unit in (("packages", "package"), ("cores", "core"), ("cpus", "CPU")):
+        if key in machine:
+            parts.append(f"{machine[key]} {unit}{'' if machine[key] == 1 else 's'}")
+    if "gpus" in machine:
+        count = len(machine["gpus"])
+        parts.append("no GPU" if count == 0 else f"{count} GPU{'' if count == 1 else 's'}")
+    return f"tuned on {', '.join(parts)}" if parts else "tuned on a machine the file does not describe"
+
+
+def foreign_check(tuned: Tuned, source: SourceOptions, environ: Mapping[str, str] | None,
+                  warn: Callable[[str], None]) -> Callable[[Topology], None]:
+    """:func:`launcher.bind.handoff.plan_job`'s ``loaded``: ``warn`` (once) :func:`tuned_warning`'s text when the
+    file was tuned on another machine than the topology read, before anything is planned."""
+    done: list[bool] = []
+
+    def check(topo: Topology) -> None:
+        if not done:
+            done.append(True)
+            text = tuned_warning(tuned, topo, source, environ)
+            if text:
+                warn(text)
+
+    return check
 
 
 def cpu_model(root: str | None) -> str:
@@ -213,7 +278,8 @@ def machine_differences(there: Mapping[str, Any], here: Mapping[str, Any]) -> li
 
 def tuned_warning(tuned: Tuned | None, topo: Topology, source: SourceOptions,
                   environ: Mapping[str, str] | None = None) -> str | None:
-    """The warning for a file tuned on another machine than ``topo`` (read from ``source``); ``None``: none."""
+    """The warning for a file tuned on another machine than ``topo`` (read from ``source``); ``None``: none. As
+    the file wrote it: printed through :func:`launcher.base.untrusted.warning_line`."""
     if tuned is None:
         return None
     from launcher.topology import tree_root
@@ -223,8 +289,8 @@ def tuned_warning(tuned: Tuned | None, topo: Topology, source: SourceOptions,
     if not diff:
         return None
     when = f" on {tuned.date}" if tuned.date else ""
-    return shown(f"{TUNED_OPTION.flag} {clip(tuned.path, 120)} was tuned on another machine{when}: "
-                 f"{'; '.join(diff)}; run affrun tune here")
+    return (f"{TUNED_OPTION.flag} {clip(tuned.path, 120)} was tuned on another machine{when}: "
+            f"{'; '.join(diff)}; run affrun tune here")
 
 
 def render_tuned(values: Mapping[str, Any], machine: Mapping[str, Any], date: str, about: str) -> str:

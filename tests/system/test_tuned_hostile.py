@@ -220,7 +220,8 @@ def test_the_machine_s_cpuinfo_as_a_fifo_does_not_hang_the_comparison(tree: Path
 
 
 # An option this machine cannot take: the file's value is applied as if given on the command line, so the
-# outcome is that flag's (docs/tune.md): the same error line, or the same warning.
+# outcome is that flag's (docs/tune.md): the same error line, which names the file and its machine, or the same
+# warning.
 LACKING = {
     "CPUs it lacks": ("map", "0-1;2-63"),
     "GPUs it lacks": ("gpus", "0,1"),
@@ -236,7 +237,8 @@ def test_an_option_this_machine_lacks_is_that_flag_s_error(tree: Path, tmp_path:
     path.write_text(FOREIGN.format(options=f"  {key}: '{value}'\n"))
     given = refused(affrun("exec", "--dry-run", "--fsroot", str(tree), "--local-rank", "0", "--nproc-per-node",
                            "2", f"--{key}", value, "--", "true"))
-    assert refused(exec_tuned(tree, str(path))) == given
+    machine = "tuned on 'Other CPU', 2 packages, 64 cores, 128 CPUs, 2 GPUs"
+    assert refused(exec_tuned(tree, str(path))) == f"{given} (from --tuned {path}, {machine})"
 
 
 def test_more_comm_cores_than_a_rank_has_is_a_warning_as_the_flag_s(tree: Path, tmp_path: Path) -> None:

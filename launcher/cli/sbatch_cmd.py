@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from launcher.base.untrusted import ascii_uint, short
+from launcher.base.untrusted import ascii_uint, note_line, short, shown
 from launcher.cli.options import env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.options.groups import ApplyOptions, pick
@@ -163,10 +163,10 @@ def _submit(script: str, path: str | None, wait: bool) -> int:
     try:
         first = proc.stdout.readline().decode(errors="replace").strip()
         if first:
-            click.echo(first.split(";")[0])  # "JOBID" or "JOBID;CLUSTER"
+            click.echo(shown(first.split(";")[0]))  # "JOBID" or "JOBID;CLUSTER"
         rest = proc.stdout.read().decode(errors="replace")
         if rest.strip():
-            click.echo(rest, nl=False, err=True)
+            click.echo("".join(shown(line) + "\n" for line in rest.splitlines()), nl=False, err=True)
         return proc.wait()
     except KeyboardInterrupt:
         return proc.wait() or 130
@@ -206,8 +206,8 @@ def sbatch(ctx: click.Context, /, command: tuple[str, ...], **kwargs: Any) -> No
         spell_error(exc, "profile", from_file)
         raise
     if spec.cpus_per_task is None and not spec.exclusive and not values["template"]:
-        click.echo("affrun: note: no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs "
-                   "(often 1, or the site's DefCpuPerGPU); affrun plans within what the job gets", err=True)
+        click.echo(note_line("no --cpus-per-task and no --exclusive: each task gets Slurm's default CPUs (often 1, "
+                             "or the site's DefCpuPerGPU); affrun plans within what the job gets"), err=True)
     path = values["script_file"]
     if path:
         try:

@@ -51,25 +51,25 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         cpulist = format_cpulist(node.cpus & topo.allowed) or "(no CPUs)"
         click.echo(f"numa {node.os_index:<4} cpus {cpulist}")
     if topo.cpu is not None:
-        click.echo(f"cpu      {topo.cpu.line()}; from {topo.cpu.source}")
+        click.echo(shown(f"cpu      {topo.cpu.line()}; from {topo.cpu.source}"))
     from launcher.show.model import kind_marks
 
     for mark in kind_marks(topo.kinds()):
         kind = mark.kind
-        click.echo(f"kind {mark.letter:<4} cpus {format_cpulist(kind.cpus)}  {kind.name} "
-                   f"(efficiency {kind.efficiency}, {mark.speed}; from {kind.source})")
-    click.echo(_priority_line(topo))
+        click.echo(shown(f"kind {mark.letter:<4} cpus {format_cpulist(kind.cpus)}  {kind.name} "
+                         f"(efficiency {kind.efficiency}, {mark.speed}; from {kind.source})"))
+    click.echo(shown(_priority_line(topo)))
     for i, gpu in enumerate(topo.visible_gpus()):
-        click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
-                   f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
+        click.echo(shown(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa "
+                         f"{gpu.numa_node if gpu.numa_node is not None else '?'}  local cpus {format_cpulist(gpu.cpus) or '?'}"))
     for nic in topo.nics:
         ports = " ".join(f"{p.number}:{p.state}" + (f"@{p.rate_gbps:g}Gb/s" if p.rate_gbps else "") for p in nic.ports)
-        click.echo(f"nic {nic.name:<9} {nic.pci} {nic.kind:<10} numa "
-                   f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}")
+        click.echo(shown(f"nic {nic.name:<9} {nic.pci} {nic.kind:<10} numa "
+                         f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}"))
     for w in topo.warnings:
         click.echo(f"warning: {shown(w)}")
     if save:
-        click.echo(f"saved {save}")
+        click.echo(shown(f"saved {save}"))
 
 
 def _priority_line(topo: Topology) -> str:
@@ -157,7 +157,7 @@ def show(**kwargs: Any) -> None:
             write_map(topo, the_plan, svg_path)
         except OSError as exc:
             raise AffrunError(f"{svg_path}: {exc.strerror}") from None
-        click.echo(f"wrote {svg_path}")
+        click.echo(shown(f"wrote {svg_path}"))
 
 
 def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool, width: int) -> None:
@@ -187,4 +187,4 @@ def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool
             live_svg(topo, job, svg_path)
         except OSError as exc:
             raise AffrunError(f"{svg_path}: {exc.strerror}") from None
-        click.echo(f"wrote {svg_path}")
+        click.echo(shown(f"wrote {svg_path}"))

@@ -63,7 +63,7 @@ def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sourc
 
 def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: SourceOptions,
           interrupted: Interrupts) -> None:
-    from launcher.base.untrusted import clip, shell_join
+    from launcher.base.untrusted import clip, shell_join, shown
     from launcher.tune.candidates import families
     from launcher.tune.result import best, table, to_json, verdict
     from launcher.tune.session import tune as run_tune
@@ -76,7 +76,7 @@ def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sour
     click.echo(f"affrun: tune: {nproc} rank(s) of {cores} core(s): up to {count} trials of "
                f"{values['trial_seconds']:g} s, {values['repeats']} repeat(s), budget {values['budget']:g} s", err=True)
     session = run_tune(spec, cores, values["repeats"], values["budget"],
-                       lambda line: click.echo(f"affrun: tune: {line}", err=True), interrupted)
+                       lambda line: click.echo(shown(f"affrun: tune: {line}"), err=True), interrupted)
     chosen = best(session.results)
     stopped = {"budget": "stopped: the budget ran out; the table holds what was measured",
                "interrupted": "stopped: interrupted; the table holds what was measured"}.get(session.stopped, "")
@@ -99,6 +99,7 @@ def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sour
 def _save(path: str, candidate: Candidate, described: str, topo: Topology, source: SourceOptions) -> None:
     import os
 
+    from launcher.base.untrusted import shown
     from launcher.options.tuned import machine_identity, render_tuned
     from launcher.topology import tree_root
 
@@ -109,7 +110,7 @@ def _save(path: str, candidate: Candidate, described: str, topo: Topology, sourc
     about = (f"affrun tune, {now}: the fastest options for {described} on this machine"
              + (" (the default stood: no option)" if candidate.is_default else ""))
     _write("--save", path, render_tuned(values, machine_identity(topo, root), now, about))
-    click.echo(f"saved {path}", err=True)
+    click.echo(shown(f"saved {path}"), err=True)
 
 
 def _write(option: str, path: str, text: str) -> None:

@@ -157,6 +157,8 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
         _, parent = plan_tuned(tuned, args, lambda a: plan_job(BindingOptions.from_args(a), nproc, environ=environ,
                                                                 user_env=user_env, loaded=loaded))
     job = parent.job()
+    for warning in job.warnings if rank == 0 else ():  # planned here: nobody above printed them
+        _warn(warning)
     return job, job.ranks[rank], detected
 
 

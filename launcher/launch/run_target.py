@@ -22,11 +22,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from launcher.base.untrusted import short
+from launcher.base.untrusted import note_line, short, warning_line
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.context.launchers import read_python_options
 from launcher.context.run_role import PROBE, RUN_VARIABLE
-from launcher.errors import LaunchError, error_line
+from launcher.errors import LaunchError
 from launcher.launch.shebang import Unreadable, cannot_run, script_interpreter, split_string
 
 # What the hook needs to find in a process's environment to bind it.
@@ -274,9 +274,6 @@ def _read(fd: int, limit: int = 1 << 22) -> str:
     return os.pread(fd, min(size, limit), max(0, size - limit)).decode(errors="replace")
 
 
-def _line(kind: str, text: str) -> str:
-    """One bounded, printable line (as :func:`launcher.errors.error_line` makes them) of ``kind``."""
-    return f"affrun: {kind}: " + error_line(LaunchError(text)).split(": ", 2)[2]
 
 
 def has_hook_file() -> bool:
@@ -342,7 +339,7 @@ def check_command(command: Sequence[str], environ: Mapping[str, str], *, strict:
                          "loads the startup hook; no rank line is printed and its ranks may run unbound"), ""
     except CannotStart as exc:  # its exec fails (and says why): no rank line for a binding that never happens
         if verbose:
-            print(_line("note", f"COMMAND cannot start: {exc}"), file=sys.stderr)
+            print(note_line(f"COMMAND cannot start: {exc}"), file=sys.stderr)
         return False
     except Unchecked as exc:
         problem, note = "", (f"COMMAND could not be checked for affrun's startup hook: {exc}; the Python "
@@ -350,7 +347,7 @@ def check_command(command: Sequence[str], environ: Mapping[str, str], *, strict:
     if problem and strict:
         raise LaunchError(f"--strict: {problem}; nothing was run")
     if problem:
-        print(_line("warning", problem), file=sys.stderr)
+        print(warning_line(problem), file=sys.stderr)
     elif verbose:
-        print(_line("note", note), file=sys.stderr)
+        print(note_line(note), file=sys.stderr)
     return not problem

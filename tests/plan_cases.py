@@ -237,6 +237,13 @@ def hybrid_machines(draw: st.DrawFn) -> Machine:
 
 
 @st.composite
+def hybrid_cases(draw: st.DrawFn) -> tuple[Machine, Request]:
+    """A :func:`hybrid_machines` machine and a request of :func:`requests` for it."""
+    m = draw(hybrid_machines())
+    return m, draw(requests(m))
+
+
+@st.composite
 def comm_cases(draw: st.DrawFn) -> tuple[Machine, Request]:
     """A machine (with core kinds half the time) and a request of :func:`requests` with any ``--main-thread`` and
     ``--comm-cores`` from 0 to more than a rank can have (the allowed cores, plus 2)."""

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from launcher.env.omp_syntax import omp_places
 from launcher.errors import PlanError
@@ -17,7 +16,7 @@ from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology.kinds import CoreKind, CoreKinds
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
-from tests.plan_cases import SETTINGS, Machine, machines, requests
+from tests.plan_cases import SETTINGS, Machine, hybrid_cases
 
 RAPTOR = "20em64t-hybrid-1p6c2t+2ca4co1t"
 P = tuple((2 * i, 2 * i + 1) for i in range(6))  # the P-cores' PU pairs
@@ -128,19 +127,6 @@ def read_flat() -> Topology:
 
 
 # ---------------------------------------------------------------------------------------------- the property
-@st.composite
-def hybrid_cases(draw: st.DrawFn) -> tuple[Machine, Request]:
-    m = draw(machines())
-    nkinds = draw(st.integers(2, 3))
-    kind_of = [draw(st.integers(0, nkinds - 1)) for _ in m.topo.cores]
-    kinds = tuple(CoreKind(frozenset(p for c, k in zip(m.topo.cores, kind_of) if k == i for p in c.pus),
-                           nkinds - 1 - i, ["P-core", "E-core", "LP E-core"][i], "test") for i in range(nkinds))
-    kinds = tuple(k for k in kinds if k.cpus)
-    kinds = tuple(replace(k, efficiency=len(kinds) - 1 - i) for i, k in enumerate(kinds))
-    m = Machine(replace(m.topo, core_kinds=CoreKinds(kinds)), m.cpu_nodes, m.cpuless_nodes)
-    return m, draw(requests(m))
-
-
 @SETTINGS
 @given(hybrid_cases())
 def test_no_compute_set_spans_two_kinds_unless_spill_compute(case: tuple[Machine, Request]) -> None:

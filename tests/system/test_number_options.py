@@ -36,7 +36,7 @@ def exec_feed(value: str) -> subprocess.CompletedProcess[str]:
     return run(affrun_argv("exec", f"--feed-interval={value}", "--dry-run", "--", "true"), env=clean_env())
 
 
-@pytest.mark.parametrize("value", NOT_DECIMAL + ["0", "-1", "-0"])
+@pytest.mark.parametrize("value", [*NOT_DECIMAL, "0", "-1", "-0"])
 def test_exec_feed_interval_refuses_what_is_no_plain_decimal(value: str) -> None:
     error_line(exec_feed(value), "--feed-interval")
 

@@ -1,5 +1,5 @@
 """``ascii_decimal`` and ``seconds`` (launcher/base/untrusted.py), the one reader of durations on the command line
-(through each front end: tests/system/test_seconds_options.py): what they take is exactly what ``float`` reads of a
+(through each front end: tests/system/test_number_options.py): what they take is exactly what ``float`` reads of a
 plain ASCII decimal, and every refusal is worded one way."""
 
 from __future__ import annotations

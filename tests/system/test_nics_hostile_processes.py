@@ -158,3 +158,13 @@ def test_a_hostile_snapshot_nic_is_one_error_line(tmp_path: Path, field: str, va
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert line.startswith("affrun: error: ") and "nics[1]" in line and len(line) < 400
+
+
+def test_an_hwloc_xml_name_with_an_escape_sequence_is_one_error_line(tmp_path: Path) -> None:
+    # XML 1.0 has no ESC (&#x1b; is not a character): the export is not XML, and the command says so in one line
+    path = tmp_path / "esc.xml"
+    path.write_text(nic_xml(xml_nic("mlx5&#x1b;[31m")))
+    result = affrun("plan", "--topology", str(path), "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("affrun: error: ") and "not well-formed XML" in line

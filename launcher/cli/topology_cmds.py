@@ -64,7 +64,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
                    f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
     for nic in topo.nics:
         ports = " ".join(f"{p.number}:{p.state}" + (f"@{p.rate_gbps:g}Gb/s" if p.rate_gbps else "") for p in nic.ports)
-        click.echo(f"nic {nic.name:<9} {nic.pci} {nic.kind:<10} numa "
+        click.echo(f"nic {shown(nic.name):<9} {nic.pci} {nic.kind:<10} numa "
                    f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}")
     for w in topo.warnings:
         click.echo(f"warning: {shown(w)}")

@@ -89,7 +89,7 @@ def pool_sizes(count: int, environ: Mapping[str, str]) -> tuple[dict[str, int | 
             notes.append(f"{USER_POOLS_VARIABLE} names {short(name)}, which is no pool variable: ignored")
     sizes: dict[str, int | None] = {}
     for name in VARIABLES:
-        if name not in users or policy == "override":
+        if name not in users or name not in environ or policy == "override":
             sizes[name] = count
             continue
         value = ascii_uint(environ.get(name, "").strip())

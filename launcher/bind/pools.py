@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.base.choices import ENV_POLICIES
 from launcher.base.untrusted import ascii_uint, short
@@ -22,7 +23,6 @@ from launcher.env.variables import (
     USER_POOLS_VARIABLE,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping, Sequence
 

@@ -13,6 +13,7 @@ import functools
 import inspect
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import parse_cpulist
 from launcher.base.untrusted import short
@@ -22,7 +23,6 @@ from launcher.context.run_role import affrun_process, multiprocessing_child
 from launcher.env.variables import MAIN_VARIABLE
 from launcher.plan.threads import ThreadPlan, thread_plan
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any

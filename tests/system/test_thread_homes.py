@@ -95,10 +95,9 @@ def check_worker(worker: dict[str, Any], plan: ThreadPlan, rank: dict[str, Any],
     info = worker["threadpool_info"]
     assert info and all(lib["num_threads"] <= n for lib in info), info
     assert worker["cv2"] <= n and worker["numexpr"] <= n and worker["torch"] <= n, worker
-    # A pool lowered after its library loaded may keep idle threads up to the size it loaded with, the rank's:
-    # OpenBLAS starts its pool again after fork at that size (driver/others/blas_server.c), numexpr keeps the
-    # threads it started at import. Rayon's pool starts in the worker, at its size. No thread beyond those, the
-    # main thread and multiprocessing's queue feeder.
+    # A pool lowered after its library loaded may keep idle threads up to the size it loaded with, the rank's
+    # (OpenBLAS starts its pool again after fork at that size: driver/others/blas_server.c). Rayon's pool starts
+    # in the worker, at its size. No thread beyond those, the main thread and multiprocessing's queue feeder.
     openblas = sum(max(lib["num_threads"] - 1, 0) for lib in rank["threadpool_info"] if lib["internal_api"] == "openblas")
     bound = 2 + openblas + max(rank["numexpr"], n) + max(rank["cv2"], n) - 1 + n
     assert len(worker["threads"]) <= bound, (worker["threads"], bound)

@@ -73,11 +73,14 @@ def install(torch: Any) -> None:
     argv = getattr(sys, "orig_argv", sys.argv)
     if affrun_process(argv):
         return
-    patch_worker_loop(sys.modules[WORKER_MODULE], rank)
+    worker, pin = sys.modules.get(WORKER_MODULE), sys.modules.get(PIN_MODULE)  # `import torch` imported both
+    if worker is not None:
+        patch_worker_loop(worker, rank)
     if multiprocessing_child(argv):  # a spawned worker, or the forkserver: its worker loop fits it
         return
     plan = thread_plan(rank, 0)
-    patch_pin_memory_loop(sys.modules[PIN_MODULE], plan.pin_memory.cpus)
+    if pin is not None:
+        patch_pin_memory_loop(pin, plan.pin_memory.cpus)
     size_interop(torch, plan.interop.threads)
     if plan.main.pinned:
         pin_main_thread(plan.main.cpus)

@@ -213,3 +213,22 @@ def test_rank_hooks_none_patches_nothing(tmp_path: Path) -> None:
     for w in workers:
         assert main_thread(w)["cpus"] == main_thread(rank)["cpus"] and w["env"] == rank["env"]
     assert not WARNING.findall(stderr), stderr
+
+
+IMPORT_TORCH = ("import torch, torch.utils.data._utils.worker as w; "
+                "print(hasattr(w._worker_loop, '__wrapped__'), hasattr(torch.set_num_interop_threads, '__wrapped__'))")
+
+
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("AFFRUN_MAIN_CPUS", "first", "the rank's thread hooks are off: AFFRUN_MAIN_CPUS='first' is not a cpu list"),
+    ("AFFRUN_CPUS", "0-x", "the rank's thread hooks are off: AFFRUN_CPUS='0-x' is not a cpu list"),
+    ("AFFRUN_RANK_HOOKS", "off", "AFFRUN_RANK_HOOKS='off' is not auto or none: the rank's thread hooks are off"),
+])
+def test_a_garbage_affrun_variable_is_one_line_and_nothing_patched(name: str, value: str, said: str) -> None:
+    """A process that carries a rank's variables (``AFFRUN_LOCAL_RANK``), one of them malformed: one warning line,
+    the script runs, torch is torch's own."""
+    cpu = min(os.sched_getaffinity(0))
+    env = clean_env(**{"AFFRUN_LOCAL_RANK": "0", "AFFRUN_CPUS": str(cpu), name: value})
+    proc = run([sys.executable, "-c", IMPORT_TORCH], env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr
+    assert proc.stderr.splitlines() == [f"affrun: warning: {said}"]

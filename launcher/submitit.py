@@ -37,7 +37,7 @@ from launcher.options.table import default, spell_error
 if TYPE_CHECKING:
     import submitit
 
-    from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, NicEnv, OmpBind
+    from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, NicEnv, OmpBind, RankHooks
 
 __all__ = [
     "AFFRUN_OPTIONS",
@@ -80,6 +80,7 @@ class AffinityOptions(PlanOptions):
     mem_policy: MemPolicy = default("mem_policy")
     mem_backend: MemBackend = default("mem_backend")
     nic_env: NicEnv = default("nic_env")
+    rank_hooks: RankHooks = default("rank_hooks")
     verbose: bool = False
 
     @classmethod
@@ -119,7 +120,8 @@ class AffinityOptions(PlanOptions):
     def binding(self) -> BindingOptions:
         """The same options by group, as every front end hands them on."""
         return BindingOptions(SourceOptions(self.fsroot, self.topology, self.cpus), self.plan_options(),
-                              ApplyOptions(self.omp_bind, self.env_policy, self.mem_policy, self.mem_backend, self.nic_env),
+                              ApplyOptions(self.omp_bind, self.env_policy, self.mem_policy, self.mem_backend, self.nic_env,
+                                           self.rank_hooks),
                               self.verbose)
 
     def to_argv(self) -> list[str]:
@@ -260,8 +262,9 @@ class AffinityExecutor:
 
     ``AffinityExecutor(folder, cluster=None, **kwargs)``: ``kwargs`` are ``AutoExecutor``'s own
     (``slurm_python``, ``local_python``, ``slurm_max_num_timeout``...) plus affrun's options (:data:`AFFRUN_OPTIONS`:
-    ``mode``, ``smt``, ``reserve``, ``loader_cores``, ``gpu_order``, ``cpu_map``, ``gpus``, ``no_gpu``, ``spill``, ``fsroot``,
-    ``topology``, ``cpus``, ``omp_bind``, ``env_policy``, ``mem_policy``, ``mem_backend``, ``nic_env``, ``verbose``). affrun's
+    ``mode``, ``smt``, ``reserve``, ``loader_cores``, ``comm_cores``, ``main_thread``, ``gpu_order``, ``cpu_map``, ``gpus``,
+    ``no_gpu``, ``spill``, ``fsroot``, ``topology``, ``cpus``, ``omp_bind``, ``env_policy``, ``mem_policy``, ``mem_backend``,
+    ``nic_env``, ``rank_hooks``, ``verbose``). affrun's
     options may also be changed later through :meth:`update_parameters`.
 
     The user's ``slurm_python``/``local_python`` is kept and runs *after* ``affrun exec`` (a container wrapper

@@ -16,11 +16,9 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from launcher.base.cpulist import parse_cpulist
 from launcher.base.split import worker_cpus
 from launcher.bind.pools import fit_worker, say
 from launcher.bind.readback import current_binding
-from launcher.env.variables import MAIN_VARIABLE
 
 __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
 
@@ -76,17 +74,16 @@ def _usable_cpus() -> frozenset[int] | None:
 
 
 def _pools() -> tuple[list[int], list[int], frozenset[int]]:
-    """(loader CPUs, rank CPUs off the main thread's core, CPUs the ``AFFRUN_*`` lists name that are not usable
+    """(loader CPUs, rank CPUs off the main and comm cores, CPUs the ``AFFRUN_*`` lists name that are not usable
     here): the binding's lists as far as they exist here; none of them existing, the CPUs of a process not started
-    by affrun. The rank's CPUs are those of the thread plan's workers (launcher.plan.threads)."""
+    by affrun. The rank's CPUs are those the thread plan gives its workers (launcher.plan.threads)."""
     try:
         binding = current_binding()
-        main = parse_cpulist(os.environ.get(MAIN_VARIABLE, "")) if binding is not None else frozenset()
     except ValueError:  # malformed AFFRUN_* variables: treat the process as not started by affrun
         binding = None
     if binding is None:
         return [], _parent_cpus(), frozenset()
-    cpus = binding.cpus - main or binding.cpus
+    cpus = binding.cpus - binding.main_cpus - binding.comm_cpus or binding.cpus
     usable = _usable_cpus()
     if usable is None:
         return sorted(binding.loader_cpus), sorted(cpus), frozenset()

@@ -25,7 +25,14 @@ RANK_KEYS = {
     "unset": list,
     "notes": list,
     "mem_policy": str,
+    "main_cpus": list,
+    "thread_plan": dict,
 }
+
+# A rank's thread plan (launcher.plan.threads.ThreadPlan.to_dict): each home, the pools, the workers.
+HOME_KEYS = {"role": str, "cpus": str, "threads": int, "pinned": bool, "why": str}
+THREAD_PLAN_KEYS = {"local_rank": int, "main": dict, "omp": dict, "interop": dict, "pin_memory": dict,
+                    "nccl_proxy": dict, "pools": dict, "workers": list}
 
 
 PLAN_KEYS = {"mode": str, "smt": bool, "gpu_order": str, "ranks": list, "warnings": list}
@@ -43,6 +50,7 @@ TOPOLOGY_KEYS = {
     "source": str,
     "warnings": list,
     "cpu": (dict, type(None)),
+    "priority_cores": dict,
 }
 
 
@@ -98,4 +106,10 @@ def check_plan_contract(data: dict[str, Any], smt: bool = False) -> None:
         assert rank["env"]["OMP_NUM_THREADS"] == str(units), where
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in rank["env"].items()), where
         assert all(isinstance(n, str) for n in rank["notes"] + rank["reasons"] + rank["unset"]), where
+        threads = rank["thread_plan"]
+        check_types(threads, THREAD_PLAN_KEYS, f"{where}.thread_plan")
+        for role in ("main", "omp", "interop", "pin_memory", "nccl_proxy"):
+            check_types(threads[role], HOME_KEYS, f"{where}.thread_plan.{role}")
+        assert all(isinstance(v, int) and v >= 1 for v in threads["pools"].values()), where
+        assert rank["main_cpus"] == [] or set(rank["main_cpus"]) in [set(c) for c in rank["compute_cores"]], where
 

@@ -6,7 +6,7 @@ The trees follow the kernel's file formats, including the quirks the reader must
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +63,10 @@ class FakeMachine:
     # NICs and the PCI tree (issue 29): written by write_nics, below
     nics: list[FakeNIC] = field(default_factory=list)
     pci_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)  # bdf -> (pciDDDD:BB, bridge, ...)
+    # Anything else, written last: files under the root (proc/cpuinfo, a CPU's cpufreq/...) and symbolic links
+    # (path -> target, as ``ln -s target path`` makes them); the priority-core machines below use them
+    files: dict[str, str] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
 
     @property
     def cpus(self) -> list[int]:
@@ -163,6 +167,11 @@ def write_tree(root: Path, m: FakeMachine) -> Path:
         _w(root / "proc/self/cgroup", "\n".join(cgroups))
         _w(root / "proc/mounts", "\n".join(mounts))
     write_nics(root, m)
+    for path, text in m.files.items():
+        _w(root / path, text)
+    for path, target in m.links.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).symlink_to(target)
     return root
 
 
@@ -306,7 +315,128 @@ def generated_machines() -> dict[str, FakeMachine]:
         "sparse-cpu-ids": sparse,
         "gpus-without-node": loose_gpu,
         "more-gpus-than-cores": with_gpus(uniform(1, 2), [0, 0, 0, 0]),
+        **priority_machines(),
     }
+
+
+# ------------------------------------------------------------------------------------------------ priority cores
+# Four machines with what a real host shows of its core clocks (docs/priority-cores.md): each PU's
+# acpi_cppc/{highest_perf,nominal_perf,nominal_freq}, its cpufreq/{cpuinfo_max_freq,base_frequency} (intel_pstate
+# in HWP mode), /proc/cpuinfo (model line and flags) and, where ITMT is on, /proc/sys/kernel/sched_itmt_enabled.
+# tests/unit/test_priority_cores.py states what each must give; the planner's tests ask for them by name.
+PRIORITY_MACHINES = ("xeon6-pct", "xeon-sst-bf", "itmt-desktop", "homogeneous-server")
+_FLAGS = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush dts acpi mmx fxsr sse sse2 "
+          "ss ht tm pbe syscall nx pdpe1gb rdtscp lm constant_tsc art arch_perfmon pebs bts rep_good nopl xtopology "
+          "nonstop_tsc cpuid aperfmperf pni pclmulqdq dtes64 monitor ds_cpl vmx est tm2 ssse3 fma cx16 xtpr pdcm pcid "
+          "sse4_1 sse4_2 x2apic movbe popcnt tsc_deadline_timer aes xsave avx f16c rdrand lahf_lm abm 3dnowprefetch "
+          "cpuid_fault epb fsgsbase tsc_adjust bmi1 avx2 smep bmi2 erms invpcid rdseed adx smap clflushopt xsaveopt "
+          "xsavec xgetbv1 xsaves dtherm ida arat pln pts hwp hwp_notify hwp_act_window hwp_epp hwp_pkg_req")
+_AVX512 = " avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni"
+
+
+@dataclass(frozen=True)
+class CoreClock:
+    """What each PU of a core reports: CPPC highest_perf (100 MHz units, as on Intel), max and base in kHz."""
+
+    highest_perf: int
+    max_khz: int
+    base_khz: int
+
+
+def with_clocks(m: FakeMachine, clock_of_core: Callable[[int], CoreClock], model: tuple[str, int, int], flags: str,
+                *, itmt: bool = False, policy_links: bool = False) -> FakeMachine:
+    """``m`` with each core's clock files (``clock_of_core(core index)``), a ``proc/cpuinfo`` of GenuineIntel
+    family 6 ``model`` (name, model number, stepping) with ``flags``, and ITMT's switch when ``itmt``. With
+    ``policy_links`` cpufreq lives in ``cpu/cpufreq/policyN`` behind a ``cpuN/cpufreq`` link, as the kernel has it."""
+    name, number, stepping = model
+    cpu = "sys/devices/system/cpu"
+    blocks: dict[int, str] = {}
+    for ci, core in enumerate(m.cores):
+        clock = clock_of_core(ci)
+        for pu in core:
+            freq = f"{cpu}/cpufreq/policy{pu}" if policy_links else f"{cpu}/cpu{pu}/cpufreq"
+            if policy_links:
+                m.links[f"{cpu}/cpu{pu}/cpufreq"] = f"../cpufreq/policy{pu}"
+            m.files.update({
+                f"{freq}/cpuinfo_max_freq": str(clock.max_khz), f"{freq}/cpuinfo_min_freq": "800000",
+                f"{freq}/base_frequency": str(clock.base_khz), f"{freq}/scaling_driver": "intel_pstate",
+                f"{cpu}/cpu{pu}/acpi_cppc/highest_perf": str(clock.highest_perf),
+                f"{cpu}/cpu{pu}/acpi_cppc/nominal_perf": str(clock.base_khz // 100_000),
+                f"{cpu}/cpu{pu}/acpi_cppc/nominal_freq": str(clock.base_khz // 1000),
+                f"{cpu}/cpu{pu}/acpi_cppc/lowest_perf": "8"})
+            blocks[pu] = (f"processor\t: {pu}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: {number}\n"
+                          f"model name\t: {name}\nstepping\t: {stepping}\nphysical id\t: {m.package_of_core[ci]}\n"
+                          f"core id\t\t: {ci}\nflags\t\t: {flags}\n")
+    m.files["proc/cpuinfo"] = "\n".join(blocks[pu] for pu in sorted(blocks))
+    if itmt:
+        m.files["proc/sys/kernel/sched_itmt_enabled"] = "1"
+    return m
+
+
+def _gpus(m: FakeMachine, nodes: Sequence[int]) -> FakeMachine:
+    m.gpus = [FakeGPU(pci=f"0000:{0x18 + 0x10 * i:02x}:00.0", numa_node=n, uuid=f"GPU-prio-{i}") for i, n in enumerate(nodes)]
+    return m
+
+
+def xeon6_pct() -> FakeMachine:
+    """A DGX B300-like host of two Xeon 6776P (Granite Rapids) with Priority Core Turbo: 2 packages of 48 cores with
+    SMT (core c is PUs c and c+96), one NUMA node each, 8 GPUs (4 per node). 8 priority cores per package, 4 on
+    each of its two compute dies (cores 0-3, 24-27, 48-51, 72-75), report highest_perf 46 and 4.6 GHz; the others
+    42 and 4.2 GHz (within 10%: one core kind); base 2.3 GHz everywhere; ITMT on; cpufreq behind policy links.
+    Priority CPUs: 0-3,24-27,48-51,72-75 and their siblings 96-99,120-123,144-147,168-171."""
+    m = uniform(2, 48, threads=2)
+
+    def clock(ci: int) -> CoreClock:
+        return CoreClock(46, 4_600_000, 2_300_000) if ci % 24 < 4 else CoreClock(42, 4_200_000, 2_300_000)
+
+    flags = _FLAGS + _AVX512 + " avx512_fp16 amx_bf16 amx_tile amx_int8"
+    return _gpus(with_clocks(m, clock, ("Intel(R) Xeon(R) 6776P", 173, 1), flags, itmt=True, policy_links=True),
+                 [0, 0, 0, 0, 1, 1, 1, 1])
+
+
+def sst_bf_xeon() -> FakeMachine:
+    """Two Xeon Gold 6252N with Speed Select Base Frequency on: 2 packages of 24 cores with SMT (core c is PUs c and
+    c+48), 4 GPUs (2 per node). The 8 high-priority cores of each package (1, 2, 5, 8, 13, 16, 19, 22, and 24
+    more in package 1) have a base frequency of 2.8 GHz, the others 2.1 GHz; max 3.6 GHz and highest_perf 36
+    everywhere; no ITMT. hwloc makes two kinds of it (the base frequencies differ); affrun one kind with 16
+    priority cores: CPUs 1,2,5,8,13,16,19,22,25,26,29,32,37,40,43,46 and their siblings (+48)."""
+    m = uniform(2, 24, threads=2)
+
+    def clock(ci: int) -> CoreClock:
+        high = ci % 24 in (1, 2, 5, 8, 13, 16, 19, 22)
+        return CoreClock(36, 3_600_000, 2_800_000 if high else 2_100_000)
+
+    return _gpus(with_clocks(m, clock, ("Intel(R) Xeon(R) Gold 6252N CPU @ 2.30GHz", 85, 7), _FLAGS + _AVX512),
+                 [0, 0, 1, 1])
+
+
+def itmt_desktop() -> FakeMachine:
+    """A Core i9-10900K desktop with Turbo Boost Max 3.0 and ITMT on: 10 cores with SMT (core c is PUs c and c+10),
+    one GPU. Core 3 reports highest_perf 53 (5.3 GHz), core 6 52 (5.2 GHz), the rest 51 (5.1 GHz, within 10%: one
+    kind); base 3.7 GHz. Priority CPUs best first: 3, 6, then their siblings 13, 16."""
+    m = uniform(1, 10, threads=2)
+
+    def clock(ci: int) -> CoreClock:
+        perf = {3: 53, 6: 52}.get(ci, 51)
+        return CoreClock(perf, perf * 100_000, 3_700_000)
+
+    return _gpus(with_clocks(m, clock, ("Intel(R) Core(TM) i9-10900K CPU @ 3.70GHz", 165, 5), _FLAGS, itmt=True),
+                 [0])
+
+
+def homogeneous_server() -> FakeMachine:
+    """A server of two Xeon Platinum 8480+ whose firmware reports highest_perf 255 (a placeholder) on every CPU:
+    2 packages of 16 cores with SMT, 4 GPUs; max 3.8 GHz and base 2.0 GHz everywhere; no ITMT. No priority cores."""
+    m = uniform(2, 16, threads=2)
+    clock = CoreClock(255, 3_800_000, 2_000_000)
+    flags = _FLAGS + _AVX512 + " avx512_fp16 amx_bf16 amx_tile amx_int8"
+    return _gpus(with_clocks(m, lambda ci: clock, ("Intel(R) Xeon(R) Platinum 8480+", 143, 8), flags), [0, 0, 1, 1])
+
+
+def priority_machines() -> dict[str, FakeMachine]:
+    """The four machines of :data:`PRIORITY_MACHINES`, by name."""
+    return {"xeon6-pct": xeon6_pct(), "xeon-sst-bf": sst_bf_xeon(), "itmt-desktop": itmt_desktop(),
+            "homogeneous-server": homogeneous_server()}
 
 
 # ---------------------------------------------------------------------------------------------- NICs, PCI tree

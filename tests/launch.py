@@ -40,7 +40,8 @@ def require_torch() -> None:
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without variables that would change the launchers' behaviour."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_", "LOCAL_", "SLURM_",
+           if not k.startswith(("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_", "LOCAL_", "SLURM_", "BLIS_",
+                                "NUMEXPR_", "OPENCV_FOR_THREADS", "RAYON_", "NCCL_PROXY",
                                 "CUDA_VISIBLE", "ROCR_VISIBLE", "HIP_VISIBLE", "ZE_AFFINITY", "PET_",
                                 "TORCHELASTIC_"))}
     env.update(extra)
@@ -141,12 +142,13 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def rank_lines(stderr: str) -> list[dict[str, str]]:
-    """Parse affrun's documented per-rank lines: ``affrun: rank R/N host H cpus L numa L gpu G (PCI) nic N omp T loader L mem M``
+    """Parse affrun's documented per-rank lines: ``affrun: rank R/N host H cpus L numa L gpu G (PCI) nic N omp T loader L
+    [comm L] [main L] mem M``
     (``affrun: starting rank ...`` where ``affrun torchrun`` prints them before its ranks start)."""
     pattern = re.compile(
         r"^affrun: (?:starting )?rank (?P<rank>\d+)/(?P<size>\d+) host (?P<host>\S+) cpus (?P<cpus>\S+) numa (?P<numa>\S+) "
         r"gpu (?P<gpu>-|\d+ \(\S+\)) (?:nic (?P<nic>\S+) )?omp (?P<omp>\d+) loader (?P<loader>\S+)(?: comm (?P<comm>\S+))? "
-        r"mem (?P<mem>\S+)$"
+        r"(?:main (?P<main>\S+) )?mem (?P<mem>\S+)$"
     )
     return [m.groupdict() for line in stderr.splitlines() if (m := pattern.match(line.strip()))]
 
@@ -236,7 +238,7 @@ def thread_bindings(text: str) -> dict[int, dict[int, frozenset[int]]]:
 
 
 RANK_FIELDS = ("local_rank", "cpus", "compute_cores", "loader_cpus", "gpu", "gpu_pci", "numa_nodes", "mem_nodes", "threads",
-               "shared", "warnings", "spill_cpus", "spill_nodes")
+               "shared", "warnings", "spill_cpus", "spill_nodes", "comm_cpus", "main_cpus")
 PLAN_FIELDS = ("mode", "smt", "gpu_order", "spill", "reserved", "warnings")
 
 

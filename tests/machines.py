@@ -35,3 +35,11 @@ def nvmlDeviceGetUUID(h): return GPUS[h][1]
 def tree(tmp_path: Path) -> Path:
     """A healthy 2-socket, 2-node, SMT2 machine of 16 PUs."""
     return write_tree(tmp_path / "root", uniform(2, 4, threads=2, nodes_per_package=1))
+
+
+def priority_tree(tmp_path: Path, name: str) -> Path:
+    """The tree of one of :data:`tests.fakesys.PRIORITY_MACHINES` (``xeon6-pct``, ``xeon-sst-bf``, ``itmt-desktop``,
+    ``homogeneous-server``) under ``tmp_path/name``."""
+    from tests.fakesys import priority_machines
+
+    return write_tree(tmp_path / name, priority_machines()[name])

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from launcher.base.choices import MODES
+from launcher.base.choices import MAIN_THREADS, MODES
 from launcher.errors import PlanError
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
+from launcher.topology.priority import PriorityCores
 
 # 200 examples per property run in a few seconds; AFFRUN_HYPOTHESIS_EXAMPLES=5000 searches deeper.
 SETTINGS = settings(
@@ -196,3 +197,24 @@ def plan_or_error(topo: Topology, req: Request) -> Plan | None:
         assert "\n" not in str(exc), "a PlanError message must be one line"
         return None
 
+
+
+@st.composite
+def main_thread_cases(draw: st.DrawFn) -> tuple[Machine, Request]:
+    """A machine with a random set of priority cores (whole cores or single PUs, in a random order of priority;
+    none at all in a quarter of the cases), and a request with a random ``--main-thread`` and ``--comm-cores``."""
+    m = draw(machines())
+    topo = m.topo
+    rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
+    if draw(st.integers(0, 3)):
+        share = draw(st.sampled_from([0.1, 0.3, 0.7]))
+        cores = [c for c in topo.cores if rnd.random() < share]
+        cpus = [p for c in cores for p in (c.pus if rnd.random() < 0.9 else c.pus[:1])]
+        order = tuple(rnd.sample(cpus, len(cpus)))
+        priority = PriorityCores(frozenset(cpus), order, "generated")
+    else:
+        priority = PriorityCores(why_none="generated without any")
+    m = replace(m, topo=replace(topo, priority=priority))
+    req = draw(requests(m))
+    return m, replace(req, main_thread=draw(st.sampled_from(MAIN_THREADS)),
+                      comm_cores=draw(st.sampled_from([0, 0, 1, 2])))

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import EnvPolicy, MemBackend, NicEnv, OmpBind
+from launcher.base.choices import EnvPolicy, MemBackend, NicEnv, OmpBind, RankHooks
 from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, read_job
 from launcher.context.run_role import BOOT
 from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
@@ -51,6 +51,7 @@ class ParentPlan:
     user_env: dict[str, str]  # the user's own values of the variables affrun sets, before torchrun touched them
     verbose: bool
     nic_env: NicEnv = "none"  # which NIC variables the ranks get besides AFFRUN_NIC (--nic-env)
+    rank_hooks: RankHooks = "auto"  # what affrun patches inside the ranks (--rank-hooks): AFFRUN_RANK_HOOKS
 
     def to_json(self) -> str:
         import json  # the planning parent's, not the rank's
@@ -64,6 +65,7 @@ class ParentPlan:
                 "mem_backend": self.mem_backend,
                 "user_env": self.user_env,
                 "verbose": self.verbose,
+                "rank_hooks": self.rank_hooks,
                 "env": [self._environment(rank) for rank in self.plan.ranks],
             },
             separators=(",", ":"),
@@ -73,14 +75,15 @@ class ParentPlan:
         """The variables ``rank`` gets, as the env policy judges the user's own values (:attr:`user_env`):
         computed here, once, for ``AFFRUN_PLAN`` and for ``affrun plan --json``."""
         return rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
-                                smt=self.plan.smt, policy=self.env_policy, nic_env=self.nic_env)
+                                smt=self.plan.smt, policy=self.env_policy, nic_env=self.nic_env, hooks=self.rank_hooks)
 
     def _environment(self, rank: RankPlan) -> dict[str, Any]:
-        """A rank's entry of ``AFFRUN_PLAN``'s ``env``: its OpenMP/BLAS variables. Its ``AFFRUN_*`` variables are
-        written by the rank from its fields (:meth:`launcher.bind.wire.Job.variables`)."""
+        """A rank's entry of ``AFFRUN_PLAN``'s ``env``: its OpenMP/BLAS and pool variables, and which counts are the
+        user's. Its ``AFFRUN_*`` variables are written by the rank from its fields
+        (:meth:`launcher.bind.wire.Job.variables`)."""
         renv = self.environment(rank)
         return {"set": {k: v for k, v in renv.set.items() if not k.startswith("AFFRUN_")},
-                "unset": list(renv.unset), "notes": list(renv.notes)}
+                "unset": list(renv.unset), "notes": list(renv.notes), "user_pools": list(renv.user_pools)}
 
     def to_env(self) -> str:
         """The value of ``AFFRUN_PLAN``: the JSON itself, or, above :data:`INLINE_PLAN_LIMIT`, the JSON compressed.
@@ -144,4 +147,4 @@ def plan_job(
     plan = make_plan(topo, opts.request(nproc))
     mem = effective_mem_policy(apply.mem_policy, len(topo.cpu_nodes()))
     return topo, ParentPlan(plan, apply.omp_bind, apply.env_policy, mem, apply.mem_backend, dict(user_env or {}),
-                            options.verbose, apply.nic_env)
+                            options.verbose, apply.nic_env, apply.rank_hooks)

@@ -15,8 +15,6 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import parse_cpulist
-from launcher.base.untrusted import short
 from launcher.bind.pools import fit_worker, refit, say
 from launcher.bind.readback import current_binding
 from launcher.context.run_role import affrun_process, multiprocessing_child
@@ -43,16 +41,12 @@ class LiveRank:
         binding = current_binding(environ)  # ValueError naming a malformed variable
         if binding is None:
             raise LookupError("AFFRUN_CPUS is not set")
-        try:
-            main = parse_cpulist(environ.get(MAIN_VARIABLE, ""))
-        except ValueError:
-            raise ValueError(f"{MAIN_VARIABLE}={short(environ.get(MAIN_VARIABLE))} is not a cpu list") from None
         self.local_rank = binding.local_rank
         self.cpus = tuple(sorted(binding.cpus))
         self.compute_cpus = tuple(sorted(binding.compute_cpus))
         self.loader_cpus = tuple(sorted(binding.loader_cpus))
         self.comm_cpus = tuple(sorted(binding.comm_cpus))
-        self.main_cpus = tuple(sorted(main))
+        self.main_cpus = tuple(sorted(binding.main_cpus))
         self.threads = binding.threads
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.rank_line import MEM_VARIABLE, rank_summary
+from launcher.env.variables import MAIN_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,13 @@ class TaskBinding:
     mem: str = "none"  # the memory policy in effect, as the rank line writes it: membind:0, none
     comm_cpus: frozenset[int] = frozenset()  # kept for NCCL's proxy threads (--comm-cores; empty: none)
     nic: str | None = None  # AFFRUN_NIC: mlx5_0:1, eth0; None: no NIC
+    main_cpus: frozenset[int] = frozenset()  # AFFRUN_MAIN_CPUS: the main thread's core (--main-thread; empty: none)
 
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly: CPU sets as cpulist strings."""
         d = asdict(self)
-        for name in ("cpus", "compute_cpus", "loader_cpus", "comm_cpus"):
+        for name in ("cpus", "compute_cpus", "loader_cpus", "comm_cpus", "main_cpus"):
             d[name] = format_cpulist(d[name])
         d["numa_nodes"] = list(self.numa_nodes)
         d["mem_nodes"] = list(self.mem_nodes)
@@ -48,7 +50,8 @@ class TaskBinding:
     def __str__(self) -> str:
         """The rank line (:mod:`launcher.env.rank_line`), without ``affrun:``."""
         return rank_summary(self.local_rank, self.local_world_size, self.host, self.cpus, self.numa_nodes, self.gpu,
-                            self.gpu_pci, self.threads, self.loader_cpus, self.mem, self.nic, self.comm_cpus)
+                            self.gpu_pci, self.threads, self.loader_cpus, self.mem, self.nic, self.comm_cpus,
+                            self.main_cpus)
 
 
 def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> frozenset[int]:
@@ -109,5 +112,6 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         mem=env.get(MEM_VARIABLE) or "none",
         comm_cpus=cpus("AFFRUN_COMM_CPUS"),
         nic=env.get("AFFRUN_NIC") or None,
+        main_cpus=cpus(MAIN_VARIABLE),
     )
 

@@ -21,20 +21,39 @@ from launcher.base.choices import (
     GPU_ORDERS,
     MEM_BACKENDS,
     MODES,
+    RANK_HOOKS,
     SHARED_MODES,
     SPILLS,
 )
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist
 from launcher.base.memnodes import memory_nodes_fault
-from launcher.base.untrusted import BadJSON, clip, load_json, short
-from launcher.env.variables import COMM_VARIABLE, THREAD_VARIABLES, USER_VARIABLES, affrun_variables
+from launcher.base.untrusted import BadJSON, ascii_uint, clip, load_json, short
+from launcher.bind.fields import (
+    BadPlan,
+    boolean,
+    choice,
+    get_field,
+    ids,
+    integer,
+    items,
+    obj,
+    string,
+    string_map,
+    strings,
+)
+from launcher.env.variables import (
+    COMM_VARIABLE,
+    POOL_OF,
+    POOL_VARIABLES,
+    THREAD_VARIABLES,
+    USER_VARIABLES,
+    affrun_variables,
+)
 from launcher.errors import LaunchError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
-
-    C = TypeVar("C", bound=str)
+    from typing import Any
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
 COMPRESSED_PREFIX = "zlib+base64:"
@@ -44,53 +63,56 @@ PLAN_TEXT_LIMIT = 16 << 20
 MAX_GPU_INDEX = (1 << 16) - 1
 
 
-class BadPlan(ValueError):
-    """A field of a plan is missing or has the wrong type or value (the message names it)."""
-
-
 class RankRecord:
     """One rank's binding, as its parent computed it: what to apply, and what the rank line shows. Its fields
     are a plan entry's (:class:`launcher.plan.planner.RankPlan`) and the variables the env policy decided."""
 
-    __slots__ = ("comm_cpus", "compute_cores", "cpus", "gpu", "gpu_pci", "loader_cpus", "local_rank", "mem_nodes",
-                 "nic_device",
-                 "notes", "numa_nodes", "set", "shared", "spill_cpus", "spill_nodes", "threads", "unset", "warnings")
+    __slots__ = ("comm_cpus", "compute_cores", "cpus", "gpu", "gpu_pci", "loader_cpus", "local_rank", "main_cpus",
+                 "mem_nodes", "nic_device", "notes", "numa_nodes", "set", "shared", "spill_cpus", "spill_nodes",
+                 "threads", "unset", "user_pools", "warnings")
 
     def __init__(self, d: dict[str, Any], env: dict[str, Any], index: int) -> None:
         what = f"ranks[{index}]"
-        self.local_rank = _int(_get(d, "local_rank", what), f"{what}.local_rank", index, index)
-        self.cpus = _ids(_get(d, "cpus", what), f"{what}.cpus", MAX_CPU_ID)
+        self.local_rank = integer(get_field(d, "local_rank", what), f"{what}.local_rank", index, index)
+        self.cpus = ids(get_field(d, "cpus", what), f"{what}.cpus", MAX_CPU_ID)
         if not self.cpus:
             raise BadPlan(f"{what}.cpus is empty")
-        self.compute_cores = tuple(_ids(c, f"{what}.compute_cores[]", MAX_CPU_ID)
-                                   for c in _list(_get(d, "compute_cores", what), f"{what}.compute_cores"))
-        self.loader_cpus = _ids(_get(d, "loader_cpus", what), f"{what}.loader_cpus", MAX_CPU_ID)
-        self.comm_cpus = _ids(d.get("comm_cpus", []), f"{what}.comm_cpus", MAX_CPU_ID)
+        self.compute_cores = tuple(ids(c, f"{what}.compute_cores[]", MAX_CPU_ID)
+                                   for c in items(get_field(d, "compute_cores", what), f"{what}.compute_cores"))
+        self.loader_cpus = ids(get_field(d, "loader_cpus", what), f"{what}.loader_cpus", MAX_CPU_ID)
+        self.comm_cpus = ids(d.get("comm_cpus", []), f"{what}.comm_cpus", MAX_CPU_ID)
         inside = set(self.cpus)
         if not all(set(core) <= inside for core in self.compute_cores) or not set(self.loader_cpus) <= inside:
             raise BadPlan(f"{what}: compute_cores and loader_cpus must be CPUs of the rank's cpus")
         if not set(self.comm_cpus) <= inside:
             raise BadPlan(f"{what}: comm_cpus must be CPUs of the rank's cpus (its mask holds them)")
-        gpu, pci = _get(d, "gpu", what), d.get("gpu_pci")
-        self.gpu = None if gpu is None else _int(gpu, f"{what}.gpu", 0, MAX_GPU_INDEX)
-        self.gpu_pci = None if pci is None else _str(pci, f"{what}.gpu_pci")
-        self.numa_nodes = _ids(_get(d, "numa_nodes", what), f"{what}.numa_nodes", MAX_NODE_ID)
-        self.mem_nodes = _ids(_get(d, "mem_nodes", what), f"{what}.mem_nodes", MAX_NODE_ID)
-        self.threads = _int(_get(d, "threads", what), f"{what}.threads", 1, MAX_CPU_ID + 1)
-        self.shared = _bool(d.get("shared", False), f"{what}.shared")
-        self.warnings = _strings(d.get("warnings", []), f"{what}.warnings")
-        _strings(d.get("reasons", []), f"{what}.reasons")  # the plan's; a rank shows none of them
-        self.spill_cpus = _ids(d.get("spill_cpus", []), f"{what}.spill_cpus", MAX_CPU_ID)
-        self.spill_nodes = _ids(d.get("spill_nodes", []), f"{what}.spill_nodes", MAX_NODE_ID)
+        self.main_cpus = ids(d.get("main_cpus", []), f"{what}.main_cpus", MAX_CPU_ID)
+        if self.main_cpus and set(self.main_cpus) not in [set(core) for core in self.compute_cores]:
+            raise BadPlan(f"{what}.main_cpus must be one of the rank's compute_cores (the main thread's core), not "
+                          f"{short(format_cpulist(self.main_cpus), 40)}")
+        gpu, pci = get_field(d, "gpu", what), d.get("gpu_pci")
+        self.gpu = None if gpu is None else integer(gpu, f"{what}.gpu", 0, MAX_GPU_INDEX)
+        self.gpu_pci = None if pci is None else string(pci, f"{what}.gpu_pci")
+        self.numa_nodes = ids(get_field(d, "numa_nodes", what), f"{what}.numa_nodes", MAX_NODE_ID)
+        self.mem_nodes = ids(get_field(d, "mem_nodes", what), f"{what}.mem_nodes", MAX_NODE_ID)
+        self.threads = integer(get_field(d, "threads", what), f"{what}.threads", 1, MAX_CPU_ID + 1)
+        self.shared = boolean(d.get("shared", False), f"{what}.shared")
+        self.warnings = strings(d.get("warnings", []), f"{what}.warnings")
+        strings(d.get("reasons", []), f"{what}.reasons")  # the plan's; a rank shows none of them
+        self.spill_cpus = ids(d.get("spill_cpus", []), f"{what}.spill_cpus", MAX_CPU_ID)
+        self.spill_nodes = ids(d.get("spill_nodes", []), f"{what}.spill_nodes", MAX_NODE_ID)
         nic = d.get("nic")
-        self.nic_device = None if nic is None else _str(_get(_obj(nic, f"{what}.nic"), "device", f"{what}.nic"),
+        self.nic_device = None if nic is None else string(get_field(obj(nic, f"{what}.nic"), "device", f"{what}.nic"),
                                                         f"{what}.nic.device")
         what = f"env[{index}]"
-        self.set = string_map(_get(env, "set", what), f"{what}.set", USER_VARIABLES)
-        self.unset = _strings(_get(env, "unset", what), f"{what}.unset")
+        self.set = string_map(get_field(env, "set", what), f"{what}.set", USER_VARIABLES)
+        self.unset = strings(get_field(env, "unset", what), f"{what}.unset")
         if not set(self.unset) <= set(USER_VARIABLES) or set(self.unset) & set(self.set):
             raise BadPlan(f"{what}.unset must name variables affrun manages that it does not set")
-        self.notes = _strings(_get(env, "notes", what), f"{what}.notes")
+        self.notes = strings(get_field(env, "notes", what), f"{what}.notes")
+        self.user_pools = strings(env.get("user_pools", []), f"{what}.user_pools")
+        if not set(self.user_pools) <= set(self.set) & set(POOL_OF):
+            raise BadPlan(f"{what}.user_pools must name thread and pool counts that env[{index}].set holds")
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
@@ -103,31 +125,32 @@ class RankRecord:
 class Job:
     """What a rank reads from ``AFFRUN_PLAN``: every rank's record, the plan's shape, and how to apply them."""
 
-    __slots__ = ("bind", "env_policy", "gpu_order", "identity", "mem_backend", "mem_policy", "mode", "ranks",
-                 "reserved", "smt", "spill", "user_env", "verbose", "warnings")
+    __slots__ = ("bind", "env_policy", "gpu_order", "identity", "mem_backend", "mem_policy", "mode", "rank_hooks",
+                 "ranks", "reserved", "smt", "spill", "user_env", "verbose", "warnings")
 
     def __init__(self, d: dict[str, Any], identity: str) -> None:
-        plan = _obj(d.get("plan"), "plan")
-        raw = _list(_get(plan, "ranks", "plan"), "plan.ranks")
+        plan = obj(d.get("plan"), "plan")
+        raw = items(get_field(plan, "ranks", "plan"), "plan.ranks")
         if not raw or len(raw) > MAX_CPU_ID + 1:
             raise BadPlan(f"plan.ranks must hold 1 to {MAX_CPU_ID + 1} ranks, not {len(raw)}")
-        envs = _list(_get(d, "env", "the plan"), "env")
+        envs = items(get_field(d, "env", "the plan"), "env")
         if len(envs) != len(raw):
             raise BadPlan(f"env holds {len(envs)} entries for {len(raw)} ranks")
-        self.ranks = tuple(RankRecord(_obj(r, f"ranks[{i}]"), _obj(e, f"env[{i}]"), i)
+        self.ranks = tuple(RankRecord(obj(r, f"ranks[{i}]"), obj(e, f"env[{i}]"), i)
                            for i, (r, e) in enumerate(zip(raw, envs)))
-        self.mode = choice(_get(plan, "mode", "plan"), "plan.mode", MODES)
-        self.smt = _bool(_get(plan, "smt", "plan"), "plan.smt")
-        self.gpu_order = choice(_get(plan, "gpu_order", "plan"), "plan.gpu_order", GPU_ORDERS)
-        self.warnings = _strings(plan.get("warnings", []), "plan.warnings")
-        self.reserved = _ids(plan.get("reserved", []), "plan.reserved", MAX_CPU_ID)
+        self.mode = choice(get_field(plan, "mode", "plan"), "plan.mode", MODES)
+        self.smt = boolean(get_field(plan, "smt", "plan"), "plan.smt")
+        self.gpu_order = choice(get_field(plan, "gpu_order", "plan"), "plan.gpu_order", GPU_ORDERS)
+        self.warnings = strings(plan.get("warnings", []), "plan.warnings")
+        self.reserved = ids(plan.get("reserved", []), "plan.reserved", MAX_CPU_ID)
         self.spill = choice(plan.get("spill", "none"), "plan.spill", SPILLS)
         self.bind = choice(d.get("bind"), "bind", BIND_MODES)
         self.env_policy = choice(d.get("env_policy"), "env_policy", ENV_POLICIES)
         self.mem_policy = choice(d.get("mem_policy"), "mem_policy", APPLIED_MEM_POLICIES)  # resolved: no "auto"
         self.mem_backend = choice(d.get("mem_backend"), "mem_backend", MEM_BACKENDS)
         self.user_env = string_map(d.get("user_env", {}), "user_env", USER_VARIABLES)
-        self.verbose = _bool(d.get("verbose", False), "verbose")
+        self.verbose = boolean(d.get("verbose", False), "verbose")
+        self.rank_hooks = choice(d.get("rank_hooks", "auto"), "rank_hooks", RANK_HOOKS)
         self.identity = identity  # names this plan in every binding made from it (AFFRUN_PLAN_ID)
 
     @property
@@ -136,7 +159,8 @@ class Job:
 
     def variables(self, rank: RankRecord) -> dict[str, str]:
         """Every variable ``rank`` gets: the OpenMP/BLAS ones its parent decided and affrun's own ``AFFRUN_*``."""
-        return {**rank.set, **affrun_variables(rank, len(self.ranks), self.bind)}
+        return {**rank.set, **affrun_variables(rank, len(self.ranks), self.bind, policy=self.env_policy,
+                                               hooks=self.rank_hooks, user_pools=rank.user_pools)}
 
 
 def read_job(value: str) -> Job:
@@ -151,7 +175,7 @@ def read_job(value: str) -> Job:
                           "object ({...}) is expected")
     try:
         d = load_json(value, finite=True)
-        job = Job(_obj(d, "the plan"), identity(value))
+        job = Job(obj(d, "the plan"), identity(value))
         check_job(job)
     except (BadJSON, BadPlan) as exc:
         raise LaunchError(f"{PLAN_VARIABLE} is not a plan written by affrun: {exc}") from None
@@ -252,8 +276,12 @@ def check_job(job: Job) -> None:
     nodes that are not the rank's, thread counts in the environment that are neither the plan's nor the user's."""
     if job.mode != "map":
         _check_sharing(job)
+    mains: dict[int, int] = {}
     for rank in job.ranks:
         _check_rank(job, rank)
+        for cpu in rank.main_cpus:
+            if mains.setdefault(cpu, rank.local_rank) != rank.local_rank:
+                raise BadPlan(f"ranks {mains[cpu]} and {rank.local_rank} have the same main core (CPU {cpu})")
 
 
 def _check_rank(job: Job, rank: RankRecord) -> None:
@@ -266,15 +294,16 @@ def _check_rank(job: Job, rank: RankRecord) -> None:
         raise BadPlan(f"{what}.compute_cores lists a CPU in two cores")
     parts = (set(compute), set(rank.loader_cpus), set(rank.comm_cpus))
     rest = set(rank.cpus) - parts[0] - parts[1] - parts[2]
-    if sum(map(len, parts)) != len(set().union(*parts)) or (rest and not (rank.shared and rest <= {
-            p for r in job.ranks if r is not rank and r.shared and r.cpus == rank.cpus for p in r.comm_cpus})):
+    sharers = {p for r in job.ranks if r is not rank and r.shared and r.cpus == rank.cpus for p in r.comm_cpus}
+    if sum(map(len, parts)) != len(set().union(*parts)) or (rest and not (rank.shared and rest <= sharers)):
         raise BadPlan(f"{what}: compute_cores, loader_cpus and comm_cpus must split the rank's cpus (no CPU in two, "
                       "none in neither but the comm CPUs of ranks sharing them)")
     comm_value = rank.set.get(COMM_VARIABLE)
-    if comm_value is not None and comm_value != format_cpulist(rank.comm_cpus) and (
-            comm_value != job.user_env.get(COMM_VARIABLE)):
+    off_main = sorted(set(rank.cpus) - set(rank.main_cpus)) or rank.cpus  # NCCL's home with a main core
+    ours = format_cpulist(rank.comm_cpus or (off_main if rank.main_cpus else ()))
+    if comm_value is not None and comm_value != ours and comm_value != job.user_env.get(COMM_VARIABLE):
         raise BadPlan(f"env[{rank.local_rank}].set: {COMM_VARIABLE}={short(comm_value, 20)} is neither the rank's "
-                      "comm CPUs nor the user's value")
+                      "comm CPUs (its CPUs off its main core) nor the user's value")
     units = len(compute) if job.smt else len(rank.compute_cores)
     if rank.threads > units:
         raise BadPlan(f"{what}.threads is {rank.threads}, more than its {units} compute "
@@ -284,7 +313,7 @@ def _check_rank(job: Job, rank: RankRecord) -> None:
     spill = set(rank.spill_cpus)
     if not spill <= set(rank.cpus) or (job.spill == "none" and (spill or rank.spill_nodes)) or (
             job.spill == "loader" and not spill <= set(rank.loader_cpus)) or (
-            job.spill == "compute" and not spill <= set(compute)):
+            job.spill == "compute" and not spill <= set(compute) | set(rank.comm_cpus) | sharers):
         raise BadPlan(f"{what}.spill_cpus must be {job.spill} CPUs of the rank (plan.spill {job.spill})"
                       if job.spill != "none" else f"{what}: spill CPUs or nodes in a plan with plan.spill none")
     if not set(rank.cpus).isdisjoint(job.reserved):
@@ -292,11 +321,16 @@ def _check_rank(job: Job, rank: RankRecord) -> None:
     fault = memory_nodes_fault(rank.numa_nodes, rank.mem_nodes)  # the planner's own normal form
     if fault:
         raise BadPlan(f"{what}.mem_nodes {fault}")
-    for name in THREAD_VARIABLES:  # the plan's count, or the user's own value that the env policy kept
+    for name in (*THREAD_VARIABLES, *POOL_VARIABLES):  # the plan's count, or the user's own value the policy kept
         value = rank.set.get(name)
-        if value is not None and value != str(rank.threads) and value != job.user_env.get(name):
+        if value is None or value == job.user_env.get(name) or value == str(rank.threads):
+            continue
+        # the pools but OpenMP's are sized to the main thread's mask (launcher.plan.threads): at most the threads
+        if POOL_OF[name] == "openmp" or not 1 <= (ascii_uint(value) or 0) <= rank.threads:
             raise BadPlan(f"env[{rank.local_rank}].set: {name}={short(value, 20)} is neither the rank's "
-                          f"{rank.threads} threads nor the user's value")
+                          f"{rank.threads} threads (a pool: at most them) nor the user's value")
+    if any(rank.set[name] != job.user_env.get(name) for name in rank.user_pools):
+        raise BadPlan(f"env[{rank.local_rank}].user_pools names a count whose value is not the user's")
 
 
 def _check_sharing(job: Job) -> None:
@@ -312,86 +346,3 @@ def _check_sharing(job: Job) -> None:
     for rank in job.ranks:
         if rank.shared and all(len(holders[cpu]) == 1 for cpu in rank.cpus):
             raise BadPlan(f"ranks[{rank.local_rank}].shared is true but no other rank has its CPUs")
-
-
-# --------------------------------------------------------------------------------------------- fields
-def _get(d: dict[str, Any], key: str, what: str) -> Any:
-    if key not in d:
-        raise BadPlan(f"{what}: missing \"{key}\"")
-    return d[key]
-
-
-def _obj(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BadPlan(f"{what} must be an object, not {short(value, 40)}")
-    return value
-
-
-def _int(value: Any, what: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadPlan(f"{what} must be an integer from {low} to {high}, not {short(value, 40)}")
-    return value
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise BadPlan(f"{what} must be true or false, not {short(value, 40)}")
-    return value
-
-
-def environment_string(value: str) -> bool:
-    """Whether ``value`` can go into the environment (``os.environ``, ``execve``): no NUL byte, and encodable
-    (a lone surrogate that JSON's ``\\ud800`` made is not)."""
-    if "\0" in value:
-        return False
-    try:
-        os.fsencode(value)  # what os.environ does with it
-    except UnicodeError:
-        return False
-    return True
-
-
-def _str(value: Any, what: str) -> str:
-    """A string of the plan. Any of them may reach the environment or an error line: none may hold NUL."""
-    if not isinstance(value, str):
-        raise BadPlan(f"{what} must be a string, not {short(value, 40)}")
-    if not environment_string(value):
-        raise BadPlan(f"{what} holds a NUL byte or a character the environment cannot hold: {short(value, 40)}")
-    return value
-
-
-def choice(value: Any, what: str, choices: tuple[C, ...]) -> C:
-    """``value`` as the member of ``choices`` it equals (typed as their Literal); :class:`BadPlan` otherwise."""
-    for member in choices:
-        if isinstance(value, str) and value == member:
-            return member
-    raise BadPlan(f"{what} must be one of {', '.join(choices)}, not {short(value, 40)}")
-
-
-def _list(value: Any, what: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise BadPlan(f"{what} must be a list, not {short(value, 40)}")
-    return value
-
-
-def _ids(value: Any, what: str, high: int) -> tuple[int, ...]:
-    items = tuple(_int(v, f"{what}[]", 0, high) for v in _list(value, what))
-    if len(set(items)) != len(items):
-        raise BadPlan(f"{what} lists an id twice")
-    return items
-
-
-def _strings(value: Any, what: str) -> tuple[str, ...]:
-    return tuple(_str(v, f"{what}[]") for v in _list(value, what))
-
-
-def string_map(value: Any, what: str, names: tuple[str, ...] | None = None) -> dict[str, str]:
-    """An object of environment variables: every name one of ``names`` (when given), and a valid variable name
-    (not empty, no ``=``, no NUL); every value a string the environment can hold."""
-    d = _obj(value, what)
-    for k, v in d.items():
-        if not k or "=" in k or not environment_string(k) or (names is not None and k not in names):
-            raise BadPlan(f"{what}: {short(k, 40)} is not " + ("one of the variables affrun sets" if names is not None
-                                                               else "an environment variable name"))
-        _str(v, f"{what}[{short(k, 40)}]")
-    return dict(d)

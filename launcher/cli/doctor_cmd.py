@@ -66,15 +66,15 @@ def doctor(
     if pid is not None:
         if fsroot or topology_file or cpus or nproc:
             raise click.UsageError("--pid audits the live machine: drop --fsroot/--topology/--cpus/--nproc-per-node")
-        seconds = 2.0 if duration is None else _seconds("duration", duration)
-        sys.exit(_live(pid, seconds, _seconds("interval", interval), as_json, fail_on))
+        seconds = 2.0 if duration is None else parse_seconds("duration", duration)
+        sys.exit(_live(pid, seconds, parse_seconds("interval", interval), as_json, fail_on))
     sys.exit(_environment(fsroot, topology_file, cpus, nproc, as_json, fail_on))
 
 
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
-def _seconds(name: Literal["duration", "interval"], text: str) -> float:
+def parse_seconds(name: Literal["duration", "interval"], text: str) -> float:
     """``--duration``/``--interval`` as a number of seconds in range, else :class:`ConfigError` (exit 2)."""
     from launcher.doctor.sampling import timing_problem
 

@@ -58,6 +58,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         kind = mark.kind
         click.echo(f"kind {mark.letter:<4} cpus {format_cpulist(kind.cpus)}  {kind.name} "
                    f"(efficiency {kind.efficiency}, {mark.speed}; from {kind.source})")
+    click.echo(_priority_line(topo))
     for i, gpu in enumerate(topo.visible_gpus()):
         click.echo(f"gpu {i:<5} {gpu.pci} {gpu.vendor:<6} numa {gpu.numa_node if gpu.numa_node is not None else '?'}"
                    f"  local cpus {format_cpulist(gpu.cpus) or '?'}")
@@ -69,6 +70,17 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
         click.echo(f"warning: {shown(w)}")
     if save:
         click.echo(f"saved {save}")
+
+
+def _priority_line(topo: Topology) -> str:
+    """The priority CPUs best first and their evidence, or why there are none (docs/priority-cores.md); where the
+    core kinds are priority classes, that the planner treats them as one kind."""
+    prio = topo.priority_cores()
+    classes = ("; the kinds above are priority classes (one frequency alone differs, on a non-hybrid Intel CPU): "
+               "planned as one kind" if prio.one_kind and topo.kinds().hybrid else "")
+    if not prio.cpus:
+        return f"priority none: {shown(prio.why_none)}{classes}"
+    return f"priority cpus {','.join(map(str, prio.order))} (best first); from {shown(prio.source)}{classes}"
 
 
 def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
@@ -90,17 +102,18 @@ nproc_option = click.option(
 @env_options
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
 def plan(**kwargs: Any) -> None:
-    """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment."""
+    """Print the per-rank plan: CPUs, GPU, NUMA nodes, threads and environment, and where each thread lives."""
     as_json = kwargs.pop("as_json")
     topo, parent = _plan(kwargs)
     the_plan = parent.plan
+    from launcher.show.table import plan_table, thread_plans
+
+    threads = thread_plans(topo, the_plan)
     if as_json:
         envs = [parent.environment(r) for r in the_plan.ranks]
-        click.echo(json.dumps(plan_json(the_plan, envs, parent.mem_policy), indent=2))
+        click.echo(json.dumps(plan_json(the_plan, envs, parent.mem_policy, threads), indent=2))
         return
-    from launcher.show.table import plan_table
-
-    click.echo(plan_table(topo, the_plan))
+    click.echo(plan_table(topo, the_plan, threads))
 
 
 @click.command()
@@ -109,23 +122,69 @@ def plan(**kwargs: Any) -> None:
 @plan_options
 @click.option("--svg", metavar="FILE", help="Also write the map as SVG (or HTML when FILE ends in .html).")
 @click.option("--color/--no-color", default=None, help="Force colours on or off (default: when stdout is a terminal).")
+@click.option("--pid", type=click.IntRange(min=1), default=None,
+              help="Draw this running job instead: each core coloured by the rank whose threads ran there, marked "
+                   "with the role that ran there most, strays highlighted.")
+@click.option("--duration", default=None, metavar="SECONDS",
+              help="With --pid: seconds to sample for, at most a day (default 2; sampling ends when the job does).")
 def show(**kwargs: Any) -> None:
-    """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node."""
+    """Draw the machine with every core coloured by the rank that owns it, GPUs beside their NUMA node; with
+    --pid, by the rank whose threads ran there."""
     svg_path, color = kwargs.pop("svg"), kwargs.pop("color")
-    topo, parent = _plan(kwargs)
-    the_plan = parent.plan
+    pid, duration = kwargs.pop("pid"), kwargs.pop("duration")
     import shutil
-
-    from launcher.show import picture, write_map
 
     if color is None:
         color = sys.stdout.isatty()
-
     width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 120)
+    if pid is None and duration is not None:
+        raise click.UsageError("--duration applies to --pid only")
+    if pid is not None:
+        ctx = click.get_current_context()
+        given = [p.opts[0] for p in ctx.command.params if p.name in kwargs and ctx.get_parameter_source(p.name)
+                 in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)]
+        if given:
+            raise click.UsageError(f"--pid draws the live job on this machine: drop {', '.join(given)}")
+        _show_live(pid, duration, svg_path, color, width)
+        return
+    topo, parent = _plan(kwargs)
+    the_plan = parent.plan
+    from launcher.show import picture, write_map
+
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)
     if svg_path:
         try:
             write_map(topo, the_plan, svg_path)
+        except OSError as exc:
+            raise AffrunError(f"{svg_path}: {exc.strerror}") from None
+        click.echo(f"wrote {svg_path}")
+
+
+def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool, width: int) -> None:
+    """``affrun show --pid``: sample the job as ``affrun doctor --pid`` does, then draw where its threads ran."""
+    from launcher.base.cpulist import format_cpulist
+    from launcher.cli.doctor_cmd import parse_seconds
+    from launcher.doctor.sampling import sample_job
+    from launcher.doctor.thread_homes import cpu_use
+    from launcher.show.live import LiveJob, LiveRank, live_picture, live_svg
+
+    audit = sample_job(pid, duration=2.0 if duration is None else parse_seconds("duration", duration))
+    ranks = audit.ranks()
+    local = [r.rank for r in ranks]
+    distinct = None not in local and len(set(local)) == len(local)
+    key = {r.pid: (r.rank if distinct and r.rank is not None else i) for i, r in enumerate(ranks)}
+    use = {cpu: {(key[pid_], role, strayed): n for (pid_, role, strayed), n in cell.items()}
+           for cpu, cell in cpu_use(audit).items()}
+    live = tuple(LiveRank(key[r.pid], r.label(), format_cpulist(r.owned),
+                          sum(len(p.threads) for p in (r, *audit.children_of(r))),
+                          sum(1 for p in (r, *audit.children_of(r)) for t in p.threads.values() if t.verdict == "strayed"),
+                          r.thread_plan is not None) for r in ranks)
+    job = LiveJob(pid, len(audit.processes), audit.samples, audit.duration, live, use)
+    topo = load_topology()
+    click.echo(live_picture(topo, job, color=color, width=width), color=color)
+    if svg_path:
+        try:
+            live_svg(topo, job, svg_path)
         except OSError as exc:
             raise AffrunError(f"{svg_path}: {exc.strerror}") from None
         click.echo(f"wrote {svg_path}")

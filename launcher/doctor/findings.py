@@ -133,4 +133,12 @@ CATALOGUE: dict[str, str] = {
     "nccl-loaded": "live: the NCCL version a rank has loaded",
     "nccl-mask-leak": "live: NCCL 2.29.2 to 2.29.7 is loaded, which leaks the GPU-local mask into the thread that "
                       "creates a communicator (NVIDIA/nccl #2033, fixed in 2.30)",
+    "thread-strayed": "live: a thread of a rank or of its DataLoader worker ran outside its home in the thread plan",
+    "mask-changed-after-start": "live: a thread's CPU mask is neither what affrun applied nor what the rank's OpenMP "
+                                "places explain: another binder changed it after start (named when the evidence "
+                                "names one)",
+    "pool-oversubscribed": "live: a process ran more busy threads of one pool than its home has CPUs, or a pool "
+                           "variable in a rank's environment sizes a pool above its CPUs",
+    "main-off-priority": "live: a rank given a core of its own for its main thread (AFFRUN_MAIN_CPUS) whose main "
+                         "thread ran, or may run, elsewhere",
 }

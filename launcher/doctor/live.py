@@ -28,6 +28,8 @@ from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.run_checks import planned_cpus, unbound_findings
 from launcher.env.variables import BINDING_VARIABLES
 from launcher.feed.figures import FeedFigures
+from launcher.plan.kinds import plan_kinds
+from launcher.plan.threads import ThreadPlan, WorkerHome
 from launcher.topology.model import Topology
 
 
@@ -42,12 +44,26 @@ class ThreadRecord:
     samples: int = 0
     first_ticks: int = 0
     last_ticks: int = 0
+    ran: dict[int, int] = field(default_factory=dict)  # CPU -> samples that show it ran there (see update)
+    first_allowed: frozenset[int] = frozenset()  # its mask at the first sample
+    # filled by launcher.doctor.thread_homes: its role, how that was told, its home (None: no plan) and verdict
+    role: str = "unknown"
+    identified_by: str = ""
+    home: frozenset[int] | None = None
+    verdict: str = "unplanned"
 
     def update(self, stat: procfs.ThreadStat, allowed: frozenset[int] | None) -> None:
+        """One sample. It *ran* on the CPU it last ran on when its CPU time grew since the last sample, or when
+        that CPU is in its mask: a sleeping thread keeps the CPU it ran on before its mask changed (stale)."""
+        mask = allowed if allowed is not None else self.allowed
+        ticked = self.samples > 0 and stat.ticks > self.last_ticks
         if self.samples and stat.processor != self.last_cpu:
             self.migrations += 1
         if not self.samples:
             self.first_ticks = stat.ticks
+            self.first_allowed = mask
+        if ticked or not mask or stat.processor in mask:
+            self.ran[stat.processor] = self.ran.get(stat.processor, 0) + 1
         self.samples += 1
         self.comm = stat.comm
         self.last_cpu = stat.processor
@@ -63,6 +79,11 @@ class ThreadRecord:
 
     def migrations_per_s(self, seconds: float) -> float:
         return self.migrations / seconds if seconds > 0 else 0.0
+
+    @property
+    def strayed_to(self) -> frozenset[int]:
+        """The CPUs it ran on outside its home (empty without a home)."""
+        return frozenset(self.ran) - self.home if self.home is not None else frozenset()
 
 
 @dataclass
@@ -82,6 +103,13 @@ class ProcessRecord:
     launcher_mask: frozenset[int] = frozenset()  # ranks: the union of its parent's thread masks, at first sight
     alive: bool = True
     feed: FeedFigures | None = None  # the meter's figures so far (--feed-report)
+    # filled by launcher.doctor.thread_homes: where its thread plan comes from ("": none), a rank's plan, and
+    # for a DataLoader worker its home in its rank's plan, of how many workers, and how it was matched
+    plan_source: str = ""
+    thread_plan: ThreadPlan | None = None
+    worker: WorkerHome | None = None
+    workers_seen: int = 0
+    worker_matched_by: str = ""
 
     @property
     def mask(self) -> frozenset[int]:
@@ -118,48 +146,6 @@ class JobAudit:
 
     def children_of(self, rank: ProcessRecord) -> list[ProcessRecord]:
         return [p for p in self.processes if p.role == "child" and p.rank_pid == rank.pid]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "duration_s": round(self.duration, 3),
-            "interval_s": self.interval,
-            "samples": self.samples,
-            "machine_cpus": format_cpulist(self.machine_cpus),
-            "processes": [_process_json(p, self.duration) for p in self.processes],
-            "gpus": self.gpus.to_json(),
-            "findings": [f.to_json() for f in self.findings],
-        }
-
-
-def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
-    return {
-        "pid": p.pid,
-        "ppid": p.ppid,
-        "comm": p.comm,
-        "role": p.role,
-        "rank": p.rank,
-        "rank_pid": p.rank_pid,
-        "owned_cpus": format_cpulist(p.owned) if p.role == "rank" else None,
-        "cmdline": p.cmdline,
-        "alive": p.alive,
-        "feed": p.feed.to_json() if p.feed else None,
-        "runtimes": [r.to_json() for r in p.runtimes],
-        "threads": [
-            {
-                "tid": t.tid,
-                "comm": t.comm,
-                "allowed": format_cpulist(t.allowed),
-                "last_cpu": t.last_cpu,
-                "cpus_seen": {str(c): n for c, n in sorted(t.seen.items())},
-                "migrations": t.migrations,
-                "migrations_per_s": round(t.migrations_per_s(seconds), 2),
-                "cpu_percent": round(t.cpu_percent(seconds), 1),
-                "samples": t.samples,
-            }
-            for t in sorted(p.threads.values(), key=lambda t: t.tid)
-        ],
-    }
 
 
 # --------------------------------------------------------------------------- analysis (pure)
@@ -331,8 +317,8 @@ def migration_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
 
 def kind_findings(audit: JobAudit, rank: ProcessRecord, topology: Topology) -> list[Finding]:
     """Busy threads of one rank (its OpenMP team) that ran on two core kinds during the sample (hybrid CPUs)."""
-    kinds = topology.kinds()
-    if not kinds.hybrid or audit.duration <= 0:
+    kinds = plan_kinds(topology)  # the planner's kinds: none where they are priority classes (SST-BF)
+    if kinds is None or audit.duration <= 0:
         return []
     on: dict[str, list[int]] = {}
     for t in rank.threads.values():

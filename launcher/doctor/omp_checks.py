@@ -34,7 +34,7 @@ from launcher.env.omp_syntax import (
 )
 from launcher.env.policy import KMP_DEFAULT, kmp_affinity_problem, variable_problem
 from launcher.env.variables import PLACE_VARIABLES, THREAD_VARIABLES
-from launcher.plan.kinds import plural
+from launcher.plan.kinds import plan_kinds, plural
 from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 
@@ -355,8 +355,9 @@ def check_core_kinds_mixed(environ: Mapping[str, str], topology: Topology, facts
     """On a hybrid CPU, the rank's OpenMP team must span kinds: more threads than the fastest kind's cores in the
     rank's CPUs (``OMP_NUM_THREADS``, or one per CPU when unset), or explicit places past the main thread's that
     hold CPUs of two kinds. A parallel region ends when its slowest thread does (docs/planner.md "Core kinds")."""
-    kinds = topology.kinds().restricted(facts.rank_cpus)
-    if not kinds.hybrid:
+    planned = plan_kinds(topology)  # the planner's kinds: none where they are priority classes (SST-BF)
+    kinds = planned.restricted(facts.rank_cpus) if planned else None
+    if kinds is None or not kinds.hybrid:
         return []
     fast = kinds.kinds[0]
     sharing = max(facts.ranks_sharing, 1)

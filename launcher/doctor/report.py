@@ -2,7 +2,8 @@
 
 Every line of a text report passes through :func:`launcher.base.untrusted.shown`: the findings and the table echo
 environment values, command lines and process names, which may hold a newline or an escape sequence. JSON keeps
-the exact values.
+the exact values. A process's threads get at most :data:`THREAD_LINES` lines (strayed ones first); the rest are
+counted by role and verdict, so a rank with thousands of threads stays a screenful.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from typing import Any
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
 from launcher.doctor.findings import Finding, worst_first
-from launcher.doctor.live import JobAudit, ProcessRecord
+from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
+from launcher.doctor.thread_homes import thread_summary
 from launcher.topology.model import Topology
+
+THREAD_LINES = 24  # per process; JSON lists every thread
+WORKERS_SHOWN = 8  # worker homes spelled out on a rank's homes line; more are summed up
 
 
 def finding_line(f: Finding) -> str:
@@ -41,14 +46,66 @@ def environment_json(findings: Sequence[Finding], context: dict[str, Any]) -> di
 
 
 def job_json(audit: JobAudit) -> dict[str, Any]:
-    data = audit.to_json()
-    data["findings"] = [f.to_json() for f in worst_first(audit.findings)]
-    data["summary"] = summary(audit.findings)
-    return {"findings": data.pop("findings"), **data}
+    """The documented ``affrun doctor --pid --json`` contract (docs/doctor.md): ``findings`` first. Every thread is
+    listed, however many (the text report summarises)."""
+    return {
+        "findings": [f.to_json() for f in worst_first(audit.findings)],
+        "summary": summary(audit.findings),
+        "pid": audit.pid,
+        "duration_s": round(audit.duration, 3),
+        "interval_s": audit.interval,
+        "samples": audit.samples,
+        "machine_cpus": format_cpulist(audit.machine_cpus),
+        "processes": [_process_json(p, audit.duration) for p in audit.processes],
+        "gpus": audit.gpus.to_json(),
+    }
 
 
-def _seen(counts: dict[int, int]) -> str:
-    return format_cpulist(counts) or "-"
+def _worker_json(p: ProcessRecord) -> dict[str, Any] | None:
+    if p.worker is None:
+        return None
+    return {**p.worker.to_dict(), "of": p.workers_seen, "matched_by": p.worker_matched_by}
+
+
+def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
+    return {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "comm": p.comm,
+        "role": p.role,
+        "rank": p.rank,
+        "rank_pid": p.rank_pid,
+        "owned_cpus": format_cpulist(p.owned) if p.role == "rank" else None,
+        "cmdline": p.cmdline,
+        "alive": p.alive,
+        "feed": p.feed.to_json() if p.feed else None,
+        "runtimes": [r.to_json() for r in p.runtimes],
+        "plan_source": p.plan_source or None,
+        "thread_plan": {**p.thread_plan.to_dict(), "workers_seen": p.workers_seen} if p.thread_plan else None,
+        "worker": _worker_json(p),
+        "thread_summary": thread_summary(p),
+        "threads": [
+            {
+                "tid": t.tid,
+                "comm": t.comm,
+                "role": t.role,
+                "identified_by": t.identified_by,
+                "home": None if t.home is None else format_cpulist(t.home),
+                "verdict": t.verdict,
+                "allowed": format_cpulist(t.allowed),
+                "first_allowed": format_cpulist(t.first_allowed),
+                "ran": format_cpulist(t.ran),
+                "strayed_to": format_cpulist(t.strayed_to),
+                "last_cpu": t.last_cpu,
+                "cpus_seen": {str(c): n for c, n in sorted(t.seen.items())},
+                "migrations": t.migrations,
+                "migrations_per_s": round(t.migrations_per_s(seconds), 2),
+                "cpu_percent": round(t.cpu_percent(seconds), 1),
+                "samples": t.samples,
+            }
+            for t in sorted(p.threads.values(), key=lambda t: t.tid)
+        ],
+    }
 
 
 def _runtimes_line(p: ProcessRecord) -> str:
@@ -61,9 +118,68 @@ def _runtimes_line(p: ProcessRecord) -> str:
     return ", ".join(parts)
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {what}" for what, n in counts.items())
+
+
+def _plan_lines(p: ProcessRecord, planned: set[int]) -> list[str]:
+    """What the process's threads are judged against, said once (``planned``: the pids of ranks with a plan)."""
+    told = thread_summary(p)
+    tally = f"{told['threads']} thread(s): {_counts(told['verdicts'])}"
+    if p.thread_plan is not None:
+        plan = p.thread_plan
+        homes = " · ".join(f"{h.role} {format_cpulist(h.cpus)}" + (f" ×{h.threads}" if h.threads > 1 else "")
+                           for h in plan.homes())
+        workers = (" · workers " + " | ".join(format_cpulist(w.cpus) for w in plan.workers)
+                   if 0 < len(plan.workers) <= WORKERS_SHOWN else
+                   f" · {len(plan.workers)} workers on CPUs {format_cpulist({c for w in plan.workers for c in w.cpus})}"
+                   if plan.workers else "")
+        return [f"  threads: plan from {p.plan_source}, {p.workers_seen} DataLoader worker(s) seen; {tally}",
+                f"  homes: {homes}{workers}"]
+    if p.worker is not None:
+        return [f"  threads: DataLoader worker {p.worker.index} of {p.workers_seen} (matched by "
+                f"{p.worker_matched_by}), home CPUs {format_cpulist(p.worker.cpus)}, pools of {p.worker.pools}; "
+                f"{tally}"]
+    if p.role == "child" and p.rank_pid in planned:
+        return [f"  threads: not a DataLoader or multiprocessing worker: its rank's thread plan has no home for it; "
+                f"{told['threads']} thread(s)"]
+    return [f"  threads: no thread plan (no AFFRUN_* variables, no affrun run plan): roles only, no homes; "
+            f"{told['threads']} thread(s)"]
+
+
+def _shown_threads(p: ProcessRecord, seconds: float) -> tuple[list[ThreadRecord], list[ThreadRecord]]:
+    """The threads of ``p`` given a line (strayed first, then the main thread, then the busiest) and the rest."""
+    order = sorted(p.threads.values(), key=lambda t: (t.verdict != "strayed", t.tid != p.pid,
+                                                      -t.cpu_percent(seconds), t.tid))
+    return order[:THREAD_LINES], order[THREAD_LINES:]
+
+
+def _thread_lines(p: ProcessRecord, seconds: float) -> list[str]:
+    shown_, rest = _shown_threads(p, seconds)
+    lines = []
+    for t in sorted(shown_, key=lambda t: t.tid):
+        verdict = t.verdict if t.verdict != "unplanned" else "-"
+        lines.append(
+            f"{p.pid:>7} {t.tid:>7} {t.role:<10} {t.comm[:16]:<16} {format_cpulist(t.allowed):<12} "
+            f"{format_cpulist(t.ran) or '-':<12} {format_cpulist(t.home or ()) or '-':<12} {verdict:<8} "
+            f"{t.migrations_per_s(seconds):>6.1f} {t.cpu_percent(seconds):>6.1f}"
+        )
+    if rest:
+        groups: dict[str, int] = {}
+        for t in rest:
+            key = f"{t.role} {t.verdict}" if t.verdict != "unplanned" else t.role
+            groups[key] = groups.get(key, 0) + 1
+        lines.append(f"{p.pid:>7} {'':>7} ... {len(rest):,} more thread(s): "
+                     + ", ".join(f"{n:,} {key}" for key, n in sorted(groups.items(), key=lambda kv: -kv[1])))
+    return lines
+
+
 def job_text(audit: JobAudit) -> str:
+    """The live report: each process with its thread plan, then a line per thread (at most
+    :data:`THREAD_LINES` per process, the rest counted by role and verdict), the GPUs and the findings."""
     threads = sum(len(p.threads) for p in audit.processes)
     ended = any(p.pid == audit.pid and not p.alive for p in audit.processes)
+    planned = {r.pid for r in audit.ranks() if r.thread_plan is not None}
     lines = [
         f"job {audit.pid}: {len(audit.processes)} process(es), {threads} thread(s), {audit.samples} samples over "
         f"{audit.duration:.2f} s (every {audit.interval:g} s); machine CPUs {format_cpulist(audit.machine_cpus)}"
@@ -76,22 +192,17 @@ def job_text(audit: JobAudit) -> str:
         gone = " (exited)" if not p.alive else ""
         lines.append(f"{p.role}{rank} pid {p.pid} ({p.comm}){owner}{gone}: {' '.join(p.cmdline)[:100]}")
         lines.append(f"  runtimes: {_runtimes_line(p)}")
+        lines.extend(_plan_lines(p, planned))
         if p.feed is not None:
             f = p.feed
             lines.append(f"  feed: {f.batches} batches in {f.seconds:.1f} s, {f.batches_per_s:.1f} batches/s, data wait "
                          f"{100 * f.data_wait_fraction:.1f}% ({f.loaders} DataLoader(s), workers "
                          f"{','.join(map(str, f.num_workers)) or '-'}: {f.workers_source})")
     lines.append("")
-    header = f"{'PID':>7} {'TID':>7} {'ROLE':<8} {'COMM':<16} {'ALLOWED':<12} {'LAST':>4} {'SEEN':<12} " \
-             f"{'MIGR/S':>6} {'CPU%':>6}"
-    lines.append(header)
+    lines.append(f"{'PID':>7} {'TID':>7} {'ROLE':<10} {'COMM':<16} {'ALLOWED':<12} {'RAN':<12} {'HOME':<12} "
+                 f"{'VERDICT':<8} {'MIGR/S':>6} {'CPU%':>6}")
     for p in audit.processes:
-        for t in sorted(p.threads.values(), key=lambda t: t.tid):
-            lines.append(
-                f"{p.pid:>7} {t.tid:>7} {p.role:<8} {t.comm[:16]:<16} {format_cpulist(t.allowed):<12} "
-                f"{t.last_cpu:>4} {_seen(t.seen):<12} {t.migrations_per_s(audit.duration):>6.1f} "
-                f"{t.cpu_percent(audit.duration):>6.1f}"
-            )
+        lines.extend(_thread_lines(p, audit.duration))
     lines.append("")
     if audit.gpus.available:
         lines.append(f"GPUs ({audit.gpus.reason}):")
@@ -105,7 +216,6 @@ def job_text(audit: JobAudit) -> str:
     lines.append("")
     lines.extend(findings_lines(audit.findings))
     return "\n".join(shown(line) for line in lines)
-
 
 
 def cpu_json(topo: Topology) -> dict[str, Any] | None:

@@ -4,7 +4,8 @@
 :func:`sample_job` reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's allowed CPUs
 and the CPU it last ran on (``stat`` field 39), its CPU time, and each process's libraries and environment. A
 change of CPU between two samples counts as a migration, so the rate is a lower bound. Sampling stops early when
-the audited process exits (a zombie counts as exited): the report holds what was seen until then.
+the audited process exits (a zombie counts as exited): the report holds what was seen until then. Then each
+thread gets its role, home and verdict (:mod:`launcher.doctor.thread_homes`) and its findings.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, job_findings
 from launcher.doctor.nccl_live import rank_nccl_findings
+from launcher.doctor.thread_checks import thread_findings
+from launcher.doctor.thread_homes import assign_homes
 from launcher.errors import AffrunError, ConfigError
 
 MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
@@ -195,6 +198,12 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     for record in ordered:
         cpus = len(record.mask) or len(audit.machine_cpus)
         record.runtimes = runtimes_from_paths(record.libraries, record.environ, cpus)
-    audit.findings = job_findings(audit, topo, ancestors_of=lambda p: procfs.ancestors(p, proc))
-    audit.findings = merge_subjects([*audit.findings, *rank_nccl_findings(audit, audit.ranks(), topo)])
+    assign_homes(audit)
+
+    def ancestors(p: int) -> list[tuple[int, str]]:
+        return procfs.ancestors(p, proc)
+
+    audit.findings = job_findings(audit, topo, ancestors_of=ancestors)
+    audit.findings = merge_subjects([*audit.findings, *rank_nccl_findings(audit, audit.ranks(), topo),
+                                     *thread_findings(audit, ancestors)])
     return audit

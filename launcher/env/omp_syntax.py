@@ -36,7 +36,12 @@ def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str
     - ``core``: one place per core (per PU with ``--smt``) after the first: ``{0,1,2,3},{1},{2},{3}``. Thread
       ``i`` of a ``close`` team takes place ``i``: the main thread keeps the whole rank, and every other thread
       is pinned to a core of its own.
+
+    With a main core (``--main-thread``), the first place is that core (libgomp binds the main thread to it at
+    ``import torch``), and the other places keep off it: ``{0,64},{1:3,65:3},...`` or ``{0,64},{1,65},{2,66}``.
     """
+    if rank.main_cpus:
+        return _main_core_places(rank, bind, smt)
     team = [p for p in rank.cpus if p not in set(rank.comm_cpus)]  # the comm cores are NCCL's, never OpenMP's
     whole = _explicit_place(team)
     if bind == "core":
@@ -45,6 +50,19 @@ def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str
     if set(rank.compute_cpus) == set(team):
         return whole
     return ",".join([whole, *[_interval_place(rank.compute_cpus)] * (rank.threads - 1)])
+
+
+def _main_core_places(rank: RankPlan, bind: OmpBind, smt: bool) -> str:
+    """``OMP_PLACES`` of a rank with a main core: that core, then the team's places on the other compute cores."""
+    main = set(rank.main_cpus)
+    others = [core for core in rank.compute_cores if main.isdisjoint(core)]
+    first = _explicit_place(sorted(main))
+    if not others:
+        return first
+    if bind == "core":
+        units = [(p,) for core in others for p in core] if smt else others
+        return ",".join([first, *(_explicit_place(unit) for unit in units)])
+    return ",".join([first, *[_interval_place([p for core in others for p in core])] * (rank.threads - 1)])
 
 
 def _explicit_place(cpus: Sequence[int]) -> str:

@@ -1,9 +1,10 @@
 """Plan entry -> environment for every OpenMP/BLAS runtime family, and numactl arguments. Pure: no I/O.
 
 This module is the policy; OpenMP's syntax (writing ``OMP_PLACES``, reading users' values) is
-:mod:`launcher.env.omp_syntax`. It sets the thread counts (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
-``OPENBLAS_NUM_THREADS``), ``OMP_PLACES`` whose first place is the rank's whole set (``bind`` ``rank`` or
-``core``), ``OMP_PROC_BIND=close`` and ``KMP_AFFINITY=granularity=fine``, and judges the values the user already
+:mod:`launcher.env.omp_syntax`. It sets the thread and pool counts (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
+``OPENBLAS_NUM_THREADS``, OpenCV's, Rayon's, numexpr's, BLIS's: the sizes of the rank's thread plan,
+:mod:`launcher.plan.threads`), ``OMP_PLACES`` whose first place is the main thread's (the rank's whole set, or its
+main core), ``OMP_PROC_BIND=close`` and ``KMP_AFFINITY=granularity=fine``, and judges the values the user already
 set by ``policy`` (``safe``, ``override``, ``keep``): each kept or replaced value gets a note.
 
 What is dangerous, and the two binding modes: docs/how-it-decides.md ("Values you already set", "DataLoader
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import BIND_MODES, ENV_POLICIES, NIC_ENVS, EnvPolicy, NicEnv, OmpBind
+from launcher.base.choices import BIND_MODES, ENV_POLICIES, NIC_ENVS, RANK_HOOKS, EnvPolicy, NicEnv, OmpBind, RankHooks
 from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
@@ -31,8 +32,9 @@ from launcher.env.omp_syntax import (
     read_proclist,
     thread_count,
 )
-from launcher.env.variables import COMM_VARIABLE, THREAD_VARIABLES, affrun_variables
+from launcher.env.variables import COMM_VARIABLE, POOL_OF, POOL_VARIABLES, THREAD_VARIABLES, affrun_variables
 from launcher.plan.planner import Plan, RankPlan
+from launcher.plan.threads import ThreadPlan, thread_plan
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -42,11 +44,16 @@ if TYPE_CHECKING:
 KMP_DEFAULT = "granularity=fine"
 
 
+# Every count the env policy sets and judges: the OpenMP/BLAS thread counts, then the other pools' (POOL_OF).
+COUNT_VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES)
+
+
 @dataclass(frozen=True)
 class RankEnvironment:
     set: dict[str, str]
     unset: tuple[str, ...]
     notes: tuple[str, ...]
+    user_pools: tuple[str, ...] = ()  # the counts (COUNT_VARIABLES) whose value is the user's: AFFRUN_USER_POOLS
 
     def apply_to(self, environ: Mapping[str, str]) -> dict[str, str]:
         env = {k: v for k, v in environ.items() if k not in self.unset}
@@ -75,27 +82,36 @@ def rank_environment(
     smt: bool = False,
     policy: EnvPolicy = "safe",
     nic_env: NicEnv = "none",
+    hooks: RankHooks = "auto",
 ) -> RankEnvironment:
     """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``. ``nic_env`` adds
     the rank's NIC for one fabric library (:func:`nic_variables`); a user's value of those is kept unless
-    ``policy`` is ``override`` (a NIC the user chose is never dangerous)."""
+    ``policy`` is ``override`` (a NIC the user chose is never dangerous). The counts are the sizes of the rank's
+    thread plan (:func:`pool_sizes`); with a main core and no comm cores, ``NCCL_PROXY_CPUSET`` is the thread
+    plan's home of NCCL's proxies, off the main core. ``hooks``: ``--rank-hooks``, for ``AFFRUN_RANK_HOOKS``."""
     if bind not in BIND_MODES:
         raise ValueError(f"unknown bind mode {bind!r}")
     if policy not in ENV_POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
-    if nic_env not in NIC_ENVS:
-        raise ValueError(f"unknown NIC export {nic_env!r}")
+    if nic_env not in NIC_ENVS or hooks not in RANK_HOOKS:
+        raise ValueError(f"unknown NIC export {nic_env!r} or rank hooks {hooks!r}")
     cpus = set(rank.cpus)
     compute = set(rank.compute_cpus)
-    ours: dict[str, str] = {v: str(rank.threads) for v in THREAD_VARIABLES}
+    threads = thread_plan(rank, 0)
+    sizes = pool_sizes(threads)
+    ours: dict[str, str] = {name: str(size) for name, size in sizes.items()}
     ours["OMP_PLACES"] = omp_places(rank, bind, smt)
     ours["OMP_PROC_BIND"] = "close"
     ours["KMP_AFFINITY"] = KMP_DEFAULT
-    if rank.comm_cpus:
-        ours[COMM_VARIABLE] = format_cpulist(rank.comm_cpus)
+    if rank.comm_cpus or rank.main_cpus:  # NCCL starts its proxies on its caller's mask: the main core
+        ours[COMM_VARIABLE] = format_cpulist(rank.comm_cpus or threads.nccl_proxy.cpus)
     out: dict[str, str] = {}
     notes: list[str] = []
     unset: list[str] = []
+    if rank.main_cpus and hooks == "none":
+        notes.append(f"the main thread is bound to CPU(s) {format_cpulist(rank.main_cpus)} at import torch: with "
+                     "--rank-hooks none, DataLoader workers forked after it stay there unless the script passes "
+                     "worker_init_fn=launcher.torch.worker_init_fn")
     for name, value in ours.items():
         user = user_env.get(name)
         if user is None or user == value or policy == "override":
@@ -103,7 +119,7 @@ def rank_environment(
                 notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
             out[name] = value
             continue
-        problem = _problem(name, user, cpus, compute=compute, threads=rank.threads)
+        problem = _problem(name, user, cpus, compute=compute, threads=sizes.get(name, rank.threads))
         if policy == "keep" or problem is None:
             why = f"; {problem}" if problem else ""
             if name == "KMP_AFFINITY" and kmp_type(user):
@@ -127,8 +143,14 @@ def rank_environment(
         elif user is not None and user != value:
             notes.append(f"{name}={user} replaced by {value} (--env-policy override)")
         out[name] = value
-    out.update(affrun_variables(rank, local_world_size, bind))
-    return RankEnvironment(out, tuple(unset), tuple(notes))
+    mine = tuple(n for n in COUNT_VARIABLES if n in user_env and out[n] == user_env[n])
+    out.update(affrun_variables(rank, local_world_size, bind, policy=policy, hooks=hooks, user_pools=mine))
+    return RankEnvironment(out, tuple(unset), tuple(notes), mine)
+
+
+def pool_sizes(threads: ThreadPlan) -> dict[str, int]:
+    """Each count variable (:data:`COUNT_VARIABLES`) and the size of its pool in the rank's thread plan."""
+    return {name: threads.pools[POOL_OF[name]] for name in COUNT_VARIABLES}
 
 
 def nic_variables(rank: RankPlan, nic_env: NicEnv) -> dict[str, str]:
@@ -158,19 +180,21 @@ def _problem(
     """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
 
     ``threads`` is the thread count the rank's cores take (``RankPlan.threads``: whole cores, or PUs with
-    ``--smt``, shared out in shared modes); a larger count oversubscribes them. Without it (``affrun doctor``,
-    which has no plan) the limit is the number of ``compute`` CPUs (default: ``cpus``). Several places whose
+    ``--smt``, shared out in shared modes), or for a pool variable its pool's size in the thread plan; a larger
+    count oversubscribes them. Without it (``affrun doctor``, which has no plan) the limit is the number of
+    ``compute`` CPUs (default: ``cpus``). A pool variable is one whole number (OpenMP's take ``8,4`` for levels). Several places whose
     first is narrower than the ``compute`` CPUs (or an abstract name such as ``cores``) are a collapse risk in
     both bind modes: the main thread is bound to that place, and workers forked later inherit it.
     """
     value = value.strip()
-    if name in THREAD_VARIABLES:
-        count = thread_count(value)
-        if count is None:
+    if name in COUNT_VARIABLES:
+        count = thread_count(value) if name in THREAD_VARIABLES else ascii_uint(value)
+        if count is None or count < 1:
             return Problem("malformed", "not a positive thread count")
         if threads is not None:
             if count > threads:
-                return Problem("oversubscribed", f"{count} threads oversubscribe the rank: its compute CPUs take {threads}")
+                takes = "compute CPUs take" if POOL_OF[name] == "openmp" else f"thread plan sizes its {POOL_OF[name]} pool"
+                return Problem("oversubscribed", f"{count} threads oversubscribe the rank: its {takes} {threads}")
             return None
         limit = len(cpus if compute is None else compute)
         if count > limit:
@@ -291,11 +315,15 @@ def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
     return requested
 
 
-def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str) -> dict[str, object]:
-    """The documented ``affrun plan --json`` contract: the plan plus each rank's environment."""
+def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str,
+              threads: Sequence[ThreadPlan] = ()) -> dict[str, object]:
+    """The documented ``affrun plan --json`` contract: the plan plus each rank's environment, and its thread plan
+    (``thread_plan``, when ``threads`` gives them)."""
     out: dict[str, Any] = plan.to_dict()
     ranks = []
-    for rank, entry, env in zip(plan.ranks, out["ranks"], envs):
+    for i, (rank, entry, env) in enumerate(zip(plan.ranks, out["ranks"], envs)):
+        if i < len(threads):
+            entry = {**entry, "thread_plan": threads[i].to_dict()}
         entry = {**entry, "env": dict(env.set), "unset": list(env.unset), "notes": list(env.notes),
                  "mem_policy": mem_policy if rank.mem_nodes else "none",
                  "numactl": ["numactl", f"--physcpubind={format_cpulist(rank.cpus)}",

@@ -3,7 +3,8 @@ process's :class:`launcher.bind.readback.TaskBinding` is it as a string, in the 
 
     rank 0/2 host n1 cpus 0-15 numa 0 gpu 0 (0000:18:00.0) nic mlx5_0:1 omp 14 loader 14-15 mem membind:0
 
-A rank with comm cores (``--comm-cores``) shows them after its loader CPUs: ``... loader 14-15 comm 13 mem ...``.
+A rank with comm cores (``--comm-cores``) shows them after its loader CPUs, and a rank with a main core
+(``--main-thread``) shows it next: ``... loader 14-15 comm 13 main 0 mem ...``.
 
 Standard library only: ``affrun exec`` and the training process import it.
 """
@@ -30,13 +31,14 @@ def mem_text(policy: str, nodes: Sequence[int]) -> str:
 
 def rank_summary(local_rank: int, size: int, host: str, cpus: Iterable[int], numa_nodes: Sequence[int],
                  gpu: int | None, gpu_pci: str | None, threads: int, loader_cpus: Iterable[int], mem: str,
-                 nic: str | None = None, comm_cpus: Iterable[int] = ()) -> str:
+                 nic: str | None = None, comm_cpus: Iterable[int] = (), main_cpus: Iterable[int] = ()) -> str:
     """The rank line without its ``affrun:`` prefix."""
     shown_gpu = "-" if gpu is None else f"{gpu} ({gpu_pci or '?'})"
-    comm = format_cpulist(comm_cpus)
+    comm, main = format_cpulist(comm_cpus), format_cpulist(main_cpus)
     return (f"rank {local_rank}/{size} host {host} cpus {format_cpulist(cpus)} "
             f"numa {','.join(map(str, numa_nodes)) or '-'} gpu {shown_gpu} nic {nic or '-'} omp {threads} "
-            f"loader {format_cpulist(loader_cpus) or '-'}{f' comm {comm}' if comm else ''} mem {mem}")
+            f"loader {format_cpulist(loader_cpus) or '-'}{f' comm {comm}' if comm else ''}{f' main {main}' if main else ''} "
+            f"mem {mem}")
 
 
 def rank_line(rank: RankFields, size: int, mem: str, host: str) -> str:
@@ -44,4 +46,4 @@ def rank_line(rank: RankFields, size: int, mem: str, host: str) -> str:
     ``affrun:``: of a plan's entry in the planning parent, of a rank's record in the rank."""
     return "affrun: " + rank_summary(rank.local_rank, size, host, rank.cpus, rank.numa_nodes, rank.gpu,
                                      rank.gpu_pci, rank.threads, rank.loader_cpus, mem, rank.nic_device,
-                                     rank.comm_cpus)
+                                     rank.comm_cpus, rank.main_cpus)

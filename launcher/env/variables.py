@@ -7,8 +7,10 @@ from launcher.base.cpulist import format_cpulist
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Protocol
+
+    from launcher.plan.threads import PoolName
 
     class RankFields(Protocol):
         """What affrun's variables are written from: a plan's entry (RankPlan) or a rank's record (RankRecord)."""
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
         def loader_cpus(self) -> tuple[int, ...]: ...
         @property
         def comm_cpus(self) -> tuple[int, ...]: ...
+        @property
+        def main_cpus(self) -> tuple[int, ...]: ...
         @property
         def numa_nodes(self) -> tuple[int, ...]: ...
         @property
@@ -43,9 +47,10 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 POOL_VARIABLES = ("BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM", "RAYON_NUM_THREADS")
 # The pool of a thread plan (launcher.plan.threads.POOL_NAMES) each variable sizes: MKL's threads are OpenMP's;
 # OpenBLAS's own threads and BLIS's are started by the thread that loads them and inherit its mask.
-POOL_OF = {"OMP_NUM_THREADS": "openmp", "MKL_NUM_THREADS": "openmp", "OPENBLAS_NUM_THREADS": "blas",
-           "BLIS_NUM_THREADS": "blas", "NUMEXPR_NUM_THREADS": "numexpr", "OPENCV_FOR_THREADS_NUM": "opencv",
-           "RAYON_NUM_THREADS": "rayon"}
+POOL_OF: dict[str, PoolName] = {
+    "OMP_NUM_THREADS": "openmp", "MKL_NUM_THREADS": "openmp", "OPENBLAS_NUM_THREADS": "blas",
+    "BLIS_NUM_THREADS": "blas", "NUMEXPR_NUM_THREADS": "numexpr", "OPENCV_FOR_THREADS_NUM": "opencv",
+    "RAYON_NUM_THREADS": "rayon"}
 # The main thread's home when it has one of its own (--main-thread compute|priority); empty: the rank's whole set.
 MAIN_VARIABLE = "AFFRUN_MAIN_CPUS"
 # The pool and thread variables whose value in the rank is the user's, kept by the env policy (comma-separated
@@ -64,7 +69,7 @@ NIC_VARIABLES = ("UCX_NET_DEVICES", "MPICH_OFI_NIC_POLICY")
 # (ParentPlan.user_env): torchrun overwrites OMP_NUM_THREADS, and a bound parent leaves its own values behind.
 # NCCL's proxy threads' CPUs (NCCL >= 2.28.3, src/proxy.cc): set to a rank's comm cores (--comm-cores).
 COMM_VARIABLE = "NCCL_PROXY_CPUSET"
-USER_VARIABLES = (*THREAD_VARIABLES, *BINDING_VARIABLES, *NIC_VARIABLES, COMM_VARIABLE)
+USER_VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES, *BINDING_VARIABLES, *NIC_VARIABLES, COMM_VARIABLE)
 # The rank's NIC (launcher.plan.nics): mlx5_0:1 (an RDMA device and port) or eth0 (an interface); empty: none.
 NIC_VARIABLE = "AFFRUN_NIC"
 # Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.Job):
@@ -73,9 +78,11 @@ BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
 PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
 
 
-def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict[str, str]:
+def affrun_variables(rank: RankFields, local_world_size: int, bind: str, *, policy: str = "safe",
+                     hooks: str = "auto", user_pools: Sequence[str] = ()) -> dict[str, str]:
     """``AFFRUN_LOCAL_RANK``, ``AFFRUN_CPUS``... of ``rank``: what :func:`launcher.bind.readback.current_binding`
-    reads back in the training process."""
+    reads back in the training process, and what the rank's hooks read: its main core, the counts whose value is
+    the user's (``user_pools``), the env policy and ``--rank-hooks``."""
     return {
         BOUND_VARIABLE: str(rank.local_rank),
         "AFFRUN_LOCAL_WORLD_SIZE": str(local_world_size),
@@ -90,6 +97,10 @@ def affrun_variables(rank: RankFields, local_world_size: int, bind: str) -> dict
         NIC_VARIABLE: rank.nic_device or "",
         "AFFRUN_THREADS": str(rank.threads),
         "AFFRUN_OMP_BIND": bind,
+        MAIN_VARIABLE: format_cpulist(rank.main_cpus),
+        USER_POOLS_VARIABLE: ",".join(user_pools),
+        POLICY_VARIABLE: policy,
+        HOOKS_VARIABLE: hooks,
     }
 
 

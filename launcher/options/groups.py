@@ -4,7 +4,7 @@ together: what every planning front end hands to :func:`launcher.bind.handoff.pl
 - :class:`SourceOptions`: where the topology comes from (``--fsroot``, ``--topology``, ``--cpus``);
 - :class:`~launcher.options.plan_options.PlanOptions`: how the ranks are planned;
 - :class:`ApplyOptions`: what each rank's environment and memory policy become (``--omp-bind``, ``--env-policy``,
-  ``--nic-env``, ``--mem-policy``, ``--mem-backend``).
+  ``--nic-env``, ``--mem-policy``, ``--mem-backend``, ``--rank-hooks``).
 
 Each front end reads its own vocabulary into them once: an argparse namespace (``affrun exec``, ``run``,
 ``torchrun``) with :meth:`BindingOptions.from_args`, click's or Python's keyword values, keyed by the option's
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, NicEnv, OmpBind
+from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, NicEnv, OmpBind, RankHooks
 from launcher.errors import ConfigError, Opt
 from launcher.options.plan_options import PlanOptions
 from launcher.options.table import BINDING_OPTIONS, default, options_in, to_argv
@@ -50,6 +50,7 @@ class ApplyOptions:
     mem_policy: MemPolicy = default("mem_policy")
     mem_backend: MemBackend = default("mem_backend")
     nic_env: NicEnv = default("nic_env")
+    rank_hooks: RankHooks = default("rank_hooks")
 
     def check(self) -> None:
         """Refuse a value that is not one of its option's choices (argparse and click refuse them earlier)."""

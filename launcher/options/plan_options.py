@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from launcher.base.choices import MEM_POLICIES, GpuOrder, MemPolicy, Mode, SpillChoice
+from launcher.base.choices import MEM_POLICIES, GpuOrder, MainThread, MemPolicy, Mode, SpillChoice
 from launcher.base.cpulist import cpu_error, parse_cpulist
 from launcher.base.untrusted import ascii_uint
 from launcher.errors import ConfigError, Opt
@@ -32,6 +32,7 @@ class PlanOptions:
     no_gpu: bool = default("no_gpu")
     spill: SpillChoice = default("spill")
     comm_cores: int = default("comm_cores")
+    main_thread: MainThread = default("main_thread")
 
     def request(self, nproc: int) -> Request:
         return make_request(nproc, self)
@@ -54,7 +55,7 @@ class PlanOptions:
 
 
 def make_request(nproc: int, opts: PlanOptions) -> Request:
-    check_choices(ConfigError, mode=opts.mode, gpu_order=opts.gpu_order, spill=opts.spill)
+    check_choices(ConfigError, mode=opts.mode, gpu_order=opts.gpu_order, spill=opts.spill, main_thread=opts.main_thread)
     reserve: frozenset[int] = frozenset()
     if opts.reserve:
         try:
@@ -94,6 +95,7 @@ def make_request(nproc: int, opts: PlanOptions) -> Request:
         use_gpus=not opts.no_gpu,
         spill=opts.spill,
         comm_cores=opts.comm_cores,
+        main_thread=opts.main_thread,
     )
 
 

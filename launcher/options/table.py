@@ -16,10 +16,12 @@ from launcher.base.choices import (
     BIND_MODES,
     ENV_POLICIES,
     GPU_ORDERS,
+    MAIN_THREADS,
     MEM_BACKENDS,
     MEM_POLICIES,
     MODES,
     NIC_ENVS,
+    RANK_HOOKS,
     SPILLS,
 )
 from launcher.plan.request import Request
@@ -85,6 +87,10 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--comm-cores", "comm_cores", "plan", "Cores of each rank, near its GPU, kept for NCCL's proxy "
                "threads (NCCL_PROXY_CPUSET), out of the OpenMP team and the loader cores.",
                count=True, default=_PLANNER["comm_cores"], metavar="K"),
+    OptionSpec("--main-thread", "main_thread", "plan", "Where each rank's main thread lives: none: the rank's whole "
+               "set; compute: a compute core of its own; priority: a priority core of its own near its GPU (none "
+               "found: as none, with a warning). The OpenMP team and DataLoader workers keep off it.",
+               choices=MAIN_THREADS, default=_PLANNER["main_thread"]),
     OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
                "CPU region and its GPU.", choices=GPU_ORDERS, default=_PLANNER["gpu_order"]),
     OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
@@ -97,14 +103,19 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
                default=False),
     OptionSpec("--omp-bind", "omp_bind", "env", "rank: every OpenMP thread on the rank's compute CPUs; core: "
                "every thread but the main one pinned to a core of its own. Either way the main thread (and DataLoader "
-               "workers it forks) keeps the whole rank.", choices=BIND_MODES, default="rank"),
-    OptionSpec("--env-policy", "env_policy", "env", "What to do with OMP/KMP/MKL variables the user already set.",
+               "workers it forks) keeps the whole rank, or its own core with --main-thread.", choices=BIND_MODES,
+               default="rank"),
+    OptionSpec("--env-policy", "env_policy", "env", "What to do with the thread, pool and binding variables "
+               "(OMP/KMP/MKL/OpenBLAS, OpenCV, Rayon, numexpr, BLIS) the user already set.",
                choices=ENV_POLICIES, default="safe"),
     OptionSpec("--nic-env", "nic_env", "env", "Also export the rank's nearest NIC for a fabric library (AFFRUN_NIC is "
                "always set): ucx: UCX_NET_DEVICES=<name>:<port>; mpich: MPICH_OFI_NIC_POLICY=GPU (Cray MPICH); none. "
                "NCCL's own variables are never set.", choices=NIC_ENVS, default="none"),
     OptionSpec("--mem-policy", "mem_policy", "env", "Memory policy of each rank (auto: preferred on multi-NUMA "
                "machines, else none).", choices=MEM_POLICIES, default="auto"),
+    OptionSpec("--rank-hooks", "rank_hooks", "apply", "What affrun patches inside each rank (AFFRUN_RANK_HOOKS): "
+               "auto: DataLoader workers' CPUs and pools, the pin-memory thread, torch's inter-op pool and the main "
+               "thread; none: only the mask and the environment.", choices=RANK_HOOKS, default="auto"),
     OptionSpec("--mem-backend", "mem_backend", "apply", "How the memory policy is applied (auto: the set_mempolicy "
                "system call, numactl where Python knows no call number).", choices=MEM_BACKENDS, default="auto"),
 )

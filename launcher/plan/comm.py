@@ -7,7 +7,8 @@ spill cores) local to its GPU (in the GPU's ``local_cpus``, else on its node), f
 polls), the last ones in the rank's core order (next to its loader cores); a rank without a GPU, or none of whose
 cores is local to it, takes its own last cores. Ranks that share CPUs (``numa``, ``socket``) keep K each, apart,
 and none of them computes on another's comm cores. A rank that would be left without a compute core keeps none,
-with a warning. The rank's ``cpus`` (its mask) still hold the comm cores: NCCL pins its threads inside it.
+with a warning. The rank's ``cpus`` (its mask) still hold the comm cores: NCCL pins its threads inside it. A
+main core (:mod:`launcher.plan.priority`, chosen first) is never a comm core, and stays in the OpenMP team.
 """
 
 from __future__ import annotations
@@ -37,9 +38,15 @@ class RankPlan(Protocol):
     @property
     def spill_cpus(self) -> tuple[int, ...]: ...
     @property
+    def main_cpus(self) -> tuple[int, ...]: ...
+    @property
     def gpu(self) -> int | None: ...
     @property
     def gpu_pci(self) -> str | None: ...
+    @property
+    def numa_nodes(self) -> tuple[int, ...]: ...
+    @property
+    def threads(self) -> int: ...
     @property
     def shared(self) -> bool: ...
     @property
@@ -83,11 +90,13 @@ def _keep_in_group(topo: Topology, members: list[RankPlan], k: int, smt: bool,
                    notes: dict[int, list[str]]) -> dict[int, dict[str, Any]]:
     """Comm cores for ranks whose compute cores overlap (one rank, mostly): each keeps ``k`` of its own, and
     none computes on another's; if one of them would be left no compute core, none keeps any."""
+    mains = {p for r in members for p in r.main_cpus}  # every main core stays a compute core of its rank
     taken: set[Unit] = set()
     kept: dict[int, list[Unit]] = {}
     for rank in members:
-        pool = [c for c in rank.compute_cores if c not in taken]
-        chosen = _choose(topo, rank, pool, k, notes) if len(pool) > k else []
+        pool = [c for c in rank.compute_cores if c not in taken and mains.isdisjoint(c)]
+        room = len(pool) >= k if rank.main_cpus else len(pool) > k  # the main core is left to the team
+        chosen = _choose(topo, rank, pool, k, notes) if room else []
         taken.update(chosen)
         kept[rank.local_rank] = chosen
     left = {r.local_rank: tuple(c for c in r.compute_cores if c not in taken) for r in members}
@@ -100,7 +109,7 @@ def _keep_in_group(topo: Topology, members: list[RankPlan], k: int, smt: bool,
     out = {}
     for rank in members:
         compute = left[rank.local_rank]
-        units = sum(len(c) for c in compute) if smt else len(compute)
+        units = team_units(compute, rank.main_cpus, smt)
         threads = max(1, units // len(members)) if rank.shared else units
         comm = tuple(sorted(p for c in kept[rank.local_rank] for p in c))
         reason = f"{len(kept[rank.local_rank])} core(s) kept for NCCL's threads (CPUs {format_cpulist(comm)})"
@@ -114,17 +123,11 @@ def _choose(topo: Topology, rank: RankPlan, pool: list[Unit], k: int, notes: dic
     last ones in core order."""
     spill = set(rank.spill_cpus)
     home = [c for c in pool if spill.isdisjoint(c)] or pool
-    local = home
-    gpu = next((g for g in topo.gpus if rank.gpu_pci is not None and g.pci == rank.gpu_pci), None)
-    if gpu is not None:
-        node_of = {p: c.numa_node for c in topo.cores for p in c.pus}
-        near = [c for c in home if (set(c) <= gpu.cpus if gpu.cpus and gpu.cpus != topo.online
-                                    else gpu.numa_node is not None and node_of.get(c[0]) == gpu.numa_node)]
-        if near:
-            local = near
-        elif gpu.cpus or gpu.numa_node is not None:
-            _warn(notes, rank, f"no core of the rank is local to its GPU {rank.gpu}; its comm cores are its own "
-                  "last cores")
+    near = gpu_local(topo, rank, home)
+    local = near or home
+    if near == []:
+        _warn(notes, rank, f"no core of the rank is local to its GPU {rank.gpu}; its comm cores are its own "
+              "last cores")
     kinds = plan_kinds(topo)
     speed = {cpu: i for i, kind in enumerate(kinds.kinds) for cpu in kind.cpus} if kinds else {}
     order = {c: i for i, c in enumerate(local)}
@@ -135,6 +138,25 @@ def _choose(topo: Topology, rank: RankPlan, pool: list[Unit], k: int, notes: dic
         rest = [c for c in (*reversed(home), *reversed(pool)) if c not in chosen]
         chosen += list(dict.fromkeys(rest))[: k - len(chosen)]
     return sorted(chosen, key=pool.index)
+
+
+def gpu_local(topo: Topology, rank: RankPlan, cores: Sequence[Unit]) -> list[Unit] | None:
+    """The cores of ``cores`` local to the rank's GPU (in its ``local_cpus``, else on its NUMA node), in order;
+    ``None`` when the rank has no GPU or its GPU says nothing of where it is."""
+    gpu = next((g for g in topo.gpus if rank.gpu_pci is not None and g.pci == rank.gpu_pci), None)
+    if gpu is None or not (gpu.cpus or gpu.numa_node is not None):
+        return None
+    node_of = {p: c.numa_node for c in topo.cores for p in c.pus}
+    return [c for c in cores if (set(c) <= gpu.cpus if gpu.cpus and gpu.cpus != topo.online
+                                 else gpu.numa_node is not None and node_of.get(c[0]) == gpu.numa_node)]
+
+
+def team_units(compute: Sequence[Unit], main_cpus: Sequence[int], smt: bool) -> int:
+    """The threads ``compute`` takes: its cores, or with ``smt`` its PUs, but the main core counts once (the main
+    thread is its team's thread 0, and no other thread of the team shares its core)."""
+    if not smt:
+        return len(compute)
+    return sum(len(c) for c in compute) - max(0, len(set(main_cpus)) - 1)
 
 
 def _warn(notes: dict[int, list[str]], rank: RankPlan, text: str) -> None:

@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 
 def plan_kinds(topo: Topology) -> CoreKinds | None:
-    """The allowed CPUs' kinds, fastest first, when there are two or more; ``None`` on a homogeneous machine."""
+    """The allowed CPUs' kinds, fastest first, when there are two or more; ``None`` on a homogeneous machine, and
+    where the kinds are priority classes (``topo.priority.one_kind``: they differ by one frequency alone on a
+    non-hybrid Intel CPU; docs/core-kinds.md), so that no rank's team lands on its few priority cores alone."""
     kinds = topo.kinds()
-    return kinds if kinds.hybrid else None
+    return kinds if kinds.hybrid and not topo.priority.one_kind else None
 
 
 def _rank_of(kinds: CoreKinds) -> dict[int, int]:
@@ -46,8 +48,14 @@ def kind_chunks(cores: Sequence[Core], kinds: CoreKinds | None, k: int) -> list[
     groups: dict[int, list[Core]] = {}
     for core in cores:
         groups.setdefault(core_rank(core, ranks), []).append(core)
+    return cut_by_class([group for _, group in sorted(groups.items())], k)
+
+
+def cut_by_class(classes: Sequence[Sequence[Core]], k: int) -> list[list[Core]]:
+    """``k`` shares of the cores of ``classes``, each class cut on its own in the order given, so that every share
+    holds an equal part of each class (within one core) and the totals stay level."""
     out: list[list[Core]] = [[] for _ in range(k)]
-    for _, group in sorted(groups.items()):
+    for group in classes:
         # the larger parts go to the ranks with the fewest cores so far; the parts stay in rank order
         size_of = dict(zip(sorted(range(k), key=lambda r: (len(out[r]), r)), balanced_sizes(len(group), k)))
         for r, part in enumerate(contiguous([size_of[r] for r in range(k)])):
@@ -115,3 +123,24 @@ def kind_roles(chunk: Sequence[Core], kinds: CoreKinds, spill: SpillChoice, load
 def _name(kinds: CoreKinds, pos: int) -> str:
     kind: CoreKind | None = kinds.kinds[pos] if pos < len(kinds.kinds) else None
     return kind.name if kind else "core of no kind"
+
+
+def priority_chunks(cores: Sequence[Core], kinds: CoreKinds | None, k: int, priority: frozenset[int]) -> list[list[Core]]:
+    """:func:`kind_chunks`, with the priority cores among ``cores`` (all of their PUs in ``priority``; empty
+    unless ``--main-thread priority``) shared out equally among the ``k`` shares: the plain cut when it already
+    does, else the priority cores cut first as a class of their own, then each kind's other cores
+    (docs/how-it-decides.md, "Main cores"). They stay of their kind for the compute and loader roles."""
+    plain = kind_chunks(cores, kinds, k)
+    special = {c.pus for c in cores if set(c.pus) <= priority}
+    counts = [sum(c.pus in special for c in chunk) for chunk in plain]
+    if not special or max(counts) - min(counts) <= 1:
+        return plain
+    first = [c for c in cores if c.pus in special]
+    rest = [c for c in cores if c.pus not in special]
+    if kinds is None:
+        return cut_by_class([first, rest], k)
+    ranks = _rank_of(kinds)
+    groups: dict[int, list[Core]] = {}
+    for core in rest:
+        groups.setdefault(core_rank(core, ranks), []).append(core)
+    return cut_by_class([first, *(group for _, group in sorted(groups.items()))], k)

@@ -3,7 +3,8 @@
 :func:`make_plan` takes the allowed cores minus those of ``reserve``, homes each rank on a NUMA node with its GPU
 (:mod:`launcher.plan.homes`), cuts each rank's chunk of whole cores by ``mode`` (by core kind:
 :mod:`launcher.plan.kinds`), adds the cores of nodes without ranks (:mod:`launcher.plan.spill`) and the loader
-cores, counts the threads (capped under a CPU quota: :func:`quota_threads`) and names the memory nodes.
+cores, chooses each rank's main core (:mod:`launcher.plan.priority`) and comm cores, counts the threads (capped
+under a CPU quota: :func:`quota_threads`) and names the memory nodes.
 
 How it decides, step by step: docs/how-it-decides.md; the facts and their sources: docs/planner.md.
 """
@@ -20,8 +21,9 @@ from launcher.errors import Opt, PlanError
 from launcher.plan.comm import keep_comm_cores
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
-from launcher.plan.kinds import kind_chunks, kind_roles, plan_kinds
+from launcher.plan.kinds import kind_roles, plan_kinds, priority_chunks
 from launcher.plan.nics import NicChoice, choose_nics
+from launcher.plan.priority import choose_main_cores, priority_cpus, priority_first
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
 from launcher.topology.kinds import CoreKinds
@@ -56,6 +58,7 @@ class RankPlan:
     spill_nodes: tuple[int, ...] = ()  # the nodes they come from
     nic: NicChoice | None = None  # the nearest NIC (launcher.plan.nics)
     comm_cpus: tuple[int, ...] = ()  # PUs of cpus kept for NCCL's threads (--comm-cores): no compute, no loader
+    main_cpus: tuple[int, ...] = ()  # PUs of the main thread's core, one of compute_cores (--main-thread); ()
 
     @property
     def compute_cpus(self) -> tuple[int, ...]:
@@ -83,6 +86,7 @@ class RankPlan:
             "spill_nodes": list(self.spill_nodes),
             "nic": self.nic.to_dict() if self.nic else None,
             "comm_cpus": list(self.comm_cpus),
+            "main_cpus": list(self.main_cpus),
         }
 
 
@@ -146,7 +150,8 @@ def make_plan(topo: Topology, req: Request) -> Plan:
     members: dict[int, list[int]] = {}
     for rank in range(req.nproc):
         members.setdefault(homes.home_of[rank], []).append(rank)
-    chunks = _cut_chunks(req, cores, layout.by_node, members, homes.home_of, warnings, plan_kinds(topo))
+    chunks = _cut_chunks(req, cores, layout.by_node, members, homes.home_of, warnings, plan_kinds(topo),
+                         priority_cpus(topo, req))
     spills = {} if req.spill == "none" else spill_cores(layout, members, chunks)
 
     shared_counts: dict[tuple[int, ...], int] = {}
@@ -178,13 +183,15 @@ def _cut_chunks(
     home_of: dict[int, int],
     warnings: list[str],
     kinds: CoreKinds | None = None,
+    priority: frozenset[int] = frozenset(),
 ) -> dict[int, tuple[list[Core], bool, str]]:
-    """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (docs/how-it-decides.md, step 3)."""
+    """Rank -> (its home chunk of cores, whether other ranks share it, why), by mode (docs/how-it-decides.md, step 3);
+    ``priority``: the priority CPUs a node shares out equally among its ranks (``--main-thread priority``)."""
     chunks: dict[int, tuple[list[Core], bool, str]] = {}
     for node, ranks_here in members.items():
         node_cores = by_node[node]
         if req.mode == "exclusive":
-            for rank, chunk in zip(ranks_here, kind_chunks(node_cores, kinds, len(ranks_here))):
+            for rank, chunk in zip(ranks_here, priority_chunks(node_cores, kinds, len(ranks_here), priority)):
                 chunks[rank] = (chunk, False, f"{len(chunk)} of node {nname(node)}'s {len(node_cores)} cores (split among {len(ranks_here)} rank(s))")
         elif req.mode == "l3":
             groups = _l3_groups(node_cores)
@@ -196,7 +203,7 @@ def _cut_chunks(
                 warnings.append(
                     f"node {nname(node)}: {len(ranks_here)} ranks but {len(groups)} L3 group(s); splitting cores instead"
                 )
-                for rank, chunk in zip(ranks_here, kind_chunks(node_cores, kinds, len(ranks_here))):
+                for rank, chunk in zip(ranks_here, priority_chunks(node_cores, kinds, len(ranks_here), priority)):
                     chunks[rank] = (chunk, False, f"{len(chunk)} cores of node {nname(node)} (fewer L3 groups than ranks)")
         elif req.mode == "numa":
             for rank in ranks_here:
@@ -221,8 +228,9 @@ def quota_threads(topo: Topology, ranks: int) -> int | None:
 
 
 def _finish_ranks(topo: Topology, req: Request, ranks: list[RankPlan], warnings: list[str]) -> tuple[RankPlan, ...]:
-    """Each rank's comm cores and NIC; and under a CPU quota below the allowed CPUs, each rank's threads capped so
-    that ranks x threads fits the quota."""
+    """Each rank's main core, comm cores and NIC; and under a CPU quota below the allowed CPUs, each rank's threads
+    capped so that ranks x threads fits the quota."""
+    ranks = [replace(r, **c) for r, c in zip(ranks, choose_main_cores(topo, req, ranks, warnings))]
     ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
     ranks = [replace(r, nic=c) for r, c in zip(ranks, choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks]))]
     quota = topo.cpu_quota
@@ -263,6 +271,7 @@ def _rank_plan(
 ) -> RankPlan:
     rank_warnings: list[str] = []
     loader: list[Core] = []
+    chunk = priority_first(chunk, priority_cpus(topo, req))
     compute = list(chunk)
     asked = 0
     if req.loader_cores:

@@ -11,14 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import GPU_ORDERS, MODES, SPILLS, GpuOrder, Mode, SpillChoice
+from launcher.base.choices import GPU_ORDERS, MAIN_THREADS, MODES, SPILLS, GpuOrder, MainThread, Mode, SpillChoice
 from launcher.errors import AffrunError, Opt, PlanError, RankCountMismatch
 
 if TYPE_CHECKING:
 
     from launcher.topology.model import Topology
 
-_CHOICES: dict[str, tuple[str, ...]] = {"mode": MODES, "gpu_order": GPU_ORDERS, "spill": SPILLS}
+_CHOICES: dict[str, tuple[str, ...]] = {"mode": MODES, "gpu_order": GPU_ORDERS, "spill": SPILLS,
+                                        "main_thread": MAIN_THREADS}
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,13 @@ class Request:
     use_gpus: bool = True  # False: plan a CPU-only job even where GPUs exist
     spill: SpillChoice = "loader"  # cores of nodes without ranks: loader | compute | none (left idle)
     comm_cores: int = 0  # cores of each rank kept for NCCL's proxy threads (launcher.plan.comm)
+    main_thread: MainThread = "none"  # the main thread's core: none | compute | priority (launcher.plan.priority)
 
 
 def check_choices(error: type[AffrunError], **values: object) -> None:
-    """Raise ``error`` naming the first of ``values`` (``mode``, ``gpu_order``, ``spill``) that is not one of its
-    choices: the one check behind a request (:func:`validate_request`) and the options it is made from."""
+    """Raise ``error`` naming the first of ``values`` (``mode``, ``gpu_order``, ``spill``, ``main_thread``) that is
+    not one of its choices: the one check behind a request (:func:`validate_request`) and the options it is made
+    from."""
     for key, value in values.items():
         choices: tuple[str, ...] = _CHOICES[key]
         if value not in choices:
@@ -57,7 +60,7 @@ def check_rank_count(nproc: int) -> None:
 
 def validate_request(req: Request, topo: Topology | None = None) -> None:
     """Raise :class:`PlanError` for a request that no topology (``topo``: this one) can satisfy: no ranks, an
-    unknown mode, order or spill, a negative loader count, ``map`` mode without CPU lists, or ``--map`` /
+    unknown mode, order, spill or main thread, a negative loader count, ``map`` mode without CPU lists, or ``--map`` /
     ``--gpus`` lists of another length than the rank count (:class:`RankCountMismatch`)."""
     check_rank_count(req.nproc)
     if topo is not None and req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
@@ -67,7 +70,7 @@ def validate_request(req: Request, topo: Topology | None = None) -> None:
         raise PlanError(Opt("nproc", req.nproc, quoted=True), f": more ranks than the {len(topo.allowed)} allowed "
                         f"CPU(s) ({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at "
                         "least one")
-    check_choices(PlanError, mode=req.mode, gpu_order=req.gpu_order, spill=req.spill)
+    check_choices(PlanError, mode=req.mode, gpu_order=req.gpu_order, spill=req.spill, main_thread=req.main_thread)
     if req.loader_cores < 0:
         raise PlanError(Opt("loader_cores"), f" must be >= 0 (got {req.loader_cores})")
     if req.comm_cores < 0:

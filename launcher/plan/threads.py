@@ -108,8 +108,8 @@ def thread_plan(rank: RankThreadFields, workers: int) -> ThreadPlan:
     * pools that inherit the main thread's mask (inter-op, OpenCV, Rayon, numexpr, OpenBLAS's threads) are
       sized to the main thread's home when it is one core, else to the rank's threads;
     * pin-memory: the loader CPUs, else the compute CPUs off the main core; NCCL: the comm CPUs, else the
-      rank's CPUs off the main core; worker *k*: :func:`launcher.base.split.worker_cpus`, off the main core,
-      every pool inside it sized to its CPUs.
+      rank's CPUs off the main core; worker *k*: :func:`launcher.base.split.worker_cpus`, off the main core and
+      the comm cores, every pool inside it sized to its CPUs.
     """
     main_cpus = tuple(sorted(rank.main_cpus))
     compute = tuple(sorted(rank.compute_cpus))
@@ -130,7 +130,7 @@ def thread_plan(rank: RankThreadFields, workers: int) -> ThreadPlan:
     comm = tuple(sorted(rank.comm_cpus))
     nccl = Home("nccl_proxy", comm or _minus(everything, main_cpus), 0,
                 "the comm cores (--comm-cores)" if comm else "the rank's CPUs, off the main thread's core")
-    pool_cpus = _minus(everything, main_cpus)
+    pool_cpus = _minus(everything, (*main_cpus, *comm))  # NCCL's comm cores are no worker's either
     homes = tuple(WorkerHome(k, tuple(cpus), len(cpus))
                   for k in range(max(0, workers))
                   for cpus in [worker_cpus(k, workers, loader, pool_cpus)])

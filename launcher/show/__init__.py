@@ -3,8 +3,8 @@
 One layout in character cells (:mod:`~launcher.show.layout`), built from what the plan means for each core and
 GPU (:mod:`~launcher.show.model`) by :mod:`~launcher.show.drawing`, feeds two renderers: the terminal
 (:mod:`~launcher.show.terminal`) and SVG (:mod:`~launcher.show.svg`), with the same boxes and the same colours.
-The plan table is :mod:`~launcher.show.table`. Everything is a pure function of ``(Topology, Plan)``; only
-:func:`write_map` writes a file. Standard library only.
+The plan table is :mod:`~launcher.show.table`; the live picture of ``affrun show --pid``, :mod:`~launcher.show.live`.
+Everything is a pure function of its input; only :func:`write_map` and ``live_svg`` write a file. Standard library only.
 """
 
 from __future__ import annotations

@@ -305,15 +305,14 @@ def _warnings(model: Model, width: int) -> list[Block]:
 
 def draw(topo: Topology, plan: Plan, width: int, color: bool) -> Block:
     model = Model(topo, plan)
-    body = _body(model, width, color)
-    parts = [*_header(model, width), body, Block(0, 1), *_legend(model, width, color)]
+    parts = [*_header(model, width), body(model, width, color), Block(0, 1), *_legend(model, width, color)]
     warns = _warnings(model, width)
     if warns:
         parts += [Block(0, 1), *warns]
     return vstack(parts)
 
 
-def _body(model: Model, width: int, color: bool) -> Block:
+def body(model: Model, width: int, color: bool) -> Block:
     """The widest layout that fits ``width``, GPUs beside their node or below it, whichever is shorter."""
     groups: dict[tuple[int, int | None], int] = {}
     for c in model.cores:

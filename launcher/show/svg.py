@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape, quoteattr
 from launcher.base.cpulist import format_cpulist
 from launcher.plan.planner import Plan
 from launcher.show.drawing import draw
-from launcher.show.layout import Frame, Text, rank_color
+from launcher.show.layout import Block, Frame, Text, rank_color
 from launcher.topology.model import Topology
 
 SVG_WIDTH = 120  # the SVG has room for a wider layout
@@ -59,7 +59,12 @@ def svg_document(w_px: float, h_px: float, title: str, body: Sequence[str], defs
 
 def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
     """The same picture as an SVG document: boxes, one rect per core in its rank's colour, legend, warnings."""
-    block = draw(topo, plan, width, color=True)
+    return block_svg(draw(topo, plan, width, color=True), f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}")
+
+
+def block_svg(block: Block, title: str) -> str:
+    """A laid-out picture (:func:`launcher.show.drawing.draw`, or the live one) as an SVG document; a core a
+    thread strayed to (role ``stray``) gets a thick outline."""
     w_px, h_px = block.w * _CW + 2 * _MARGIN, block.h * _CH + 2 * _MARGIN
     patterns: dict[str, tuple[int, ...]] = {}
     body: list[str] = []
@@ -100,8 +105,10 @@ def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
             elif t.gpu is not None:
                 attrs = f' class="gpu-rank" data-gpu="{t.gpu}" data-ranks="{",".join(map(str, st.ranks))}"'
             dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+            stray = t.core is not None and t.core.role == "stray"
+            stroke, line = ("#c05621", "2.4") if stray else (stroke, "0.8")
             body.append(f'<rect{attrs} x="{x + 1:g}" y="{y + 2:g}" width="{len(t.text) * _CW - 2:g}" '
-                        f'height="{_CH - 4}" rx="3" fill="{fill}" stroke="{stroke}" stroke-width="0.8"{dash_attr}>'
+                        f'height="{_CH - 4}" rx="3" fill="{fill}" stroke="{stroke}" stroke-width="{line}"{dash_attr}>'
                         f"<title>{escape(_tooltip(t))}</title></rect>")
             label = t.text.strip(" []")
             # On stripes the label gets a white halo so it stays readable.
@@ -124,7 +131,7 @@ def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
                         for i, r in enumerate(ranks))
         defs.append(f'<pattern id="{pid}" patternUnits="userSpaceOnUse" width="{size}" height="{size}" '
                     f'patternTransform="rotate(45)">{rects}</pattern>')
-    return svg_document(w_px, h_px, f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}", body, defs)
+    return svg_document(w_px, h_px, title, body, defs)
 
 
 def _tooltip(t: Text) -> str:
@@ -139,12 +146,16 @@ def _tooltip(t: Text) -> str:
 
 def html_page(topo: Topology, plan: Plan) -> str:
     """A self-contained HTML page around the SVG (no scripts, no external resources)."""
-    title = escape(f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}")
+    return html_wrap(svg(topo, plan), f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}")
+
+
+def html_wrap(document: str, title: str) -> str:
+    """An SVG ``document`` inside a self-contained HTML page titled ``title``."""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{title}</title>\n"
+        f"<title>{escape(title)}</title>\n"
         "<style>body{margin:16px;background:#fff;font-family:sans-serif}svg{max-width:100%;height:auto}</style>\n"
-        "</head>\n<body>\n" + svg(topo, plan) + "</body>\n</html>\n"
+        "</head>\n<body>\n" + document + "</body>\n</html>\n"
     )
 
 

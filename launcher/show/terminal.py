@@ -39,7 +39,8 @@ def _sgr(style: Style | None, frame: str | None = None) -> str:
     return ""
 
 
-def _render_text(block: Block, color: bool) -> str:
+def render_text(block: Block, color: bool) -> str:
+    """``block`` as terminal text; ANSI 256 colours when ``color`` (the plan's picture and the live one)."""
     chars = [[" "] * block.w for _ in range(block.h)]
     codes = [[""] * block.w for _ in range(block.h)]
 
@@ -93,5 +94,5 @@ def _render_text(block: Block, color: bool) -> str:
 
 def picture(topo: Topology, plan: Plan, color: bool = False, width: int = TERMINAL_WIDTH) -> str:
     """The plan drawn for a terminal ``width`` columns wide; ANSI 256 colours when ``color``."""
-    return _render_text(draw(topo, plan, max(width, 40), color), color)
+    return render_text(draw(topo, plan, max(width, 40), color), color)
 

@@ -22,6 +22,7 @@ from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics_xml import xml_pci
 from launcher.topology.pci import pci_address, pci_order
+from launcher.topology.priority_rule import priority_from_xml
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
 
@@ -244,6 +245,7 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
         warnings=(*warnings, *kinds.warnings, *nic_warnings),
         core_kinds=CoreKinds(kinds.kinds),
         nics=tuple(nics),
+        priority=priority_from_xml(top, [c.pus for c in cores], online),
     )
 
 

@@ -41,23 +41,27 @@ MIDR = "regs/identification/midr_el1"
 _ARM_ARCH = {1: "4", 2: "4T", 3: "5", 4: "5T", 5: "5TE", 6: "5TEJ", 7: "6", 15: "8"}  # get_arm_midr_architecture
 
 
-class _Bad(Exception):
-    """Evidence refused (message says why)."""
+class Refused(Exception):
+    """Evidence refused (message says why); the priority-cores reader raises it too."""
 
 
-def kinds_from_sysfs(fsroot: str, cpus: frozenset[int] | None = None, *, use_midr: bool | None = None) -> CoreKinds:
+def kinds_from_sysfs(fsroot: str, cpus: frozenset[int] | None = None, *, use_midr: bool | None = None,
+                     read: dict[str, dict[int, int]] | None = None) -> CoreKinds:
     """The core kinds of the machine under ``fsroot`` (``/`` for this one), fastest first.
 
     ``cpus``: the online CPUs (default: ``cpu/online``). ``use_midr``: ``None`` does as hwloc does (MIDR when
-    ``cpu0`` has one); ``False`` is hwloc's ``HWLOC_CPUKINDS=midr=0``.
+    ``cpu0`` has one); ``False`` is hwloc's ``HWLOC_CPUKINDS=midr=0``. ``read``, when given, receives the checked
+    per-CPU values read, by file (``cpufreq/cpuinfo_max_freq``, ``cpufreq/base_frequency``): the priority-cores
+    reader then does not read them again.
     """
     try:
-        return _read(fsroot, cpus, use_midr)
-    except (_Bad, TopologyError) as exc:
+        return _read(fsroot, cpus, use_midr, {} if read is None else read)
+    except (Refused, TopologyError) as exc:
         return refused(str(exc))
 
 
-def _read(fsroot: str, cpus: frozenset[int] | None, use_midr: bool | None) -> CoreKinds:
+def _read(fsroot: str, cpus: frozenset[int] | None, use_midr: bool | None, read: dict[str, dict[int, int]]
+          ) -> CoreKinds:
     cpu_dir = os.path.join(fsroot, CPU)
     existing = frozenset(numbered_entries(cpu_dir, "cpu", "cpu"))
     if cpus is None:
@@ -71,7 +75,7 @@ def _read(fsroot: str, cpus: frozenset[int] | None, use_midr: bool | None) -> Co
     if use_midr:
         _by_midr(registry, cpu_dir, sorted(cpus))
     else:
-        _by_freq(registry, cpu_dir, sorted(cpus))
+        _by_freq(registry, cpu_dir, sorted(cpus), read)
         _by_pmu_sets(registry, fsroot, cpus, existing)
     return registry.rank()
 
@@ -92,8 +96,10 @@ def _pre_zen5_amd(fsroot: str) -> bool:
     return fields.get("vendor_id") == "AuthenticAMD" and family is not None and family < 0x1A
 
 
-def _values(cpu_dir: str, pus: list[int], name: str, low: int, high: int, unit: str) -> dict[int, int]:
-    """``cpuN/name`` of every CPU in ``pus``: all of them or none, each in ``[low, high]``."""
+def per_cpu_values(cpu_dir: str, pus: list[int], name: str, low: int, high: int, unit: str) -> dict[int, int]:
+    """``cpuN/name`` of every CPU in ``pus``: all of them or none, each in ``[low, high]``, else :class:`Refused`
+    (:class:`TopologyError` for a file that is not an integer or not a regular file). Shared with the reader of
+    priority cores (:mod:`launcher.topology.priority_sysfs`)."""
     found: dict[int, int] = {}
     for pu in pus:
         value = read_int(os.path.join(cpu_dir, f"cpu{pu}", name))
@@ -105,17 +111,17 @@ def _values(cpu_dir: str, pus: list[int], name: str, low: int, high: int, unit: 
 def _checked(found: dict[int, int], pus: list[int], name: str, low: int, high: int, unit: str) -> dict[int, int]:
     if found and len(found) != len(pus):
         missing = format_cpulist(set(pus) - found.keys())
-        raise _Bad(f"{name} exists for {len(found)} of the {len(pus)} online CPUs, not for {clip(missing, 40)}")
+        raise Refused(f"{name} exists for {len(found)} of the {len(pus)} online CPUs, not for {clip(missing, 40)}")
     for pu, value in found.items():
         if not low <= value <= high:
-            raise _Bad(f"cpu{pu}/{name} is {clip(str(value), 30)}{unit}, outside {low} to {high}{unit}")
+            raise Refused(f"cpu{pu}/{name} is {clip(str(value), 30)}{unit}, outside {low} to {high}{unit}")
     return found
 
 
-def _bases(cpu_dir: str, pus: list[int]) -> dict[int, int]:
+def _bases(cpu_dir: str, pus: list[int]) -> tuple[dict[int, int], bool]:
     """Base frequencies in kHz: ``cpufreq/base_frequency`` (intel_pstate), else ``acpi_cppc/nominal_freq`` (MHz),
     decided as hwloc_fill_sysfscpukinds_arrays decides: the first CPU that has either fixes which is read, and a
-    nominal_freq of 0 (some Sapphire Rapids firmware) is no evidence."""
+    nominal_freq of 0 (some Sapphire Rapids firmware) is no evidence. The flag: ``base_frequency`` was read."""
     use_cppc = -1
     found: dict[int, int] = {}
     for pu in pus:
@@ -128,19 +134,22 @@ def _bases(cpu_dir: str, pus: list[int]) -> dict[int, int]:
             nominal = read_int(os.path.join(cpu_dir, f"cpu{pu}", "acpi_cppc/nominal_freq"))
             if nominal is not None and nominal > 0:
                 if nominal > MAX_MHZ:
-                    raise _Bad(f"cpu{pu}/acpi_cppc/nominal_freq is {clip(str(nominal), 30)} MHz, beyond 10 THz")
+                    raise Refused(f"cpu{pu}/acpi_cppc/nominal_freq is {clip(str(nominal), 30)} MHz, beyond 10 THz")
                 base, use_cppc = nominal * 1000, 1
             else:
                 use_cppc = 0
         if base is not None:
             found[pu] = base
-    return _checked(found, pus, "cpufreq/base_frequency", 1, MAX_MHZ * 1000, " kHz")
+    return _checked(found, pus, "cpufreq/base_frequency", 1, MAX_MHZ * 1000, " kHz"), use_cppc != 1
 
 
-def _by_freq(registry: KindRegistry, cpu_dir: str, pus: list[int]) -> None:
-    maxes = _values(cpu_dir, pus, "cpufreq/cpuinfo_max_freq", 1, MAX_MHZ * 1000, " kHz")
-    bases = _bases(cpu_dir, pus)
-    capacities = _values(cpu_dir, pus, "cpu_capacity", 1, MAX_CAPACITY, "")
+def _by_freq(registry: KindRegistry, cpu_dir: str, pus: list[int], read: dict[str, dict[int, int]]) -> None:
+    maxes = per_cpu_values(cpu_dir, pus, "cpufreq/cpuinfo_max_freq", 1, MAX_MHZ * 1000, " kHz")
+    bases, base_frequency = _bases(cpu_dir, pus)
+    read["cpufreq/cpuinfo_max_freq"] = dict(maxes)  # before adjust_max_freqs changes them
+    if base_frequency:
+        read["cpufreq/base_frequency"] = dict(bases)
+    capacities = per_cpu_values(cpu_dir, pus, "cpu_capacity", 1, MAX_CAPACITY, "")
     adjust_max_freqs(pus, maxes, bases, capacities)
     _register(registry, {pu: khz // 1000 for pu, khz in maxes.items()}, "FrequencyMaxMHz", "cpufreq", forced=False)
     _register(registry, {pu: khz // 1000 for pu, khz in bases.items()}, "FrequencyBaseMHz", "cpufreq", forced=False)
@@ -188,11 +197,11 @@ def _by_pmu_sets(registry: KindRegistry, fsroot: str, cpus: frozenset[int], exis
         if members is None:
             continue
         if not members <= existing:
-            raise _Bad(f"{pmu}/cpus names CPUs {clip(format_cpulist(members - existing), 40)} that do not exist")
+            raise Refused(f"{pmu}/cpus names CPUs {clip(format_cpulist(members - existing), 40)} that do not exist")
         sets.append((pmu, core_type, members))
     problem = partition_problem([(f"{pmu}/cpus", members) for pmu, _, members in sets], cpus)
     if problem:
-        raise _Bad(problem)
+        raise Refused(problem)
     for _, core_type, members in sets:
         registry.register(members & cpus, None, [("CoreType", core_type)], "pmu")
 
@@ -200,8 +209,8 @@ def _by_pmu_sets(registry: KindRegistry, fsroot: str, cpus: frozenset[int], exis
 def _by_midr(registry: KindRegistry, cpu_dir: str, pus: list[int]) -> None:
     """look_sysfscpukinds_by_midr_regs: one kind per MIDR_EL1 value, infos the fields that differ, efficiency the
     smallest capacity. One value is one kind: hwloc then registers none."""
-    midrs = _values(cpu_dir, pus, MIDR, 1, (1 << 64) - 1, "")
-    capacities = _values(cpu_dir, pus, "cpu_capacity", 1, MAX_CAPACITY, "")
+    midrs = per_cpu_values(cpu_dir, pus, MIDR, 1, (1 << 64) - 1, "")
+    capacities = per_cpu_values(cpu_dir, pus, "cpu_capacity", 1, MAX_CAPACITY, "")
     groups: dict[int, list[int]] = {}
     for pu in pus:
         if pu in midrs:

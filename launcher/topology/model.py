@@ -261,6 +261,7 @@ class Topology:
             "cpu_quota": self.cpu_quota,
             "cpu_quota_source": self.cpu_quota_source,
             "core_kinds": kinds_to_json(self.kinds()),
+            "priority_cores": self.priority_cores().to_json(),
         }
 
 

@@ -18,6 +18,7 @@ from launcher.topology.kinds import CoreKinds, kinds_from_json, kinds_to_json
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics_json import BadNic, nics_from_json, pci_path_from_json
 from launcher.topology.pci import pci_address
+from launcher.topology.priority import priority_from_json
 
 FORMAT = "affrun-topology/1"
 
@@ -54,6 +55,7 @@ def to_snapshot(topo: Topology) -> dict[str, Any]:
         "cpu_quota_source": topo.cpu_quota_source,
         "core_kinds": kinds_to_json(topo.core_kinds),
         "cpu": None if topo.cpu is None else topo.cpu.to_json(),
+        "priority_cores": topo.priority.to_json(),
     }
 
 
@@ -223,6 +225,7 @@ def _build(data: dict[str, Any]) -> Topology:
         warnings=(*(_str(w, "warnings[]") for w in warnings), *gpu_notes, *kinds.warnings, *nic_notes),
         core_kinds=CoreKinds(kinds.kinds),
         nics=nics,
+        priority=priority_from_json(data.get("priority_cores"), online),
         cpu_quota=_quota(data.get("cpu_quota")),
         cpu_quota_source=None if data.get("cpu_quota_source") is None else one_line(_str(data["cpu_quota_source"],
                                                                                           "cpu_quota_source")),

@@ -22,6 +22,7 @@ from launcher.topology.kinds_sysfs import kinds_from_sysfs
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics import read_nics
 from launcher.topology.numa_overlap import merge_overlapping_nodes
+from launcher.topology.priority_sysfs import priority_from_sysfs
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -110,8 +111,10 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
             f"process's affinity ({format_cpulist(allowed or ())})"
         )
 
-    kinds = kinds_from_sysfs(root, online)
+    read: dict[str, dict[int, int]] = {}
+    kinds = kinds_from_sysfs(root, online, read=read)
     warnings.extend(kinds.warnings)
+    priority = priority_from_sysfs(root, [c.pus for c in cores], kinds, read)
     node_cpus = {n.os_index: n.cpus for n in nodes if n.cpus}
     found, gpu_warnings = read_pci_gpus(root, online, node_cpus) if gpus else ([], [])
     warnings.extend(gpu_warnings)
@@ -140,6 +143,7 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
         warnings=tuple(warnings),
         core_kinds=CoreKinds(kinds.kinds),
         nics=tuple(nics),
+        priority=priority,
     )))
 
 

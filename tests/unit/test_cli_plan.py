@@ -19,7 +19,8 @@ root = cli_contract.root  # the module-scoped fixture shared with the system hal
 
 def clean_env(**extra: str) -> dict[str, str | None]:
     """CliRunner env: drop the caller's OpenMP/BLAS/GPU variables so the plan depends only on the test."""
-    prefixes = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_")
+    prefixes = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "AFFRUN_", "BLIS_", "NUMEXPR_", "OPENCV_FOR_THREADS",
+                "RAYON_", "NCCL_PROXY")
     names = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
     env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(prefixes) or k in names}
     env.update(extra)

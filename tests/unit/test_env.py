@@ -66,7 +66,7 @@ def test_affrun_variables() -> None:
         "AFFRUN_CPUS": "0-3,64-67",
         "AFFRUN_COMPUTE_CPUS": "0-2,64-66",
         "AFFRUN_LOADER_CPUS": "3,67",
-            "AFFRUN_COMM_CPUS": "",
+        "AFFRUN_COMM_CPUS": "",
         "AFFRUN_NUMA_NODES": "3",
         "AFFRUN_MEM_NODES": "3",
         "AFFRUN_GPU": "1",
@@ -74,6 +74,10 @@ def test_affrun_variables() -> None:
         "AFFRUN_NIC": "",
         "AFFRUN_THREADS": "3",
         "AFFRUN_OMP_BIND": "rank",
+        "AFFRUN_MAIN_CPUS": "",
+        "AFFRUN_USER_POOLS": "",
+        "AFFRUN_ENV_POLICY": "safe",
+        "AFFRUN_RANK_HOOKS": "auto",
     }
     cpu_only = RankPlan(0, (5,), ((5,),), (), None, None, (), (), 1)
     env = rank_environment(cpu_only, local_world_size=1, user_env={}).set

@@ -1,0 +1,89 @@
+"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows.
+
+The evidence (docs/doctor.md, "mask-changed-after-start"): a library in ``/proc/PID/maps`` known to set masks from
+inside the process (TensorRT-LLM's ``configure_cpu_affinity()``; NCCL 2.29.2 to 2.29.7, which leaks the GPU's
+mask), accelerate's and DeepSpeed's binders and torchrun's ``--numa-binding`` (:mod:`launcher.context.binders`,
+:mod:`launcher.doctor.facts`), a ``numactl`` or ``taskset`` among the ancestors, and OpenMP binding variables that
+pin threads (``KMP_AFFINITY``, ``GOMP_CPU_AFFINITY``). Reading NCCL's version may read its mapped file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from launcher.context.binders import other_binders
+from launcher.doctor.facts import numa_binding_source
+from launcher.doctor.live import ProcessRecord
+from launcher.doctor.nccl_live import LEAKY, nccl_library, nccl_version
+
+TRT_VARIABLE = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
+PINNING_TOOLS = ("numactl", "taskset")
+
+
+@dataclass(frozen=True)
+class Binder:
+    """One binder the evidence names: what it is and how it sets masks, and the fix."""
+
+    what: str
+    fix: str
+    env_fix: Mapping[str, str | None] = field(default_factory=dict)
+
+
+def tensorrt_llm(libraries: Sequence[str], environ: Mapping[str, str]) -> Binder | None:
+    """TensorRT-LLM, when one of its libraries is mapped: its ``configure_cpu_affinity()`` sets the process's mask
+    from NVML's CPUs of the GPU, and with ``TLLM_NUMA_AWARE_WORKER_AFFINITY`` unset removes a mask someone else set
+    (NVIDIA/srt-slurm #326); ``0`` leaves it alone."""
+    path = next((p for p in libraries if "tensorrt_llm" in p.lower()), None)
+    if path is None:
+        return None
+    value = environ.get(TRT_VARIABLE)
+    if value == "0":
+        return None  # told to leave the mask alone
+    how = ("unset: it replaces a mask it finds constrained by all CPUs, or by its GPU's CPUs (NVIDIA/srt-slurm #326)"
+           if value is None else f"={value}: it sets its GPU's CPUs from NVML" if value == "1" else f"={value}")
+    return Binder(f"TensorRT-LLM is loaded ({path}): its configure_cpu_affinity() sets the mask from inside the "
+                  f"process, and {TRT_VARIABLE} is {how}",
+                  f"export {TRT_VARIABLE}=0 so that TensorRT-LLM keeps the mask affrun set", {TRT_VARIABLE: "0"})
+
+
+def pinning_ancestor(chain: Sequence[tuple[int, str]]) -> Binder | None:
+    """A ``numactl`` or ``taskset`` in an ancestor's command line (the nearest): it set the mask the process
+    started with."""
+    for pid, cmdline in chain:  # numactl and taskset exec their command: a shell or launcher that ran one shows
+        tool = next((os.path.basename(w) for w in cmdline.split() if os.path.basename(w) in PINNING_TOOLS), None)
+        if tool is not None:
+            return Binder(f"{tool} in the parent process {pid} ({cmdline[:120]})",
+                          f"drop {tool} from the command: affrun binds each rank itself")
+    return None
+
+
+def openmp_pinning(environ: Mapping[str, str]) -> list[Binder]:
+    """OpenMP variables that pin threads but are not affrun's places: ``KMP_AFFINITY`` (libiomp5, libomp) and
+    ``GOMP_CPU_AFFINITY`` (libgomp) bind each thread of the team to their CPUs."""
+    out = []
+    for name in ("KMP_AFFINITY", "GOMP_CPU_AFFINITY"):
+        if environ.get(name):
+            out.append(Binder(f"{name}={environ[name][:80]} (the OpenMP runtime binds its threads to it)",
+                              f"unset {name}: affrun's OMP_PLACES places the team", {name: None}))
+    return out
+
+
+def likely_binders(p: ProcessRecord, chain: Sequence[tuple[int, str]]) -> list[Binder]:
+    """Every binder the evidence of ``p`` names (its libraries, its environment, ``chain``: its ancestors)."""
+    found = [b for b in (tensorrt_llm(p.libraries, p.environ),) if b is not None]
+    found += [Binder(f"{b.tool} ({b.source})", b.fix) for b in other_binders(p.environ, chain)]
+    numa = numa_binding_source(p.environ, chain)
+    if numa:
+        found.append(Binder(numa, "drop torchrun's --numa-binding (unset PET_NUMA_BINDING): affrun binds each rank"))
+    library = nccl_library(p.libraries)
+    version = nccl_version(library) if library else None
+    if version is not None and LEAKY[0] <= version <= LEAKY[1]:
+        found.append(Binder(f"NCCL {'.'.join(map(str, version))} ({library}), which leaks its GPU's CPU mask into the "
+                            "thread that creates a communicator (NVIDIA/nccl #2033)",
+                            "upgrade NCCL to 2.30 or later (pip install -U nvidia-nccl-cu12)"))
+    ancestor = pinning_ancestor(chain)
+    if ancestor is not None:
+        found.append(ancestor)
+    return found + openmp_pinning(p.environ)

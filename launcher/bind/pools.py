@@ -92,13 +92,19 @@ def pool_sizes(count: int, environ: Mapping[str, str]) -> tuple[dict[str, int | 
         if name not in users or name not in environ or policy == "override":
             sizes[name] = count
             continue
-        value = ascii_uint(environ.get(name, "").strip())
+        value = _count(name, environ.get(name, ""))
         if not value:
             notes.append(f"{name}={short(environ.get(name, ''))} is not a thread count: {count} is used")
             sizes[name] = count
         else:
             sizes[name] = None if policy == "keep" else min(value, count)
     return sizes, policy, notes
+
+
+def _count(name: str, text: str) -> int | None:
+    """A count variable's value as the env policy reads it (``launcher.env.policy``): one whole number, and for
+    OpenMP's, MKL's and OpenBLAS's variables the first of a list of nesting levels (``8,4``)."""
+    return ascii_uint((text.split(",")[0] if name in THREAD_VARIABLES else text).strip())
 
 
 def pin_threads(cpus: Sequence[int]) -> bool:
@@ -159,7 +165,7 @@ def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str
     lower = fit.policy != "keep"
     raised: list[str] = []
     for name, size in fit.sizes.items():
-        value = ascii_uint(env.get(name, "").strip())
+        value = _count(name, env.get(name, ""))
         if size is not None and value is not None and value > size:
             raised.append(f"{name}={value}")
             if lower:

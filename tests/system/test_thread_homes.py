@@ -138,13 +138,12 @@ def test_spawned_and_forkserver_workers_fit_their_plan(tmp_path: Path, context: 
 
 
 def test_a_main_thread_of_its_own(tmp_path: Path) -> None:
-    """``AFFRUN_MAIN_CPUS`` (``--main-thread compute``): the main thread on its core right after ``import torch``,
+    """``--main-thread compute`` (``AFFRUN_MAIN_CPUS``): the main thread on its core right after ``import torch``,
     the inter-op pool sized to it, the pin-memory thread and the spawned workers off it."""
     if NCPU < 2:
         pytest.skip("needs 2 CPUs: one for the main thread, one for the rest")
-    main = "export AFFRUN_MAIN_CPUS=${AFFRUN_CPUS%%[-,]*}"  # the rank's first CPU
-    records, stderr = probe(tmp_path, "exec", args=("--workers", "2", "--context", "spawn"),
-                            before=("sh", "-c", f'{main}; exec "$0" "$@"'))
+    records, stderr = probe(tmp_path, "exec", "--main-thread", "compute",
+                            args=("--workers", "2", "--context", "spawn"))
     ((rank, _),) = check_run(records, 2)
     plan = live_plan(rank["affrun"], 2)
     assert plan.main.pinned and rank["main_thread"] == list(plan.main.cpus) and len(plan.main.cpus) == 1
@@ -205,9 +204,10 @@ def test_missing_and_failing_libraries(tmp_path: Path) -> None:
 
 
 def test_rank_hooks_none_patches_nothing(tmp_path: Path) -> None:
-    """``AFFRUN_RANK_HOOKS=none`` (``--rank-hooks none``): torch's worker loop and inter-op setter are torch's own,
+    """``--rank-hooks none`` (``AFFRUN_RANK_HOOKS=none``): torch's worker loop and inter-op setter are torch's own,
     the workers keep the rank's mask and its pool variables, and nothing of affrun is imported."""
-    records, stderr = probe(tmp_path, "exec", args=("--workers", "2"), before=("env", "AFFRUN_RANK_HOOKS=none"))
+    records, stderr = probe(tmp_path, "exec", "--rank-hooks", "none", args=("--workers", "2"))
+    assert all(r["affrun"]["AFFRUN_RANK_HOOKS"] == "none" for r in records)
     ((rank, workers),) = ranks_and_workers(records)
     assert not rank["worker_loop_patched"] and not rank["interop_patched"] and rank["affrun_modules"] == []
     for w in workers:

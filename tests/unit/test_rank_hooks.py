@@ -38,6 +38,14 @@ def test_a_users_value_is_never_raised_and_kept_as_it_is_under_keep() -> None:
     assert overridden == dict.fromkeys(VARIABLES, 4)
 
 
+def test_openmps_levels_are_a_count_as_the_env_policy_reads_them() -> None:
+    env = {"AFFRUN_USER_POOLS": "OMP_NUM_THREADS,RAYON_NUM_THREADS", "OMP_NUM_THREADS": "2,1",
+           "RAYON_NUM_THREADS": "2,1"}
+    sizes, _, notes = pool_sizes(8, env)
+    assert sizes["OMP_NUM_THREADS"] == 2 and sizes["RAYON_NUM_THREADS"] == 8
+    assert notes == ["RAYON_NUM_THREADS='2,1' is not a thread count: 8 is used"]
+
+
 @pytest.mark.parametrize("value", ["lots", "", "0", "-2", "²", "9" * 50])
 def test_a_malformed_users_value_is_no_thread_count_to_keep(value: str) -> None:
     env = {"AFFRUN_USER_POOLS": "NUMEXPR_NUM_THREADS", "NUMEXPR_NUM_THREADS": value, "AFFRUN_ENV_POLICY": "keep"}

@@ -55,8 +55,8 @@ def test_default_affrun_keeps_workers_spread_even_without_worker_init_fn() -> No
     workers = [set(mask) for mask in report["workers"]]  # type: ignore[union-attr]
     assert set().union(*workers) == os.sched_getaffinity(0)
     assert NCPU < 2 or all(len(w) < NCPU for w in workers)
-    hooks_off = _report(affrun_argv("exec", "--", "env", "AFFRUN_RANK_HOOKS=none", sys.executable, PROBE, "plain",
-                                    "2"), **COLLAPSE_ENV)
+    hooks_off = _report(affrun_argv("exec", "--rank-hooks", "none", "--", sys.executable, PROBE, "plain", "2"),
+                        **COLLAPSE_ENV)
     for mask in hooks_off["workers"]:  # type: ignore[union-attr]
         assert len(mask) == NCPU  # without the hooks: the rank's whole set, inherited
 
@@ -97,7 +97,7 @@ def test_core_binding_pins_the_other_threads_and_keeps_workers_wide(runtime: str
     the runtime itself reports it, and the DataLoader workers on the whole rank, whatever starts them."""
     if NCPU < 2:
         pytest.skip("needs 2 CPUs: one core each for the main thread's team")
-    proc = run(affrun_argv("exec", "--omp-bind", "core", "--", "env", "AFFRUN_RANK_HOOKS=none", sys.executable,
+    proc = run(affrun_argv("exec", "--omp-bind", "core", "--rank-hooks", "none", "--", sys.executable,
                            PROBE, "plain", "2", start),  # the places alone: the hooks would give workers homes
                env=clean_env(**display_affinity_env(), **runtime_env(runtime)), check=True, timeout=240)
     (report,) = json_lines(proc.stdout)

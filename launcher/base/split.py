@@ -4,10 +4,6 @@ planner cuts cores with it, and :func:`worker_cpus` a rank's CPUs among its Data
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
 
 def balanced_sizes(n: int, k: int) -> list[int]:
     """``k`` sizes that add up to ``n`` and differ by at most one, the larger first."""
@@ -30,7 +26,8 @@ def balanced_slices(n: int, k: int) -> list[slice]:
     return contiguous(balanced_sizes(n, k))
 
 
-def worker_cpus(worker_id: int, num_workers: int, loader: Sequence[int], rank: Sequence[int]) -> list[int]:
+def worker_cpus(worker_id: int, num_workers: int, loader: list[int] | tuple[int, ...],
+                rank: list[int] | tuple[int, ...]) -> list[int]:
     """The CPUs for DataLoader worker ``worker_id`` of ``num_workers``.
 
     With loader CPUs: worker k gets loader CPU k (round robin) when workers outnumber them, else a disjoint

@@ -218,3 +218,43 @@ def main_thread_cases(draw: st.DrawFn) -> tuple[Machine, Request]:
     req = draw(requests(m))
     return m, replace(req, main_thread=draw(st.sampled_from(MAIN_THREADS)),
                       comm_cores=draw(st.sampled_from([0, 0, 1, 2])))
+
+
+# ----------------------------------------------------------------------------------------- core kinds, comm cores
+@st.composite
+def hybrid_machines(draw: st.DrawFn) -> Machine:
+    """A :func:`machines` machine whose cores are of 2 or 3 kinds (P-, E- and LP E-cores), drawn core by core."""
+    from launcher.topology.kinds import CoreKind, CoreKinds
+
+    m = draw(machines())
+    nkinds = draw(st.integers(2, 3))
+    kind_of = [draw(st.integers(0, nkinds - 1)) for _ in m.topo.cores]
+    kinds = [CoreKind(frozenset(p for c, k in zip(m.topo.cores, kind_of) if k == i for p in c.pus), 0,
+                      ["P-core", "E-core", "LP E-core"][i], "test") for i in range(nkinds)]
+    kept = [k for k in kinds if k.cpus]
+    ranked = tuple(replace(k, efficiency=len(kept) - 1 - i) for i, k in enumerate(kept))
+    return Machine(replace(m.topo, core_kinds=CoreKinds(ranked)), m.cpu_nodes, m.cpuless_nodes)
+
+
+@st.composite
+def comm_cases(draw: st.DrawFn) -> tuple[Machine, Request]:
+    """A machine (with core kinds half the time) and a request of :func:`requests` with any ``--main-thread`` and
+    ``--comm-cores`` from 0 to more than a rank can have (the allowed cores, plus 2)."""
+    m = draw(st.one_of(machines(), hybrid_machines()))
+    req = draw(requests(m))
+    ncores = len(m.topo.allowed_cores())
+    shape = draw(st.sampled_from(["any", "fits", "overlapping map"]))
+    if shape == "fits":  # a few ranks, so that most plans hold cores to spare
+        req = replace(req, nproc=draw(st.integers(1, max(1, ncores // 2))), cpu_map=None, gpus=None,
+                      mode="exclusive" if req.mode == "map" else req.mode)
+    elif shape == "overlapping map":  # windows of the allowed CPUs that overlap: 0-3;2-5;4-7
+        allowed = sorted(m.topo.allowed)
+        width = draw(st.integers(1, max(1, len(allowed))))
+        stride = draw(st.integers(1, width))
+        nproc = draw(st.integers(1, 4))
+        lists = tuple(frozenset(allowed[i * stride:i * stride + width]) for i in range(nproc))
+        req = replace(req, mode="map", nproc=nproc, cpu_map=tuple(c for c in lists if c) or (frozenset(allowed),),
+                      gpus=None)
+        req = replace(req, nproc=len(req.cpu_map or ()))
+    return m, replace(req, comm_cores=draw(st.one_of(st.integers(0, 3), st.integers(0, ncores + 2))),
+                      main_thread=draw(st.sampled_from(MAIN_THREADS)))

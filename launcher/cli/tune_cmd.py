@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
     from launcher.tune.candidates import Candidate
     from launcher.tune.command import TuneArgs
+    from launcher.tune.signals import Interrupts
 
 
 @click.command(
@@ -30,18 +31,39 @@ def tune(args: tuple[str, ...]) -> None:
     from launcher.tune.command import help_text, rank_cores, split
 
     try:
-        import_torch_unbound()
-    except ImportError:
-        click.echo("affrun: error: affrun tune needs torch (pip install torch)", err=True)
-        sys.exit(2)
-    parsed = split(list(args))
-    if parsed is None:
-        click.echo(help_text(), nl=False)
-        return
-    sys.exit(_run(parsed, *rank_cores(parsed.torchrun)))
+        try:
+            import_torch_unbound()
+        except ImportError:
+            click.echo("affrun: error: affrun tune needs torch (pip install torch)", err=True)
+            sys.exit(2)
+        parsed = split(list(args))
+        if parsed is None:
+            click.echo(help_text(), nl=False)
+            return
+        status = _run(parsed, *rank_cores(parsed.torchrun))
+    except KeyboardInterrupt:  # before the first trial started (from then on, launcher.tune.signals notes it)
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting: a second Ctrl-C must not end it by the signal
+        click.echo("affrun: tune: interrupted", err=True)
+        status = 130
+    sys.exit(status)
 
 
 def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: SourceOptions) -> int:
+    """The trials, the table and the files, with Ctrl-C, SIGTERM and SIGHUP noted rather than raised: the trial
+    running is stopped and swept, the table so far printed, --save and --svg written whole, and the exit status
+    is 128 + the signal."""
+    from launcher.tune.signals import noted
+
+    with noted(exiting=True) as interrupted:
+        _tune(parsed, nproc, cores, topo, source, interrupted)
+    return 128 + interrupted.signum if interrupted() else 0
+
+
+def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: SourceOptions,
+          interrupted: Interrupts) -> None:
+    from launcher.base.untrusted import clip, shell_join
     from launcher.tune.candidates import families
     from launcher.tune.result import best, table, to_json, verdict
     from launcher.tune.session import tune as run_tune
@@ -49,12 +71,12 @@ def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sourc
 
     values = parsed.values
     spec = TrialSpec(parsed.before, parsed.script, nproc, values["warmup_seconds"], values["trial_seconds"],
-                     values["start_seconds"])
+                     values["start_seconds"], log_dir=getattr(parsed.torchrun, "log_dir", None) is None)
     count = 1 + sum(len(f) for f in families(cores))
     click.echo(f"affrun: tune: {nproc} rank(s) of {cores} core(s): up to {count} trials of "
                f"{values['trial_seconds']:g} s, {values['repeats']} repeat(s), budget {values['budget']:g} s", err=True)
     session = run_tune(spec, cores, values["repeats"], values["budget"],
-                       lambda line: click.echo(f"affrun: tune: {line}", err=True))
+                       lambda line: click.echo(f"affrun: tune: {line}", err=True), interrupted)
     chosen = best(session.results)
     stopped = {"budget": "stopped: the budget ran out; the table holds what was measured",
                "interrupted": "stopped: interrupted; the table holds what was measured"}.get(session.stopped, "")
@@ -65,20 +87,16 @@ def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sourc
         if stopped:
             click.echo(stopped)
         click.echo(verdict(chosen))
+    described = clip(shell_join(parsed.script), 120)  # one printable line: no newline into the YAML comment
     if values["save"] and chosen is not None:
-        _save(values["save"], chosen.trial.candidate, parsed.script, topo, source)
+        _save(values["save"], chosen.trial.candidate, described, topo, source)
     if values["svg"]:
-        from launcher.tune.chart import write_chart
+        from launcher.tune.chart import chart
 
-        title = f"affrun tune: {' '.join(parsed.script)[:80]}"
-        try:
-            write_chart(session.results, chosen, title, values["svg"])
-        except OSError as exc:
-            raise AffrunError(f"--svg {values['svg']}: {exc.strerror or exc}") from None
-    return 130 if session.stopped == "interrupted" else 0
+        _write("--svg", values["svg"], chart(session.results, chosen, f"affrun tune: {clip(described, 80)}"))
 
 
-def _save(path: str, candidate: Candidate, script: list[str], topo: Topology, source: SourceOptions) -> None:
+def _save(path: str, candidate: Candidate, described: str, topo: Topology, source: SourceOptions) -> None:
     import os
 
     from launcher.options.tuned import machine_identity, render_tuned
@@ -88,11 +106,24 @@ def _save(path: str, candidate: Candidate, script: list[str], topo: Topology, so
                                               "loader_workers": candidate.workers}
     root = tree_root(source.fsroot, source.topology_file, os.environ)
     now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-    about = (f"affrun tune, {now}: the fastest options for {' '.join(script)[:120]} on this machine"
+    about = (f"affrun tune, {now}: the fastest options for {described} on this machine"
              + (" (the default stood: no option)" if candidate.is_default else ""))
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render_tuned(values, machine_identity(topo, root), now, about))
-    except OSError as exc:
-        raise AffrunError(f"--save {path}: {exc.strerror or exc}") from None
+    _write("--save", path, render_tuned(values, machine_identity(topo, root), now, about))
     click.echo(f"saved {path}", err=True)
+
+
+def _write(option: str, path: str, text: str) -> None:
+    """Write ``text`` to the file the user named. Opened non-blocking: a FIFO with no reader, or one that stops
+    reading, is an error line, never a hang."""
+    import errno
+    import os
+
+    from launcher.base.untrusted import shown
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        why = "a FIFO that no process reads" if exc.errno in (errno.ENXIO, errno.EAGAIN) else exc.strerror or exc
+        raise AffrunError(f"{option} {shown(path)}: {why}") from None

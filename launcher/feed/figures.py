@@ -1,5 +1,7 @@
 """The figures the ranks' meters wrote, read back as records: a rank's live file (``affrun doctor --pid``) and the
-``--feed-json`` list (``affrun tune``). Files are untrusted: anything malformed is left out, never an exception."""
+``--feed-json`` list (``affrun tune``). Files are untrusted: anything malformed is left out, never an exception; a
+live file counts only in a directory of the rank's user's own, and is read as the meter's files are
+(:func:`launcher.feed.files.read_file`: no link, FIFO or device, at most :data:`launcher.feed.files.LIMIT` bytes)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from launcher.base.untrusted import BadJSON, load_json
+from launcher.feed.files import own_dir, read_file
 from launcher.feed.meter import FEED_VARIABLE, live_paths
 
 WorkersSource = Literal["asked", "overridden", "script"]
 SOURCES: tuple[WorkersSource, ...] = ("asked", "overridden", "script")
-LIMIT = 1 << 20  # bytes read of one file
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,11 @@ def figures_of(item: object) -> FeedFigures | None:
                        source, final, pid, host)
 
 
-def _read(path: str) -> object:
+def _read(path: str, uid: int | None = None) -> object:
+    data = read_file(path, uid)
     try:
-        with open(path, "rb") as fh:
-            return load_json(fh.read(LIMIT), finite=True)
-    except (OSError, BadJSON):
+        return None if data is None else load_json(data, finite=True)
+    except BadJSON:
         return None
 
 
@@ -88,7 +90,9 @@ def read_live(pid: int, environ: Mapping[str, str], proc: str = "/proc") -> Feed
     except OSError:
         return None
     for path in live_paths(pid, uid, environ):
-        found = figures_of(_read(path))
+        if not own_dir(os.path.dirname(path), uid):  # another user made it (for this one): its files are no figures
+            continue
+        found = figures_of(_read(path, uid))
         if found is not None and found.pid == pid:
             return found
     return None

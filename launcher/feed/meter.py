@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+from launcher.feed.files import merge_json, own_dir, remove, write_atomic
 from launcher.feed.workers import WORKERS_VARIABLE, suggested_workers
 
 FEED_VARIABLE = "AFFRUN_FEED"
@@ -26,6 +28,10 @@ JSON_VARIABLE = "AFFRUN_FEED_JSON"
 FORCE_VARIABLE = "AFFRUN_FEED_FORCE_WORKERS"
 ALIAS = "_affrun_feed"  # the live meter's module in sys.modules: launcher.torch.loader_workers() tells it it was asked
 FLUSH_S = 1.0
+PERIODIC_WAIT_S = 0.05  # the longest a periodic flush waits for the JSON's lock (then it retries after RETRY_S)
+RETRY_S = 0.1
+FINAL_WAIT_S = 5.0  # the longest the final flush waits for it (then one warning)
+WORKERS_KEPT = 32  # loaders whose num_workers the figures list
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "AFFRUN_LOCAL_RANK")
 KEYS = ("rank", "batches", "seconds", "batches_per_s", "data_wait_fraction", "loaders", "num_workers",
         "workers_source", "final", "pid", "host")
@@ -57,23 +63,24 @@ def _rank(environ: Any) -> int:
 class Meter:
     """One process's figures, summed over its DataLoaders. The per-batch counts live in the patched ``__next__``'s
     closure (:func:`install`), read through :attr:`counts`; everything else runs in :meth:`tick`, at most once per
-    :data:`FLUSH_S`."""
+    :data:`FLUSH_S`, one thread at a time (:attr:`lock`)."""
 
-    __slots__ = ("asked", "busy", "counts", "done", "first", "forced", "interval", "json_path", "live", "pid",
-                 "shown", "term", "workers")
+    __slots__ = ("asked", "counts", "done", "first", "forced", "interval", "json_path", "live", "loaders", "lock",
+                 "pid", "shown", "term", "workers")
 
     def __init__(self, environ: Any) -> None:
         self.counts: Callable[[], tuple[int, float, float]] = lambda: (0, 0.0, 0.0)  # batches, wait, last batch
         self.first = -1.0
         self.pid = os.getpid()
-        self.workers: list[int] = []
+        self.loaders = 0
+        self.workers: list[int] = []  # of the first WORKERS_KEPT loaders
         self.asked = False
         self.forced = False
         self.done = False
-        self.busy = False  # in flush(), maybe holding --feed-json's lock: a SIGTERM now waits for it (term)
+        self.lock = threading.Lock()  # held while writing, maybe holding --feed-json's flock: a SIGTERM waits (term)
         self.term = False
         self.json_path = environ.get(JSON_VARIABLE) or ""
-        self.live = ""
+        self.live: str | None = ""  # "": not chosen yet; None: none can be written (warned once)
         self.shown = 0.0
         try:
             interval = float(environ.get(INTERVAL_VARIABLE) or 0.0)
@@ -88,19 +95,19 @@ class Meter:
             "rank": _rank(os.environ), "batches": batches, "seconds": round(seconds, 6),
             "batches_per_s": round(batches / seconds, 3) if seconds > 0 else 0.0,
             "data_wait_fraction": round(min(wait / seconds, 1.0), 6) if seconds > 0 else 0.0,
-            "loaders": len(self.workers), "num_workers": list(self.workers),
+            "loaders": self.loaders, "num_workers": list(self.workers),
             "workers_source": "overridden" if self.forced else "asked" if self.asked else "script",
             "final": final, "pid": os.getpid(), "host": os.uname().nodename,
         }
 
     def tick(self, t0: float, t1: float) -> float:
         """The slow path, about once a second: the first batch's start, the files, the periodic line. Returns
-        when the next batch should call it again."""
-        due = t1 + FLUSH_S
+        when the next batch should call it again: sooner when the JSON's lock was busy."""
         if self.pid != os.getpid():  # a forked child iterating: the rank's files are its parent's
-            return due
+            return t1 + FLUSH_S
         if self.first < 0:
             self.first = t0
+        due = t1 + (FLUSH_S if self.flush(False) else RETRY_S + self.pid % 97 / 970)  # ranks spread their retries
         if self.interval:
             if not self.shown:
                 self.shown = t1 + self.interval
@@ -108,50 +115,63 @@ class Meter:
                 _say(feed_line(self.figures()))
                 self.shown = t1 + self.interval
             due = min(due, self.shown)
-        self.flush(False)
         return due
 
-    def flush(self, final: bool) -> None:
-        self.busy = True
+    def flush(self, final: bool) -> bool:
+        """Write the figures; ``False`` when they were not (another thread is writing, the JSON's lock was busy)."""
+        if not self.lock.acquire(timeout=FINAL_WAIT_S if final else 0):
+            return False
         try:
-            self._flush(final)
+            written = self._flush(final)
         finally:
-            self.busy = False
-        if self.term:  # a SIGTERM came meanwhile (_at_exit): act on it now that the lock is released
+            self.lock.release()
+        if self.term:  # a SIGTERM came meanwhile (_at_exit): act on it now that the locks are released
             self.term = False
             _terminate(self)
+        return written
 
-    def _flush(self, final: bool) -> None:
+    def _flush(self, final: bool) -> bool:
         figures = self.figures(final)
+        written = True
         if self.json_path:
             try:
-                merge_json(self.json_path, figures)
+                written = merge_json(self.json_path, figures, FINAL_WAIT_S if final else PERIODIC_WAIT_S)
+                if not written and final:
+                    raise OSError(0, f"another process held its lock for {FINAL_WAIT_S:.0f} s: the final figures "
+                                     "are not in it")
             except OSError as exc:
-                _say(f"affrun: warning: --feed-json {self.json_path}: {exc.strerror or exc}")
+                _say(f"affrun: warning: --feed-json {self.json_path}: {exc.strerror or exc}; "
+                     "this rank writes no more figures to it")
                 self.json_path = ""
         if final:
             if self.live:
-                _remove(self.live)
+                remove(self.live)
                 try:
                     os.rmdir(os.path.dirname(self.live))  # the user's last metered process leaves nothing behind
                 except OSError:
                     pass  # another rank's file is still there (a rank that loses the race makes it again)
-            return
-        if not self.live:
+            return written
+        if self.live == "":
             self.live = _live_file()
         if self.live:
+            import json
+
             try:
-                _write_atomic(self.live, figures)
-            except OSError:
-                self.live = ""
+                write_atomic(self.live, json.dumps(figures, separators=(",", ":")).encode("utf-8"), 0o600)
+            except OSError as exc:
+                _live_off(f"{self.live}: {exc.strerror or exc}")
+                self.live = None
+        return written
 
     def seen(self, loader: Any) -> None:
         """An iterator of ``loader`` was made: count the loader once, with its worker count."""
         if loader.__dict__.get("_affrun_feed_counted"):
             return
         loader.__dict__["_affrun_feed_counted"] = True
-        self.workers.append(int(loader.num_workers))
-        if len(self.workers) == 1:
+        self.loaders += 1
+        if self.loaders <= WORKERS_KEPT:  # a script that makes a DataLoader per epoch: the figures stay small
+            self.workers.append(int(loader.num_workers))
+        if self.loaders == 1:
             _at_exit(self)
 
     def finish(self) -> None:
@@ -171,67 +191,33 @@ def _say(line: str) -> None:
         pass
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+def _live_off(why: str) -> None:
+    _say(f"affrun: warning: --feed-report: this rank's live figures for affrun doctor --pid are not written ({why})")
 
 
-def _write_atomic(path: str, data: Any) -> None:
-    import json
-
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, separators=(",", ":"))
-    os.replace(tmp, path)
-
-
-def _live_file() -> str:
-    """This process's live file, in a directory of its user's only (one made by another user is not used); the
-    files of processes that are gone (SIGKILL) are removed first."""
-    import stat
-
+def _live_file() -> str | None:
+    """This process's live file, in a directory of its user's own that no one else may write to (one made by
+    another user, a link, a directory others may write to: not used); the files of processes that are gone
+    (SIGKILL) are removed first. ``None`` (warned once) when there is no such directory."""
     uid = os.getuid()
     for path in live_paths(os.getpid(), uid, os.environ):
         where = os.path.dirname(path)
         try:
-            os.makedirs(where, mode=0o700, exist_ok=True)
-            info = os.lstat(where)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-                continue
+            os.mkdir(where, 0o700)
+        except OSError:
+            pass  # there already (checked below), or its parent is missing or read-only
+        if not own_dir(where, uid):
+            continue
+        try:
             for name in os.listdir(where):
                 pid = name.split(".", 1)[0]
                 if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                    _remove(os.path.join(where, name))
-            return path
+                    remove(os.path.join(where, name))
         except OSError:
             continue
-    return ""
-
-
-def merge_json(path: str, figures: dict[str, Any]) -> None:
-    """Put this rank's ``figures`` into the JSON list at ``path`` (one object per rank, sorted by rank), under an
-    flock of its directory, written to a temporary file and renamed: a reader never sees half a file."""
-    import fcntl
-    import json
-
-    where = os.path.dirname(os.path.abspath(path))
-    fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                old = json.load(fh)
-        except (OSError, ValueError, RecursionError):  # not the meter's list: replaced, never raised in the loop
-            old = []
-        ranks = [r for r in old if isinstance(r, dict) and r.get("rank") != figures["rank"]] \
-            if isinstance(old, list) else []
-        ranks.append(figures)
-        ranks.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
-        _write_atomic(path, ranks)
-    finally:
-        os.close(fd)
+        return path
+    _live_off("no directory of this user's own in /dev/shm, $TMPDIR or /tmp")
+    return None
 
 
 def _at_exit(m: Meter) -> None:
@@ -239,7 +225,6 @@ def _at_exit(m: Meter) -> None:
     are written, then the signal is raised again with its default action (the exit status stays SIGTERM's)."""
     import atexit
     import signal
-    import threading
 
     atexit.register(m.finish)
     if threading.current_thread() is not threading.main_thread():
@@ -248,8 +233,8 @@ def _at_exit(m: Meter) -> None:
         return
 
     def on_term(signum: int, frame: Any) -> None:
-        if m.busy:  # the rank holds the JSON's flock: writing again here would wait for it forever
-            m.term = True
+        m.term = True
+        if m.lock.locked():  # a flush is under way (maybe in this thread, below this frame): it acts on term after
             return
         _terminate(m)
 
@@ -257,11 +242,15 @@ def _at_exit(m: Meter) -> None:
 
 
 def _terminate(m: Meter) -> None:
-    """SIGTERM with the default action: the final figures, then the signal again, which ends the process."""
+    """SIGTERM with the default action: the final figures, then the signal again, which ends the process. Only
+    the main thread may restore the default action: from another one, the signal goes to the handler again,
+    which finds the figures written."""
     import signal
 
+    m.term = False
     m.finish()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -340,4 +329,4 @@ def asked() -> int:
 
 
 __all__ = ["FEED_VARIABLE", "FORCE_VARIABLE", "INTERVAL_VARIABLE", "JSON_VARIABLE", "KEYS", "WORKERS_VARIABLE",
-           "Meter", "feed_line", "install", "live_paths", "merge_json"]
+           "Meter", "feed_line", "install", "live_paths"]

@@ -225,6 +225,11 @@ def main(argv: Sequence[str]) -> int:
         if command:
             print("exec " + shell_join(command))
         return 0
+    if feed and detected is None and PLAN_VARIABLE not in environ and job.size == 1 \
+            and environ.get("WORLD_SIZE", "1") == "1" and environ.get("RANK", "0") == "0":
+        from launcher.feed.variables import start_afresh
+
+        start_afresh(feed)  # the job's only rank: an old --feed-json file goes, as under torchrun and run
     mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend)
     env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:

@@ -13,23 +13,29 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from launcher.base.untrusted import ascii_uint, short
+from launcher.base.cpulist import MAX_COUNT
+from launcher.base.untrusted import ascii_uint, clip, short, shown
 from launcher.errors import ConfigError
 from launcher.options.table import FEED_OPTIONS, TUNED_OPTION, OptionSpec, options_in
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from launcher.options.groups import SourceOptions
     from launcher.topology.model import Topology
 
 FORMAT = 1  # the file's ``affrun-tuned`` key
+TOP_KEYS = ("affrun-tuned", "options", "machine", "date")
+# A saved file is a few hundred bytes; PyYAML reads about a MB a second (libyaml's parser) or less.
+TUNED_LIMIT = 64 << 10
 
 
 def tunable() -> tuple[OptionSpec, ...]:
     """The options a tuned file may hold: the planning options and ``--loader-workers``."""
     return (*options_in("plan"), *(spec for spec in FEED_OPTIONS if spec.dest == "loader_workers"))
+
+
 IDENTITY_KEYS = ("cpu-model", "packages", "cores", "cpus", "gpus")
 
 
@@ -56,23 +62,41 @@ class Tuned:
 
 
 def _fail(path: str, why: str) -> ConfigError:
-    return ConfigError(f"{TUNED_OPTION.flag} {short(path)}: {why}")
+    return ConfigError(f"{TUNED_OPTION.flag} {clip(path, 120)}: {why}")
+
+
+def _key_text(key: object) -> str:
+    return clip(key, 40) if isinstance(key, str) else short(key, 40)  # str() of a huge integer raises
+
+
+def _unknown(path: str, where: str, key: object, known: Sequence[str]) -> ConfigError:
+    """``unknown option loader-core: did you mean loader-cores? (a tuned file sets ...)``: the wording of
+    :mod:`launcher.options.usage`, in the file's vocabulary."""
+    from launcher.options.usage import nearest
+
+    close = nearest(key, list(known)) if isinstance(key, str) and len(key) <= 100 else None
+    guess = f": did you mean {close}?" if close else ""
+    return _fail(path, f"unknown {where} {_key_text(key)}{guess} ({where}s: {', '.join(known)})")
+
+
+def _count(value: object) -> int | None:
+    number = value if isinstance(value, int) and not isinstance(value, bool) else (
+        ascii_uint(value) if isinstance(value, str) else None)
+    return number if number is not None and 0 <= number <= MAX_COUNT else None
 
 
 def _option_value(path: str, key: str, value: object) -> object:
-    by_key = {spec.name("profile"): spec for spec in tunable()}
-    spec = by_key.get(key)
-    if spec is None:
-        raise _fail(path, f"{short(key)} is not an option a tuned file sets (known: {', '.join(sorted(by_key))})")
+    """A tuned option's value, checked as the command line checks the flag's (a count from 0 to
+    :data:`~launcher.base.cpulist.MAX_COUNT`, one of the choices, true or false, a string)."""
+    spec = {spec.name("profile"): spec for spec in tunable()}[key]
     if spec.is_flag:
         if not isinstance(value, bool):
             raise _fail(path, f"{key}: {short(value)} is not true or false")
         return value
     if spec.count:
-        number = value if isinstance(value, int) and not isinstance(value, bool) else (
-            ascii_uint(value) if isinstance(value, str) else None)
-        if number is None or number < 0:
-            raise _fail(path, f"{key}: {short(value)} is not a whole number >= 0")
+        number = _count(value)
+        if number is None:
+            raise _fail(path, f"{key}: {short(value)} is not a whole number from 0 to {MAX_COUNT}")
         return number
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise _fail(path, f"{key}: {short(value)} is not a string")
@@ -81,32 +105,69 @@ def _option_value(path: str, key: str, value: object) -> object:
     return str(value)
 
 
-def parse_tuned(text: str, path: str) -> Tuned:
-    """The tuned file ``path`` whose text is ``text``, checked: every option one of the table's planning options
-    with a value it takes. Anything else is one :class:`ConfigError` naming the file."""
-    import yaml
+def _machine(path: str, data: object) -> dict[str, Any]:
+    """The ``machine`` mapping, each key one of :data:`IDENTITY_KEYS` with a value of its type."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _fail(path, f"machine: {short(data)} is not a mapping")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in IDENTITY_KEYS:
+            raise _unknown(path, "machine key", key, IDENTITY_KEYS)
+        if key == "cpu-model":
+            ok = isinstance(value, str)
+        elif key == "gpus":
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        else:
+            ok = _count(value) is not None and not isinstance(value, str)
+        if not ok:
+            kind = {"cpu-model": "a string", "gpus": "a list of GPU vendors"}.get(key, "a whole number")
+            raise _fail(path, f"machine: {key}: {short(value)} is not {kind}")
+        out[key] = value
+    return out
+
+
+def parse_tuned(text: str | bytes, path: str) -> Tuned:
+    """The tuned file ``path`` whose text is ``text``, checked: plain YAML (:func:`launcher.base.safe_yaml.load_yaml`),
+    its keys known, every option one of the table's planning options with a value it takes. Anything else is one
+    :class:`ConfigError` naming the file."""
+    from launcher.base.safe_yaml import BadYAML, load_yaml
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise _fail(path, f"not YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("options"), dict):
+        data = load_yaml(text)
+    except BadYAML as exc:
+        raise _fail(path, str(exc)) from None
+    for key in data if isinstance(data, dict) else ():
+        if key not in TOP_KEYS:
+            raise _unknown(path, "key", key, TOP_KEYS)
+    options = data.get("options") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or "options" not in data or not isinstance(options, (dict, type(None))):
         raise _fail(path, "not a file of affrun tune --save (no 'options' mapping)")
     if data.get("affrun-tuned") != FORMAT:
         raise _fail(path, f"'affrun-tuned: {FORMAT}' is missing: not a file of this affrun's tune --save")
     by_key = {spec.name("profile"): spec.dest for spec in tunable()}
-    values = {by_key.get(str(k), str(k)): _option_value(path, str(k), v) for k, v in data["options"].items()}
-    machine = data.get("machine")
-    return Tuned(path, values, dict(machine) if isinstance(machine, dict) else {}, str(data.get("date", "")))
+    values: dict[str, Any] = {}
+    for key, value in (options or {}).items():
+        if key not in by_key:
+            raise _unknown(path, "option", key, sorted(by_key))
+        values[by_key[key]] = _option_value(path, key, value)
+    date = data.get("date", "")
+    if not isinstance(date, (str, int, float)) or isinstance(date, bool):
+        raise _fail(path, f"date: {short(date)} is not a string")
+    return Tuned(path, values, _machine(path, data.get("machine")), clip(str(date), 60))
 
 
 def load_tuned(path: str) -> Tuned:
+    """The tuned file at ``path``, read as every document affrun reads is (a regular file, at most
+    :data:`TUNED_LIMIT` bytes: a FIFO, a device, a directory or a huge file is one error, at once)."""
+    from launcher.topology._files import read_document
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read(1 << 20)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(path, getattr(exc, "strerror", None) or str(exc)) from None
-    return parse_tuned(text, path)
+        data = read_document(path, "a file of affrun tune --save", ConfigError, limit=TUNED_LIMIT)
+    except ConfigError as exc:
+        raise ConfigError(f"{TUNED_OPTION.flag} {exc}") from None
+    return parse_tuned(data, path)
 
 
 def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argparse.Namespace,
@@ -122,16 +183,17 @@ def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argpars
 
 
 def cpu_model(root: str | None) -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (under ``root``, a captured tree), or ``unknown``."""
-    try:
-        with open(os.path.join(root or "/", "proc/cpuinfo"), encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() in ("model name", "Model", "cpu model"):
-                    return " ".join(value.split()) or "unknown"
-    except OSError:
-        pass
-    return "unknown"
+    """The CPU's model name from ``/proc/cpuinfo`` (under ``root``, a captured tree), or ``unknown``: read as
+    :func:`launcher.topology.cpu_identity.read_cpu_identity` reads it (bounded, never a FIFO's wait)."""
+    from launcher.topology.cpu_identity import read_cpu_identity
+
+    identity, _ = read_cpu_identity(root or "/")
+    if identity is None:
+        return "unknown"
+    if identity.model_name:
+        return " ".join(identity.model_name.split())
+    parts = [identity.vendor, None if identity.model is None else f"part {identity.model:#x}"]
+    return " ".join(p for p in parts if p) or "unknown"
 
 
 def machine_identity(topo: Topology, root: str | None) -> dict[str, Any]:
@@ -142,8 +204,10 @@ def machine_identity(topo: Topology, root: str | None) -> dict[str, Any]:
 
 def machine_differences(there: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
     """Each identity key whose value differs, as ``cores 64 there, 2 here`` (a key the file lacks is left out)."""
-    return [f"{key} {there[key]!r} there, {here[key]!r} here" if key == "cpu-model"
-            else f"{key} {there[key]} there, {here[key]} here"
+    def text(key: str, value: Any) -> str:
+        return short(value) if key == "cpu-model" else clip(str(value), 60)
+
+    return [f"{key} {text(key, there[key])} there, {text(key, here[key])} here"
             for key in IDENTITY_KEYS if key in there and key in here and there[key] != here[key]]
 
 
@@ -159,8 +223,8 @@ def tuned_warning(tuned: Tuned | None, topo: Topology, source: SourceOptions,
     if not diff:
         return None
     when = f" on {tuned.date}" if tuned.date else ""
-    return (f"{TUNED_OPTION.flag} {tuned.path} was tuned on another machine{when}: {'; '.join(diff)}; "
-            "run affrun tune here")
+    return shown(f"{TUNED_OPTION.flag} {clip(tuned.path, 120)} was tuned on another machine{when}: "
+                 f"{'; '.join(diff)}; run affrun tune here")
 
 
 def render_tuned(values: Mapping[str, Any], machine: Mapping[str, Any], date: str, about: str) -> str:
@@ -170,6 +234,6 @@ def render_tuned(values: Mapping[str, Any], machine: Mapping[str, Any], date: st
     by_dest = {spec.dest: spec.name("profile") for spec in tunable()}
     data = {"affrun-tuned": FORMAT, "options": {by_dest[d]: v for d, v in values.items()},
             "machine": dict(machine), "date": date}
-    head = (f"# {about}\n# Apply: affrun torchrun --tuned FILE ... (also exec, run, sbatch); a flag given on the "
+    head = (f"# {shown(about)}\n# Apply: affrun torchrun --tuned FILE ... (also exec, run, sbatch); a flag given on the "
             "command line wins.\n")
     return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)

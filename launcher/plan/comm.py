@@ -6,9 +6,10 @@ OpenMP team (``threads``, the places) and never loader cores. Candidates are the
 spill cores) local to its GPU (in the GPU's ``local_cpus``, else on its node), fastest kind first (a proxy thread
 polls), the last ones in the rank's core order (next to its loader cores); a rank without a GPU, or none of whose
 cores is local to it, takes its own last cores. Ranks that share CPUs (``numa``, ``socket``) keep K each, apart,
-and none of them computes on another's comm cores. A rank that would be left without a compute core keeps none,
-with a warning. The rank's ``cpus`` (its mask) still hold the comm cores: NCCL pins its threads inside it. A
-main core (:mod:`launcher.plan.priority`, chosen first) is never a comm core, and stays in the OpenMP team.
+and none of them computes on another's comm cores; other ranks (overlapping ``--map`` lists) take theirs from CPUs
+no other rank holds. A rank that would be left without a compute core keeps none, with a warning. The rank's
+``cpus`` (its mask) still hold the comm cores: NCCL pins its threads inside it. A main core
+(:mod:`launcher.plan.priority`, chosen first) is never a comm core, and stays in the OpenMP team.
 """
 
 from __future__ import annotations
@@ -64,8 +65,12 @@ def keep_comm_cores(topo: Topology, ranks: Sequence[RankPlan], k: int, smt: bool
         return [{} for _ in ranks]
     out: dict[int, dict[str, Any]] = {}
     notes: dict[int, list[str]] = {}
+    holders: dict[int, set[int]] = {}  # CPU -> the ranks whose mask holds it
+    for rank in ranks:
+        for cpu in rank.cpus:
+            holders.setdefault(cpu, set()).add(rank.local_rank)
     for members in _overlapping(ranks):
-        out.update(_keep_in_group(topo, members, k, smt, notes))
+        out.update(_keep_in_group(topo, members, k, smt, notes, holders))
     for rank in ranks:
         texts = notes.get(rank.local_rank, [])
         warnings.extend(f"rank {rank.local_rank}: {text}" for text in texts)
@@ -87,24 +92,31 @@ def _overlapping(ranks: Sequence[RankPlan]) -> list[list[RankPlan]]:
 
 
 def _keep_in_group(topo: Topology, members: list[RankPlan], k: int, smt: bool,
-                   notes: dict[int, list[str]]) -> dict[int, dict[str, Any]]:
-    """Comm cores for ranks whose compute cores overlap (one rank, mostly): each keeps ``k`` of its own, and
-    none computes on another's; if one of them would be left no compute core, none keeps any."""
+                   notes: dict[int, list[str]], holders: dict[int, set[int]]) -> dict[int, dict[str, Any]]:
+    """Comm cores for ranks whose compute cores overlap (one rank, mostly): each keeps ``k`` of its own, in no
+    other rank's mask but its sharers' (``holders``: CPU -> ranks), and none computes on another's; if one of
+    them would be left no compute core, none keeps any."""
     mains = {p for r in members for p in r.main_cpus}  # every main core stays a compute core of its rank
     taken: set[Unit] = set()
     kept: dict[int, list[Unit]] = {}
+    too_few_own = False
     for rank in members:
-        pool = [c for c in rank.compute_cores if c not in taken and mains.isdisjoint(c)]
-        room = len(pool) >= k if rank.main_cpus else len(pool) > k  # the main core is left to the team
-        chosen = _choose(topo, rank, pool, k, notes) if room else []
+        free = [c for c in rank.compute_cores if c not in taken and mains.isdisjoint(c)]
+        room = len(free) >= k if rank.main_cpus else len(free) > k  # the main core is left to the team
+        # a comm core in no other rank's mask, where that rank's threads could run (overlapping --map lists)
+        mine = {o.local_rank for o in members} if rank.shared else {rank.local_rank}
+        pool = [c for c in free if all(holders[p] <= mine for p in c)]
+        too_few_own |= room and len(pool) < k
+        chosen = _choose(topo, rank, pool, k, notes) if room and len(pool) >= k else []
         taken.update(chosen)
         kept[rank.local_rank] = chosen
     left = {r.local_rank: tuple(c for c in r.compute_cores if c not in taken) for r in members}
     if any(len(kept[r.local_rank]) < k or not left[r.local_rank] for r in members):
         for rank in members:
             shared = f" (shared by {len(members)} ranks)" if len(members) > 1 else ""
-            _warn(notes, rank, f"--comm-cores {k} ignored: its {len(rank.compute_cores)} compute core(s){shared} "
-                  "would leave no core for its OpenMP team")
+            why = (f"fewer than {k} of its compute cores are in no other rank's CPUs" if too_few_own else
+                   f"its {len(rank.compute_cores)} compute core(s){shared} would leave no core for its OpenMP team")
+            _warn(notes, rank, f"--comm-cores {k} ignored: {why}")
         return {rank.local_rank: {} for rank in members}
     out = {}
     for rank in members:

@@ -3,14 +3,14 @@
 The file is ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
 (``~/.config/affrun/config.yaml``): a ``defaults:`` mapping applied to every job and ``profiles:``, each applied
 over the defaults by ``--profile NAME``. Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or
-``gpus_per_node``). Unknown keys and wrong types are errors that name the file and the key. The file is read with
-``yaml.safe_load`` only. The layout, with an example: docs/slurm.md.
+``gpus_per_node``). Unknown keys and wrong types are errors that name the file and the key. The file is read as
+plain data only (:mod:`launcher.base.safe_yaml`, the reader ``--tuned`` files share). The layout: docs/slurm.md.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,54 +84,24 @@ def load_config(explicit: str | None = None, environ: Mapping[str, str] | None =
         raise ConfigError(f"{path}: configuration file not found")
     from launcher.topology._files import read_document
 
-    data = read_document(path, "a YAML configuration file", ConfigError, limit=CONFIG_LIMIT)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    return parse_config(text, path)
+    return parse_config(read_document(path, "a YAML configuration file", ConfigError, limit=CONFIG_LIMIT), path)
 
 
-def _loader() -> type:
-    """``yaml.SafeLoader`` without the implicit timestamp rule: ``job-name: 2001-02-30`` or ``begin: 2026-12-01``
-    are strings to Slurm, where safe_load makes a ``date`` (or raises ``ValueError`` for a day that does not exist)."""
-    import yaml
-
-    class ProfileLoader(yaml.SafeLoader):
-        pass
-
-    ProfileLoader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    return ProfileLoader
-
-
-def parse_config(text: str, path: str) -> SiteConfig:
-    import yaml
+def parse_config(text: str | bytes, path: str) -> SiteConfig:
+    from launcher.base.safe_yaml import BadYAML, load_yaml
 
     try:
-        data = yaml.load(text, Loader=_loader())  # a SafeLoader subclass: nothing but plain data
-    except (ValueError, TypeError, KeyError, OverflowError) as exc:
-        # safe_load's constructors raise these for explicit tags (!!int abc, !!bool abc), integers of more than
-        # 4,300 digits and impossible dates: one line, as for any other value that is not YAML affrun reads.
-        problem = f"{short(exc.args[0], 40)} is not a value of its tag" if isinstance(exc, KeyError) else (
-            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        raise ConfigError(f"{path}: a value YAML cannot build: {clip(problem)}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {clip(problem)}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
+        data = load_yaml(text)  # plain data only, bounded: launcher/base/safe_yaml.py
+    except BadYAML as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     if data is None:
         return SiteConfig(path, {}, {})
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with 'defaults' and/or 'profiles' at the top")
     for key in data:
         if key not in TOP_LEVEL:
-            raise ConfigError(f"{path}: {clip(key, 40) if isinstance(key, str) else short(key, 40)}: unknown key (valid at the top: {', '.join(TOP_LEVEL)})")
+            raise ConfigError(f"{path}: {clip(key, 40) if isinstance(key, str) else short(key, 40)}: unknown key"
+                              f"{_guess(key, TOP_LEVEL)} (valid at the top: {', '.join(TOP_LEVEL)})")
     defaults = _section(data.get("defaults"), path, "defaults")
     profiles_raw = data.get("profiles")
     profiles: dict[str, dict[str, Any]] = {}
@@ -145,6 +115,14 @@ def parse_config(text: str, path: str) -> SiteConfig:
     return SiteConfig(path, defaults, profiles)
 
 
+def _guess(key: object, known: Iterable[str]) -> str:
+    """``: did you mean gpus-per-node?`` for a key near one of ``known`` (launcher.options.usage's wording)."""
+    from launcher.options.usage import nearest
+
+    close = nearest(key, sorted(known)) if isinstance(key, str) and len(key) <= 100 else None
+    return f": did you mean {close}?" if close else ""
+
+
 def _section(body: object, path: str, where: str) -> dict[str, Any]:
     if body is None:
         return {}
@@ -155,7 +133,7 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
         name = clip(raw_key, 40) if isinstance(raw_key, str) else short(raw_key, 40)  # str() of a huge int raises
         key = raw_key.replace("_", "-") if isinstance(raw_key, str) else name
         if key not in KEYS:
-            raise ConfigError(f"{path}: {where}.{name}: unknown key (valid: {', '.join(sorted(KEYS))})")
+            raise ConfigError(f"{path}: {where}.{name}: unknown key{_guess(key, KEYS)} (valid: {', '.join(sorted(KEYS))})")
         out[key] = _check(value, KEYS[key], path, f"{where}.{name}")
         if key == "template" and not os.path.isabs(out[key]):
             out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file

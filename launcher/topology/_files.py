@@ -66,8 +66,7 @@ def read_bytes(path: str, limit: int = SYSFS_LIMIT) -> bytes | None:
                 size += len(chunk)
             data = b"".join(parts)
         if len(data) > limit:
-            raise FileTooLarge(f"{path}: larger than {limit >> 20 or limit} {'MiB' if limit >> 20 else 'bytes'}; "
-                               "refusing to read it")
+            raise FileTooLarge(_too_large(path, limit))
     except OSError:
         return None
     finally:
@@ -75,13 +74,25 @@ def read_bytes(path: str, limit: int = SYSFS_LIMIT) -> bytes | None:
     return data
 
 
+def _too_large(path: str, limit: int) -> str:
+    return f"{path}: larger than {limit >> 20 or limit} {'MiB' if limit >> 20 else 'bytes'}; refusing to read it"
+
+
 def read_document(path: str, what: str, error: type[AffrunError] = TopologyError, limit: int = DOCUMENT_LIMIT) -> bytes:
-    """A whole document (XML, JSON, YAML) the user named: ``error`` with one line when it cannot be read."""
+    """A whole document (XML, JSON, YAML) the user named: ``error`` with one line when it cannot be read. A
+    directory, or a regular file whose size is past ``limit``, is refused before any byte is read."""
     try:
         fd = os.open(path, _O_FLAGS)
     except OSError as exc:
         raise error(f"{path}: {exc.strerror or exc}") from None
-    os.close(fd)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{path}: is a directory (expected {what})")
+    if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+        raise error(f"{_too_large(path, limit)} (expected {what})")
     try:
         data = read_bytes(path, limit)
     except TopologyError as exc:

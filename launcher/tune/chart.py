@@ -1,6 +1,6 @@
 """``affrun tune --svg``: the trials as a bar chart (median batches/s, a whisker from the slowest to the fastest
 repeat), drawn with ``affrun show --svg``'s primitives (:mod:`launcher.show.svg`) and its rank colours, one colour
-per loader-core count. Only :func:`write_chart` writes a file."""
+per loader-core count. Pure: ``affrun tune`` writes the file."""
 
 from __future__ import annotations
 
@@ -44,9 +44,3 @@ def chart(results: list[TrialResult], chosen: Best | None, title: str) -> str:
     body.append(svg_text(_MARGIN, y + 18, verdict(chosen), "#1a202c", ' font-weight="bold"'))
     width = _MARGIN * 2 + _LABEL_W + _BAR_W + 200
     return svg_document(width, y + _ROW_H + _MARGIN, title, body)
-
-
-def write_chart(results: list[TrialResult], chosen: Best | None, title: str, path: str) -> None:
-    """Write the chart to ``path``. Raises OSError."""
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(chart(results, chosen, title))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from launcher.base.outpath import unwritable
+from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -16,25 +18,30 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+# A plain decimal: float() also reads "nan", "inf", "1_0", " 5 " and "١٠", none of which is a duration.
+_DECIMAL = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def _seconds(text: str, zero: bool) -> float:
+    value = float(text) if _DECIMAL.fullmatch(text) else math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a number of seconds {'>= 0' if zero else '> 0'}")
     return value
+
+
+def _positive(text: str) -> float:
+    return _seconds(text, zero=False)
 
 
 def _non_negative(text: str) -> float:
-    value = _positive(text) if text.strip() not in ("0", "0.0") else 0.0
-    return value
+    return _seconds(text, zero=True)
 
 
 def _repeats(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
+    value = ascii_uint(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number >= 1")
+    return value
 
 
 # flag, dest, type (None: a flag), default, metavar, help

@@ -1,8 +1,13 @@
 """The rounds of a tune: the default plan first, then each family of candidates, pruned as it goes; then the
-repeats, interleaved (every surviving trial once per round); the budget and Ctrl-C stop it with what it has."""
+repeats, interleaved (every surviving trial once per round); the budget and Ctrl-C stop it with what it has.
+
+The whole session runs with tune as a child subreaper (:mod:`launcher.tune.sweep`), and ends with a last sweep of
+every process started under it since it began: whatever a trial did, nothing it started outlives the session.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -13,6 +18,7 @@ from typing import Literal
 from launcher.errors import LaunchError
 from launcher.tune.candidates import DEFAULT, clearly_worse, families
 from launcher.tune.result import TrialResult
+from launcher.tune.sweep import boot_ticks, subreaping, sweep
 from launcher.tune.trial import TrialRun, TrialSpec, run_trial
 
 Stopped = Literal["", "budget", "interrupted"]  # "": every trial ran
@@ -33,10 +39,30 @@ class _Stop(Exception):
         self.why = why
 
 
-def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float,
-         progress: Callable[[str], None]) -> Session:
+def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progress: Callable[[str], None],
+         interrupted: Callable[[], bool] = lambda: False) -> Session:
     """Run the trials; raise :class:`LaunchError` when the first one (the default plan) fails or never iterates a
-    DataLoader."""
+    DataLoader. ``interrupted()``: whether to stop (:func:`launcher.tune.signals.noted`)."""
+    since = boot_ticks()
+    with subreaping() as subreaper:
+        try:
+            return _tune(spec, rank_cores, repeats, budget, progress, interrupted, subreaper)
+        finally:
+            left = sweep(f"{os.getpid()}-", set(), since)  # every trial's marker begins so
+            if left:
+                progress(f"warning: {left} process(es) started by the trials could not be stopped")
+
+
+def _why(trial: TrialRun) -> str:
+    if trial.outcome == "no-loader":
+        return "never iterated a DataLoader"
+    if trial.outcome == "stalled":
+        return "stalled: no batch in its measured window"
+    return f"failed (exit {trial.exit_code}){': ' + trial.last_line if trial.last_line else ''}"
+
+
+def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progress: Callable[[str], None],
+          interrupted: Callable[[], bool], subreaper: bool) -> Session:
     workdir = tempfile.mkdtemp(prefix="affrun-tune-")
     deadline = time.monotonic() + budget
     default = TrialResult(DEFAULT)
@@ -48,12 +74,14 @@ def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float,
 
     def run(result: TrialResult) -> TrialRun:
         estimate = max(took) if took else 0.0
+        if interrupted():
+            raise _Stop("interrupted")
         if time.monotonic() + estimate > deadline:
             raise _Stop("budget")
         counter[0] += 1
         started = time.monotonic()
         trial = run_trial(spec, result.candidate.options(), force[0] and not result.candidate.is_default,
-                          workdir, f"trial{counter[0]}", deadline)
+                          workdir, f"trial{counter[0]}", deadline, interrupted, subreaper)
         took.append(time.monotonic() - started)
         if trial.survivors:
             progress(f"warning: {trial.survivors} process(es) of trial {counter[0]} could not be stopped")
@@ -69,8 +97,7 @@ def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float,
             progress(f"trial {counter[0]} {result.candidate.label()}: {w.batches_per_s:.1f} batches/s, "
                      f"data wait {100 * w.data_wait_fraction:.0f}%")
         else:
-            why = ("never iterated a DataLoader" if trial.outcome == "no-loader"
-                   else f"failed (exit {trial.exit_code}){': ' + trial.last_line if trial.last_line else ''}")
+            why = _why(trial)
             result.failures.append(why)
             progress(f"trial {counter[0]} {result.candidate.label()}: {why}; skipped")
         return trial
@@ -81,6 +108,9 @@ def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float,
             if first.outcome == "no-loader":
                 raise LaunchError("the script never iterated a torch DataLoader in its first trial (the default "
                                   "plan): affrun tune measures the batches a DataLoader feeds the loop")
+            if first.outcome == "stalled":
+                raise LaunchError("the script stalled in its first trial (the default plan): no batch in its "
+                                  "measured window")
             raise LaunchError(f"the script failed in its first trial (the default plan, exit {first.exit_code})"
                               + (f": {first.last_line}" if first.last_line else ""))
         asked = default.workers_source == "asked"

@@ -20,14 +20,14 @@ m = meter.Meter({"AFFRUN_FEED_JSON": sys.argv[1]})
 m.counts = lambda: (5, 0.5, 2.0)
 m.first = 1.0
 meter._at_exit(m)
-real = json.dump
+real = json.dumps
 
 def dump(*args, **kwargs):  # SIGTERM arrives in the middle of the periodic write, under the lock
-    json.dump = real
+    json.dumps = real
     os.kill(os.getpid(), signal.SIGTERM)
     return real(*args, **kwargs)
 
-json.dump = dump
+json.dumps = dump
 m.flush(False)
 print("not killed")
 """
@@ -44,14 +44,20 @@ def test_sigterm_during_a_write_keeps_the_final_figures_and_the_signal(tmp_path:
 
 
 def test_a_hostile_file_at_the_json_path_never_stops_the_training_loop(tmp_path: Path) -> None:
-    """``affrun exec --feed-json`` over a file nested too deep for Python's JSON reader: the loop runs to its end
-    and the file ends up holding the rank's figures."""
-    from tests.launch import PROGRAMS, affrun_argv, require_torch, run
+    """A file nested too deep for Python's JSON reader: ``affrun exec --feed-json`` refuses it in one line and leaves
+    it alone (it is not the meter's); a rank that finds it at the path (it came after the start: the rank's own
+    variables, as torchrun's ranks get them) replaces it with its figures, and the loop runs to its end."""
+    from tests.launch import PROGRAMS, affrun_argv, clean_env, require_torch, run
 
     require_torch()
     out = tmp_path / "feed.json"
-    out.write_text("[" * 200_000 + "]" * 200_000)
-    proc = run(affrun_argv("exec", "--feed-json", str(out), "--", sys.executable, str(PROGRAMS / "feed_loop.py")))
+    hostile = "[" * 200_000 + "]" * 200_000
+    out.write_text(hostile)
+    loop = str(PROGRAMS / "feed_loop.py")
+    proc = run(affrun_argv("exec", "--feed-json", str(out), "--", sys.executable, loop))
+    assert proc.returncode == 2 and proc.stderr.startswith("affrun: error: --feed-json"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and out.read_text() == hostile
+    proc = run([sys.executable, loop], env=clean_env(AFFRUN_FEED="1", AFFRUN_FEED_JSON=str(out)))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and "warning" not in proc.stderr, proc.stderr
     assert [f["final"] for f in json.loads(out.read_text())] == [True]

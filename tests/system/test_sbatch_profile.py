@@ -113,7 +113,7 @@ def test_no_file_is_fine_unless_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("body,message", [
-    ("profiles:\n  p:\n    gpu-per-node: 4\n", "profiles.p.gpu-per-node: unknown key (valid: "),
+    ("profiles:\n  p:\n    gpu-per-node: 4\n", "profiles.p.gpu-per-node: unknown key: did you mean gpus-per-node? (valid: "),
     ("defaults:\n  nodes: two\n", "defaults.nodes: expected an integer, got 'two'"),
     ("defaults:\n  nodes: 0\n", "defaults.nodes: expected an integer from 1"),
     ("defaults:\n  exclusive: 'yes'\n", "defaults.exclusive: expected true or false, got 'yes'"),
@@ -122,12 +122,12 @@ def test_no_file_is_fine_unless_named(tmp_path: Path) -> None:
     ("defaults:\n  mode: fastest\n", "defaults.mode: expected one of exclusive"),
     ("defaults:\n  setup: [1, 2]\n", "defaults.setup: expected a string or a list of strings"),
     ("defaults:\n  rdzv-port: 70000\n", "defaults.rdzv-port: expected an integer from 1 to 65535"),
-    ("default:\n  nodes: 2\n", "default: unknown key (valid at the top: defaults, profiles)"),
+    ("default:\n  nodes: 2\n", "default: unknown key: did you mean defaults? (valid at the top: defaults, profiles)"),
     ("- a\n- b\n", "expected a mapping with 'defaults' and/or 'profiles'"),
     ("profiles: [a]\n", "profiles: expected a mapping of profile names"),
     ("profiles:\n  p: 3\n", "profiles.p: expected a mapping of option names to values"),
     ("defaults: {nodes: 2\n", "not valid YAML (line"),
-    ("defaults: !!python/object:os.system {}\n", "not valid YAML"),
+    ("defaults: !!python/object:os.system {}\n", "the tag !!python/object:os.system is not plain data"),
 ])
 def test_errors_name_the_file_and_the_key(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "bad.yaml"

@@ -64,13 +64,14 @@ def test_numa_mode_sharers_keep_one_comm_core_each(tmp_path: Path) -> None:
 
 
 def test_overlapping_map_lists_keep_their_comm_cores_apart(tmp_path: Path) -> None:
-    # --map '4-7;6-9' (no GPU): ranks 0 and 1 overlap on 6-7. Rank 0 keeps its last core, 7; rank 1 then takes
-    # its last that rank 0 did not, 9; neither computes on the other's: 4-6 for rank 0, 6 and 8 for rank 1.
+    # --map '4-7;6-9' (no GPU): ranks 0 and 1 overlap on 6-7. A comm core is in no other rank's mask (the other
+    # rank's main thread and workers may run anywhere in it): rank 0 keeps its last core outside 6-9, 5; rank 1 its
+    # last outside 4-7, 9. Both compute on the overlap they were given: 4,6-7 for rank 0, 6-8 for rank 1.
     topo = read(tmp_path, two_nodes([]))
     plan = plan_of(topo, 2, cpu_map="4-7;6-9", comm_cores=1)
-    assert comm(plan) == ["7", "9"]
-    assert [format_cpulist(r.compute_cpus) for r in plan.ranks] == ["4-6", "6,8"]
-    # the same list twice on two cores: each would keep one and compute on none, so neither keeps any
+    assert comm(plan) == ["5", "9"]
+    assert [format_cpulist(r.compute_cpus) for r in plan.ranks] == ["4,6-7", "6-8"]
+    # the same list twice: no core of either is outside the other's mask, so neither keeps any
     plan = plan_of(topo, 2, cpu_map="4-5;4-5", comm_cores=1)
     assert comm(plan) == ["", ""] and all("ignored" in " ".join(r.warnings) for r in plan.ranks)
 

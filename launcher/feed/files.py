@@ -1,0 +1,189 @@
+"""The meter's files: ``--feed-json``'s list, which every rank merges its figures into under a lock of the file itself,
+and each rank's live file, in a directory of its user's own. A rank never follows a link at a file's last name, never
+opens a FIFO or a device, reads at most :data:`LIMIT` bytes, creates its temporary files exclusively and never
+waits for a lock past a bound. Standard library only: the meter loads this module into every metered rank.
+docs/tune.md ("What the meter refuses or skips") has the reasoning.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from time import perf_counter, sleep
+from typing import Any
+
+from launcher.base.outpath import file_kind
+
+LIMIT = 16 << 20  # bytes: the figures of 60,000 ranks; a larger file at the path is not the meter's
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_LOCKED = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def temporary(path: str) -> str:
+    """A fresh name beside ``path`` for a file written then renamed over it (or a probe, removed at once)."""
+    return f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+
+
+def remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def read_open(fd: int, limit: int = LIMIT) -> bytes | None:
+    """The content of the open file ``fd``; ``None`` when it is not a regular file or holds more than ``limit``."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.pread(fd, min(1 << 20, limit + 1 - size), size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > limit else b"".join(chunks)
+
+
+def read_file(path: str, uid: int | None = None) -> bytes | None:
+    """The content of the regular file ``path`` (of user ``uid``, when given); ``None`` for anything else: missing,
+    a link, a FIFO or device (opened without waiting for a writer, never read), larger than :data:`LIMIT`."""
+    try:
+        fd = os.open(path, _READ)
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        return None
+    try:
+        if uid is not None and os.fstat(fd).st_uid != uid:
+            return None
+        return read_open(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o666) -> None:
+    """``data`` as the file ``path``: a new temporary file beside it (created exclusively, never through a link) is
+    written and renamed over it, so a reader sees the old file or the new one. Whatever fails, or interrupts it
+    (KeyboardInterrupt), the temporary file is removed."""
+    tmp = temporary(path)
+    fd = os.open(tmp, _NEW, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
+def own_dir(where: str, uid: int) -> bool:
+    """Whether ``where`` is a directory (not a link to one) of user ``uid`` that no other user may write to."""
+    try:
+        info = os.lstat(where)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid and not info.st_mode & 0o022
+
+
+def _lock(fd: int, deadline: float) -> bool:
+    """An exclusive flock of ``fd``, polled until ``deadline`` (``perf_counter``): never a wait without end."""
+    import fcntl
+
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        if perf_counter() >= deadline:
+            return False
+        sleep(pause)
+        pause = min(2 * pause, 0.02)
+
+
+def _usable(info: os.stat_result) -> None:
+    """Raise when the path no longer names a regular file of this user's (something replaced it after the start)."""
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, f"{file_kind(info.st_mode)} took its place: not followed, not opened")
+    if info.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"belongs to another user (uid {info.st_uid}) now")
+
+
+def merge_json(path: str, figures: dict[str, Any], wait_s: float) -> bool:
+    """Put one rank's ``figures`` into the JSON list at ``path`` (one object per rank, sorted by rank), under an flock
+    of the file itself: an exclusive flock on NFS needs a file open for writing, which a directory never is. The
+    file is renamed over by each writer, so a lock is good only while ``path`` still names the locked file.
+    ``False``: another process held the lock ``wait_s`` seconds, nothing was written. ``OSError``: the file cannot
+    be written (its directory is gone, it is a link or FIFO now, the filesystem is full or takes no lock)."""
+    import json
+
+    deadline = perf_counter() + wait_s
+    while True:
+        try:
+            _usable(os.lstat(path))
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, _LOCKED, 0o666)
+        try:
+            info = os.fstat(fd)
+            _usable(info)
+            if not _lock(fd, deadline):
+                return False
+            try:
+                now = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):  # another rank renamed its file in meanwhile
+                if perf_counter() >= deadline:
+                    return False
+                continue
+            raw = read_open(fd)
+            try:
+                old = json.loads(raw) if raw else []
+            except (ValueError, RecursionError):  # not the meter's list: replaced, never raised in the loop
+                old = []
+            ranks = [r for r in old if isinstance(r, dict) and r.get("rank") != figures["rank"]] \
+                if isinstance(old, list) else []
+            ranks.append(figures)
+            ranks.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
+            write_atomic(path, json.dumps(ranks, separators=(",", ":")).encode("utf-8"))
+            return True
+        finally:
+            os.close(fd)
+
+
+def lock_problem(path: str) -> str | None:
+    """Why ranks could not merge into ``path`` (``None`` when they can): a file created beside it (removed at once)
+    must take an exclusive flock. A network filesystem without a lock manager refuses one."""
+    import fcntl
+
+    probe = temporary(path)
+    try:
+        fd = os.open(probe, (_NEW & ~os.O_WRONLY) | os.O_RDWR, 0o600)
+    except OSError as exc:
+        return f"cannot create a file in its directory ({exc.strerror or exc})"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        return (f"is on a filesystem that takes no file lock (flock: {exc.strerror or exc}), which the ranks need "
+                "to merge their figures: give a file on a local filesystem (/tmp, /dev/shm)")
+    finally:
+        os.close(fd)
+        remove(probe)
+    return None
+
+
+__all__ = ["LIMIT", "lock_problem", "merge_json", "own_dir", "read_file", "read_open", "remove", "temporary",
+           "write_atomic"]

@@ -1,0 +1,250 @@
+"""Every process of a trial, found and stopped, whatever the script did to its session, group or environment.
+
+While it runs trials, tune is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process of a trial whose parent
+exits (a daemon's double fork) is re-parented to tune instead of init, so each one stays a descendant of tune.
+A trial is stopped with SIGTERM to its process group, SIGKILL after :data:`GRACE` seconds, then swept: every
+descendant of tune started since the trial did, every process the watch saw descend from the job, and every
+process that carries the trial's marker variable (the net where the subreaper could not be set) is killed, with
+its process group, until none is left; the orphans' zombies are reaped. docs/tune.md says why.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+MARKER = "AFFRUN_TUNE_TRIAL"  # in every process of a trial that keeps its environment
+GRACE = 5.0
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+Member = tuple[int, int]  # (pid, start time in clock ticks since boot): one process, never a later one of its pid
+
+
+@dataclass(frozen=True)
+class Proc:
+    ppid: int
+    pgid: int
+    sid: int
+    start: int
+    state: str
+
+
+def _proc(pid: int) -> Proc | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            f = fh.read().rpartition(")")[2].split()
+        return Proc(int(f[1]), int(f[2]), int(f[3]), int(f[19]), f[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def processes() -> dict[int, Proc]:
+    """Every process this user can see, from /proc."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            found = _proc(int(name))
+            if found is not None:
+                out[int(name)] = found
+    return out
+
+
+def boot_ticks() -> int:
+    """Now, in the clock of /proc's start times (clock ticks since boot), one tick early."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")) - 1
+
+
+def descendants(root: int, table: dict[int, Proc] | None = None, since: int = 0) -> set[Member]:
+    """Every descendant of ``root`` (zombies included) started at ``since`` or later."""
+    table = processes() if table is None else table
+    out: set[Member] = set()
+    for pid, p in table.items():
+        parent, hops = p.ppid, 0
+        while parent and hops < 4096:
+            if parent == root:
+                if p.start >= since:
+                    out.add((pid, p.start))
+                break
+            parent = table[parent].ppid if parent in table else 0
+            hops += 1
+    return out
+
+
+def marked(marker: str) -> set[Member]:
+    """The processes whose environment (as they started) holds ``MARKER=marker``, or a value that begins with
+    ``marker`` when it ends with ``-`` (the markers of every trial of a session)."""
+    needle = f"{MARKER}={marker}".encode()
+    whole = not marker.endswith("-")
+    out: set[Member] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                entries = fh.read().split(b"\0")
+            found = needle in entries if whole else any(e.startswith(needle) for e in entries)
+        except OSError:
+            continue
+        p = _proc(int(name)) if found else None
+        if p is not None:
+            out.add((int(name), p.start))
+    return out
+
+
+def alive(members: set[Member]) -> set[Member]:
+    """The members still running as the same process (same start time; a zombie counts as gone)."""
+    out = set()
+    for pid, start in members:
+        p = _proc(pid)
+        if p is not None and p.start == start and p.state not in ("Z", "X"):
+            out.add((pid, start))
+    return out
+
+
+def _prctl(option: int, arg: object) -> int:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    zero = ctypes.c_ulong(0)
+    return int(libc.prctl(ctypes.c_int(option), arg, zero, zero, zero))
+
+
+@contextmanager
+def subreaping() -> Iterator[bool]:
+    """This process as a child subreaper for the ``with`` block (yields whether it is one); its state before is
+    restored after."""
+    import ctypes
+
+    state = ctypes.c_int(0)
+    before = _prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(state)) == 0 and state.value != 0
+    on = before or _prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1)) == 0
+    try:
+        yield on
+    finally:
+        if on and not before:
+            _prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(0))
+
+
+def reap(since: int, table: dict[int, Proc] | None = None, keep: int = 0) -> None:
+    """Wait for this process's zombie children started at ``since`` or later (orphans re-parented to it), but
+    ``keep`` (a child whose status its owner still reads)."""
+    me = os.getpid()
+    for pid, p in (processes() if table is None else table).items():
+        if p.ppid == me and p.state == "Z" and p.start >= since and pid != keep:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _children() -> list[int] | None:
+    """This process's children, from /proc/self/task/*/children (``None`` where the kernel has no such file)."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as fh:
+                out += [int(word) for word in fh.read().split()]
+    except (OSError, ValueError):
+        return None
+    return out
+
+
+def watch(job: int, family: set[Member], since: int, subreaper: bool) -> None:
+    """The sweep's part of each poll of a running trial: reap the orphans re-parented to tune that have exited (a
+    process that forks and exits in a loop must not use up the pids), reading tune's own children only; without
+    the subreaper, note the job's descendants instead from the whole of /proc (an orphan of the job would go to
+    init, out of sight)."""
+    kids = _children() if subreaper else None
+    if kids is None:
+        table = processes()
+        family.update(descendants(job, table))
+        reap(since, table, keep=job)
+        return
+    for pid in kids:
+        p = _proc(pid) if pid != job else None
+        if p is not None and p.state == "Z" and p.start >= since:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def kill(member: Member) -> None:
+    """SIGKILL the process and its process group (a group of one of a trial's sessions, never tune's own: a
+    process that forks and exits to change its pid is stopped with its group at once); by pidfd where the kernel
+    has them, so that a pid reused meanwhile is never hit."""
+    pid, start = member
+    p = _proc(pid)
+    if p is None or p.start != start:
+        return
+    if p.sid != os.getsid(0) and p.pgid > 1:
+        try:
+            os.killpg(p.pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        fd = -1
+    try:
+        again = _proc(pid)
+        if again is None or again.start != start:
+            return
+        if fd >= 0:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def sweep(marker: str, family: set[Member], since: int) -> int:
+    """Kill every process of the trial (``family``, the marked, tune's descendants started since ``since``) until
+    none is left, at most :data:`GRACE` seconds; reap the zombies. Returns how many survived (0)."""
+    deadline = time.monotonic() + GRACE
+
+    def found() -> set[Member]:
+        table = processes()
+        reap(since, table)
+        return alive(family | marked(marker) | descendants(os.getpid(), table, since))
+
+    left = found()
+    while left and time.monotonic() < deadline:
+        for member in left:
+            kill(member)
+        time.sleep(0.02)  # a process that forks and exits every 0.1 s is found again before it does
+        left = alive(left) | found()
+    reap(since)
+    return len(left)
+
+
+def stop(proc: subprocess.Popen[bytes] | None, marker: str, family: set[Member], since: int) -> int:
+    """Stop the trial whose job is ``proc`` (the leader of its process group; ``None`` when starting it failed):
+    SIGTERM to the group, SIGKILL after :data:`GRACE` seconds, then :func:`sweep`. Returns how many of its
+    processes survived (0)."""
+    if proc is None:
+        return sweep(marker, family, since)
+    if proc.poll() is None:  # not reaped: its pid is still the job's, not a stranger's that reuses it
+        family.update(descendants(proc.pid))
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    _signal_group(proc.pid, signal.SIGKILL)  # what is left of the group (a rank's workers, a stray child)
+    return sweep(marker, family, since)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:  # the group is gone
+        pass

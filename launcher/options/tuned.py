@@ -122,16 +122,13 @@ def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argpars
 
 
 def cpu_model(root: str | None) -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (under ``root``, a captured tree), or ``unknown``."""
-    try:
-        with open(os.path.join(root or "/", "proc/cpuinfo"), encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() in ("model name", "Model", "cpu model"):
-                    return " ".join(value.split()) or "unknown"
-    except OSError:
-        pass
-    return "unknown"
+    """The CPU's model name from ``/proc/cpuinfo``'s first entry (under ``root``, a captured tree), or ``unknown``
+    (read as :func:`launcher.topology.cpuinfo_file.read_cpuinfo` reads it: bounded, never blocking)."""
+    from launcher.topology.cpuinfo_file import field_text, read_cpuinfo
+
+    fields = read_cpuinfo(root or "/").fields
+    key = next((k for k in ("model name", "Model", "cpu model") if k in fields), None)
+    return (field_text(fields[key])[0] if key else None) or "unknown"
 
 
 def machine_identity(topo: Topology, root: str | None) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from launcher.topology.fsroot import lexists, open_fd, within
 
 CPUINFO = "proc/cpuinfo"
-# The kernel's first entry is a few KiB (x86 with every flag about 3 KiB; the header of s390x's file with 400 CPUs
-# about 30 KiB): a file whose first entry does not end within 256 KiB is not the kernel's.
+# The kernel's first entry is a few KiB (x86 with every flag name the kernel knows, about 5 KiB; s390x's header, a
+# line per CPU, about 30 KiB at 400 CPUs): a file whose first entry does not end within 256 KiB is not the kernel's.
 READ_LIMIT = 256 << 10
 TEXT_LIMIT = 100  # the longest value kept as text (x86's brand string is at most 48 characters)
 _CHUNK = 16 << 10

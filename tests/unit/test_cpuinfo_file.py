@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.topology.cpuinfo_file import READ_LIMIT, field_text, read_cpuinfo, read_head
+from launcher.topology.cpuinfo_file import READ_LIMIT, Cpuinfo, field_text, read_cpuinfo, read_head
 from launcher.topology.kinds_sysfs import kinds_from_sysfs
 from tests.unit.test_core_kinds import MAX, tree
 
@@ -69,7 +69,7 @@ def test_a_fifo_a_directory_and_links_are_refused_without_blocking(tmp_path: Pat
         info = read_cpuinfo(str(tmp_path))
         assert not info.present and info.fields == {} and info.problem is not None and "link" in info.problem
     path.unlink()
-    assert read_cpuinfo(str(tmp_path)) == read_cpuinfo(str(tmp_path)).__class__(str(path), {}, False, None)
+    assert read_cpuinfo(str(tmp_path)) == Cpuinfo(str(path), {}, False, None)  # no file: nothing to say
 
 
 def test_only_a_newline_ends_a_line_and_values_are_kept_exactly(tmp_path: Path) -> None:
@@ -107,3 +107,15 @@ def test_kinds_with_an_unreadable_cpuinfo(tmp_path: Path, broken: str) -> None:
             assert "the CPU's vendor is unknown" in found.warnings[0] and "proc/cpuinfo" in found.warnings[0]
         else:
             assert found.warnings == ()
+
+
+def test_hwloc_xml_and_snapshot_values_follow_the_same_rule() -> None:
+    from launcher.topology.cpu_identity import identity_from_hwloc_info, identity_from_json
+
+    problems: list[str] = []
+    found = identity_from_hwloc_info({"CPUVendor": "GenuineIntel", "CPUModel": "Xeon\u202e evil",
+                                      "CPUFamilyNumber": "6"}, problems)
+    assert found is not None and (found.vendor, found.model_name, found.family) == ("GenuineIntel", None, 6)
+    assert problems == ["CPUModel 'Xeon\\u202e evil' ignored: a character that is not printable ('\\u202e')"]
+    for bad in ("a\x1b[31mb", "\udcff", "x" * 101):
+        assert identity_from_json({"vendor": "GenuineIntel", "model_name": bad})[0] is None

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launcher.base.untrusted import ascii_uint
+from launcher.base.untrusted import ascii_uint, printable_ascii
 from launcher.bind.readback import exported_cpus
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.nccl_live import is_nccl_thread
@@ -138,7 +138,7 @@ def _role(t: ThreadRecord, p: ProcessRecord, places: Sequence[frozenset[int]],
         return "pin_memory", "name"
     if t.comm in INTEROP_NAMES:
         return "interop", "name"
-    if t.comm.startswith(TORCH_PREFIX):
+    if t.comm.startswith(TORCH_PREFIX) and printable_ascii(t.comm):  # torch names from literals and numbers
         return "torch", "name"
     team = frozenset(plan.omp.cpus) if plan is not None and plan.omp.cpus != plan.main.cpus else None
     if t.allowed and (t.allowed in places or t.allowed == team):

@@ -284,6 +284,9 @@ def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
     loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
     if loader and union <= loader:
         return []  # affrun --loader-cores planned it
+    plan = rank.thread_plan  # the workers' homes (launcher.doctor.thread_homes): off a main core and comm cores
+    if plan is not None and plan.workers and union == {c for w in plan.workers for c in w.cpus}:
+        return []  # the one CPU the thread plan gives every worker (a small rank with a main core of its own)
     cpu = next(iter(union))
     names = sorted({c.comm for c in children})
     main_too = rank.main_mask == frozenset(union)

@@ -15,7 +15,8 @@ from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
+from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
+from launcher.doctor.thread_homes import assign_homes
 from launcher.env.policy import RankEnvironment, rank_environment
 from launcher.plan.planner import Plan, make_plan
 from launcher.plan.request import Request
@@ -200,6 +201,32 @@ def test_a_launcher_s_variable_wins_and_a_process_that_started_ranks_is_their_la
     loader = record(20, 12, {**BOUND, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "pt_data_worker")
     assert roles(agent, *workers, loader) == {10: ("launcher", None), 11: ("rank", 0), 12: ("rank", 1),
                                               20: ("child", 1)}
+
+
+def test_every_worker_on_the_one_cpu_the_plan_gives_them_is_no_collapse() -> None:
+    """A rank of 2 CPUs with its main thread on CPU 0: the thread plan gives every worker CPU 1."""
+    env = {**BOUND, "AFFRUN_COMPUTE_CPUS": "0-1", "AFFRUN_THREADS": "2", "AFFRUN_MAIN_CPUS": "0"}
+    rank = record(10, 1, env)
+    rank.threads = {10: ThreadRecord(10, "python", frozenset({0}), 0)}
+    workers = [record(11 + i, 10, env, "pt_data_worker") for i in range(2)]
+    for w in workers:
+        w.threads = {w.pid: ThreadRecord(w.pid, "pt_data_worker", frozenset({1}), 1)}
+    job = JobAudit(10, 1.0, 0.05, 20, [rank, *workers], GpuReport(False, "n/a"), frozenset({0, 1}))
+    assign_roles(job)
+    assign_homes(job)
+    assert collapse_findings(job, rank) == []
+    for w in workers:  # on the main core instead: collapsed
+        w.threads = {w.pid: ThreadRecord(w.pid, "pt_data_worker", frozenset({0}), 0)}
+    assert [f.id for f in collapse_findings(job, rank)] == ["collapse"]
+    env["AFFRUN_MAIN_CPUS"] = ""
+    plain = record(10, 1, env)
+    plain.threads = dict(rank.threads)
+    job = JobAudit(10, 1.0, 0.05, 20, [plain, *workers], GpuReport(False, "n/a"), frozenset({0, 1}))
+    for w in workers:
+        w.threads = {w.pid: ThreadRecord(w.pid, "pt_data_worker", frozenset({1}), 1)}
+    assign_roles(job)
+    assign_homes(job)
+    assert [f.id for f in collapse_findings(job, plain)] == ["collapse"]  # without a main core the plan gives 0-1
 
 
 # ----------------------------------------------------------------------------- ensure_affinity

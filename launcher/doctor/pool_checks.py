@@ -21,7 +21,7 @@ from launcher.env.variables import MAIN_VARIABLE, POLICY_VARIABLE, POOL_OF, POOL
 from launcher.plan.threads import thread_plan
 from launcher.topology.model import Topology
 
-# What a value that is not a number does, measured here (docs/threads.md): the library fails, not the launch.
+# What a value that is not a number does, measured here (docs/doctor.md, "Pool variables"): the library fails.
 GARBAGE = {
     "OPENCV_FOR_THREADS_NUM": "opencv-python-headless 5.1.0 raises cv2.error (stoull) at its first parallel call "
                               "(cv2.resize, cv2.cvtColor, cv2.setNumThreads...): every image op of the DataLoader "

@@ -169,7 +169,7 @@ def check_clean(code: int, data: dict[str, Any], pid: int) -> None:
 
 def rank_hooks() -> None:
     need(importlib.util.find_spec("launcher.bind.rank_hooks") is not None,
-         "needs the rank's thread hooks (launcher/bind/rank_hooks.py), which keep the workers off the main core")
+         "needs the rank's thread hooks (launcher.bind.rank_hooks), which keep the workers off the main core")
 
 
 def test_a_main_core_job_with_worker_init_fn_has_no_finding(tmp_path: Path) -> None:

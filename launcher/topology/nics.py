@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from launcher.base.untrusted import ascii_int, ascii_uint, short
 from launcher.errors import TopologyError
-from launcher.topology._files import read_cpus, read_int, read_text
-from launcher.topology.fsroot import isdir, lexists, listdir, realpath, root_real
+from launcher.topology._files import machine_path, read_cpus, read_int, read_text
+from launcher.topology.fsroot import isdir, lexists, listdir
 from launcher.topology.model import NIC, NicPort
 from launcher.topology.nics_names import name_problem
 from launcher.topology.pci import pci_order, sysfs_pci_path
@@ -107,13 +107,8 @@ def _class_devices(root: str, klass: str, nodes: Mapping[int, frozenset[int]], w
 def _device_path(path: str) -> str | None:
     """The real path of ``path`` as the machine names it (``/sys/devices/...``), links resolved inside the fsroot;
     ``None`` when it does not resolve (missing, dangling, looping) or lies outside ``/sys/devices``."""
-    real = realpath(path)
-    if real is None:
-        return None
-    top = root_real()
-    if top is not None:
-        real = real[len(top):] if real.startswith(top.rstrip("/") + "/") else "/"
-    return real if real.startswith("/sys/devices/") else None
+    real = machine_path(path)
+    return real if real is not None and real.startswith("/sys/devices/") else None
 
 
 def _read_one(root: str, name: str, net: bool, nodes: Mapping[int, frozenset[int]]) -> NIC | str | None:

@@ -6,7 +6,8 @@ imports. Timed, interleaved:
 
 1. ``python -c pass`` with the hook, ``AFFRUN_RUN`` unset, vs without the hook   (goal: < 1 ms more, ratio ~1.0)
 2. the same with the hook switched on (``AFFRUN_RUN`` + a one-rank plan): what binding at start costs (information)
-3. in-process, without the variable: what ``site`` does with the file (``site.addpackage``: open, read, exec
+3. the same in a rank bound by affrun (``AFFRUN_LOCAL_RANK``): the thread hooks armed, waiting for ``import torch``
+4. in-process, without the variable: what ``site`` does with the file (``site.addpackage``: open, read, exec
    the line), and the line alone (``timeit``). These are steady where whole-interpreter starts are noisy.
 
 Usage: python benchmarks/startup_hook.py [--repeats N]
@@ -42,6 +43,8 @@ def make_venv(where: str, hook: bool) -> str:
 
         with open(os.path.join(purelib, "_affrun_startup.py"), "wb") as out:
             out.write(startup_module(os.path.join(ROOT, "launcher")))
+        # byte-compiled, as pip install does (PYTHONDONTWRITEBYTECODE would leave every start compiling it)
+        subprocess.run([python, "-m", "py_compile", os.path.join(purelib, "_affrun_startup.py")], check=True)
     return python
 
 
@@ -59,6 +62,8 @@ def main() -> None:
                               capture_output=True, text=True, check=True, env=clean_env()).stdout
         on_env = clean_env(**dict(ln.split("=", 1) for ln in plan.splitlines() if ln.startswith("AFFRUN_")))
         on = median_walls({"with the hook, on": [with_hook, "-c", "pass"]}, args.repeats, env=on_env)
+        armed = median_walls({"without the hook": [without, "-c", "pass"], "armed": [with_hook, "-c", "pass"]},
+                             args.repeats, env=clean_env(AFFRUN_LOCAL_RANK="0", AFFRUN_CPUS="0"))
     with open(PTH) as fh:
         line = fh.read().strip()
     env_backup = os.environ.pop("AFFRUN_RUN", None)
@@ -76,6 +81,9 @@ def main() -> None:
           f"{(off['with the hook'] - base) * 1e3:+.2f} ms; goal < 1 ms)")
     print(f"python -c pass, hook on (bind): {on['with the hook, on'] * 1e3:7.2f} ms  "
           f"({on['with the hook, on'] / base:.3f}x)")
+    print(f"python -c pass, rank hooks armed: {armed['armed'] * 1e3:5.2f} ms  "
+          f"({armed['armed'] / armed['without the hook']:.3f}x, "
+          f"{(armed['armed'] - armed['without the hook']) * 1e3:+.2f} ms)")
     print(f"site.addpackage(the .pth), off: {per_file * 1e6:7.3f} us")
     print(f"the .pth line alone, off:       {per_line * 1e6:7.3f} us")
 

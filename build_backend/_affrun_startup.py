@@ -1,12 +1,14 @@
-"""affrun's startup hook, as ``affrun-startup.pth`` runs it at interpreter start when ``AFFRUN_RUN`` (binding) or
-``AFFRUN_FEED`` (the data-wait meter, ``--feed-report``) is set.
+"""affrun's startup hook, as ``affrun-startup.pth`` runs it at interpreter start when ``AFFRUN_RUN`` (binding),
+``AFFRUN_FEED`` (the data-wait meter, ``--feed-report``) or ``AFFRUN_LOCAL_RANK`` (a rank bound by affrun: its
+thread hooks, ``--rank-hooks``) is set.
 
 It lives at the top of site-packages under a name no one else uses, so that the hook neither needs nor takes
 the generic top-level name ``launcher`` (affrun's package) at interpreter start: a ``launcher`` package on
 ``PYTHONPATH`` or a user's ``launcher.py`` beside the script is never imported by the hook, and never shadowed by
 affrun's for the user's own ``import launcher``. It loads affrun's package from its directory, by file location,
 under the name ``launcher`` (its modules import each other by that name) only while the hook works, and then
-takes every ``launcher`` entry out of ``sys.modules`` again, putting back any that was there before.
+takes every ``launcher`` entry out of ``sys.modules`` again, putting back any that was there before. The meter
+and the thread hooks wait for the script's own ``import torch`` through one import hook (:func:`when_imported`).
 
 The build backend (``build_backend/affrun_build.py``) adds this file to every wheel, next to the .pth. A regular
 wheel has the package beside it; an editable one names the source tree's package in :data:`PACKAGE_DIR`.
@@ -19,6 +21,7 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: every hooked interpreter runs this module
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType
     from typing import Any
 
@@ -80,8 +83,9 @@ def _load_package(why: str) -> None:
 
 
 def run() -> None:
-    """Run by the .pth line when ``AFFRUN_RUN`` or ``AFFRUN_FEED`` is set, once: the binding hook
-    (:func:`bind`), then the feed meter's import hook (:class:`FeedFinder`)."""
+    """Run by the .pth line when ``AFFRUN_RUN``, ``AFFRUN_FEED`` or ``AFFRUN_LOCAL_RANK`` is set, once: the binding
+    hook (:func:`bind`), then what waits for ``import torch``: the feed meter (:func:`meter`) and the rank's
+    thread hooks (:func:`rank_hooks`)."""
     global _done
     if _done:  # site may read the site-packages directory twice, through a lib64 link
         return
@@ -89,7 +93,13 @@ def run() -> None:
     if os.environ.get("AFFRUN_RUN"):
         bind()
     if os.environ.get(FEED_VARIABLE):
-        sys.meta_path.insert(0, FeedFinder)  # type: ignore[arg-type]
+        when_imported(FEED_MODULE, meter)
+    if os.environ.get(BOUND_VARIABLE):  # bound by affrun: read after bind(), which sets it under affrun run
+        hooks = os.environ.get(HOOKS_VARIABLE) or "auto"
+        if hooks == "auto":
+            when_imported(TORCH_MODULE, rank_hooks)
+        elif hooks != "none":
+            _warn(f"{HOOKS_VARIABLE}={hooks[:40]!r} is not auto or none: the rank's thread hooks are off")
 
 
 def bind() -> None:
@@ -116,23 +126,38 @@ def bind() -> None:
         _put_back(before)
 
 
-# --------------------------------------------------------------------------- the feed meter (--feed-report)
+# ------------------------------------------------------------------ what waits for the script's imports
 FEED_VARIABLE = "AFFRUN_FEED"
 FEED_MODULE = "torch.utils.data.dataloader"  # what launcher.feed.meter patches, once the script imports it
+# The rank's thread hooks (launcher.bind.rank_hooks, docs/threads.md): AFFRUN_LOCAL_RANK marks a process bound by
+# affrun, AFFRUN_RANK_HOOKS=none (--rank-hooks none) turns them off. The names are launcher.env.variables'.
+BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
+HOOKS_VARIABLE = "AFFRUN_RANK_HOOKS"
+TORCH_MODULE = "torch"  # `import torch` imports torch.utils.data and its worker and pin-memory modules
+_waiting: dict[str, list[Callable[[Any], None]]] = {}
 
 
-class FeedFinder:
-    """A one-shot import hook: when ``torch.utils.data.dataloader`` is imported, let the other finders find it,
-    and have its loader call :func:`meter` once the module has run. Nothing is imported before that."""
+def when_imported(name: str, callback: Callable[[Any], None]) -> None:
+    """Call ``callback(module)`` once the module ``name`` has been imported and executed (:class:`ImportHook`)."""
+    _waiting.setdefault(name, []).append(callback)
+    if ImportHook not in sys.meta_path:  # type: ignore[comparison-overlap]
+        sys.meta_path.insert(0, ImportHook)  # type: ignore[arg-type]
+
+
+class ImportHook:
+    """A one-shot import hook for the names :func:`when_imported` waits for: when one is imported, let the other
+    finders find it, and have its loader call the callbacks once the module has run; it leaves ``sys.meta_path``
+    once nothing waits. Every other import costs it one dictionary look-up."""
 
     @staticmethod
     def find_spec(name: str, path: object = None, target: object = None) -> object:
-        if name != FEED_MODULE:
+        if name not in _waiting:
             return None
-        if FeedFinder in sys.meta_path:  # type: ignore[comparison-overlap]
-            sys.meta_path.remove(FeedFinder)  # type: ignore[arg-type]
+        callbacks = _waiting.pop(name)
+        if not _waiting and ImportHook in sys.meta_path:  # type: ignore[comparison-overlap]
+            sys.meta_path.remove(ImportHook)  # type: ignore[arg-type]
         for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
+            find = getattr(finder, "find_spec", None) if finder is not ImportHook else None  # type: ignore[comparison-overlap]
             spec = find(name, path, target) if find is not None else None
             if spec is not None:
                 break
@@ -146,26 +171,47 @@ class FeedFinder:
         def exec_module(module: object) -> None:
             del loader.exec_module  # the loader's own again
             real(module)
-            meter(module)
+            for callback in callbacks:
+                try:
+                    callback(module)
+                except Exception as exc:  # never the script's failure
+                    _warn(f"{name}: {type(exc).__name__}: {exc}")
 
         loader.exec_module = exec_module
         return spec
 
 
+def _warn(text: str) -> None:
+    """One ``affrun: warning:`` line on file descriptor 2 (if it is open)."""
+    try:
+        os.write(2, f"affrun: warning: {text}"[:400].encode("utf-8", "replace") + b"\n")
+    except OSError:
+        pass
+
+
 def meter(module: object) -> None:
     """Install affrun's meter on the DataLoader module (``launcher.feed.meter.install``); a failure is one
     warning line, never the script's failure."""
+    _with_package(FEED_VARIABLE, "feed.meter", module,
+                  "--feed-report: the data-wait meter is not installed")
+
+
+def rank_hooks(module: object) -> None:
+    """Fit the rank's threads to its thread plan once ``import torch`` has completed
+    (``launcher.bind.rank_hooks.install``); a failure is one warning line, never the script's failure."""
+    _with_package(BOUND_VARIABLE, "bind.rank_hooks", module, "the rank's thread hooks are not installed")
+
+
+def _with_package(why: str, name: str, module: object, failed: str) -> None:
+    """Load affrun's package by location, call ``install(module)`` of its module ``name``, and leave
+    ``sys.modules`` as it was."""
     before = _take_ours()
     try:
         import importlib
 
-        _load_package(FEED_VARIABLE)
-        importlib.import_module(NAME + ".feed.meter").install(module)
+        _load_package(why)
+        importlib.import_module(f"{NAME}.{name}").install(module)
     except Exception as exc:
-        try:
-            os.write(2, f"affrun: warning: --feed-report: the data-wait meter is not installed: "
-                        f"{type(exc).__name__}: {exc}\n"[:400].encode("utf-8", "replace"))
-        except OSError:
-            pass
+        _warn(f"{failed}: {type(exc).__name__}: {exc}")
     finally:
         _put_back(before)

@@ -1,9 +1,10 @@
-"""DataLoader helpers: give each worker CPUs of its own.
+"""DataLoader helpers: give each worker CPUs of its own, and pools that fit them.
 
 ``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
-CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs.
-Under ``affrun`` the CPUs come from the rank's binding (:func:`launcher.bind.readback.current_binding`); elsewhere from
-the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` CPU lists
+CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs (off
+the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.pools.fit_worker`, what
+the rank's own worker hook does: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
+from the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` CPU lists
 that name CPUs this machine lacks or does not allow (variables from another machine) warn once per process, at
 import in the process that builds the DataLoader, and its workers use the CPUs that exist (docs/how-it-decides.md).
 """
@@ -16,6 +17,7 @@ import warnings
 from collections.abc import Callable
 
 from launcher.base.split import worker_cpus
+from launcher.bind.pools import fit_worker, say
 from launcher.bind.readback import current_binding
 
 __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
@@ -72,19 +74,21 @@ def _usable_cpus() -> frozenset[int] | None:
 
 
 def _pools() -> tuple[list[int], list[int], frozenset[int]]:
-    """(loader CPUs, rank CPUs, CPUs the ``AFFRUN_*`` lists name that are not usable here): the binding's lists
-    as far as they exist here; none of them existing, the CPUs of a process not started by affrun."""
+    """(loader CPUs, rank CPUs off the main and comm cores, CPUs the ``AFFRUN_*`` lists name that are not usable
+    here): the binding's lists as far as they exist here; none of them existing, the CPUs of a process not started
+    by affrun. The rank's CPUs are those the thread plan gives its workers (launcher.plan.threads)."""
     try:
         binding = current_binding()
     except ValueError:  # malformed AFFRUN_* variables: treat the process as not started by affrun
         binding = None
     if binding is None:
         return [], _parent_cpus(), frozenset()
+    cpus = binding.cpus - binding.main_cpus - binding.comm_cpus or binding.cpus
     usable = _usable_cpus()
     if usable is None:
-        return sorted(binding.loader_cpus), sorted(binding.cpus), frozenset()
+        return sorted(binding.loader_cpus), sorted(cpus), frozenset()
     foreign = (binding.cpus | binding.loader_cpus) - usable
-    loader, rank = sorted(binding.loader_cpus & usable), sorted(binding.cpus & usable)
+    loader, rank = sorted(binding.loader_cpus & usable), sorted(cpus & usable)
     return loader, (rank or (_parent_cpus() if not loader else [])), foreign
 
 
@@ -104,7 +108,9 @@ def _say_foreign(foreign: frozenset[int]) -> None:
 
 
 def worker_init_fn(worker_id: int) -> None:
-    """Pin this DataLoader worker to its own CPUs (use as ``DataLoader(worker_init_fn=...)``)."""
+    """Pin this DataLoader worker to its own CPUs and size its pools to them (use as
+    ``DataLoader(worker_init_fn=...)``). Where the rank's hook has fitted the worker already, the same again,
+    quietly."""
     import torch.utils.data
 
     info = torch.utils.data.get_worker_info()
@@ -112,11 +118,15 @@ def worker_init_fn(worker_id: int) -> None:
     loader, rank, foreign = _pools()
     _say_foreign(foreign)
     cpus = worker_cpus(worker_id, num_workers, loader, rank)
-    if cpus:
-        try:
-            os.sched_setaffinity(0, cpus)
-        except OSError:  # none of them allowed after all (the cpuset moved): the worker keeps what it inherited
-            _say_foreign(frozenset(cpus))
+    fit = fit_worker(cpus)
+    if fit is None:
+        return
+    if not os.sched_getaffinity(0) <= set(cpus):  # none of them allowed after all (the cpuset moved)
+        _say_foreign(frozenset(cpus))
+        return
+    hooked = getattr(sys.modules.get("torch.utils.data._utils.worker"), "_affrun_fitted", None) == os.getpid()
+    if fit.notes and not hooked and worker_id == 0:  # the hook has said them; worker 0 speaks for all
+        say(f"launcher.torch.worker_init_fn: {'; '.join(fit.notes)}")
 
 
 def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int], None]:

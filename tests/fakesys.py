@@ -559,3 +559,93 @@ def break_nics(root: Path, case: str) -> str:
 
 
 HOSTILE_NIC_CASES = ("loop", "state", "node", "fifo", "many")
+
+
+# ------------------------------------------------------------------------------ NIC trees that lie (issue 34)
+def rename_nics(m: FakeMachine, names: dict[str, str]) -> FakeMachine:
+    """``m`` with NICs renamed (old name -> new). A sysfs name is bytes: a name with surrogate escapes
+    (``'mlx5_\\udcff'``) is written as those bytes (0xff), as ``os.fsencode`` writes it."""
+    for nic in m.nics:
+        nic.name = names.get(nic.name, nic.name)
+    return m
+
+
+def lie_about_nics(root: Path, case: str) -> str:
+    """Damage a tree written from :func:`dgx_like` the way a lying sysfs can, beyond :func:`break_nics`; returns the
+    name of the NIC that must give a warning and no NIC (every other NIC is read). ``rate-*``: a port rate that is
+    no rate (``nan``, ``1e308``, negative, 11 digits, a word, no unit); ``link-layer``: neither InfiniBand nor
+    Ethernet; ``port-*``: a port directory that is no port number (huge, a word, ``01`` beside ``1``);
+    ``outside``: the ``device`` link leads to a copy of the function outside ``sys/devices``; ``alias``: a second
+    class entry, ``mlx5_99``, links to mlx5_9's directory; ``speed*``, ``operstate``, ``net-type``: eno1's."""
+    import os
+    import shutil
+
+    ib = root / "sys/class/infiniband"
+    rates = {"rate-nan": ("mlx5_9", "nan Gb/sec (4X NDR)"), "rate-huge": ("mlx5_6", "1e308 Gb/sec (4X NDR)"),
+             "rate-negative": ("mlx5_11", "-400 Gb/sec (4X NDR)"), "rate-digits": ("mlx5_10", "99999999999 Gb/sec"),
+             "rate-word": ("mlx5_3", "fast"), "rate-unit": ("mlx5_5", "400")}
+    eno1 = {"speed": ("speed", "fast"), "speed-huge": ("speed", "99999999999"),
+            "operstate": ("operstate", "\x1b[31mup"), "net-type": ("type", "ether")}
+    if case in rates:
+        name, text = rates[case]
+        (ib / name / "ports/1/rate").write_text(text + "\n")
+        return name
+    if case in eno1:
+        file, text = eno1[case]
+        (root / "sys/class/net/eno1" / file).write_text(text + "\n")
+        return "eno1"
+    if case == "link-layer":
+        (ib / "mlx5_4/ports/1/link_layer").write_text("Banana\n")
+        return "mlx5_4"
+    ports = {"port-huge": ("mlx5_0", "99999999999999999999"), "port-word": ("mlx5_1", "first"),
+             "port-twice": ("mlx5_8", "01")}
+    if case in ports:
+        name, entry = ports[case]
+        shutil.copytree(ib / name / "ports/1", ib / name / "ports" / entry)
+        if case == "port-huge":
+            shutil.rmtree(ib / name / "ports/1")
+        return name
+    if case == "outside":
+        real = (ib / "mlx5_9").resolve()
+        copy = root / "home/pci0000:9a" / real.parent.parent.name
+        shutil.copytree(real.parent.parent, copy, symlinks=True)
+        (ib / "mlx5_9/device").unlink()
+        (ib / "mlx5_9/device").symlink_to(os.path.relpath(copy, real))
+        (root / "sys/bus/pci/devices" / copy.name).unlink()
+        return "mlx5_9"
+    if case == "alias":
+        (ib / "mlx5_99").symlink_to(os.readlink(ib / "mlx5_9"))
+        return "mlx5_99"
+    raise ValueError(case)
+
+
+LYING_NIC_CASES = ("rate-nan", "rate-huge", "rate-negative", "rate-digits", "rate-word", "rate-unit", "link-layer",
+                   "port-huge", "port-word", "port-twice", "outside", "alias", "speed", "speed-huge", "operstate",
+                   "net-type")
+
+
+def nic_xml(io: str) -> str:
+    """A small hwloc 2 XML export: two packages, each one NUMA node of two cores (CPUs 0-1, 2-3), and under
+    package 0 a host bridge ``pci0000:10`` whose root port ``0000:10:01.0`` holds ``io`` (``PCIDev`` and other
+    objects, written by the test: how a hostile export nests its ``OSDev``s)."""
+    def package(p: int) -> str:
+        cpus = f"0x{3 << (2 * p):x}"
+        cores = "".join(f'<object type="Core" os_index="{c}" cpuset="0x{1 << c:x}"><object type="PU" os_index="{c}" '
+                        f'cpuset="0x{1 << c:x}"/></object>' for c in (2 * p, 2 * p + 1))
+        bridge = ('<object type="Bridge" bridge_type="0-1" depth="0" bridge_pci="0000:[10-1f]"><object type="Bridge" '
+                  'bridge_type="1-1" depth="1" bridge_pci="0000:[11-1f]" pci_busid="0000:10:01.0">'
+                  f'{io}</object></object>' if p == 0 else "")
+        return (f'<object type="Package" os_index="{p}" cpuset="{cpus}" nodeset="0x{1 << p:x}"><object type="NUMANode" '
+                f'os_index="{p}" cpuset="{cpus}" nodeset="0x{1 << p:x}" local_memory="1073741824"/>{cores}{bridge}'
+                '</object>')
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE topology SYSTEM "hwloc2.dtd">\n<topology version="2.0">'
+            '<object type="Machine" os_index="0" cpuset="0xf" nodeset="0x3">' + package(0) + package(1)
+            + '</object></topology>\n')
+
+
+def xml_nic(name: str, bdf: str = "0000:11:00.0", osdev_type: str = "3", inner: str = "") -> str:
+    """A ``PCIDev`` at ``bdf`` holding one network ``OSDev`` (port 1 active when OpenFabrics), for :func:`nic_xml`;
+    ``name`` is XML text (``&#10;`` writes a newline)."""
+    port = '<info name="Port1State" value="4"/>' if osdev_type == "3" else ""
+    return (f'<object type="PCIDev" pci_busid="{bdf}" pci_type="0207 [15b3:1019] [15b3:0008] 00">'
+            f'<object type="OSDev" name="{name}" osdev_type="{osdev_type}">{port}{inner}</object></object>')

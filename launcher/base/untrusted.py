@@ -159,6 +159,13 @@ def unwritable(text: str, allow: str = "\t") -> str | None:
     return None
 
 
+def printable_ascii(text: str) -> bool:
+    """Whether ``text`` is printable ASCII only (a space to ``~``): the names programs give their threads from
+    literals and numbers (NCCL's ``NCCL Progress 0``, torch's ``pt_autograd_0``), which a name that imitates one
+    with a control character, a character that is not ASCII or a byte that is not UTF-8 is not."""
+    return text.isascii() and text.isprintable()
+
+
 def shown(text: str) -> str:
     """``text`` for one line of a text report: each character that is not printable written as ``repr`` writes it
     (``\\n``, ``\\r``, ``\\t``, ``\\x1b``, ``\\x85``, ``\\u200b``, ``\\u202e``, ``\\udcff``), so that an echoed value

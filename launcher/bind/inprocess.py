@@ -8,7 +8,8 @@ Under ``affrun run`` it takes ``affrun run``'s plan (``options`` must be empty);
 ``options`` (``affrun exec``'s option names) within the CPUs the process started with. It sets the mask of the
 process and of every thread it has, the memory policy, the variables in ``os.environ`` and the thread counts of the
 runtimes already loaded; what it cannot apply is in :attr:`BindReport.not_applied` (printed unless ``quiet``).
-It never sets ``LOCAL_RANK``. Each step and why: docs/launchers.md ("torch.multiprocessing.spawn").
+It never sets ``LOCAL_RANK``. Each step and why: docs/launchers.md ("torch.multiprocessing.spawn"); the main
+thread's core (``main_thread=``): docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from launcher.env.omp_syntax import thread_count
 from launcher.errors import AffrunError, ConfigError, LaunchError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from launcher.bind.wire import Job
+    from launcher.context.runtimes import LoadedRuntime
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,36 @@ def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
     return moved, problems
 
 
+def _pin_main_thread(cpus: tuple[int, ...], before: frozenset[int],
+                     runtimes: Sequence[LoadedRuntime]) -> tuple[list[str], list[str]]:
+    """The main thread (its thread id is the process id) on its core, ``cpus`` (``--main-thread``); (applied, not
+    applied). Pinned again only where it was there before (the OpenMP runtime put it there from affrun's
+    ``OMP_PLACES``: under ``affrun run``); else it stays on the rank's CPUs, for the reasons docs/python-api.md
+    gives: the runtime binds it from ``OMP_PLACES`` when it starts, and pinned earlier it would hide the team's
+    places from libgomp, or, once libgomp is loaded, put every thread it starts on that one core."""
+    from launcher.context.runtimes import OPENMP
+
+    main, text = os.getpid(), format_cpulist(cpus)
+    workers = ("DataLoader workers forked from it inherit that core: pass worker_init_fn=launcher.torch.worker_init_fn "
+               "to each DataLoader")
+    if before == frozenset(cpus):
+        try:
+            os.sched_setaffinity(main, cpus)
+        except OSError as exc:
+            return [], [f"the main thread on its core, CPU(s) {text}: {exc.strerror}"]
+        return [f"the main thread (tid {main}) on its core, CPU(s) {text}, where the OpenMP runtime had put it; "
+                + workers], []
+    loaded = [r for r in runtimes if r.user_api == OPENMP]
+    if not loaded:
+        return [], [f"the main thread on its core, CPU(s) {text}, until the OpenMP runtime starts: it is the first "
+                    "place of OMP_PLACES, where the runtime binds the thread that starts it (libgomp at `import "
+                    "torch`); pinned now, libgomp would drop the team's places outside that core. Then " + workers]
+    return [], [f"the main thread on its core, CPU(s) {text}: {loaded[0].name} was loaded before bind_rank "
+                f"({loaded[0].path}) without affrun's OMP_PLACES, and the OpenMP threads it starts later inherit "
+                "the main thread's mask: pinned, its whole team would share that core. It stays on the rank's CPUs "
+                "(call bind_rank before `import torch` for it)"]
+
+
 def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
     from launcher.bind.apply import bind_running
@@ -109,12 +143,18 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     quiet = check_argument("bind_rank", "quiet", quiet, "flag")
     job = _job(local_rank, nproc_per_node, options)
     rank = job.ranks[local_rank]
+    main_before = frozenset(os.sched_getaffinity(os.getpid()))  # libgomp may have put it on its core at load
     mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ
     applied: list[str] = []
     not_applied: list[str] = []
     moved, problems = _bind_threads(rank.cpus)
     applied.append(f"CPU mask {format_cpulist(rank.cpus)} on {moved} thread(s)")
     not_applied += problems
+    runtimes = loaded_runtimes()
+    if rank.main_cpus:
+        pinned, missed = _pin_main_thread(rank.main_cpus, main_before, runtimes)
+        applied += pinned
+        not_applied += missed
     if mem.policy != "none":
         applied.append(f"memory policy {mem.policy} on node(s) {','.join(map(str, mem.nodes))}")
     not_applied += mem.warnings
@@ -122,7 +162,6 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
                    "and for child processes)")
     threads = rank.set.get("OMP_NUM_THREADS", str(rank.threads))
     count = thread_count(threads) or rank.threads
-    runtimes = loaded_runtimes()
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "set_num_threads"):
         torch.set_num_threads(count)

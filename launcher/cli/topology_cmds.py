@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -64,8 +65,8 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
                          f"{gpu.numa_node if gpu.numa_node is not None else '?'}  local cpus {format_cpulist(gpu.cpus) or '?'}"))
     for nic in topo.nics:
         ports = " ".join(f"{p.number}:{p.state}" + (f"@{p.rate_gbps:g}Gb/s" if p.rate_gbps else "") for p in nic.ports)
-        click.echo(shown(f"nic {nic.name:<9} {nic.pci} {nic.kind:<10} numa "
-                         f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}"))
+        click.echo(f"nic {shown(nic.name):<9} {nic.pci} {nic.kind:<10} numa "
+                   f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}")
     for w in topo.warnings:
         click.echo(f"warning: {shown(w)}")
     if save:
@@ -153,11 +154,7 @@ def show(**kwargs: Any) -> None:
 
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)
     if svg_path:
-        try:
-            write_map(topo, the_plan, svg_path)
-        except OSError as exc:
-            raise AffrunError(f"{svg_path}: {exc.strerror}") from None
-        click.echo(shown(f"wrote {svg_path}"))
+        _write_svg(lambda: write_map(topo, the_plan, svg_path), svg_path)
 
 
 def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool, width: int) -> None:
@@ -183,8 +180,13 @@ def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool
     topo = load_topology()
     click.echo(live_picture(topo, job, color=color, width=width), color=color)
     if svg_path:
-        try:
-            live_svg(topo, job, svg_path)
-        except OSError as exc:
-            raise AffrunError(f"{svg_path}: {exc.strerror}") from None
-        click.echo(shown(f"wrote {svg_path}"))
+        _write_svg(lambda: live_svg(topo, job, svg_path), svg_path)
+
+
+def _write_svg(write: Callable[[], None], path: str) -> None:
+    """Run ``write`` (it writes the picture to ``path``): an OS error is one line naming the file."""
+    try:
+        write()
+    except OSError as exc:
+        raise AffrunError(f"{path}: {exc.strerror}") from None
+    click.echo(shown(f"wrote {path}"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from launcher.context.binders import other_binders
 from launcher.doctor.facts import numa_binding_source
 from launcher.doctor.live import ProcessRecord
-from launcher.doctor.nccl_live import LEAKY, nccl_library, nccl_version
+from launcher.doctor.nccl_live import LEAKY, loaded_nccl
 
 TRT_VARIABLE = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
 PINNING_TOOLS = ("numactl", "taskset")
@@ -77,10 +77,10 @@ def likely_binders(p: ProcessRecord, chain: Sequence[tuple[int, str]]) -> list[B
     numa = numa_binding_source(p.environ, chain)
     if numa:
         found.append(Binder(numa, "drop torchrun's --numa-binding (unset PET_NUMA_BINDING): affrun binds each rank"))
-    library = nccl_library(p.libraries)
-    version = nccl_version(library) if library else None
-    if version is not None and LEAKY[0] <= version <= LEAKY[1]:
-        found.append(Binder(f"NCCL {'.'.join(map(str, version))} ({library}), which leaks its GPU's CPU mask into the "
+    nccl = loaded_nccl(p)
+    version = nccl.version if nccl else None
+    if nccl is not None and version is not None and LEAKY[0] <= version <= LEAKY[1]:
+        found.append(Binder(f"NCCL {'.'.join(map(str, version))} ({nccl.path}), which leaks its GPU's CPU mask into the "
                             "thread that creates a communicator (NVIDIA/nccl #2033)",
                             "upgrade NCCL to 2.30 or later (pip install -U nvidia-nccl-cu12)"))
     ancestor = pinning_ancestor(chain)

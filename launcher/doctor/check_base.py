@@ -1,14 +1,18 @@
 """What every doctor check shares: the check's type, the questions about the runtimes a process runs
-(libgomp, libiomp5/libomp), core counting, and the finding maker. The checks are in
+(libgomp, libiomp5/libomp), core counting, and one rank's share of its CPUs when no plan gives it. The checks are in
 :mod:`launcher.doctor.omp_checks` (process) and :mod:`launcher.doctor.host_checks` (host); the list of those that
 run is :mod:`launcher.doctor.checks`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from launcher.base.cpulist import format_cpulist
+from launcher.bind.readback import exported_cpus
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
+from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 
 Check = Callable[[Mapping[str, str], Topology, Facts], list[Finding]]
@@ -58,3 +62,36 @@ def kmp_readers(facts: Facts) -> str:
     version = f" {facts.intel_openmp_version}" if facts.intel_openmp_version else ""
     return (f"intel-openmp{version} is installed: programs that load libiomp5 (MKL, Intel builds) read it; "
             f"{', '.join(facts.openmp)} ignores it")
+
+
+@dataclass(frozen=True)
+class RankShare:
+    """What one rank may run its team and pools on: ``cpus`` (its CPUs without affrun's loader and comm CPUs),
+    their ``cores``, how many threads each rank takes (``per_rank``: its share of the cores, under a CPU quota the
+    planner's cap), the quota's words for a fix, and ``where``: who owns the CPUs, for messages."""
+
+    cpus: frozenset[int]
+    cores: int
+    sharing: int
+    per_rank: int
+    cores_each: int
+    under_quota: str
+    where: str
+
+
+def rank_share(environ: Mapping[str, str], topology: Topology, facts: Facts) -> RankShare:
+    """The CPUs and the thread count one rank takes when no plan says it (the checks' suggestions)."""
+    # affrun's loader and comm CPUs (AFFRUN_LOADER_CPUS, AFFRUN_COMM_CPUS) are the rank's but not its team's
+    kept = exported_cpus(environ, "AFFRUN_LOADER_CPUS") | exported_cpus(environ, "AFFRUN_COMM_CPUS")
+    cpus = (facts.rank_cpus - kept) or facts.rank_cpus
+    n_cores = cores_in(cpus, topology)
+    sharing = max(facts.ranks_sharing, 1)
+    cores_each = max(1, n_cores // sharing)
+    # Under a CPU quota the suggestion is the planner's cap (the cpu-quota finding gives the same figure).
+    cap = quota_threads(topology, facts.local_size)
+    per_rank = cores_each if cap is None else min(cores_each, cap)
+    under_quota = (f" (a CPU quota of {topology.cpu_quota:g} CPUs for {max(facts.local_size, 1)} rank(s))"
+                   if cap is not None and cap < cores_each else "")
+    where = (f"{sharing} local ranks ({facts.local_size_source}) share CPUs {format_cpulist(cpus)}"
+             if sharing > 1 else f"the rank owns CPUs {format_cpulist(cpus)}")
+    return RankShare(cpus, n_cores, sharing, per_rank, cores_each, under_quota, where)

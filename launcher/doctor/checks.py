@@ -1,18 +1,18 @@
 """The environment and machine checks that doctor runs, listed here in the order they report: pure functions
 of (environ, topology, facts) -> list of findings.
 
-Two groups. *Process* checks (:mod:`launcher.doctor.omp_checks`) judge the environment one rank runs with (thread
-counts, OpenMP binding variables, ``KMP_*`` against the runtime in use); ``affrun doctor --pid`` runs them on each
-rank's real environment and ``launcher.ensure_affinity`` on its own. *Host* checks
-(:mod:`launcher.doctor.host_checks`) judge the machine and the launch (numactl, memory policy, Slurm, GPUs,
-torchrun's ``--numa-binding``).
+Two groups. *Process* checks (:mod:`launcher.doctor.omp_checks`, :mod:`launcher.doctor.pool_checks`) judge the
+environment one rank runs with (thread and pool counts, OpenMP binding variables, ``KMP_*`` against the runtime in
+use); ``affrun doctor --pid`` runs them on each rank's real environment and ``launcher.ensure_affinity`` on its
+own. *Host* checks (:mod:`launcher.doctor.host_checks`) judge the machine and the launch (numactl, memory policy,
+Slurm, GPUs, torchrun's ``--numa-binding``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.doctor import host_checks, nic_checks, omp_checks
+from launcher.doctor import host_checks, nic_checks, omp_checks, pool_checks
 from launcher.doctor.check_base import Check
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
@@ -21,6 +21,7 @@ from launcher.topology.model import Topology
 PROCESS_CHECKS: tuple[Check, ...] = (
     omp_checks.check_kmp_affinity,
     omp_checks.check_thread_counts,
+    pool_checks.check_pool_variables,
     omp_checks.check_binding_values,
     omp_checks.check_collapse_risk,
     omp_checks.check_kmp_ignored,

@@ -91,7 +91,8 @@ CATALOGUE: dict[str, str] = {
     "kmp-proclist-outside": "KMP_AFFINITY's proclist names CPUs outside the allowed CPUs",
     "places-outside-mask": "OMP_PLACES or GOMP_CPU_AFFINITY names CPUs outside the allowed CPUs",
     "omp-binding-malformed": "OMP_PLACES or OMP_PROC_BIND is not a valid value",
-    "omp-threads-invalid": "OMP_NUM_THREADS (or MKL_/OPENBLAS_NUM_THREADS) is not a positive integer",
+    "omp-threads-invalid": "OMP_NUM_THREADS (or MKL_/OPENBLAS_NUM_THREADS, or a pool count: OpenCV's, Rayon's, "
+                           "numexpr's, BLIS's) is not a positive integer",
     "omp-oversubscribed": "threads per rank × ranks sharing the CPUs exceed the CPUs (error) or the cores (warning)",
     "omp-threads-unset": "OMP_NUM_THREADS is unset while several ranks share the CPUs: each starts one thread per CPU",
     "core-kinds-mixed": "on a hybrid CPU (P/E cores, big.LITTLE) the rank's OpenMP team spans core kinds: the "
@@ -137,8 +138,9 @@ CATALOGUE: dict[str, str] = {
     "mask-changed-after-start": "live: a thread's CPU mask is neither what affrun applied nor what the rank's OpenMP "
                                 "places explain: another binder changed it after start (named when the evidence "
                                 "names one)",
-    "pool-oversubscribed": "live: a process ran more busy threads of one pool than its home has CPUs, or a pool "
-                           "variable in a rank's environment sizes a pool above its CPUs",
+    "pool-oversubscribed": "a pool variable (OpenCV's, Rayon's, numexpr's, BLIS's; OpenBLAS's with a main core) "
+                           "sizes its pool above what the rank's thread plan gives it; live: a process ran more busy "
+                           "threads of one pool than its home has CPUs",
     "main-off-priority": "live: a rank given a core of its own for its main thread (AFFRUN_MAIN_CPUS) whose main "
                          "thread ran, or may run, elsewhere",
 }

@@ -3,9 +3,10 @@
 :mod:`launcher.doctor.sampling` fills the records (:class:`JobAudit`, :class:`ProcessRecord`,
 :class:`ThreadRecord`) from ``/proc``; the analysis here (:func:`assign_roles`, :func:`job_findings`) is pure.
 
-Roles: a *rank* is a process with a local-rank variable (``LOCAL_RANK``, ``SLURM_LOCALID``...) whose parent does
-not carry the same rank; without any, the audited process is the one rank. A rank's descendants are its
-*children* (DataLoader workers are named ``pt_data_worker``). The rest is the *launcher* (torchrun's agent).
+Roles: a *rank* is a process with a local-rank variable (``LOCAL_RANK``, ``SLURM_LOCALID``..., or affrun's
+``AFFRUN_LOCAL_RANK`` with its plan's identity) whose parent does not carry the same rank and that started no
+ranks; without any, the audited process is the one rank. A rank's descendants are its *children* (DataLoader
+workers are named ``pt_data_worker``). The rest is the *launcher* (torchrun's agent).
 """
 
 from __future__ import annotations
@@ -149,21 +150,36 @@ class JobAudit:
 
 
 # --------------------------------------------------------------------------- analysis (pure)
-def _rank_key(environ: Mapping[str, str]) -> tuple[str, int] | None:
+def _rank_key(p: ProcessRecord) -> tuple[str, int] | None:
+    """Which local rank ``p`` is, and by what: a launcher's variable (``LOCAL_RANK``, ``SLURM_LOCALID``...); else
+    affrun's binding (``AFFRUN_LOCAL_RANK`` with the plan's identity ``AFFRUN_PLAN_ID``, which every binding
+    writes: ``affrun exec`` sets no ``LOCAL_RANK`` outside srun and mpirun), or the rank ``affrun run``'s hook
+    made it, whose variables are not in ``/proc/PID/environ``."""
+    from launcher.base.untrusted import ascii_uint
     from launcher.context.local_rank import LocalRankError, detect_local_rank
+    from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE
 
     try:
-        found = detect_local_rank(environ)
+        found = detect_local_rank(p.environ)
     except LocalRankError:
-        return None
-    return (found.source, found.rank) if found else None
+        found = None
+    if found is not None:
+        return found.source, found.rank
+    bound = ascii_uint(p.environ.get(BOUND_VARIABLE, "").strip())
+    if bound is not None and p.environ.get(PLAN_ID_VARIABLE):
+        return BOUND_VARIABLE, bound
+    planned = planned_cpus(p)
+    return (BOUND_VARIABLE, planned[0]) if planned is not None else None
 
 
 def assign_roles(audit: JobAudit) -> None:
-    """Mark ranks, their children and the launcher, and work out the CPUs each rank owns."""
+    """Mark ranks, their children and the launcher, and work out the CPUs each rank owns. A process that started
+    ranks of its own (``affrun exec -- torchrun``, whose agent carries the binding its workers inherit) is their
+    launcher, not a rank."""
     by_pid = {p.pid: p for p in audit.processes}
-    keys = {p.pid: _rank_key(p.environ) for p in audit.processes}
+    keys = {p.pid: _rank_key(p) for p in audit.processes}
     ranks = [p for p in audit.processes if keys[p.pid] is not None and keys.get(p.ppid) != keys[p.pid]]
+    ranks = [r for r in ranks if not any(o is not r and _descends(o, r.pid, by_pid) for o in ranks)]
     if not ranks:
         ranks = [by_pid[audit.pid]] if audit.pid in by_pid else audit.processes[:1]
     rank_pids = {r.pid for r in ranks}
@@ -268,6 +284,9 @@ def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
     loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
     if loader and union <= loader:
         return []  # affrun --loader-cores planned it
+    plan = rank.thread_plan  # the workers' homes (launcher.doctor.thread_homes): off a main core and comm cores
+    if plan is not None and plan.workers and union == {c for w in plan.workers for c in w.cpus}:
+        return []  # the one CPU the thread plan gives every worker (a small rank with a main core of its own)
     cpu = next(iter(union))
     names = sorted({c.comm for c in children})
     main_too = rank.main_mask == frozenset(union)

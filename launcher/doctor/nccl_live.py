@@ -1,9 +1,10 @@
 """``affrun doctor --pid``: NCCL in a live rank (docs/doctor.md). Which NCCL is loaded (``/proc/PID/maps``: the
 version in ``libnccl.so.2.X.Y``, else the ``NCCL version`` string in the mapped file), warned on 2.29.2 to
 2.29.7 (NVIDIA/nccl #2033); and NCCL's threads, known by their names (``NCCL ...``, as ``NCCL_SET_THREAD_NAME=1``
-names them): where they ran, and whether on a core of the rank's OpenMP team or of its DataLoader workers.
+names them: printable ASCII only), where they ran, and whether on a core of the rank's OpenMP team or of its
+DataLoader workers.
 
-The version read is I/O (:func:`nccl_version`); the analysis (:func:`nccl_findings`) reads only the records.
+The version read is I/O (:func:`loaded_nccl`); the analysis (:func:`nccl_findings`) reads only the records.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import printable_ascii
 from launcher.bind.readback import exported_cpus
+from launcher.doctor import procfs
 from launcher.doctor.findings import Finding
 
 if TYPE_CHECKING:
@@ -23,28 +27,46 @@ if TYPE_CHECKING:
 
 Version = tuple[int, int, int]
 LEAKY = ((2, 29, 2), (2, 29, 7))  # NVIDIA/nccl #2033: the GPU-local mask leaks into the caller; fixed in 2.30
-_NAMED = re.compile(r"libnccl\.so\.(\d{1,4})\.(\d{1,4})\.(\d{1,4})$")
-_STRING = re.compile(rb"NCCL version (\d{1,4})\.(\d{1,4})\.(\d{1,4})")
+_NAMED = re.compile(r"libnccl\.so\.([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})")
+_STRING = re.compile(rb"NCCL version ([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})")
 SCAN_LIMIT = 1 << 30  # the most of a mapped file searched for the version string
+NCCL_PREFIX = "NCCL "  # every name ncclSetThreadName gives: "NCCL Progress%2d", "NCCL Service %2d", "NCCL IbAsync %2d"
+
+
+@dataclass(frozen=True)
+class LoadedNccl:
+    """The NCCL library a process maps: its path as it is, its version, and whether it was deleted (or replaced)
+    since it was loaded, so that the file now at the path is not the one loaded."""
+
+    path: str
+    version: Version | None
+    deleted: bool = False
+
+
+def is_nccl_library(name: str) -> bool:
+    return name.startswith("libnccl.so")
 
 
 def nccl_library(paths: Iterable[str]) -> str | None:
     """The first mapped ``libnccl.so*`` of a process's libraries."""
-    return next((p for p in paths if os.path.basename(p).startswith("libnccl.so")), None)
+    return next((p for p in paths if is_nccl_library(os.path.basename(p))), None)
 
 
-def nccl_version(path: str) -> Version | None:
-    """NCCL's version from the library's name (``libnccl.so.2.29.3``), else from the ``NCCL version 2.X.Y``
-    string in the file (a regular file only, at most :data:`SCAN_LIMIT` bytes searched); ``None`` if neither."""
-    named = _NAMED.search(os.path.basename(path))
-    if named:
-        return (int(named[1]), int(named[2]), int(named[3]))
+def version_in_name(path: str) -> Version | None:
+    """The version a library's name gives (``libnccl.so.2.29.3``: ASCII digits, the whole name), else ``None``."""
+    named = _NAMED.fullmatch(os.path.basename(path))
+    return (int(named[1]), int(named[2]), int(named[3])) if named else None
+
+
+def version_in_file(path: str) -> Version | None:
+    """The ``NCCL version 2.X.Y`` string in the file (a regular file only, at most :data:`SCAN_LIMIT` bytes
+    searched), else ``None``."""
     import mmap
     import stat
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
         info = os.fstat(fd)
@@ -60,8 +82,29 @@ def nccl_version(path: str) -> Version | None:
     return (int(found[1]), int(found[2]), int(found[3])) if found else None
 
 
+def nccl_version(path: str) -> Version | None:
+    """NCCL's version from the library's name (``libnccl.so.2.29.3``), else from the string in the file."""
+    return version_in_name(path) or version_in_file(path)
+
+
+def loaded_nccl(p: ProcessRecord, proc: str = "/proc") -> LoadedNccl | None:
+    """The NCCL ``p`` maps now (``/proc/PID/maps``, its path exact), else (the process has gone) the one among the
+    libraries read while sampling. The version: from the name, else from the mapped file itself
+    (``/proc/PID/map_files``, which root can open), else from the file at the path, unless it was deleted since."""
+    mapped = procfs.mapped_file(p.pid, is_nccl_library, proc)
+    if mapped is None:
+        path = nccl_library(p.libraries)
+        return None if path is None else LoadedNccl(path, nccl_version(path))
+    version = version_in_name(mapped.path) or version_in_file(os.path.join(proc, str(p.pid), "map_files", mapped.span))
+    if version is None and not mapped.deleted:
+        version = version_in_file(mapped.path)
+    return LoadedNccl(mapped.path, version, mapped.deleted)
+
+
 def is_nccl_thread(name: str) -> bool:
-    return name.upper().startswith("NCCL")
+    """A name NCCL gives its threads: ``NCCL `` and printable ASCII (NCCL writes its names from ASCII literals and
+    numbers); a name with anything else only imitates one (docs/doctor.md)."""
+    return name.startswith(NCCL_PREFIX) and printable_ascii(name)
 
 
 def _cores(cpus: Iterable[int], topology: Topology) -> dict[int, tuple[int, ...]]:
@@ -71,12 +114,14 @@ def _cores(cpus: Iterable[int], topology: Topology) -> dict[int, tuple[int, ...]
 
 
 def nccl_findings(audit: JobAudit, rank: ProcessRecord, topology: Topology,
-                  version: Version | None = None, library: str | None = None) -> list[Finding]:
-    """The NCCL findings of one rank: its version (``version``, read from ``library``) and its threads."""
+                  version: Version | None = None, library: str | None = None, deleted: bool = False) -> list[Finding]:
+    """The NCCL findings of one rank: its version (``version``, read from ``library``; ``deleted``: the file was
+    deleted or replaced since it was loaded) and its threads."""
     out: list[Finding] = []
     if library is not None:
         shown = ".".join(map(str, version)) if version else "of unknown version"
-        out.append(Finding("nccl-loaded", "info", f"NCCL {shown} is loaded ({library})",
+        gone = ", deleted or replaced since it was loaded" if deleted else ""
+        out.append(Finding("nccl-loaded", "info", f"NCCL {shown} is loaded ({library}{gone})",
                            "NCCL's version decides which of its variables it reads (NCCL_PROXY_CPUSET: 2.28.3 and "
                            "later) and which of its bugs apply", "nothing to do", rank.label()))
     if version is not None and LEAKY[0] <= version <= LEAKY[1]:
@@ -130,6 +175,7 @@ def rank_nccl_findings(audit: JobAudit, ranks: Sequence[ProcessRecord], topology
     """:func:`nccl_findings` of every rank, the version read from each rank's mapped ``libnccl`` (I/O)."""
     out: list[Finding] = []
     for rank in ranks:
-        library = nccl_library(rank.libraries)
-        out.extend(nccl_findings(audit, rank, topology, nccl_version(library) if library else None, library))
+        loaded = loaded_nccl(rank)
+        out.extend(nccl_findings(audit, rank, topology, *((loaded.version, loaded.path, loaded.deleted) if loaded
+                                                          else (None, None))))
     return out

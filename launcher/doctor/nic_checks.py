@@ -20,9 +20,11 @@ from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.plan.nics import distance, node_packages, usable_nics
 from launcher.topology.model import GPU, Topology
+from launcher.topology.nics_names import device_problem
 
 HCA_VARIABLES = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
 MAX_ENTRIES = 256  # more entries than any machine has NICs: the rest are not read
+LISTED = 8  # nearest NICs named in a finding; the rest are counted
 
 
 def parse_nccl_list(value: str) -> tuple[bool, bool, list[str]]:
@@ -95,8 +97,11 @@ def check_nic_far(environ: Mapping[str, str], topology: Topology, facts: Facts) 
     nodes = sorted({c.numa_node for c in topology.cores if c.numa_node is not None and set(c.pus) & facts.rank_cpus})
     packages = node_packages(topology)
     far = {n.name: distance(n, gpu, nodes, packages) for n, _ in usable}
+    problems = {n.name: device_problem(n.name, p.number if n.rdma else None) for n, p in usable}
     best = min(far.values(), key=NIC_DISTANCES.index)
     nearest = sorted(name for name, d in far.items() if d == best)
+    listed = ", ".join(nearest[:LISTED]) + (f" and {len(nearest) - LISTED} more" if len(nearest) > LISTED else "")
+    givable = [name for name in nearest if problems[name] is None]
     by_name = {n.name: n for n in topology.nics}
     out: list[Finding] = []
     for variable, name in told:
@@ -107,14 +112,18 @@ def check_nic_far(environ: Mapping[str, str], topology: Topology, facts: Facts) 
         if NIC_DISTANCES.index(level) <= NIC_DISTANCES.index(best):
             continue
         origin = f"GPU {gpu.pci}" if gpu is not None else f"NUMA node(s) {','.join(map(str, nodes)) or '?'}"
+        fix = (f"give the rank {givable[0]}: launch with `affrun torchrun` / `affrun exec` (AFFRUN_NIC; --nic-env ucx "
+               "sets UCX_NET_DEVICES), or unset it and let the library choose" if givable else
+               f"the nearest NIC's name cannot be written in {variable} ({problems[nearest[0]]}): rename the device "
+               f"(`rdma dev set NAME name NEW`, a udev rule for an interface), or unset {variable} and let the "
+               "library choose")
         out.append(Finding(
             "nic-far", "warning",
-            f"{variable} names {name} ({level}), but {', '.join(nearest)} {'is' if len(nearest) == 1 else 'are'} "
+            f"{variable} names {name} ({level}), but {listed} {'is' if len(nearest) == 1 else 'are'} "
             f"nearer to the rank's {origin} ({best})",
             "traffic to a far NIC crosses the host bridge or the socket link: less bandwidth, more latency, and "
             "the NIC's traffic competes with other ranks'",
-            f"give the rank {nearest[0]}: launch with `affrun torchrun` / `affrun exec` (AFFRUN_NIC; --nic-env ucx "
-            "sets UCX_NET_DEVICES), or unset it and let the library choose",
+            fix,
         ))
     return out
 

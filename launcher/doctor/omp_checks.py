@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from launcher.base.choices import RANK_HOOKS
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.bind.readback import exported_cpus
@@ -19,6 +20,7 @@ from launcher.doctor.check_base import (
     intel_in_process,
     intel_possible,
     kmp_readers,
+    rank_share,
     runtime_text,
 )
 from launcher.doctor.facts import Facts
@@ -33,9 +35,8 @@ from launcher.env.omp_syntax import (
     thread_count,
 )
 from launcher.env.policy import KMP_DEFAULT, kmp_affinity_problem, variable_problem
-from launcher.env.variables import PLACE_VARIABLES, THREAD_VARIABLES
+from launcher.env.variables import HOOKS_VARIABLE, MAIN_VARIABLE, PLACE_VARIABLES, THREAD_VARIABLES
 from launcher.plan.kinds import plan_kinds, plural
-from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 
 # every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
@@ -175,20 +176,12 @@ def _major(version: str) -> int:
 def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """OMP/MKL/OPENBLAS thread counts: invalid, oversubscribing, unset with shared CPUs, or 1 on a big rank."""
     out: list[Finding] = []
-    # affrun's loader and comm CPUs (AFFRUN_LOADER_CPUS, AFFRUN_COMM_CPUS) are the rank's but not its team's
-    kept = exported_cpus(environ, "AFFRUN_LOADER_CPUS") | exported_cpus(environ, "AFFRUN_COMM_CPUS")
-    cpus = (facts.rank_cpus - kept) or facts.rank_cpus
+    share = rank_share(environ, topology, facts)
+    cpus, n_cores, sharing, per_rank = share.cpus, share.cores, share.sharing, share.per_rank
+    cores_each, under_quota, where = share.cores_each, share.under_quota, share.where
     n_cpus = len(cpus)
-    n_cores = cores_in(cpus, topology)
-    sharing = max(facts.ranks_sharing, 1)
-    cores_each = max(1, n_cores // sharing)
-    # Under a CPU quota the suggestion is the planner's cap (the cpu-quota finding gives the same figure).
-    cap = quota_threads(topology, facts.local_size)
-    per_rank = cores_each if cap is None else min(cores_each, cap)
-    under_quota = (f" (a CPU quota of {topology.cpu_quota:g} CPUs for {max(facts.local_size, 1)} rank(s))"
-                   if cap is not None and cap < cores_each else "")
-    where = (f"{sharing} local ranks ({facts.local_size_source}) share CPUs {format_cpulist(cpus)}"
-             if sharing > 1 else f"the rank owns CPUs {format_cpulist(cpus)}")
+    # affrun's own count for this rank: above the cores only with --smt (a thread per hardware thread, asked for)
+    planned = ascii_uint(environ.get("AFFRUN_THREADS", "").strip()) if environ.get("AFFRUN_CPUS") else None
     for name in THREAD_VARIABLES:
         value = environ.get(name)
         if value is None:
@@ -202,9 +195,12 @@ def check_thread_counts(environ: Mapping[str, str], topology: Topology, facts: F
             continue
         total = threads * sharing
         if total > n_cpus or total > n_cores:
-            severity: Severity = "error" if total > n_cpus else "warning"
+            smt = total <= n_cpus and sharing == 1 and planned is not None and threads <= planned
+            severity: Severity = "error" if total > n_cpus else "info" if smt else "warning"
             what = f"{name}={threads}" + (f" × {sharing} ranks = {total} threads" if sharing > 1 else " threads")
             limit = f"{n_cpus} CPUs" if total > n_cpus else f"{n_cores} cores ({n_cpus} hardware threads)"
+            if smt:
+                limit += f", as affrun planned (AFFRUN_THREADS={planned}: --smt gives a thread per hardware thread)"
             out.append(Finding(
                 "omp-oversubscribed", severity, f"{what} on {limit}: {where}",
                 "waiting OpenMP threads spin, so oversubscription costs far more than the ratio (2 ranks × 2 threads "
@@ -262,9 +258,12 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
     if found is None:
         return []
     cause, place = found
-    if place >= facts.rank_cpus:
-        return []  # one place holding all the rank's CPUs (affrun's --omp-bind rank): nothing narrows
+    if place >= facts.rank_cpus - exported_cpus(environ, "AFFRUN_COMM_CPUS"):
+        return []  # one place holding all the rank's CPUs (affrun's --omp-bind rank; NCCL's comm cores apart)
     when = "at `import torch`" if gnu_possible(facts) else "at the first parallel region"
+    main = exported_cpus(environ, MAIN_VARIABLE) & facts.rank_cpus
+    if main and place <= main:
+        return _main_core_risk(environ, cause, place, when)
     place_text = format_cpulist(place)
     fix_env: dict[str, str | None] = {n: None for n in PLACE_VARIABLES
                                       if n in environ}
@@ -296,6 +295,25 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
         f"unset {', '.join(fix_env)} and launch with `affrun torchrun` / `affrun exec` (one place per rank), or "
         "pass worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
         env_fix={} if core_mode or planned_loaders else fix_env)]
+
+
+def _main_core_risk(environ: Mapping[str, str], cause: str, place: frozenset[int], when: str) -> list[Finding]:
+    """The first place is the rank's main core (``AFFRUN_MAIN_CPUS``, ``--main-thread``): the plan. Its workers
+    inherit that core unless the rank's hooks re-home them (``AFFRUN_RANK_HOOKS`` auto, the startup hook's
+    default when it is unset); with any other value nothing does (docs/threads.md)."""
+    hooks = environ.get(HOOKS_VARIABLE) or "auto"
+    if hooks == "auto":
+        return []
+    hooks = hooks if hooks in RANK_HOOKS else short(hooks, 20)
+    return [Finding(
+        "collapse-risk", "warning",
+        f"{cause} pins the main thread to its own core, CPU {format_cpulist(place)} ({MAIN_VARIABLE}, "
+        f"--main-thread) {when}, and with {HOOKS_VARIABLE}={hooks} nothing moves the DataLoader workers "
+        "forked after it off that core",
+        "forked workers (and the pin-memory thread) start on the main thread's core: data loading then shares the "
+        "one core that launches the GPU's kernels, and slows both, without any error",
+        "pass worker_init_fn=launcher.torch.worker_init_fn to each DataLoader (it moves every worker to its home "
+        "off the main core), or launch with --rank-hooks auto (the default), whose hooks do it")]
 
 
 # KMP_* variables that change nothing about binding or threads (diagnostics, fork behaviour, duplicate-library guard)

@@ -1,12 +1,15 @@
-"""Read one process's threads from ``/proc``: allowed CPUs, the CPU each last ran on, CPU time, command line.
+"""Read one process's threads from ``/proc``: allowed CPUs, the CPU each last ran on, CPU time, command line, and
+the files it has mapped.
 
 Every reader returns ``None`` (or an empty result) when the process or thread has gone: a live job's processes
-come and go while it is sampled.
+come and go while it is sampled. Text is kept exactly: bytes that are not UTF-8 as Python keeps them in a path
+(``surrogateescape``: ``\\udcff`` for the byte 0xff), a ``\\r`` as it is; every read is bounded.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from launcher.base.cpulist import parse_cpulist
@@ -36,12 +39,29 @@ class ThreadStat:
         return bool(self.flags & PF_KTHREAD)
 
 
-def _read(path: str) -> str | None:
+TEXT_LIMIT = 1 << 20  # stat and status are a few KiB
+CMDLINE_LIMIT = 16 << 20  # a command line and its environment fit in the stack's quarter (8 MiB stacks: 2 MiB)
+MAPS_LIMIT = 64 << 20  # vm.max_map_count's 65,530 mappings at about 1 KiB each at most
+PATH_NEWLINE = "\\012"  # how the kernel writes a newline of a path in maps (seq_file_path escapes only "\\n")
+DELETED = " (deleted)"  # what the kernel appends to the path of a file unlinked since it was mapped
+
+
+def text(data: bytes) -> str:
+    """Bytes from ``/proc`` as text, exactly (:mod:`os`'s own rule for paths: bytes not UTF-8 kept as surrogates)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _read_bytes(path: str, limit: int) -> bytes | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            return fh.read(limit)
     except OSError:
         return None
+
+
+def _read(path: str) -> str | None:
+    data = _read_bytes(path, TEXT_LIMIT)
+    return None if data is None else text(data)
 
 
 def parse_stat(text: str, tid: int) -> ThreadStat | None:
@@ -100,12 +120,8 @@ def thread_ids(pid: int, proc: str = PROC) -> list[int]:
 
 
 def cmdline(pid: int, proc: str = PROC) -> list[str]:
-    try:
-        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in data.split(b"\0") if part]
+    data = _read_bytes(os.path.join(proc, str(pid), "cmdline"), CMDLINE_LIMIT)
+    return [text(part) for part in (data or b"").split(b"\0") if part]
 
 
 def parent_pid(pid: int, proc: str = PROC) -> int | None:
@@ -135,3 +151,37 @@ def threads_union(pid: int, proc: str = PROC) -> frozenset[int]:
         if cpus:
             out |= cpus
     return frozenset(out)
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    """A file mapped into a process: its ``path`` (the kernel's ``\\012`` made a newline again), whether it was
+    unlinked since (``deleted``), and the first mapping's address range, the name of its ``map_files`` entry."""
+
+    path: str
+    deleted: bool
+    span: str
+
+
+def mapped_file(pid: int, wanted: Callable[[str], bool], proc: str = PROC) -> MappedFile | None:
+    """The first file mapped into ``pid`` whose name (its last path component) is ``wanted``; ``None`` when none
+    is, or the process has gone. At most :data:`MAPS_LIMIT` bytes of ``maps`` are read."""
+    try:
+        with open(os.path.join(proc, str(pid), "maps"), "rb") as fh:
+            read = 0
+            for raw in fh:
+                read += len(raw)
+                if read > MAPS_LIMIT:
+                    return None
+                parts = text(raw).rstrip("\n").split(None, 5)
+                if len(parts) < 6 or not parts[5].startswith("/"):
+                    continue
+                path, deleted = parts[5], parts[5].endswith(DELETED)
+                path = path[: -len(DELETED)] if deleted else path
+                if wanted(os.path.basename(path).replace(PATH_NEWLINE, "\n")):
+                    start, _, end = parts[0].partition("-")
+                    return MappedFile(path.replace(PATH_NEWLINE, "\n"), deleted, f"{start.lstrip('0') or '0'}-"
+                                      f"{end.lstrip('0') or '0'}")
+    except OSError:
+        return None
+    return None

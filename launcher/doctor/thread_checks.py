@@ -2,7 +2,8 @@
 
 ``thread-strayed`` (a thread ran outside its home), ``mask-changed-after-start`` (a mask that neither affrun nor
 the rank's OpenMP places explain, with the binder the evidence names: :mod:`launcher.doctor.binder_evidence`),
-``pool-oversubscribed`` (more busy threads of a pool than its CPUs, or a pool variable above them) and
+``pool-oversubscribed`` (more busy threads of a pool than its CPUs; a pool variable above them is
+:mod:`launcher.doctor.pool_checks`') and
 ``main-off-priority`` (a main thread given a core of its own that ran or may run elsewhere). Each reads the
 records :func:`launcher.doctor.thread_homes.assign_homes` filled; only the binder's evidence reads files.
 """
@@ -17,7 +18,7 @@ from launcher.doctor.findings import Finding
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.thread_homes import all_places, pool_union
 from launcher.env.omp_syntax import thread_count
-from launcher.env.variables import HOOKS_VARIABLE, POLICY_VARIABLE, POOL_OF, USER_POOLS_VARIABLE
+from launcher.env.variables import HOOKS_VARIABLE, POOL_OF, USER_POOLS_VARIABLE
 from launcher.plan.threads import ThreadPlan
 
 Ancestors = Callable[[int], list[tuple[int, str]]]
@@ -74,7 +75,6 @@ def thread_findings(audit: JobAudit, ancestors_of: Ancestors | None = None) -> l
         out.extend(strayed_findings(rank, plan, procs))
         out.extend(mask_findings(rank, plan, procs, chain))
         out.extend(busy_pool_findings(audit, rank, plan, procs))
-        out.extend(pool_variable_findings(rank, plan))
         out.extend(main_findings(rank, plan))
     return out
 
@@ -190,18 +190,26 @@ def _user_pools(environ: dict[str, str]) -> list[str]:
     return [n.strip() for n in environ.get(USER_POOLS_VARIABLE, "").split(",") if n.strip() in POOL_OF]
 
 
+# The Python threads multiprocessing runs in a DataLoader worker that sends batches: its data queue's feeder
+# thread, and the resource sharer's, which hands over the file descriptors of the tensors' shared memory (torch's
+# file_descriptor strategy). They are no pool's, and nothing in /proc tells them from a pool's threads.
+WORKER_HELPERS = 2
+
+
 def _pool_groups(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord) -> list[
-        tuple[str, list[ThreadRecord], frozenset[int]]]:
-    """(what, threads, home CPUs) of each pool of ``p`` whose threads can be counted."""
+        tuple[str, list[ThreadRecord], frozenset[int], int]]:
+    """(what, threads, home CPUs, busy threads beyond them that are no pool's) of each pool of ``p`` whose
+    threads can be counted."""
     others = [t for t in p.threads.values() if t.tid != p.pid]
     if p is not rank:
-        return [("threads besides its main one (its pools: OpenMP, BLAS, OpenCV, Rayon...; told apart by none)",
-                 others, frozenset(p.worker.cpus) if p.worker else frozenset())]
+        return [("threads besides its main one (its pools: OpenMP, BLAS, OpenCV, Rayon...; told apart by none; "
+                 f"{WORKER_HELPERS} of them may be multiprocessing's feeder and resource sharer threads)",
+                 others, frozenset(p.worker.cpus) if p.worker else frozenset(), WORKER_HELPERS)]
     by_role = {r: [t for t in others if t.role == r] for r in ("omp", "interop")}
-    return [("its OpenMP team's threads", by_role["omp"], frozenset(plan.omp.cpus)),
-            ("torch's inter-op threads", by_role["interop"], frozenset(plan.interop.cpus)),
+    return [("its OpenMP team's threads", by_role["omp"], frozenset(plan.omp.cpus), 0),
+            ("torch's inter-op threads", by_role["interop"], frozenset(plan.interop.cpus), 0),
             ("threads not told apart (counted against the union of its pool homes)",
-             [t for t in others if t.role in ("torch", "unknown")], pool_union(plan))]
+             [t for t in others if t.role in ("torch", "unknown")], pool_union(plan), 0)]
 
 
 def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan,
@@ -212,9 +220,9 @@ def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan,
     busiest, smallest = 0, 0
     in_worker = False
     for p in procs:
-        for what, threads, home in _pool_groups(rank, plan, p):
+        for what, threads, home, helpers in _pool_groups(rank, plan, p):
             busy = sorted(_busy(threads, audit.duration), key=lambda t: t.tid)
-            if not home or len(busy) <= len(home):
+            if not home or len(busy) <= len(home) + helpers:
                 continue
             busiest, smallest = max(busiest, len(busy)), min(smallest or len(home), len(home))
             in_worker = in_worker or p is not rank
@@ -242,35 +250,6 @@ def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan,
         fix,
         rank.label(),
     )]
-
-
-def pool_variable_findings(rank: ProcessRecord, plan: ThreadPlan) -> list[Finding]:
-    """A pool variable of the rank's environment above the CPUs of the pool's home (the OpenMP variables are
-    ``omp-oversubscribed``'s). A worker's ``/proc/PID/environ`` is its rank's: its own pools are judged busy."""
-    out: list[Finding] = []
-    mine = _user_pools(rank.environ)
-    policy = rank.environ.get(POLICY_VARIABLE, "")
-    sizes: dict[str, int] = {str(k): v for k, v in plan.pools.items()}
-    home = plan.interop.cpus  # every pool but OpenMP's inherits the main thread's mask
-    for name, pool in POOL_OF.items():
-        value = thread_count(rank.environ.get(name))
-        if pool == "openmp" or value is None or value <= len(home) or value <= sizes.get(pool, 0):
-            continue
-        size = sizes.get(pool, len(home))
-        theirs = name in mine
-        out.append(Finding(
-            "pool-oversubscribed", "warning",
-            f"{name}={rank.environ[name]} in the rank's environment sizes its {pool} pool above the {len(home)} "
-            f"CPU(s) of the pool's home ({_cpus(home)})"
-            + (f": your value (AFFRUN_USER_POOLS), kept under --env-policy {policy or 'keep'}" if theirs else ""),
-            "the pool starts more threads than its CPUs, which then take turns on them; its threads inherit the main "
-            "thread's mask, so they all crowd its CPUs",
-            f"export {name}={size} or unset it (affrun then sets it)" + (", or drop --env-policy keep" if theirs
-                                                                       and policy == "keep" else ""),
-            rank.label(),
-            {name: str(size)},
-        ))
-    return out
 
 
 # --------------------------------------------------------------------------- main-off-priority

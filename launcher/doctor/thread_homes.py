@@ -10,16 +10,14 @@ told apart by none of these count against the union of the rank's pool homes. do
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from launcher.base.untrusted import ascii_uint
-from launcher.bind.readback import exported_cpus
+from launcher.base.untrusted import printable_ascii
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.nccl_live import is_nccl_thread
+from launcher.doctor.rank_fields import LiveFields, environ_fields, sorted_cpus
 from launcher.env.omp_syntax import parse_gomp_cpu_affinity, parse_places
-from launcher.env.variables import BOUND_VARIABLE, MAIN_VARIABLE
 from launcher.plan.threads import ThreadPlan, WorkerHome, thread_plan
 
 LiveRole = Literal["main", "omp", "interop", "pin_memory", "nccl_proxy", "worker", "torch", "unknown"]
@@ -41,37 +39,6 @@ RUN_SOURCE = "affrun run's plan (AFFRUN_PLAN)"
 ENV_SOURCE = "its AFFRUN_* variables"
 
 
-@dataclass(frozen=True)
-class LiveFields:
-    """A live rank's fields, as :func:`launcher.plan.threads.thread_plan` reads them."""
-
-    local_rank: int
-    cpus: tuple[int, ...]
-    compute_cpus: tuple[int, ...]
-    loader_cpus: tuple[int, ...]
-    comm_cpus: tuple[int, ...]
-    main_cpus: tuple[int, ...]
-    threads: int
-
-
-def _sorted(cpus: Iterable[int]) -> tuple[int, ...]:
-    return tuple(sorted(set(cpus)))
-
-
-def environ_fields(environ: Mapping[str, str], rank: int | None) -> LiveFields | None:
-    """The fields of a rank from its ``AFFRUN_*`` variables; ``None`` without a readable ``AFFRUN_CPUS``."""
-    cpus = exported_cpus(environ)
-    if not cpus:
-        return None
-    compute = exported_cpus(environ, "AFFRUN_COMPUTE_CPUS") & cpus or cpus
-    local = ascii_uint(environ.get(BOUND_VARIABLE, "").strip())
-    threads = ascii_uint(environ.get("AFFRUN_THREADS", "").strip()) or len(compute)
-    return LiveFields(local if local is not None else rank or 0, _sorted(cpus), _sorted(compute),
-                      _sorted(exported_cpus(environ, "AFFRUN_LOADER_CPUS") & cpus),
-                      _sorted(exported_cpus(environ, "AFFRUN_COMM_CPUS") & cpus),
-                      _sorted(exported_cpus(environ, MAIN_VARIABLE) & cpus), threads)
-
-
 def run_fields(process: ProcessRecord) -> LiveFields | None:
     """The fields of the rank ``affrun run``'s hook made ``process`` (its variables are not in
     ``/proc/PID/environ``: the hook wrote them in-process); ``None`` when the plan makes it no rank."""
@@ -86,10 +53,9 @@ def run_fields(process: ProcessRecord) -> LiveFields | None:
         record = read_job(process.environ.get(PLAN_VARIABLE) or "").ranks[planned[0]]
     except (AffrunError, IndexError):
         return None
-    compute = _sorted(c for core in record.compute_cores for c in core) or _sorted(record.cpus)
-    main = getattr(record, "main_cpus", ())  # a plan written before --main-thread has none
-    return LiveFields(planned[0], _sorted(record.cpus), compute, _sorted(record.loader_cpus),
-                      _sorted(record.comm_cpus), _sorted(main or ()), record.threads)
+    compute = sorted_cpus(c for core in record.compute_cores for c in core) or sorted_cpus(record.cpus)
+    return LiveFields(planned[0], sorted_cpus(record.cpus), compute, sorted_cpus(record.loader_cpus),
+                      sorted_cpus(record.comm_cpus), sorted_cpus(record.main_cpus), record.threads)
 
 
 def team_places(environ: Mapping[str, str]) -> tuple[frozenset[int], ...]:
@@ -138,7 +104,7 @@ def _role(t: ThreadRecord, p: ProcessRecord, places: Sequence[frozenset[int]],
         return "pin_memory", "name"
     if t.comm in INTEROP_NAMES:
         return "interop", "name"
-    if t.comm.startswith(TORCH_PREFIX):
+    if t.comm.startswith(TORCH_PREFIX) and printable_ascii(t.comm):  # torch names from literals and numbers
         return "torch", "name"
     team = frozenset(plan.omp.cpus) if plan is not None and plan.omp.cpus != plan.main.cpus else None
     if t.allowed and (t.allowed in places or t.allowed == team):

@@ -164,9 +164,12 @@ def nic_variables(rank: RankPlan, nic_env: NicEnv) -> dict[str, str]:
     return {}
 
 
-def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int]) -> Problem | None:
-    """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe); used by ``affrun doctor``."""
-    return _problem(name, value, set(cpus))
+def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int], *,
+                     threads: int | None = None) -> Problem | None:
+    """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe); used by ``affrun doctor``.
+    ``threads``: for a count, the size the rank's thread plan gives it (:func:`pool_sizes`), as the policy judges
+    a user's value; without it, the count of ``cpus``."""
+    return _problem(name, value, set(cpus), threads=threads)
 
 
 def _problem(

@@ -248,17 +248,12 @@ def foreign_check(tuned: Tuned, source: SourceOptions, environ: Mapping[str, str
 
 
 def cpu_model(root: str | None) -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (under ``root``, a captured tree), or ``unknown``: read as
-    :func:`launcher.topology.cpu_identity.read_cpu_identity` reads it (bounded, never a FIFO's wait)."""
+    """The CPU's model name (:func:`launcher.topology.cpu_identity.read_cpu_identity`, from ``/proc/cpuinfo`` under
+    ``root``, a captured tree: bounded, never blocking), or ``unknown``."""
     from launcher.topology.cpu_identity import read_cpu_identity
 
     identity, _ = read_cpu_identity(root or "/")
-    if identity is None:
-        return "unknown"
-    if identity.model_name:
-        return " ".join(identity.model_name.split())
-    parts = [identity.vendor, None if identity.model is None else f"part {identity.model:#x}"]
-    return " ".join(p for p in parts if p) or "unknown"
+    return " ".join(identity.model_name.split()) if identity is not None and identity.model_name else "unknown"
 
 
 def machine_identity(topo: Topology, root: str | None) -> dict[str, Any]:

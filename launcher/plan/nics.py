@@ -4,7 +4,8 @@ Distance, nearest first: the same PCIe switch (a bridge below the host bridge in
 the same NUMA node, the same package, any other. A rank without a GPU measures from its NUMA nodes. Only NICs
 with an active port count, RDMA ones (InfiniBand, RoCE) before interfaces (Ethernet, IPoIB), which count only
 when no RDMA port is active. At equal distance the higher rate wins; ranks spread over equally near and fast
-NICs, in rank order, each taking the one fewest ranks have so far (then PCI order).
+NICs, in rank order, each taking the one fewest ranks have so far (then PCI order). A NIC whose name cannot be
+written in ``AFFRUN_NIC`` or ``UCX_NET_DEVICES`` is given to no rank: a rank it is nearest to gets none, with a warning.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import NIC_DISTANCES
+from launcher.base.untrusted import short
+from launcher.topology.nics_names import device_problem
 from launcher.topology.pci import pci_order
 
 if TYPE_CHECKING:
@@ -86,23 +89,35 @@ def distance(nic: NIC, gpu: GPU | None, nodes: Sequence[int], packages: dict[int
     return "system"
 
 
-def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]]) -> list[NicChoice | None]:
-    """The NIC of each rank, given as (its GPU's PCI address or None, its NUMA nodes); None when no NIC counts."""
+def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]]
+                ) -> tuple[list[NicChoice | None], dict[int, str]]:
+    """The NIC of each rank, given as (its GPU's PCI address or None, its NUMA nodes), None when no NIC counts; and,
+    by rank index, why a rank got none though a NIC is nearest to it: its name is one no rank can be given
+    (:func:`launcher.topology.nics_names.device_problem`). Such a rank is not sent to a farther NIC instead."""
     usable = usable_nics(topo)
     if not usable:
-        return [None] * len(ranks)
+        return [None] * len(ranks), {}
     gpus = {g.pci: g for g in topo.gpus}
     packages = node_packages(topo)
-    uses: dict[str, int] = {}
+    problems = {n: device_problem(n.name, p.number if n.rdma else None) for n, p in usable}
+    uses: dict[NIC, int] = {}
     out: list[NicChoice | None] = []
-    for gpu_pci, nodes in ranks:
+    why: dict[int, str] = {}
+    for index, (gpu_pci, nodes) in enumerate(ranks):
         gpu = gpus.get(gpu_pci) if gpu_pci is not None else None
         scored = [(NIC_DISTANCES.index(distance(n, gpu, nodes, packages)), -(p.rate_gbps or 0.0), n, p)
                   for n, p in usable]
         best = min((level, rate) for level, rate, _, _ in scored)
         tied = [(n, p) for level, rate, n, p in scored if (level, rate) == best]
-        nic, port = min(tied, key=lambda np: (uses.get(np[0].name, 0), pci_order(np[0].pci), np[0].name))
-        uses[nic.name] = uses.get(nic.name, 0) + 1
+        named = [(n, p) for n, p in tied if problems[n] is None]
+        if not named:
+            nic = tied[0][0]
+            why[index] = (f"no NIC: the nearest, {short(nic.name, 40)}, has a name AFFRUN_NIC and UCX_NET_DEVICES "
+                          f"cannot carry ({problems[nic]})")
+            out.append(None)
+            continue
+        nic, port = min(named, key=lambda np: (uses.get(np[0], 0), pci_order(np[0].pci), np[0].name))
+        uses[nic] = uses.get(nic, 0) + 1
         out.append(NicChoice(nic.name, port.number if nic.rdma else None, nic.pci, nic.kind,
                              NIC_DISTANCES[best[0]], port.rate_gbps))
-    return out
+    return out, why

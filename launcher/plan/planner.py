@@ -232,7 +232,10 @@ def _finish_ranks(topo: Topology, req: Request, ranks: list[RankPlan], warnings:
     capped so that ranks x threads fits the quota."""
     ranks = [replace(r, **c) for r, c in zip(ranks, choose_main_cores(topo, req, ranks, warnings))]
     ranks = [replace(r, **c) for r, c in zip(ranks, keep_comm_cores(topo, ranks, req.comm_cores, req.smt, warnings))]
-    ranks = [replace(r, nic=c) for r, c in zip(ranks, choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks]))]
+    nics, no_nic = choose_nics(topo, [(r.gpu_pci, r.numa_nodes) for r in ranks])
+    warnings.extend(f"rank {ranks[i].local_rank}: {w}" for i, w in no_nic.items())
+    ranks = [replace(r, nic=c, warnings=(*r.warnings, no_nic[i]) if i in no_nic else r.warnings)
+             for i, (r, c) in enumerate(zip(ranks, nics))]
     quota = topo.cpu_quota
     cap = quota_threads(topo, len(ranks))
     if quota is None or cap is None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import shown
 from launcher.plan.planner import Plan
 from launcher.show.drawing import body
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, CoreInfo, Style, Text, flow, hjoin, text_line, vstack, wrap
@@ -96,7 +97,8 @@ def _legend(model: LiveModel, job: LiveJob, width: int, color: bool) -> list[Blo
     for r in job.ranks:
         swatch = Text(0, 0, f" {r.key:>2} " if color else f"[{r.key:>2}]", Style("rank", (r.key,)), swatch=r.key)
         plan = f"{r.strayed} strayed" if r.planned else "no thread plan"
-        out.append(text_line(swatch, (f"  {r.label}: CPUs {r.cpus or '?'}, {r.threads} thread(s), {plan}", PLAIN)))
+        label = shown(r.label)  # a process's name, as the kernel has it: escaped in the picture and the SVG
+        out.append(text_line(swatch, (f"  {label}: CPUs {r.cpus or '?'}, {r.threads} thread(s), {plan}", PLAIN)))
     return out
 
 

@@ -205,10 +205,17 @@ def pci_location(path: str) -> tuple[str, tuple[str, ...]] | None:
     """(address, PCI path) of the PCI device directory ``path`` names (a ``sys/bus/pci/devices`` entry, a
     ``device`` link), its links resolved inside the fsroot (:func:`launcher.topology.pci.sysfs_pci_path`); ``None``
     when it does not resolve (absent, a loop) or is no PCI device under a host bridge."""
+    real = machine_path(path)
+    return None if real is None else sysfs_pci_path(real)
+
+
+def machine_path(path: str) -> str | None:
+    """The real path of ``path`` as the machine names it (``/sys/devices/...``), its links resolved inside the
+    fsroot; ``None`` when it does not resolve (missing, dangling, looping)."""
     real = realpath(path)
     if real is None:
         return None
     top = root_real()
     if top is not None:
         real = real[len(top):] if real.startswith(top.rstrip("/") + "/") else "/"
-    return sysfs_pci_path(real)
+    return real

@@ -4,13 +4,16 @@ describes: read from ``proc/cpuinfo`` under the fsroot, from an hwloc XML export
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from launcher.base.untrusted import BadJSON, ascii_hex, ascii_uint, clip, load_json, unwritable
+from launcher.base.untrusted import BadJSON, ascii_hex, ascii_uint, clip, load_json, short
 from launcher.errors import AffrunError
-from launcher.topology._files import read_document, read_text
+from launcher.topology._files import read_document
+from launcher.topology.cpuinfo_file import field_text, parse_entry, read_cpuinfo
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # The flags that matter to binding (kernel spellings): a hybrid CPU has core kinds; AVX-512 and AMX units are
 # per core, so their throughput scales with whole cores, and AMX tiles are per-thread state.
@@ -43,11 +46,12 @@ class CpuIdentity:
         return f"{name} ({', '.join(s for s in (numbers, flags) if s)})"
 
 
-def _text(value: str | None) -> str | None:
-    if value is None:
-        return None
-    value = " ".join(value.split())
-    return clip(value, 100) if value and unwritable(value) is None else None
+def _text(value: str | None, name: str, problems: list[str]) -> str | None:
+    """``value`` as :func:`field_text` keeps it; what it refuses is said in ``problems``, the value escaped."""
+    text, why = field_text(value)
+    if why:
+        problems.append(f"{name} {short(value, 40)} ignored: {why}")
+    return text
 
 
 def _number(value: str | None) -> int | None:
@@ -64,44 +68,58 @@ def _binding_flags(value: str | None) -> tuple[str, ...] | None:
     return tuple(f for f in BINDING_FLAGS if f in have)
 
 
-def parse_cpuinfo(text: str) -> CpuIdentity | None:
-    """The first processor's identity in ``/proc/cpuinfo`` text (x86, Arm, POWER); ``None`` when nothing in it
-    is recognised."""
-    fields: dict[str, str] = {}
-    for line in text.split("\n\n", 1)[0].splitlines()[:200]:
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip().lower(), value.strip())
-    vendor = _text(fields.get("vendor_id") or fields.get("cpu implementer"))
-    name = _text(fields.get("model name") or fields.get("cpu"))
-    family = _number(fields.get("cpu family"))
-    model = _number(fields.get("model") if "model" in fields else fields.get("cpu part"))
-    stepping = _number(fields.get("stepping") if "stepping" in fields else fields.get("cpu revision"))
-    flags = _binding_flags(fields.get("flags") if "flags" in fields else fields.get("features"))
+def _first_text(fields: Mapping[str, str], problems: list[str], *keys: str) -> str | None:
+    """The value of the first of ``keys`` that ``fields`` has, as :func:`_text` keeps it."""
+    key = next((k for k in keys if fields.get(k)), keys[0])
+    return _text(fields.get(key), key, problems)
+
+
+def identity_from_fields(fields: Mapping[str, str]) -> tuple[CpuIdentity | None, list[str]]:
+    """The identity in the fields of ``/proc/cpuinfo``'s first entry (x86, Arm, POWER; keys of any case), and
+    each value refused, said; ``None`` when nothing in it is recognised."""
+    lower: dict[str, str] = {}
+    for key, value in fields.items():
+        lower.setdefault(key.lower(), value)
+    problems: list[str] = []
+    vendor = _first_text(lower, problems, "vendor_id", "cpu implementer")
+    name = _first_text(lower, problems, "model name", "cpu")
+    family = _number(lower.get("cpu family"))
+    model = _number(lower.get("model") if "model" in lower else lower.get("cpu part"))
+    stepping = _number(lower.get("stepping") if "stepping" in lower else lower.get("cpu revision"))
+    flags = _binding_flags(lower.get("flags") if "flags" in lower else lower.get("features"))
     if vendor is None and name is None and family is None and model is None:
-        return None
-    return CpuIdentity(vendor, name, family, model, stepping, flags, "proc/cpuinfo")
+        return None, problems
+    return CpuIdentity(vendor, name, family, model, stepping, flags, "proc/cpuinfo"), problems
+
+
+def parse_cpuinfo(text: str) -> CpuIdentity | None:
+    """The first processor's identity in ``/proc/cpuinfo`` text; ``None`` when nothing in it is recognised."""
+    return identity_from_fields(parse_entry(text.split("\n\n", 1)[0]))[0]
 
 
 def read_cpu_identity(fsroot: str) -> tuple[CpuIdentity | None, str | None]:
-    """``proc/cpuinfo`` under ``fsroot``: the identity, and a warning when the file is there but unreadable as
-    one. No file, no warning (an fsroot of sysfs alone)."""
-    path = os.path.join(fsroot, "proc/cpuinfo")
-    try:
-        text = read_text(path)
-    except AffrunError as exc:  # too large, or not a regular file: the identity is a nicety, never fatal
-        return None, f"CPU identity not read: {exc}"
-    if text is None:
-        return None, None
-    found = parse_cpuinfo(text)
-    return found, None if found else f"{clip(path, 120)}: no CPU identity in it (no vendor_id, model name or family)"
+    """``proc/cpuinfo`` under ``fsroot`` (:func:`launcher.topology.cpuinfo_file.read_cpuinfo`): the identity, and
+    a warning when the file is there but unreadable as one, or a value in it was refused. No file, no warning (an
+    fsroot of sysfs alone)."""
+    info = read_cpuinfo(fsroot)
+    path = clip(info.path, 120)
+    if not info.present:
+        return None, f"CPU identity not read: {path}: {info.problem}" if info.problem else None
+    found, problems = identity_from_fields(info.fields)
+    if info.problem:
+        problems.insert(0, info.problem)
+    if found is None:
+        problems.insert(0, "no CPU identity in it (no vendor_id, model name or family)")
+    return found, f"{path}: {'; '.join(problems)}" if problems else None
 
 
-def identity_from_hwloc_info(info: dict[str, str]) -> CpuIdentity | None:
+def identity_from_hwloc_info(info: dict[str, str], problems: list[str] | None = None) -> CpuIdentity | None:
     """From hwloc's ``CPUVendor``, ``CPUModel``, ``CPUFamilyNumber``, ``CPUModelNumber``, ``CPUStepping`` (x86)
-    or ``CPUImplementer``, ``CPUPart``, ``CPURevision`` (Arm) info attributes; hwloc records no flags."""
-    vendor = _text(info.get("CPUVendor") or info.get("CPUImplementer"))
-    name = _text(info.get("CPUModel"))
+    or ``CPUImplementer``, ``CPUPart``, ``CPURevision`` (Arm) info attributes; hwloc records no flags. A value
+    refused is said in ``problems``."""
+    said = [] if problems is None else problems
+    vendor = _first_text(info, said, "CPUVendor", "CPUImplementer")
+    name = _text(info.get("CPUModel"), "CPUModel", said)
     family = _number(info.get("CPUFamilyNumber"))
     model = _number(info.get("CPUModelNumber") or info.get("CPUPart"))
     stepping = _number(info.get("CPUStepping") or info.get("CPURevision"))
@@ -120,7 +138,7 @@ def identity_from_json(value: Any) -> tuple[CpuIdentity | None, str | None]:
         texts = [value.get(k) for k in ("vendor", "model_name")]
         numbers = [value.get(k) for k in ("family", "model", "stepping")]
         flags = value.get("flags")
-        if any(t is not None and (not isinstance(t, str) or _text(t) != t) for t in texts) or any(
+        if any(t is not None and (not isinstance(t, str) or field_text(t)[0] != t) for t in texts) or any(
                 n is not None and (type(n) is not int or n < 0) for n in numbers):
             raise TypeError
         if flags is not None and not (isinstance(flags, list) and all(f in BINDING_FLAGS for f in flags)):
@@ -144,7 +162,9 @@ def live_identity_from_py_cpuinfo() -> CpuIdentity | None:
         return None
     flags = info.get("flags")
     family, model, stepping = (n if type(n) is int else None for n in (info.get(k) for k in ("family", "model", "stepping")))
-    return CpuIdentity(_text(info.get("vendor_id_raw")), _text(info.get("brand_raw")), family, model, stepping,
+    ignored: list[str] = []
+    return CpuIdentity(_text(info.get("vendor_id_raw"), "vendor", ignored),
+                       _text(info.get("brand_raw"), "brand", ignored), family, model, stepping,
                        _binding_flags(" ".join(map(str, flags))) if isinstance(flags, list) else None, "py-cpuinfo")
 
 
@@ -164,7 +184,9 @@ def _from_file(path: str) -> tuple[CpuIdentity | None, str | None]:
         for obj in root.iter("object"):
             info = {i.get("name", ""): i.get("value", "") for i in obj.findall("info")}
             if any(k.startswith("CPU") and k != "CPUType" for k in info):
-                return identity_from_hwloc_info(info), None
+                problems: list[str] = []
+                found = identity_from_hwloc_info(info, problems)
+                return found, f"{clip(path, 120)}: {'; '.join(problems)}" if problems else None
         return None, None
     try:
         document = load_json(data)

@@ -21,6 +21,7 @@ from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, clip
 from launcher.errors import TopologyError
 from launcher.topology._files import numbered_entries, read_cpulist, read_int, read_text
+from launcher.topology.cpuinfo_file import read_cpuinfo
 from launcher.topology.kinds import (
     MAX_CAPACITY,
     MAX_MHZ,
@@ -66,7 +67,10 @@ def _read(fsroot: str, cpus: frozenset[int] | None, use_midr: bool | None, read:
     existing = frozenset(numbered_entries(cpu_dir, "cpu", "cpu"))
     if cpus is None:
         cpus = _online(cpu_dir, existing)
-    if not cpus or _pre_zen5_amd(fsroot):
+    if not cpus:
+        return CoreKinds()
+    pre_zen5, unknown = _pre_zen5_amd(fsroot)
+    if pre_zen5:
         return CoreKinds()
     existing |= cpus
     registry = KindRegistry()
@@ -77,7 +81,10 @@ def _read(fsroot: str, cpus: frozenset[int] | None, use_midr: bool | None, read:
     else:
         _by_freq(registry, cpu_dir, sorted(cpus), read)
         _by_pmu_sets(registry, fsroot, cpus, existing)
-    return registry.rank()
+    kinds = registry.rank()
+    if unknown and kinds.hybrid:  # they count only where the CPU is not an AMD before Zen 5
+        raise Refused(f"the CPU's vendor is unknown: {unknown}")
+    return kinds
 
 
 def _online(cpu_dir: str, existing: frozenset[int]) -> frozenset[int]:
@@ -87,13 +94,14 @@ def _online(cpu_dir: str, existing: frozenset[int]) -> frozenset[int]:
     return frozenset(c for c in existing if read_text(os.path.join(cpu_dir, f"cpu{c}", "online")) != "0")
 
 
-def _pre_zen5_amd(fsroot: str) -> bool:
-    """hwloc_linuxfs_look_cpu: no kinds on AMD before family 0x1a (Zen 5); CPPC there is slow and says nothing."""
-    text = read_text(os.path.join(fsroot, "proc/cpuinfo")) or ""
-    fields = dict(line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    family = ascii_uint(fields.get("cpu family", ""))
-    return fields.get("vendor_id") == "AuthenticAMD" and family is not None and family < 0x1A
+def _pre_zen5_amd(fsroot: str) -> tuple[bool, str | None]:
+    """hwloc_linuxfs_look_cpu: no kinds on AMD before family 0x1a (Zen 5); CPPC there is slow and says nothing.
+    The second value: why ``/proc/cpuinfo`` could not tell (it is there, but not readable)."""
+    info = read_cpuinfo(fsroot)
+    if info.problem and not info.present:
+        return False, f"{clip(info.path, 120)}: {info.problem}"
+    family = ascii_uint(info.fields.get("cpu family", ""))
+    return info.fields.get("vendor_id") == "AuthenticAMD" and family is not None and family < 0x1A, None
 
 
 def per_cpu_values(cpu_dir: str, pus: list[int], name: str, low: int, high: int, unit: str) -> dict[int, int]:

@@ -2,8 +2,10 @@
 
 Each is an OS device under its PCI function (hwloc's vocabulary): the ``device`` link gives the function, its PCI
 path and NUMA node. Virtual interfaces (``lo``, ``docker0``, ``veth*``) have no ``device`` link and are no NICs.
-Hostile data (a link that loops, a garbage port state, a node that does not exist, thousands of entries) gives
-a warning and no NIC, within a bound. Why each field is read: docs/nics.md.
+Data the kernel does not write (a link that loops or leaves ``sys/devices``, a class entry named unlike its device,
+a port, state, rate or link layer that is none, a node that does not exist, thousands of entries) gives a
+warning and no NIC, within a bound. Names are read as they are (:mod:`launcher.topology.nics_names`). Why each
+field is read: docs/nics.md.
 """
 
 from __future__ import annotations
@@ -11,30 +13,36 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from launcher.base.untrusted import ascii_uint, short
+from launcher.base.untrusted import ascii_int, ascii_uint, short
 from launcher.errors import TopologyError
-from launcher.topology._files import numbered_entries, pci_location, read_cpus, read_int, read_text
+from launcher.topology._files import machine_path, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, lexists, listdir
 from launcher.topology.model import NIC, NicPort
-from launcher.topology.pci import pci_order
+from launcher.topology.nics_names import name_problem
+from launcher.topology.pci import pci_order, sysfs_pci_path
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from launcher.base.choices import NicKind, PortState
 
 MAX_ENTRIES = 1024  # entries of one class directory read at most (a host of containers has hundreds of veths)
 MAX_PORTS = 16
+MAX_WARNINGS = 16  # NIC warnings shown one by one; the rest are counted in one more
+MAX_RATE_GBPS = 1e6  # a port rate at or above this is none (the fastest links today are below 2,000 Gb/s)
 # Interfaces no NIC is named like: skipped by name, before any read (the device-link test would skip them too).
 VIRTUAL = ("lo", "docker", "veth", "br-", "virbr", "cali", "flannel", "cni", "tun", "tap", "vxlan", "kube", "dummy")
 # ports/N/state: "4: ACTIVE" (include/rdma/ib_verbs.h, enum ib_port_state)
 IB_STATES: dict[int, PortState] = {1: "down", 2: "init", 3: "armed", 4: "active", 5: "active"}
+# ports/N/link_layer, as drivers/infiniband/core/sysfs.c writes it
+LINK_LAYERS = {"infiniband": False, "ethernet": True, "unknown": False}  # -> RoCE
 # net/<if>/operstate (RFC 2863 words, Documentation/ABI/testing/sysfs-class-net)
 OPER_STATES: dict[str, PortState] = {
     "up": "active", "down": "down", "lowerlayerdown": "down", "notpresent": "down", "dormant": "down",
     "testing": "down", "unknown": "unknown",
 }
 NET_TYPES: dict[int, NicKind] = {1: "ethernet", 32: "ipoib"}  # net/<if>/type (ARPHRD_ETHER, ARPHRD_INFINIBAND)
+UNKNOWN_SPEEDS = frozenset({-1, 0, 0xFFFFFFFF})  # net/<if>/speed: SPEED_UNKNOWN, and -1 printed unsigned
 
 
 def read_nics(root: str, nodes: Mapping[int, frozenset[int]]) -> tuple[list[NIC], list[str]]:
@@ -43,8 +51,27 @@ def read_nics(root: str, nodes: Mapping[int, frozenset[int]]) -> tuple[list[NIC]
     on the node whose CPUs hold all of its ``local_cpulist``, if there is exactly one (as hwloc and affrun's GPUs)."""
     warnings: list[str] = []
     found = [*_class_devices(root, "infiniband", nodes, warnings), *_class_devices(root, "net", nodes, warnings)]
-    found.sort(key=lambda n: (pci_order(n.pci), n.name))
-    return found, warnings
+    return sorted_nics(found, warnings), capped(warnings)
+
+
+def sorted_nics(nics: Iterable[NIC], warnings: list[str]) -> list[NIC]:
+    """``nics`` in PCI order, then by name, without those whose name another NIC of the same family (RDMA device or
+    interface) also has: ``AFFRUN_NIC`` and ``UCX_NET_DEVICES`` name a device, and that name would name two."""
+    seen: dict[tuple[bool, str], int] = {}
+    for nic in nics:
+        seen[(nic.rdma, nic.name)] = seen.get((nic.rdma, nic.name), 0) + 1
+    for (_, name), count in seen.items():
+        if count > 1:
+            warnings.append(f"{count} NICs are named {short(name, 40)}; none of them is read as a NIC")
+    kept = [n for n in nics if seen[(n.rdma, n.name)] == 1]
+    return sorted(kept, key=lambda n: (pci_order(n.pci), n.name))
+
+
+def capped(warnings: list[str]) -> list[str]:
+    """The first :data:`MAX_WARNINGS` warnings, and one that counts the rest."""
+    if len(warnings) <= MAX_WARNINGS:
+        return warnings
+    return [*warnings[:MAX_WARNINGS], f"{len(warnings) - MAX_WARNINGS} more NIC warnings like these"]
 
 
 def _names(base: str, net: bool, warnings: list[str]) -> list[str]:
@@ -56,11 +83,7 @@ def _names(base: str, net: bool, warnings: list[str]) -> list[str]:
     if len(names) > MAX_ENTRIES:
         warnings.append(f"{short(base, 120)}: {len(names)} entries, more than {MAX_ENTRIES}; no NIC is read from it")
         return []
-    odd = [n for n in names if not n.isprintable() or not n.isascii() or len(n) > 64]
-    if odd:
-        warnings.append(f"{short(base, 120)}: {len(odd)} entr{'y has' if len(odd) == 1 else 'ies have'} a name "
-                        f"that is no device name ({short(odd[0], 40)}); not read as NICs")
-    return [n for n in names if n not in odd]
+    return names
 
 
 def _class_devices(root: str, klass: str, nodes: Mapping[int, frozenset[int]], warnings: list[str]) -> list[NIC]:
@@ -81,13 +104,28 @@ def _class_devices(root: str, klass: str, nodes: Mapping[int, frozenset[int]], w
     return out
 
 
+def _device_path(path: str) -> str | None:
+    """The real path of ``path`` as the machine names it (``/sys/devices/...``), links resolved inside the fsroot;
+    ``None`` when it does not resolve (missing, dangling, looping) or lies outside ``/sys/devices``."""
+    real = machine_path(path)
+    return real if real is not None and real.startswith("/sys/devices/") else None
+
+
 def _read_one(root: str, name: str, net: bool, nodes: Mapping[int, frozenset[int]]) -> NIC | str | None:
     """The NIC ``name`` of its class, ``None`` when it is none (a loopback type), or why it cannot be read."""
+    problem = name_problem(name)
+    if problem:
+        return problem
     dev = os.path.join(root, "sys/class", "net" if net else "infiniband", name)
+    own = _device_path(dev)
+    if own is None or os.path.basename(own) != name:
+        return "the class entry is no link to a device of that name under /sys/devices"
     link = os.path.join(dev, "device")
-    location = pci_location(link)
+    real = _device_path(link)
+    location = sysfs_pci_path(real) if real is not None else None
     if location is None:
-        return f"{short(link, 120)} does not lead to a PCI function under a host bridge (missing, dangling or looping)"
+        return (f"{short(link, 120)} does not lead to a PCI function under a host bridge in /sys/devices "
+                "(missing, dangling, looping or elsewhere)")
     address, path = location
     bus_entry = os.path.join(root, "sys/bus/pci/devices", address)
     function = bus_entry if isdir(bus_entry) else link  # a virtio NIC's link names the virtio device, not the function
@@ -116,12 +154,30 @@ def _node_of(function: str, nodes: Mapping[int, frozenset[int]]) -> int | None:
     return holders[0] if len(holders) == 1 else None
 
 
+def _port_numbers(ports_dir: str) -> tuple[list[int], str | None]:
+    """The port numbers of ``ports/`` (1..255, each written as the kernel writes it: ``1``, never ``01``), or why
+    an entry there is no port."""
+    try:
+        entries = listdir(ports_dir)
+    except (OSError, ValueError):
+        return [], None
+    if len(entries) > MAX_PORTS:
+        return [], f"{len(entries)} entries in ports/, more than {MAX_PORTS}"
+    numbers: list[int] = []
+    for entry in sorted(entries):
+        number = ascii_uint(entry)
+        if number is None or str(number) != entry or not 1 <= number <= 255:
+            return [], f"ports/{short(entry, 40)} is no port number (1..255)"
+        numbers.append(number)
+    return sorted(numbers), None
+
+
 def _ib_ports(dev: str) -> tuple[tuple[NicPort, ...], str | None, bool]:
     """(ports, what is wrong, whether the first port's link layer is Ethernet: RoCE)."""
     ports_dir = os.path.join(dev, "ports")
-    numbers = numbered_entries(ports_dir, "")
-    if len(numbers) > MAX_PORTS or any(not 1 <= n <= 255 for n in numbers):
-        return (), f"{short(ports_dir, 120)}: {len(numbers)} ports, numbered {numbers[0]}..{numbers[-1]}", False
+    numbers, problem = _port_numbers(ports_dir)
+    if problem:
+        return (), problem, False
     ports: list[NicPort] = []
     roce = False
     for number in numbers:
@@ -131,9 +187,16 @@ def _ib_ports(dev: str) -> tuple[tuple[NicPort, ...], str | None, bool]:
         state = IB_STATES.get(code) if code is not None else None
         if state is None:
             return (), f"port {number}'s state is not a port state ({short(text, 40)})", False
+        layer = read_text(os.path.join(pdir, "link_layer"))
+        ethernet = LINK_LAYERS.get(layer.lower()) if layer else False
+        if ethernet is None:
+            return (), f"port {number}'s link layer is none ({short(layer, 40)})", False
         if number == numbers[0]:
-            roce = (read_text(os.path.join(pdir, "link_layer")) or "").lower() == "ethernet"
-        ports.append(NicPort(number, state, _gbps(read_text(os.path.join(pdir, "rate")), 1.0)))
+            roce = ethernet
+        rate, problem = ib_rate(read_text(os.path.join(pdir, "rate")))
+        if problem:
+            return (), f"port {number}'s rate {problem}", False
+        ports.append(NicPort(number, state, rate))
     return tuple(ports), None, roce
 
 
@@ -146,16 +209,38 @@ def _net_port(dev: str) -> tuple[tuple[NicPort, ...], str | None]:
         speed = read_text(os.path.join(dev, "speed"))  # EINVAL while the link is down: read as absent
     except TopologyError:
         speed = None
-    return (NicPort(1, state, _gbps(speed, 1e-3)),), None
+    rate, problem = net_rate(speed)
+    return ((), f"speed {problem}") if problem else ((NicPort(1, state, rate),), None)
 
 
-def _gbps(text: str | None, scale: float) -> float | None:
-    """``400 Gb/sec (4X NDR)`` (scale 1) or ``100000`` Mb/s (scale 1e-3) in Gb/s; ``None`` when unknown."""
+def ib_rate(text: str | None) -> tuple[float | None, str | None]:
+    """``ports/N/rate`` (``400 Gb/sec (4X NDR)``, ``2.5 Gb/sec (1X SDR)``) in Gb/s, ``None`` when absent or 0; or
+    why it is no rate."""
     if not text:
+        return None, None
+    words = text.split()
+    value = _decimal(words[0])
+    if value is None or len(words) < 2 or words[1] != "Gb/sec" or value >= MAX_RATE_GBPS:
+        return None, f"is not a rate in Gb/sec below {MAX_RATE_GBPS:,.0f} ({short(text, 40)})"
+    return (value or None), None
+
+
+def net_rate(text: str | None) -> tuple[float | None, str | None]:
+    """``net/<if>/speed`` (Mb/s) in Gb/s, ``None`` when absent or unknown (-1, 0); or why it is no speed."""
+    if not text:
+        return None, None
+    value = ascii_int(text)
+    if value in UNKNOWN_SPEEDS:
+        return None, None
+    if value is None or value < 0 or value * 1e-3 >= MAX_RATE_GBPS:
+        return None, f"is not a speed in Mb/s ({short(text, 40)})"
+    return value * 1e-3, None
+
+
+def _decimal(text: str) -> float | None:
+    """``400`` or ``2.5`` (ASCII digits, at most 12 characters) as a number, else ``None`` (no sign, exponent,
+    ``nan`` or ``inf``)."""
+    whole, dot, frac = text.partition(".")
+    if len(text) > 12 or ascii_uint(whole) is None or (dot and ascii_uint(frac) is None):
         return None
-    head = text.split()[0]
-    whole, dot, frac = head.partition(".")
-    if ascii_uint(whole) is None or (dot and ascii_uint(frac) is None) or len(head) > 12:
-        return None
-    value = float(head) * scale
-    return value if value > 0 else None
+    return float(text)

@@ -1,7 +1,8 @@
 """NICs and PCI paths of a topology snapshot (the ``nics`` list of ``affrun topology --save``), read back.
 
 A field of the wrong type refuses the snapshot (:class:`BadNic`, one line), as every other field does; a NIC on a
-NUMA node the snapshot does not have, or more NICs than a machine has, gives a warning and no NIC, as in sysfs.
+NUMA node the snapshot does not have, a name two NICs share, or more NICs than a machine has, gives a warning and
+no NIC, as in sysfs. A name is read as it is, as sysfs names are (:mod:`launcher.topology.nics_names`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING
 from launcher.base.choices import NIC_KINDS, PORT_STATES
 from launcher.base.untrusted import short
 from launcher.topology.model import NIC, NicPort
-from launcher.topology.nics import MAX_ENTRIES, MAX_PORTS
-from launcher.topology.pci import host_bridge, pci_address, pci_order
+from launcher.topology.nics import MAX_ENTRIES, MAX_PORTS, MAX_RATE_GBPS, capped, sorted_nics
+from launcher.topology.nics_names import name_problem
+from launcher.topology.pci import host_bridge, pci_address
 
 if TYPE_CHECKING:
     from typing import Any
@@ -48,20 +50,20 @@ def nics_from_json(value: Any, node_ids: frozenset[int]) -> tuple[tuple[NIC, ...
     for i, item in enumerate(value):
         nic = _nic(item, f"nics[{i}]")
         if nic.numa_node is not None and nic.numa_node not in node_ids:
-            warnings.append(f"NIC {short(nic.name, 40)} is on NUMA node {nic.numa_node}, which the snapshot does not "
-                            "have; not read as a NIC")
+            warnings.append(f"NIC {short(nic.name, 40)} is on NUMA node {short(nic.numa_node, 40)}, which the snapshot "
+                            "does not have; not read as a NIC")
             continue
         out.append(nic)
-    out.sort(key=lambda n: (pci_order(n.pci), n.name))
-    return tuple(out), tuple(warnings)
+    return tuple(sorted_nics(out, warnings)), tuple(capped(warnings))
 
 
 def _nic(item: Any, what: str) -> NIC:
     if not isinstance(item, dict):
         raise BadNic(f"{what} must be an object")
     name, pci, kind, node = item.get("name"), item.get("pci"), item.get("kind"), item.get("numa_node")
-    if not isinstance(name, str) or not name or len(name) > 64 or not name.isprintable():
-        raise BadNic(f"{what}.name must be a device name, not {short(name, 40)}")
+    problem = name_problem(name) if isinstance(name, str) else "not a string"
+    if problem or not isinstance(name, str):
+        raise BadNic(f"{what}.name must be a device name, not {short(name, 40)} ({problem})")
     address = pci_address(pci) if isinstance(pci, str) else None
     if address is None:
         raise BadNic(f"{what}.pci {short(pci, 40)} is not a PCI address (dddd:bb:dd.f)")
@@ -72,8 +74,11 @@ def _nic(item: Any, what: str) -> NIC:
     ports = item.get("ports", [])
     if not isinstance(ports, list) or len(ports) > MAX_PORTS:
         raise BadNic(f"{what}.ports must be a list of at most {MAX_PORTS} ports")
-    return NIC(name, address, kind, node, tuple(_port(p, f"{what}.ports[{j}]") for j, p in enumerate(ports)),
-               pci_path_from_json(item.get("pci_path", []), f"{what}.pci_path"))
+    read = tuple(_port(p, f"{what}.ports[{j}]") for j, p in enumerate(ports))
+    numbers = [p.number for p in read]
+    if len(set(numbers)) < len(numbers):
+        raise BadNic(f"{what}.ports lists a port number twice")
+    return NIC(name, address, kind, node, read, pci_path_from_json(item.get("pci_path", []), f"{what}.pci_path"))
 
 
 def _port(item: Any, what: str) -> NicPort:
@@ -84,6 +89,6 @@ def _port(item: Any, what: str) -> NicPort:
         raise BadNic(f"{what}.number must be a port number 1..255, not {short(number, 20)}")
     if state not in PORT_STATES:
         raise BadNic(f"{what}.state must be one of {', '.join(PORT_STATES)}, not {short(state, 20)}")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1e6):
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < MAX_RATE_GBPS):
         raise BadNic(f"{what}.rate_gbps must be a positive number of Gb/s or null, not {short(rate, 20)}")
     return NicPort(number, state, None if rate is None else float(rate))

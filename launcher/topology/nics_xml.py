@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from launcher.base.cpulist import parse_hexmask
 from launcher.base.untrusted import ascii_uint, short
 from launcher.topology.model import NIC, NicPort
-from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS
-from launcher.topology.pci import host_bridge, pci_address, pci_order
+from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS, capped, sorted_nics
+from launcher.topology.nics_names import name_problem
+from launcher.topology.pci import host_bridge, pci_address
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
@@ -25,10 +26,12 @@ _NON_IO = frozenset({"Bridge", "PCIDev", "OSDev", "Misc"})
 
 
 def xml_pci(machine: ET.Element, node_ids: frozenset[int]) -> tuple[dict[str, tuple[str, ...]], list[NIC], list[str]]:
-    """(PCI address -> PCI path of every ``PCIDev``, the NICs in PCI order, warnings)."""
+    """(PCI address -> PCI path of every ``PCIDev``, the NICs in PCI order, warnings). Only an ``OSDev`` that is a
+    child of its ``PCIDev`` is a NIC (one elsewhere, or nested in another ``OSDev``, has no PCI function)."""
     paths: dict[str, tuple[str, ...]] = {}
     nics: list[NIC] = []
     warnings: list[str] = []
+    listed = 0  # network OS devices under a PCIDev; past MAX_ENTRIES they are counted, not read
     stack: list[tuple[ET.Element, tuple[str, ...], int | None]] = [(machine, (), None)]
     while stack:
         element, path, node = stack.pop()
@@ -45,17 +48,19 @@ def xml_pci(machine: ET.Element, node_ids: frozenset[int]) -> tuple[dict[str, tu
                 clean = path if path and "?" not in path and path[0] != "?" else ()
                 paths.setdefault(address, clean)
                 for osdev in element.findall("object"):
-                    nic = _nic(osdev, address, clean, node, warnings)
+                    if osdev.get("type") != "OSDev" or osdev.get("osdev_type") not in ("2", "3"):
+                        continue
+                    listed += 1
+                    nic = _nic(osdev, address, clean, node, warnings) if listed <= MAX_ENTRIES else None
                     if nic is not None:
                         nics.append(nic)
         elif kind not in _NON_IO and element.get("nodeset") is not None:
             node = _one_node(element.get("nodeset") or "", node_ids)
         for child in reversed(element.findall("object")):
             stack.append((child, below, node))
-    if len(nics) > MAX_ENTRIES:
-        return paths, [], [*warnings, f"the XML lists {len(nics)} NICs, more than {MAX_ENTRIES}; no NIC is read"]
-    nics.sort(key=lambda n: (pci_order(n.pci), n.name))
-    return paths, nics, warnings
+    if listed > MAX_ENTRIES:
+        return paths, [], [f"the XML lists {listed} NICs, more than {MAX_ENTRIES}; no NIC is read"]
+    return paths, sorted_nics(nics, warnings), capped(warnings)
 
 
 def _host_bridge(bridge_pci: str) -> str:
@@ -73,29 +78,30 @@ def _one_node(nodeset: str, node_ids: frozenset[int]) -> int | None:
 
 
 def _nic(osdev: ET.Element, address: str, path: tuple[str, ...], node: int | None, warnings: list[str]) -> NIC | None:
-    if osdev.get("type") != "OSDev" or osdev.get("osdev_type") not in ("2", "3"):
-        return None
     name = osdev.get("name") or ""
-    if not name or len(name) > 64 or not name.isprintable() or not name.isascii():
-        warnings.append(f"a network device of PCI {address} has no usable name ({short(name, 40)}); not read as a NIC")
+    problem = name_problem(name)
+    if problem:
+        warnings.append(f"a network device of PCI {address} has {problem} ({short(name, 40)}); not read as a NIC")
         return None
     infos = {i.get("name") or "": i.get("value") or "" for i in osdev.findall("info")}
     if osdev.get("osdev_type") == "2":
         address_len = len(infos.get("Address", "").split(":"))
         net_kind: NicKind = "ipoib" if address_len == 20 else "ethernet"
         return NIC(name, address, net_kind, node, (NicPort(1, "unknown"),), path)
-    ports: list[NicPort] = []
+    ports: dict[int, NicPort] = {}
     for key, value in sorted(infos.items()):
         number = ascii_uint(key[4:-5]) if key.startswith("Port") and key.endswith("State") else None
         if number is None:
             continue
         code = ascii_uint(value.strip())
         state: PortState | None = IB_STATES.get(code) if code is not None else None
-        if state is None or not 1 <= number <= 255 or len(ports) >= MAX_PORTS:
-            warnings.append(f"NIC {short(name, 40)}: Port{short(key[4:-5], 8)}State={short(value, 20)} is not a port "
-                            "state; not read as a NIC")
+        problem = ("is not a port state" if state is None else "is no port number (1..255)" if not 1 <= number <= 255
+                   else "lists the port twice" if number in ports else None)
+        if problem or len(ports) >= MAX_PORTS:
+            why = problem or f"is one port more than {MAX_PORTS}"
+            warnings.append(f"NIC {short(name, 40)}: {short(key, 24)}={short(value, 20)} {why}; not read as a NIC")
             return None
-        ports.append(NicPort(number, state))
+        if state is not None:
+            ports[number] = NicPort(number, state)
     roce = infos.get("LinkLayer", "").lower() == "ethernet"
-    return NIC(name, address, "roce" if roce else "infiniband", node, tuple(sorted(ports, key=lambda p: p.number)),
-               path)
+    return NIC(name, address, "roce" if roce else "infiniband", node, tuple(ports[n] for n in sorted(ports)), path)

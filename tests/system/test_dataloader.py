@@ -50,9 +50,15 @@ def test_the_collapse_is_real_without_affrun() -> None:
 
 def test_default_affrun_keeps_workers_spread_even_without_worker_init_fn() -> None:
     report = _report(affrun_argv("exec", "--", sys.executable, PROBE, "plain", "2"), **COLLAPSE_ENV)
-    # affrun's safe policy replaced the per-core places: workers inherit the rank's whole compute set
-    for mask in report["workers"]:  # type: ignore[union-attr]
-        assert len(mask) == NCPU
+    # affrun's safe policy replaced the per-core places, and the rank's hooks give each worker its home in the
+    # thread plan: together the workers span the rank's whole compute set (tests/system/test_thread_homes.py)
+    workers = [set(mask) for mask in report["workers"]]  # type: ignore[union-attr]
+    assert set().union(*workers) == os.sched_getaffinity(0)
+    assert NCPU < 2 or all(len(w) < NCPU for w in workers)
+    hooks_off = _report(affrun_argv("exec", "--rank-hooks", "none", "--", sys.executable, PROBE, "plain", "2"),
+                        **COLLAPSE_ENV)
+    for mask in hooks_off["workers"]:  # type: ignore[union-attr]
+        assert len(mask) == NCPU  # without the hooks: the rank's whole set, inherited
 
 
 def test_worker_init_fn_gives_each_worker_its_own_cpus_with_core_binding() -> None:
@@ -91,7 +97,8 @@ def test_core_binding_pins_the_other_threads_and_keeps_workers_wide(runtime: str
     the runtime itself reports it, and the DataLoader workers on the whole rank, whatever starts them."""
     if NCPU < 2:
         pytest.skip("needs 2 CPUs: one core each for the main thread's team")
-    proc = run(affrun_argv("exec", "--omp-bind", "core", "--", sys.executable, PROBE, "plain", "2", start),
+    proc = run(affrun_argv("exec", "--omp-bind", "core", "--rank-hooks", "none", "--", sys.executable,
+                           PROBE, "plain", "2", start),  # the places alone: the hooks would give workers homes
                env=clean_env(**display_affinity_env(), **runtime_env(runtime)), check=True, timeout=240)
     (report,) = json_lines(proc.stdout)
     rank = parse_cpulist(str(report["rank_cpus"]))

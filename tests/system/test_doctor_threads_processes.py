@@ -230,21 +230,22 @@ def test_no_binder_named_without_evidence(tmp_path: Path) -> None:
 
 
 def test_a_worker_whose_pool_is_larger_than_its_cpus(tmp_path: Path) -> None:
+    """4 busy pool threads on the worker's 1 CPU: more than the CPU and multiprocessing's 2 helper threads."""
     a, b = two_cpus()
-    pool = [{"name": f"cv-pool-{i}", "busy": True} for i in range(3)]
+    pool = [{"name": f"cv-pool-{i}", "busy": True} for i in range(4)]
     spec = {"mask": [a, b], "workers": [{"cpus": [b], "threads": pool}]}
-    env = rank_env([a, b], compute=[a], loader=[b], OPENCV_FOR_THREADS_NUM="3",
+    env = rank_env([a, b], compute=[a], loader=[b], OPENCV_FOR_THREADS_NUM="4",
                    AFFRUN_USER_POOLS="OPENCV_FOR_THREADS_NUM", AFFRUN_ENV_POLICY="keep")
     code, data, pid, ready = audit_job(tmp_path, spec, env, duration=2.0)
     (worker_pid, tids), = ready["workers"].items()
     over = [f for f in data["findings"] if f["id"] == "pool-oversubscribed"]
     busy = next(f for f in over if f["message"].startswith("a pool ran more busy threads"))
     assert code == 1 and busy["severity"] == "warning" and busy["subject"] == f"rank 0 (pid {pid})"
-    assert f"DataLoader worker 0 of 1 (pid {worker_pid}): 3 busy threads besides its main one" in busy["message"]
+    assert f"DataLoader worker 0 of 1 (pid {worker_pid}): 4 busy threads besides its main one" in busy["message"]
     assert f"on 1 CPU(s) ({b}): tids " in busy["message"]
     assert all(f"{tid} cv-pool-" in busy["message"] for tid in tids)
-    assert "your OPENCV_FOR_THREADS_NUM=3" in busy["message"] and "cv2.setNumThreads" in busy["fix"]
-    variable = next(f for f in over if f["message"].startswith("OPENCV_FOR_THREADS_NUM=3"))
+    assert "your OPENCV_FOR_THREADS_NUM=4" in busy["message"] and "cv2.setNumThreads" in busy["fix"]
+    variable = next(f for f in over if f["message"].startswith("OPENCV_FOR_THREADS_NUM=4"))
     assert "your value (AFFRUN_USER_POOLS), kept under --env-policy keep" in variable["message"]
     assert variable["env_fix"] == {"OPENCV_FOR_THREADS_NUM": "1"} and "drop --env-policy keep" in variable["fix"]
     assert int(worker_pid) in {p["pid"] for p in data["processes"] if p["worker"]}

@@ -94,7 +94,8 @@ def _start_named(tmp_path: Path, value: str) -> subprocess.Popen[bytes]:
 def test_doctor_pid_escapes_names_command_lines_and_environment(tmp_path: Path, value: str) -> None:
     proc = _start_named(tmp_path, value)
     try:
-        comm = Path(f"/proc/{proc.pid}/comm").read_text()[:-1]  # what the kernel kept of the name
+        comm = os.fsdecode(Path(f"/proc/{proc.pid}/comm").read_bytes()[:-1])  # what the kernel kept of the name
+        # (read as bytes: a text read turns its \r into \n, as affrun did)
         text = run(affrun_argv("doctor", "--pid", str(proc.pid), "--duration", "0.2"))
         data = json.loads(run(affrun_argv("doctor", "--pid", str(proc.pid), "--duration", "0.2", "--json")).stdout)
     finally:

@@ -1,0 +1,242 @@
+"""Fit a process's threads to the CPUs it has: every thread pinned, then every pool sized: the pool variables in
+``os.environ`` (read by the libraries it loads later) set, and the pools of those already loaded (OpenCV's,
+numexpr's, the BLAS and OpenMP runtimes threadpoolctl finds) lowered to the size. A user's value
+(``AFFRUN_USER_POOLS``) is never raised, and under ``AFFRUN_ENV_POLICY=keep`` left as it is. A DataLoader
+worker's hook (:mod:`launcher.bind.rank_hooks`) and ``launcher.torch.worker_init_fn`` share :func:`fit_worker`.
+Once loaded it imports only the standard library and threadpoolctl. What each library reads, when, and why the
+rules are these: docs/threads.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from launcher.base.choices import ENV_POLICIES
+from launcher.base.untrusted import ascii_uint, short
+from launcher.env.variables import (
+    PLACE_VARIABLES,
+    POLICY_VARIABLE,
+    POOL_VARIABLES,
+    THREAD_VARIABLES,
+    USER_POOLS_VARIABLE,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, MutableMapping, Sequence
+
+VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES)
+# The variable whose size each library threadpoolctl finds takes (its ``internal_api``). MKL's threads are
+# OpenMP's; FlexiBLAS forwards to a BLAS of its own choice.
+CONTROLLED = {"openmp": "OMP_NUM_THREADS", "mkl": "MKL_NUM_THREADS", "openblas": "OPENBLAS_NUM_THREADS",
+              "blis": "BLIS_NUM_THREADS", "flexiblas": "OPENBLAS_NUM_THREADS"}
+
+_said = False
+
+
+def _new_process() -> None:
+    global _said
+    _said = False
+
+
+os.register_at_fork(after_in_child=_new_process)  # a forked worker is a process of its own, with its own line
+
+
+def say(text: str) -> None:
+    """One ``affrun: warning:`` line per process, on file descriptor 2; later ones are dropped."""
+    global _said
+    if _said:
+        return
+    _said = True
+    try:
+        os.write(2, f"affrun: warning: {text}"[:600].encode("utf-8", "replace") + b"\n")
+    except OSError:
+        pass
+
+
+class Fit:
+    """What :func:`fit_worker` did: the CPUs the process was pinned to, the size of each pool variable (``None``:
+    the user's, kept), the env policy, whether the process inherited its loaded libraries by fork, and what it
+    could not do."""
+
+    __slots__ = ("cpus", "inherited", "notes", "policy", "sizes")
+
+    def __init__(self, cpus: tuple[int, ...], sizes: dict[str, int | None], policy: str, inherited: bool,
+                 notes: list[str]) -> None:
+        self.cpus = cpus
+        self.sizes = sizes
+        self.policy = policy
+        self.inherited = inherited
+        self.notes = notes
+
+
+def pool_sizes(count: int, environ: Mapping[str, str]) -> tuple[dict[str, int | None], str, list[str]]:
+    """The size of each pool variable in a process of ``count`` CPUs, the env policy, and the notes on malformed
+    values. A variable ``AFFRUN_USER_POOLS`` names keeps the user's value when it is smaller (``safe``), or as it is
+    (``keep``: ``None``); a malformed value is no thread count to keep, and is replaced."""
+    notes: list[str] = []
+    policy = environ.get(POLICY_VARIABLE) or "safe"
+    if policy not in ENV_POLICIES:
+        notes.append(f"{POLICY_VARIABLE}={short(policy)} is not one of {', '.join(ENV_POLICIES)}: safe is assumed")
+        policy = "safe"
+    users: set[str] = set()
+    for word in (environ.get(USER_POOLS_VARIABLE) or "").split(","):
+        name = word.strip()
+        if name in VARIABLES:
+            users.add(name)
+        elif name:
+            notes.append(f"{USER_POOLS_VARIABLE} names {short(name)}, which is no pool variable: ignored")
+    sizes: dict[str, int | None] = {}
+    for name in VARIABLES:
+        if name not in users or name not in environ or policy == "override":
+            sizes[name] = count
+            continue
+        value = _count(name, environ.get(name, ""))
+        if not value:
+            notes.append(f"{name}={short(environ.get(name, ''))} is not a thread count: {count} is used")
+            sizes[name] = count
+        else:
+            sizes[name] = None if policy == "keep" else min(value, count)
+    return sizes, policy, notes
+
+
+def _count(name: str, text: str) -> int | None:
+    """A count variable's value as the env policy reads it (``launcher.env.policy``): one whole number, and for
+    OpenMP's, MKL's and OpenBLAS's variables the first of a list of nesting levels (``8,4``)."""
+    return ascii_uint((text.split(",")[0] if name in THREAD_VARIABLES else text).strip())
+
+
+def pin_threads(cpus: Sequence[int]) -> bool:
+    """Every thread of this process onto ``cpus`` (``sched_setaffinity`` is per thread on Linux), the main thread
+    first; ``False`` when not even the calling thread could be."""
+    me = os.getpid()
+    try:
+        tids = [me, *sorted(int(t) for t in os.listdir("/proc/self/task") if t.isdigit() and int(t) != me)]
+    except OSError:
+        tids = [0]
+    pinned = False
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+            pinned = True
+        except OSError:  # a thread that has ended, or none of the CPUs allowed (the cpuset moved)
+            continue
+    return pinned
+
+
+def spawned() -> bool:
+    """This interpreter was started by ``multiprocessing``'s spawn method: the libraries it has loaded are its own.
+    A forked process (fork, or a child of the forkserver) inherited its parent's, with pools whose threads it
+    does not have."""
+    return "--multiprocessing-fork" in getattr(sys, "orig_argv", ())
+
+
+def fit_worker(cpus: Sequence[int], environ: MutableMapping[str, str] | None = None,
+               inherited: bool | None = None) -> Fit | None:
+    """Pin every thread of this process (a DataLoader worker) to ``cpus`` and size every pool to them; idempotent.
+    ``inherited``: its loaded libraries came by fork (default: unless :func:`spawned`). ``None`` without CPUs."""
+    env = os.environ if environ is None else environ
+    home = tuple(sorted(set(cpus)))
+    if not home:
+        return None
+    notes: list[str] = []
+    if not pin_threads(home):
+        notes.append(f"none of CPU(s) {','.join(map(str, home))} is allowed here: the worker keeps the CPUs it has")
+    try:
+        count = min(len(home), len(os.sched_getaffinity(0)))
+    except OSError:
+        count = len(home)
+    sizes, policy, more = pool_sizes(count, env)
+    fit = Fit(home, sizes, policy, not spawned() if inherited is None else inherited, notes + more)
+    for name, size in sizes.items():
+        if size is not None:
+            env[name] = str(size)
+    for name in PLACE_VARIABLES:  # they name the rank's CPUs: a runtime loaded later would bind to those
+        env.pop(name, None)
+    fit.notes.extend(size_loaded(fit, lower=True)[1])
+    return fit
+
+
+def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """The pools found above their size since :func:`fit_worker` (a ``worker_init_fn`` raised them), lowered again
+    unless the policy is ``keep`` (then only named); what could not be done is in ``fit.notes``."""
+    env = os.environ if environ is None else environ
+    lower = fit.policy != "keep"
+    raised: list[str] = []
+    for name, size in fit.sizes.items():
+        value = _count(name, env.get(name, ""))
+        if size is not None and value is not None and value > size:
+            raised.append(f"{name}={value}")
+            if lower:
+                env[name] = str(size)
+    found, problems = size_loaded(fit, lower)
+    fit.notes.extend(problems)
+    return raised + found
+
+
+def size_loaded(fit: Fit, lower: bool) -> tuple[list[str], list[str]]:
+    """Size the pools of the libraries this process has loaded to ``fit.sizes`` (``lower`` false: only name those
+    above it): (the pools found above their size, in words; the problems). Each library on its own: one that
+    fails leaves the others sized."""
+    found: list[str] = []
+    problems: list[str] = []
+    for size_one in (_opencv, _numexpr, _runtimes):
+        try:
+            found.extend(size_one(fit, lower))
+        except Exception as exc:  # a broken or half-installed library: the worker goes on
+            problems.append(f"{size_one.__name__.strip('_')}: {type(exc).__name__}: {str(exc)[:200]}")
+    return found, problems
+
+
+def _opencv(fit: Fit, lower: bool) -> list[str]:
+    """``cv2.setNumThreads`` when cv2 is loaded. OpenCV's pthreads pool joins the threads it drops when it shrinks,
+    and in a forked child they do not exist: the join never returns. So a forked process turns OpenCV's parallel
+    loops off (``setNumThreads(0)``: one thread) rather than shrink the pool (docs/threads.md)."""
+    cv2 = sys.modules.get("cv2")
+    size = fit.sizes["OPENCV_FOR_THREADS_NUM"]
+    if cv2 is None or size is None:
+        return []
+    before = int(cv2.getNumThreads())
+    if before <= size:
+        return []
+    if lower:
+        cv2.setNumThreads(0 if fit.inherited else size)
+    return [f"cv2.getNumThreads()={before}"]
+
+
+def _numexpr(fit: Fit, lower: bool) -> list[str]:
+    """``numexpr.set_num_threads`` when numexpr is loaded (it starts its threads again in a forked child)."""
+    numexpr = sys.modules.get("numexpr")
+    size = fit.sizes["NUMEXPR_NUM_THREADS"]
+    if numexpr is None or size is None:
+        return []
+    before = int(numexpr.get_num_threads())
+    if before <= size:
+        return []
+    if lower:
+        numexpr.set_num_threads(size)
+    return [f"numexpr.get_num_threads()={before}"]
+
+
+def _runtimes(fit: Fit, lower: bool) -> list[str]:
+    """The BLAS and OpenMP runtimes this process has loaded, found and sized by threadpoolctl (it finds them by
+    the libraries loaded, and loads none)."""
+    import warnings
+
+    with warnings.catch_warnings():  # its notes on two OpenMP runtimes in one process are doctor's to say
+        warnings.simplefilter("ignore")
+        from threadpoolctl import ThreadpoolController
+
+        controller = ThreadpoolController()
+    found: list[str] = []
+    for lib in controller.lib_controllers:
+        name = CONTROLLED.get(lib.internal_api)
+        size = fit.sizes.get(name) if name else None
+        before = int(lib.num_threads)
+        if size is None or before <= size:
+            continue
+        if lower:
+            lib.set_num_threads(size)
+        found.append(f"{lib.internal_api} {before} threads")
+    return found

@@ -1,0 +1,186 @@
+"""The rank's thread hooks (``--rank-hooks auto``): what the startup hook installs once a bound rank's
+``import torch`` completes, so that unmodified scripts fit their thread plan (:func:`launcher.plan.threads.thread_plan`
+of the rank's ``AFFRUN_*`` variables). Each DataLoader worker (fork, spawn, forkserver) is pinned to its home and
+its pools sized (:func:`launcher.bind.pools.fit_worker`) before the dataset or the user's ``worker_init_fn`` runs,
+through torch's ``_worker_loop``; the pin-memory thread goes to its home when it starts; torch's inter-op pool is
+sized; with ``AFFRUN_MAIN_CPUS`` the main thread goes to its core. A failure is one warning line, never the
+script's. What each hook does and why: docs/threads.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from launcher.bind.pools import fit_worker, refit, say
+from launcher.bind.readback import current_binding
+from launcher.context.run_role import affrun_process, multiprocessing_child
+from launcher.env.variables import MAIN_VARIABLE
+from launcher.plan.threads import ThreadPlan, thread_plan
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+WORKER_MODULE = "torch.utils.data._utils.worker"
+PIN_MODULE = "torch.utils.data._utils.pin_memory"
+# Set on torch's worker module in a worker the hook has fitted (its pid): launcher.torch.worker_init_fn then fits
+# it again quietly (idempotent), and says nothing the hook has said.
+FITTED = "_affrun_fitted"
+
+
+class LiveRank:
+    """A live rank's fields, as :func:`launcher.plan.threads.thread_plan` takes them, from its ``AFFRUN_*``."""
+
+    __slots__ = ("comm_cpus", "compute_cpus", "cpus", "loader_cpus", "local_rank", "main_cpus", "threads")
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        binding = current_binding(environ)  # ValueError naming a malformed variable
+        if binding is None:
+            raise LookupError("AFFRUN_CPUS is not set")
+        self.local_rank = binding.local_rank
+        self.cpus = tuple(sorted(binding.cpus))
+        self.compute_cpus = tuple(sorted(binding.compute_cpus))
+        self.loader_cpus = tuple(sorted(binding.loader_cpus))
+        self.comm_cpus = tuple(sorted(binding.comm_cpus))
+        self.main_cpus = tuple(sorted(binding.main_cpus))
+        self.threads = binding.threads
+
+
+def live_plan(environ: Mapping[str, str], workers: int = 0) -> ThreadPlan:
+    """The thread plan of the rank whose variables ``environ`` holds (raises ``ValueError``/``LookupError``)."""
+    return thread_plan(LiveRank(environ), workers)
+
+
+def install(torch: Any) -> None:
+    """Run by the startup hook once ``import torch`` has completed in a process bound by affrun."""
+    try:
+        rank = LiveRank(os.environ)
+    except LookupError:
+        return  # not a rank's process after all: nothing to fit
+    except ValueError as exc:
+        say(f"the rank's thread hooks are off: {exc}")
+        return
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if affrun_process(argv):
+        return
+    worker, pin = sys.modules.get(WORKER_MODULE), sys.modules.get(PIN_MODULE)  # `import torch` imported both
+    if worker is not None:
+        patch_worker_loop(worker, rank)
+    if multiprocessing_child(argv):  # a spawned worker, or the forkserver: its worker loop fits it
+        return
+    plan = thread_plan(rank, 0)
+    if pin is not None:
+        patch_pin_memory_loop(pin, plan.pin_memory.cpus)
+    size_interop(torch, plan.interop.threads)
+    if plan.main.pinned:
+        pin_main_thread(plan.main.cpus)
+
+
+def patch_worker_loop(module: Any, rank: LiveRank) -> None:
+    """Wrap torch's ``_worker_loop`` so that each worker fits its home first. The wrapper keeps the original's
+    module and name: spawn and forkserver pickle it by reference, and find it again, wrapped by this same hook
+    in the worker's own interpreter."""
+    real = module._worker_loop
+    if getattr(real, "__wrapped__", None) is not None:
+        return
+    signature = inspect.signature(real)
+
+    @functools.wraps(real)
+    def _worker_loop(*args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(*args, **kwargs)
+            fit_this_worker(module, rank, bound.arguments)
+            args, kwargs = bound.args, bound.kwargs
+        except Exception as exc:  # the worker goes on, unfitted
+            say(f"DataLoader worker not fitted to its thread plan: {type(exc).__name__}: {str(exc)[:200]}")
+        real(*args, **kwargs)
+
+    module._worker_loop = _worker_loop
+
+
+def fit_this_worker(module: Any, rank: LiveRank, arguments: dict[str, Any]) -> None:
+    """Fit this worker (pin, pools) to its home in the thread plan; a user's ``init_fn`` in ``_worker_loop``'s
+    ``arguments`` is then followed by a check that it did not raise a pool again."""
+    worker_id, workers = int(arguments["worker_id"]), int(arguments["num_workers"])
+    home = thread_plan(rank, workers).workers[worker_id].cpus
+    speak = worker_id == 0  # every worker meets the same problems: worker 0 says them
+    fit = fit_worker(home)
+    setattr(module, FITTED, os.getpid())
+    if fit is not None and fit.notes and speak:
+        say(f"DataLoader worker {worker_id}: {'; '.join(fit.notes)}")
+        fit.notes.clear()
+    user = arguments.get("init_fn")
+    if fit is not None and user is not None:
+        arguments["init_fn"] = _checked(user, fit, worker_id, speak)
+
+
+def _checked(user: Callable[[int], None], fit: Any, worker_id: int, speak: bool) -> Callable[[int], None]:
+    """``user`` (the script's ``worker_init_fn``), then the pools it raised above the worker's CPUs lowered again
+    (named only under ``--env-policy keep``)."""
+
+    def init(worker_id: int) -> None:
+        user(worker_id)
+        raised = refit(fit)
+        if speak and (raised or fit.notes):
+            kept = "kept (--env-policy keep)" if fit.policy == "keep" else f"lowered to {len(fit.cpus)}"
+            said = f"worker_init_fn raised {', '.join(raised)} above the worker's {len(fit.cpus)} CPU(s): {kept}"
+            say(f"DataLoader worker {worker_id}: {'; '.join(([said] if raised else []) + fit.notes)}")
+
+    return init
+
+
+def patch_pin_memory_loop(module: Any, cpus: tuple[int, ...]) -> None:
+    """Wrap torch's ``_pin_memory_loop`` (the pin-memory thread's target) so that the thread moves to ``cpus``
+    when it starts (``sched_setaffinity`` of the calling thread only)."""
+    real = module._pin_memory_loop
+    if getattr(real, "__wrapped__", None) is not None or not cpus:
+        return
+
+    @functools.wraps(real)
+    def _pin_memory_loop(*args: Any, **kwargs: Any) -> None:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as exc:
+            say(f"the pin-memory thread stays where it started: CPU(s) {cpus}: {exc.strerror or exc}")
+        real(*args, **kwargs)
+
+    module._pin_memory_loop = _pin_memory_loop
+
+
+def size_interop(torch: Any, threads: int) -> None:
+    """``torch.set_num_interop_threads(threads)``, right after ``import torch``. torch accepts one call per
+    process: a later call of the script's is answered with one warning line rather than torch's error."""
+    real = torch.set_num_interop_threads
+    try:
+        real(threads)
+    except RuntimeError as exc:  # the pool exists already, or the script set it first
+        say(f"torch's inter-op pool is not sized to {threads} thread(s): {str(exc)[:200]}")
+        return
+
+    @functools.wraps(real)
+    def set_num_interop_threads(count: int) -> None:
+        try:
+            real(count)
+        except RuntimeError:
+            if not isinstance(count, int) or count <= 0:
+                raise
+            say(f"torch.set_num_interop_threads({count}) comes after affrun sized the inter-op pool to {threads} "
+                "(the thread plan, docs/threads.md); torch takes one call: it stays at "
+                f"{threads}. --rank-hooks none leaves it to the script")
+
+    torch.set_num_interop_threads = set_num_interop_threads
+
+
+def pin_main_thread(cpus: tuple[int, ...]) -> None:
+    """The main thread (its thread id is the process id) onto its core, unless the OpenMP runtime put it there
+    at load; the other threads keep their masks."""
+    main = os.getpid()
+    try:
+        if os.sched_getaffinity(main) != set(cpus):
+            os.sched_setaffinity(main, cpus)
+    except OSError as exc:
+        say(f"the main thread stays on the rank's CPUs: {MAIN_VARIABLE} CPU(s) {cpus}: {exc.strerror or exc}")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import shown
 from launcher.env.omp_syntax import thread_count
 from launcher.errors import AffrunError, ConfigError, LaunchError
 
@@ -183,5 +184,5 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
                         rank.notes)
     if not quiet:
         for item in report.not_applied:
-            print(f"affrun: note: bind_rank({local_rank}): not applied: {item}", file=sys.stderr)
+            print(shown(f"affrun: note: bind_rank({local_rank}): not applied: {item}"), file=sys.stderr)
     return report

@@ -185,6 +185,9 @@ class Meter:
 
 
 def _say(line: str) -> None:
+    """One line on stderr; one that holds control characters (a path's newline, an escape sequence) escaped."""
+    if not line.isprintable():
+        line = line.encode("unicode_escape", "backslashreplace").decode("ascii")
     try:
         os.write(2, (line + "\n").encode("utf-8", "replace"))
     except OSError:

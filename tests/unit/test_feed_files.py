@@ -114,3 +114,12 @@ def test_unwritable_names_what_the_path_is(tmp_path: Path) -> None:
     assert "cannot be used" in (unwritable(str(loop)) or "")
     assert "does not exist" in (unwritable(str(tmp_path / "no" / "f.json")) or "")
     assert unwritable(str(ours)) is None and unwritable(str(dangling)) is None
+
+
+def test_a_rank_line_with_control_characters_is_escaped(capfd: pytest.CaptureFixture[str]) -> None:
+    """A --feed-json path with a newline or an escape sequence reaches stderr as one escaped line."""
+    from launcher.feed import meter
+
+    meter._say("affrun: warning: --feed-json /tmp/a\nb\x1b[31m: gone")
+    err = capfd.readouterr().err
+    assert err == "affrun: warning: --feed-json /tmp/a\\nb\\x1b[31m: gone\n"

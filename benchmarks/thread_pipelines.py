@@ -97,7 +97,7 @@ def versions() -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration (default 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (default 3)")
     parser.add_argument("--seconds", type=float, default=2.0, help="each rank's measured window (default 2)")
     parser.add_argument("--warmup", type=float, default=1.0, help="each rank's warm-up before the barrier")
     parser.add_argument("--pipelines", default=",".join(PIPELINES),

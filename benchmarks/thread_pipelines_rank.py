@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -44,14 +45,18 @@ def cpulist(cpus: set[int]) -> str:
     return ",".join(out)
 
 
-def threads() -> int:
-    """This process's thread count, from /proc."""
-    return len(os.listdir("/proc/self/task"))
+def threads() -> dict[str, Any]:
+    """This process's thread count (/proc), and its Python threads: the rest were started by native libraries."""
+    python = [t.name for t in threading.enumerate()]
+    return {"threads": len(os.listdir("/proc/self/task")), "python_threads": python}
 
 
 def pools() -> dict[str, Any]:
     """The pools this process runs with, as the libraries it loaded report them (none loaded here)."""
-    out: dict[str, Any] = {"torch": torch.get_num_threads(), "RAYON_NUM_THREADS": os.environ.get("RAYON_NUM_THREADS")}
+    rayon = os.environ.get("RAYON_NUM_THREADS", "")
+    out: dict[str, Any] = {"torch": torch.get_num_threads(), "RAYON_NUM_THREADS": rayon or None,
+                           # the size Rayon builds its pool at: the variable, else the CPUs it may use
+                           "rayon": int(rayon) if rayon.isdigit() and int(rayon) > 0 else len(os.sched_getaffinity(0))}
     if "cv2" in sys.modules:
         out["cv2"] = sys.modules["cv2"].getNumThreads()
     if "numexpr" in sys.modules:
@@ -60,7 +65,7 @@ def pools() -> dict[str, Any]:
         from threadpoolctl import threadpool_info
 
         for lib in threadpool_info():
-            out[lib["internal_api"]] = lib["num_threads"]
+            out[f"{lib['internal_api']}:{lib['prefix']}"] = lib["num_threads"]  # e.g. numpy's and OpenCV's OpenBLAS
     except Exception as exc:  # what it runs with is information: the benchmark goes on
         out["threadpoolctl"] = f"{type(exc).__name__}: {exc}"
     return out
@@ -90,7 +95,7 @@ class Reporting(Collate):
         if info is None or not os.path.exists(self.flag):
             return images, ids, None
         report = {"worker": info.id, "pid": os.getpid(), "cpus": cpulist(os.sched_getaffinity(0)),
-                  "threads": threads(), "pools": pools()}
+                  **threads(), "pools": pools()}
         return images, ids, json.dumps(report)
 
 
@@ -135,7 +140,7 @@ def measure(pipeline: str, items: list[tuple[str, int]], args: argparse.Namespac
             worker = json.loads(report)
             workers[worker["worker"]] = worker
     result = {"samples": samples, "seconds": elapsed, "samples_per_s": samples / elapsed,
-              "cpus": cpulist(os.sched_getaffinity(0)), "threads": threads(),
+              "cpus": cpulist(os.sched_getaffinity(0)), **threads(),
               "pools": {**pools(), "interop": torch.get_num_interop_threads()},
               "env": {name: os.environ.get(name) for name in ENV}, "workers": [workers[k] for k in sorted(workers)]}
     del batches  # its workers exit before the next pipeline's start

@@ -8,10 +8,15 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-# The pools shown, in order: the runtimes' names (threadpoolctl's internal_api, cv2, numexpr, torch) and the one
-# variable Rayon reads (its pool is built at its first parallel use: unset means one thread per CPU it may use).
-POOLS = (("openmp", "OpenMP"), ("openblas", "OpenBLAS"), ("cv2", "OpenCV"), ("numexpr", "numexpr"),
-         ("RAYON_NUM_THREADS", "Rayon"), ("torch", "torch"), ("interop", "inter-op"))
+# The pools shown, in order: the runtimes threadpoolctl finds ("openmp:libgomp", "openblas:libscipy_openblas"...,
+# shown by library name), OpenCV's, numexpr's, Rayon's size (built at its first parallel use, at RAYON_NUM_THREADS,
+# else one thread per CPU it may use), torch's intra-op and inter-op pools.
+POOLS = (("cv2", "cv2"), ("numexpr", "numexpr"), ("rayon", "Rayon"), ("torch", "torch"), ("interop", "inter-op"))
+
+
+def pool_keys(processes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    runtimes = sorted({key for p in processes for key in p["pools"] if ":" in key})
+    return [(key, key.split(":", 1)[1]) for key in runtimes] + list(POOLS)
 
 
 def spread(values: list[float]) -> dict[str, float] | None:
@@ -23,7 +28,7 @@ def spread(values: list[float]) -> dict[str, float] | None:
 def pool_values(processes: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Each pool's distinct values over ``processes`` (workers or ranks of every run)."""
     out: dict[str, list[Any]] = {}
-    for key, _ in POOLS:
+    for key, _ in pool_keys(processes):
         seen = {p["pools"].get(key, "-") for p in processes if key in p["pools"]}
         if seen:
             out[key] = sorted(seen, key=str)
@@ -53,6 +58,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], base: str) -> list[dict[str
             "vs_a": round(median / base_median, 3) if median is not None and base_median else None,
             "paired_vs_a": [round(p, 3) for p in paired],
             "worker_threads": spread([w["threads"] for w in workers]),
+            "worker_native_threads": spread([w["threads"] - len(w["python_threads"]) for w in workers]),
             "rank_threads": spread([rank["threads"] for rank in ranks]),
             "worker_cpus": sorted({w["cpus"] for w in workers}),
             "rank_cpus": sorted({rank["cpus"] for rank in ranks}),
@@ -64,7 +70,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], base: str) -> list[dict[str
 
 def pools_text(pools: dict[str, list[Any]]) -> str:
     words = []
-    for key, label in POOLS:
+    for key, label in [(key, key.split(":", 1)[-1]) for key in pools if ":" in key] + list(POOLS):
         if key in pools:
             values = ["unset" if v is None else str(v) for v in pools[key]]
             words.append(f"{label} {'|'.join(values)}")
@@ -93,13 +99,15 @@ def rows(report: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
                 ratio = f"{c['vs_a']:.2f}x" if c["vs_a"] is not None else "-"
                 speed.append([pipeline["name"], label, f"{c['samples_per_s']:.0f}", f"{c['min']:.0f}",
                               f"{c['max']:.0f}", ratio, span])
-            why.append([pipeline["name"], label, threads_text(c["worker_threads"]), threads_text(c["rank_threads"]),
+            threads = f"{threads_text(c['worker_threads'])}: {threads_text(c['worker_native_threads'])} native"
+            why.append([pipeline["name"], label, threads, threads_text(c["rank_threads"]),
                         " | ".join(c["worker_cpus"]), pools_text(c["worker_pools"])])
     return speed, why
 
 
 SPEED = ["pipeline", "configuration", "samples/s", "min", "max", "vs (a)", "each repeat vs (a)"]
-WHY = ["pipeline", "configuration", "threads per worker", "threads per rank", "worker CPUs", "pools in a worker"]
+WHY = ["pipeline", "configuration", "threads per worker: beyond Python's", "threads per rank", "worker CPUs",
+       "pools in a worker"]
 
 
 def heading(report: dict[str, Any]) -> str:

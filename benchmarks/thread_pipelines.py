@@ -141,7 +141,7 @@ def main() -> None:
         "cores": len(os.sched_getaffinity(0)), "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.monotonic() - started, 1),
         "versions": versions(), "ranks": args.ranks, "workers": args.workers, "seconds": args.seconds,
-        "repeats": args.repeats, "configs": CONFIGS,
+        "repeats": args.repeats, "configs": CONFIGS, "base": "affrun",
         "pipelines": [{"name": p, "configs": summarize(runs[p], "affrun")} for p in pipelines],
         "skipped": [{"name": p, "reason": reason} for p, reason in skipped.items()],
     }

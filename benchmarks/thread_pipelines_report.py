@@ -95,7 +95,7 @@ def rows(report: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
                 speed.append([pipeline["name"], label, "failed", "", "", "", c["error"] or ""])
             else:
                 paired = c["paired_vs_a"]
-                span = f"{min(paired):.2f}-{max(paired):.2f}" if paired else "-"
+                span = f"{min(paired):.2f}-{max(paired):.2f}" if paired and c["name"] != report["base"] else ""
                 ratio = f"{c['vs_a']:.2f}x" if c["vs_a"] is not None else "-"
                 speed.append([pipeline["name"], label, f"{c['samples_per_s']:.0f}", f"{c['min']:.0f}",
                               f"{c['max']:.0f}", ratio, span])

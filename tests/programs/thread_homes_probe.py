@@ -1,7 +1,7 @@
 """A training-like script with real third-party pipelines, recording where every thread runs and how large every
 pool is, in the rank and in each DataLoader worker, as one JSON file per process in ``--out``.
 
-The dataset is ImageFolder-shaped (``root/class_k/image_i.jpg``, JPEGs generated with Pillow); each item is
+The dataset (tests/programs/data_pipelines.py, every stage) is ImageFolder-shaped (generated JPEGs); each item is
 decoded with Pillow and with OpenCV (``cv2.imdecode`` and ``cv2.resize``), gets numpy features through OpenBLAS
 (a matrix product) and numexpr, and the collate function encodes the items' captions with a ``tokenizers`` BPE
 tokenizer trained here on generated text. After each item a worker records itself (the last record stays): its
@@ -13,32 +13,17 @@ OpenCV, numexpr, tokenizers and threadpoolctl are optional: a stage whose librar
 """
 
 import argparse
-import io
 import json
 import os
-import random
 import sys
 import tempfile
 import threading
-from typing import Any
 
-import numpy as np
+import data_pipelines
 import torch
-from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from data_pipelines import Collate, cv2, make_images, make_tokenizer, numexpr
+from torch.utils.data import DataLoader
 
-try:
-    import cv2
-except ImportError:
-    cv2 = None
-try:
-    import numexpr
-except ImportError:
-    numexpr = None
-try:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-except ImportError:
-    Tokenizer = None
 try:
     from threadpoolctl import threadpool_info
 except ImportError:
@@ -46,7 +31,6 @@ except ImportError:
 
 POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
                   "NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM", "RAYON_NUM_THREADS", "OMP_PLACES")
-WORDS = ("cat", "dog", "bird", "tree", "house", "river", "stone", "cloud", "light", "night", "green", "blue")
 
 
 def threads() -> list[dict[str, object]]:
@@ -74,69 +58,19 @@ def record(out: str, kind: str, **extra: object) -> None:
     os.replace(tmp, os.path.join(out, f"{kind}-{os.getpid()}.json"))
 
 
-def make_images(root: str, classes: int, per_class: int) -> list[tuple[str, int]]:
-    """An ImageFolder tree of generated JPEGs: (path, class index) per image, classes in sorted order."""
-    rng = np.random.default_rng(0)
-    items = []
-    for k in range(classes):
-        folder = os.path.join(root, f"class_{k}")
-        os.makedirs(folder)
-        for i in range(per_class):
-            path = os.path.join(folder, f"image_{i}.jpg")
-            Image.fromarray(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8)).save(path, quality=90)
-            items.append((path, k))
-    return items
+class ImageFolderLike(data_pipelines.ImageFolderLike):
+    """Every stage of tests/programs/data_pipelines.py; a worker records itself after each item."""
 
-
-def make_tokenizer() -> Any:
-    if Tokenizer is None:
-        return None
-    rng = random.Random(0)
-    text = [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)]
-    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(text, trainers.BpeTrainer(vocab_size=80, special_tokens=["[UNK]"],
-                                                            show_progress=False))
-    return tokenizer
-
-
-class ImageFolderLike(Dataset):  # type: ignore[type-arg]
     def __init__(self, items: list[tuple[str, int]], out: str) -> None:
-        self.items, self.out = items, out
-        self.weights = np.random.default_rng(1).standard_normal((384, 384)).astype(np.float32)
+        super().__init__(items)
+        self.out = out
 
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, str]:
-        path, label = self.items[i]
-        with open(path, "rb") as fh:
-            data = fh.read()
-        pil = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.float32)
-        if cv2 is not None:
-            decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-            small = cv2.resize(cv2.GaussianBlur(decoded, (5, 5), 0), (64, 48), interpolation=cv2.INTER_AREA)
-        else:
-            small = pil[::2, ::2][:48, :64]
-        features = np.tile(pil.reshape(-1)[:384], (384, 1)) @ self.weights  # OpenBLAS: threaded at this size
-        scaled = numexpr.evaluate("features * 0.5 + 1") if numexpr is not None else features * 0.5 + 1
+    def __getitem__(self, i: int) -> data_pipelines.Item:
+        item = super().__getitem__(i)
         info = torch.utils.data.get_worker_info()
         if info is not None:
             record(self.out, "worker", worker=info.id, workers=info.num_workers)
-        caption = " ".join(WORDS[(label + j) % len(WORDS)] for j in range(6))
-        return torch.from_numpy(small.astype(np.float32)), torch.from_numpy(scaled[:4, :4].copy()), caption
-
-
-class Collate:
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def __call__(self, batch: list[tuple[torch.Tensor, torch.Tensor, str]]) -> tuple[torch.Tensor, list[list[int]]]:
-        captions = [caption for _, _, caption in batch]
-        if self.tokenizer is None:
-            return torch.stack([image for image, _, _ in batch]), [[len(c)] for c in captions]
-        encodings = self.tokenizer.encode_batch(captions)  # Rayon, in the worker
-        return torch.stack([image for image, _, _ in batch]), [e.ids for e in encodings]
+        return item
 
 
 def raise_opencv(worker_id: int) -> None:

@@ -22,8 +22,9 @@ from tests.system.test_hostile_input import affrun
 CPUS = sorted(os.sched_getaffinity(0))
 CONSOLE = Path(sys.executable).parent / "affrun"
 # An inner rank's report: its LOCAL_RANK, its real mask, what binding marks it.
-REPORT = ("import os, json; print('INNER ' + json.dumps([os.environ.get('LOCAL_RANK'), "
-          "sorted(os.sched_getaffinity(0)), os.environ.get('AFFRUN_LOCAL_RANK')]), flush=True)")
+# One write(2) per line: two ranks share the pipe, and an unbuffered print writes the text and its newline apart.
+REPORT = ("import os, json; os.write(1, ('INNER ' + json.dumps([os.environ.get('LOCAL_RANK'), "
+          "sorted(os.sched_getaffinity(0)), os.environ.get('AFFRUN_LOCAL_RANK')]) + '\\n').encode())")
 
 
 def outer_script(tmp: Path, inner: list[str]) -> Path:

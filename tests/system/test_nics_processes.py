@@ -140,7 +140,8 @@ def test_torchrun_rank_lines_show_the_nic(tmp_path: Path) -> None:
     require_torch()
     root = write_tree(tmp_path / "m", _this_machine_with_nics())
     script = tmp_path / "probe.py"
-    script.write_text("import os\nprint('probe', os.environ['LOCAL_RANK'], os.environ['AFFRUN_NIC'])\n")
+    # One write per line: the ranks share the pipe, and print() under python -u writes each word apart.
+    script.write_text("import os\nos.write(1, f\"probe {os.environ['LOCAL_RANK']} {os.environ['AFFRUN_NIC']}\\n\".encode())\n")
     env = clean_env()
     env.pop("AFFRUN_FSROOT", None)
     result = subprocess.run(affrun_argv("torchrun", "--fsroot", str(root), "--nproc-per-node", "2", str(script)),

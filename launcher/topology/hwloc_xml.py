@@ -20,7 +20,7 @@ from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASS
 from launcher.topology.hwloc_distances import BadDistances, numa_distances
 from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
-from launcher.topology.nics_xml import xml_pci
+from launcher.topology.nics_xml import format_major, xml_pci
 from launcher.topology.pci import pci_address, pci_order
 from launcher.topology.priority_rule import priority_from_xml
 
@@ -227,7 +227,7 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
     gpus, warnings = _gpus(walk, online, nodes)
     kinds = kinds_from_hwloc_xml(top, online, path)
     node_ids = frozenset(n.os_index for n in nodes)
-    pci_paths, nics, nic_warnings = xml_pci(machine, node_ids)
+    pci_paths, nics, nic_warnings = xml_pci(machine, node_ids, format_major(top))
     gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
     allowed_nodeset = _mask(machine, "allowed_nodeset")
     allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids

@@ -1,5 +1,6 @@
-"""NICs and PCI paths from an hwloc XML export: ``OSDev`` objects of ``osdev_type`` 3 (OpenFabrics: ``mlx5_0``)
-and 2 (Network: ``ib0``, ``eth0``) under their ``PCIDev``, whose ``Bridge`` ancestors give the PCI path.
+"""NICs and PCI paths from an hwloc XML export: OpenFabrics (``mlx5_0``) and Network (``ib0``, ``eth0``) ``OSDev``
+objects under their ``PCIDev``, whose ``Bridge`` ancestors give the PCI path. ``osdev_type`` is one number in the
+1.x and 2.x formats (3 OpenFabrics, 2 Network) and a bitmask in 3.x (32 OpenFabrics, 16 Network; 2 is Memory).
 
 A host bridge (``bridge_type="0-1"``, ``bridge_pci="0000:[10-15]"``) is named for its root bus (``pci0000:10``),
 as sysfs names it. A NIC's NUMA node is the single node in the nodeset of its first non-I/O ancestor. hwloc
@@ -8,7 +9,7 @@ records an RDMA port's state (``Port1State``) but no rate, and no state for a ne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from launcher.base.cpulist import parse_hexmask
 from launcher.base.untrusted import ascii_uint, short
@@ -23,11 +24,32 @@ if TYPE_CHECKING:
     from launcher.base.choices import NicKind, PortState
 
 _NON_IO = frozenset({"Bridge", "PCIDev", "OSDev", "Misc"})
+_V3_NETWORK, _V3_OPENFABRICS = 1 << 4, 1 << 5  # hwloc 3.x HWLOC_OBJ_OSDEV_NETWORK, HWLOC_OBJ_OSDEV_OPENFABRICS
+NetworkType = Literal["network", "openfabrics"]
 
 
-def xml_pci(machine: ET.Element, node_ids: frozenset[int]) -> tuple[dict[str, tuple[str, ...]], list[NIC], list[str]]:
-    """(PCI address -> PCI path of every ``PCIDev``, the NICs in PCI order, warnings). Only an ``OSDev`` that is a
-    child of its ``PCIDev`` is a NIC (one elsewhere, or nested in another ``OSDev``, has no PCI function)."""
+def network_type(osdev_type: str | None, format_major: int) -> NetworkType | None:
+    """What an ``OSDev``'s ``osdev_type`` says of it in an export of hwloc's XML format ``format_major``: OpenFabrics,
+    Network, or neither (another device, or no decimal number)."""
+    code = ascii_uint(osdev_type or "")
+    if code is None:
+        return None
+    if format_major < 3:
+        return "openfabrics" if code == 3 else "network" if code == 2 else None
+    return "openfabrics" if code & _V3_OPENFABRICS else "network" if code & _V3_NETWORK else None
+
+
+def format_major(top: ET.Element) -> int:
+    """The major number of ``<topology version="M.m">``: 1 when absent (hwloc 1.x writes none) or unreadable."""
+    major = ascii_uint((top.get("version") or "").partition(".")[0])
+    return 1 if major is None else major
+
+
+def xml_pci(machine: ET.Element, node_ids: frozenset[int],
+            major: int) -> tuple[dict[str, tuple[str, ...]], list[NIC], list[str]]:
+    """(PCI address -> PCI path of every ``PCIDev``, the NICs in PCI order, warnings) of an export in XML format
+    ``major``. Only an ``OSDev`` that is a child of its ``PCIDev`` is a NIC (one elsewhere, or nested in another
+    ``OSDev``, has no PCI function)."""
     paths: dict[str, tuple[str, ...]] = {}
     nics: list[NIC] = []
     warnings: list[str] = []
@@ -48,10 +70,11 @@ def xml_pci(machine: ET.Element, node_ids: frozenset[int]) -> tuple[dict[str, tu
                 clean = path if path and "?" not in path and path[0] != "?" else ()
                 paths.setdefault(address, clean)
                 for osdev in element.findall("object"):
-                    if osdev.get("type") != "OSDev" or osdev.get("osdev_type") not in ("2", "3"):
+                    net = network_type(osdev.get("osdev_type"), major) if osdev.get("type") == "OSDev" else None
+                    if net is None:
                         continue
                     listed += 1
-                    nic = _nic(osdev, address, clean, node, warnings) if listed <= MAX_ENTRIES else None
+                    nic = _nic(osdev, net, address, clean, node, warnings) if listed <= MAX_ENTRIES else None
                     if nic is not None:
                         nics.append(nic)
         elif kind not in _NON_IO and element.get("nodeset") is not None:
@@ -77,14 +100,15 @@ def _one_node(nodeset: str, node_ids: frozenset[int]) -> int | None:
     return next(iter(nodes)) if len(nodes) == 1 else None
 
 
-def _nic(osdev: ET.Element, address: str, path: tuple[str, ...], node: int | None, warnings: list[str]) -> NIC | None:
+def _nic(osdev: ET.Element, net: NetworkType, address: str, path: tuple[str, ...], node: int | None,
+         warnings: list[str]) -> NIC | None:
     name = osdev.get("name") or ""
     problem = name_problem(name)
     if problem:
         warnings.append(f"a network device of PCI {address} has {problem} ({short(name, 40)}); not read as a NIC")
         return None
     infos = {i.get("name") or "": i.get("value") or "" for i in osdev.findall("info")}
-    if osdev.get("osdev_type") == "2":
+    if net == "network":
         address_len = len(infos.get("Address", "").split(":"))
         net_kind: NicKind = "ipoib" if address_len == 20 else "ethernet"
         return NIC(name, address, net_kind, node, (NicPort(1, "unknown"),), path)

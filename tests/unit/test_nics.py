@@ -17,7 +17,17 @@ from launcher.topology import load_topology
 from launcher.topology.model import Topology
 from launcher.topology.snapshot import from_snapshot, to_snapshot
 from tests.conftest import FIXTURES, need
-from tests.fakesys import HOSTILE_NIC_CASES, FakeGPU, FakeMachine, FakeNIC, break_nics, dgx_like, uniform, write_tree
+from tests.fakesys import (
+    HOSTILE_NIC_CASES,
+    FakeGPU,
+    FakeMachine,
+    FakeNIC,
+    break_nics,
+    dgx_like,
+    nic_xml,
+    uniform,
+    write_tree,
+)
 
 ACTIVE_400 = (("4: ACTIVE", "400 Gb/sec (4X NDR)"),)
 ACTIVE_200 = (("4: ACTIVE", "200 Gb/sec (4X HDR)"),)
@@ -203,6 +213,42 @@ def test_hwloc_xml_nics_and_the_nearest_per_rank() -> None:
     # hwloc 1.x export of the same machine: the same NICs
     lassen1 = load_topology(topology_file=str(xml / "coral-lassen-hwloc1.xml"), environ={})
     assert [(n.name, n.pci, n.numa_node) for n in lassen1.nics] == [(n.name, n.pci, n.numa_node) for n in lassen.nics]
+
+
+def test_hwloc_3_xml_nics_are_read_from_the_type_bitmask() -> None:
+    # hwloc 3.x writes osdev_type as a bitmask (16 Network, 48 Network + OpenFabrics); these exports' NICs, as
+    # lstopo of the same files lists them (bus ids and names in the files themselves)
+    need(FIXTURES.is_dir(), "shared fixtures not found")
+    whole = load_topology(topology_file=str(FIXTURES / "hwloc-xml-gpu/32em64t-2n8c2t-pci-wholeio.xml"), environ={})
+    assert [(n.name, n.pci, n.kind, n.numa_node) for n in whole.nics] == [
+        ("ib0", "0000:04:00.0", "ipoib", 1), ("mlx5_0", "0000:04:00.0", "infiniband", 1),
+        ("eth0", "0000:81:00.0", "ethernet", 1), ("eth1", "0000:81:00.1", "ethernet", 1)]
+    assert [p.state for p in whole.nics[1].ports] == ["active"]
+    pci = load_topology(topology_file=str(FIXTURES / "hwloc-xml-gpu/24em64t-2n6c2t-pci.xml"), environ={})
+    assert [(n.name, n.kind) for n in pci.nics] == [("eth0", "ethernet"), ("eth1", "ethernet"),
+                                                    ("eth2", "ethernet"), ("ib0", "ipoib"), ("mlx4_0", "infiniband")]
+
+
+@pytest.mark.parametrize("version", ["3.0", "3.1"])
+def test_hwloc_3_osdev_numbers_mean_other_devices(tmp_path: Path, version: str) -> None:
+    # In 3.x, 2 is Memory (a DAX device), 3 Storage + Memory, 4 GPU, 12 GPU + CoProcessor: none is a NIC; 16 is
+    # Network, 48 Network + OpenFabrics. The same numbers in a 2.x export or one with no version (1.x) keep 2.x's
+    # meaning: 2 Network, 3 OpenFabrics.
+    port = '<info name="Port1State" value="4"/>'
+    io = "".join(f'<object type="PCIDev" pci_busid="0000:11:00.{i}" pci_type="0207 [15b3:1019] [15b3:0008] 00">'
+                 f'<object type="OSDev" name="{name}" osdev_type="{code}">{port}</object></object>'
+                 for i, (name, code) in enumerate((("dax0", "2"), ("pmem0", "3"), ("card0", "4"), ("cuda0", "12"),
+                                                   ("eth0", "16"), ("mlx5_0", "48"), ("odd0", "-16"))))
+    text = nic_xml(io)
+    path = tmp_path / "v3.xml"
+    path.write_text(text.replace('version="2.0"', f'version="{version}"'))
+    topo = load_topology(topology_file=str(path), environ={})
+    assert [(n.name, n.kind) for n in topo.nics] == [("eth0", "ethernet"), ("mlx5_0", "infiniband")]
+    assert [r.nic_device for r in make_plan(topo, Request(nproc=2)).ranks] == ["mlx5_0:1", "mlx5_0:1"]
+    for header in ('version="2.0"', ""):
+        path.write_text(text.replace('version="2.0"', header))
+        older = load_topology(topology_file=str(path), environ={})
+        assert [(n.name, n.kind) for n in older.nics] == [("dax0", "ethernet"), ("pmem0", "infiniband")]
 
 
 def test_a_nic_without_numa_node_takes_its_local_cpus_node_and_a_virtio_nic_its_pci_function(tmp_path: Path) -> None:

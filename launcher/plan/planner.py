@@ -4,7 +4,7 @@
 (:mod:`launcher.plan.homes`), cuts each rank's chunk of whole cores by ``mode`` (by core kind:
 :mod:`launcher.plan.kinds`), adds the cores of nodes without ranks (:mod:`launcher.plan.spill`) and the loader
 cores, chooses each rank's main core (:mod:`launcher.plan.priority`) and comm cores, counts the threads (capped
-under a CPU quota: :func:`quota_threads`) and names the memory nodes.
+under a CPU quota: :func:`quota_threads`) and names the memory nodes (:mod:`launcher.plan.memory`).
 
 How it decides, step by step: docs/how-it-decides.md; the facts and their sources: docs/planner.md.
 """
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
 from launcher.base.cpulist import format_cpulist
-from launcher.base.memnodes import memory_nodes
 from launcher.errors import Opt, PlanError
 from launcher.plan.comm import keep_comm_cores
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_roles, plan_kinds, priority_chunks
+from launcher.plan.memory import rank_memory_nodes
 from launcher.plan.nics import NicChoice, choose_nics
 from launcher.plan.priority import choose_main_cores, priority_cpus, priority_first
 from launcher.plan.request import Request, validate_request
@@ -306,7 +306,7 @@ def _rank_plan(
     threads = max(1, units // sharers) if shared else units
     cpus = tuple(sorted(p for c in (*chunk, *spilled) for p in c.pus if p not in idle))
     nodes = tuple(sorted({c.numa_node for c in chunk if c.numa_node is not None and c.pus[0] not in idle}))
-    mem_nodes = _memory_nodes(topo, nodes, rank_warnings)
+    mem_nodes = rank_memory_nodes(topo, nodes, rank_warnings)
     plan_warnings.extend(f"rank {rank}: {w}" for w in rank_warnings)
     return RankPlan(
         local_rank=rank,
@@ -324,52 +324,6 @@ def _rank_plan(
         spill_cpus=tuple(sorted(p for c in spilled for p in c.pus)),
         spill_nodes=spill.nodes if spill else (),
     )
-
-
-def _memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
-    """The nodes the rank's memory policy names, in the normal form every rank checks
-    (:func:`launcher.base.memnodes.memory_nodes`) of each home node's stand-ins (:func:`_stand_ins`)."""
-    stand_ins = {n: _stand_ins(topo, n, rank_warnings) for n in nodes}
-    forbidden = [n for n in nodes if stand_ins[n] == () and _has_memory(topo, n)]
-    out = memory_nodes(nodes, stand_ins)
-    if forbidden and not out:
-        rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
-    return out
-
-
-def _has_memory(topo: Topology, n: int) -> bool:
-    """Whether node ``n`` has memory, or may have (a node the topology does not know, or of unknown size)."""
-    node = topo.node(n)
-    return node is None or node.memory_kb != 0
-
-
-def _stand_ins(topo: Topology, n: int, rank_warnings: list[str]) -> tuple[int, ...]:
-    """The memory node ``n`` takes: itself; none when the cpuset forbids its memory; for a memory-less node the
-    memory the firmware's initiator table makes local to its CPUs (``NumaNode.local_cpus``), else the nearest node
-    with memory (distance table). Warnings say which case it was."""
-    allowed = topo.allowed_mems
-    node = topo.node(n)
-    if node is None or _has_memory(topo, n):
-        return (n,) if allowed is None or n in allowed else ()
-    local = topo.local_memory_of(n)
-    if local:
-        cpus = frozenset().union(*(m.local_cpus or () for m in local))
-        rank_warnings.append(f"node {n} has no memory; the memory policy uses node "
-                             f"{','.join(str(m.os_index) for m in local)}, local to CPUs {format_cpulist(cpus)} "
-                             "by the firmware's initiator table")
-        return tuple(m.os_index for m in local)
-    with_memory = [
-        m.os_index for m in topo.numa_nodes
-        if m.memory_kb != 0 and (allowed is None or m.os_index in allowed) and m.os_index in node.distances
-    ]
-    if not with_memory:
-        rank_warnings.append(f"node {n} has no memory and the distance table names no usable node with memory; "
-                             "no memory policy for it")
-        return ()
-    target = min(with_memory, key=lambda m: (node.distances[m], m))
-    rank_warnings.append(f"node {n} has no memory; the memory policy uses node {target}, the nearest node with "
-                         f"memory (distance {node.distances[target]})")
-    return (target,)
 
 
 def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[str]) -> Plan:

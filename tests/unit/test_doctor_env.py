@@ -24,7 +24,7 @@ from launcher.doctor.facts import (
     rank_view,
 )
 from launcher.doctor.findings import CATALOGUE, Finding
-from launcher.doctor.omp_checks import main_thread_place
+from launcher.doctor.main_place import main_thread_place
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
 from tests.conftest import need

@@ -33,7 +33,7 @@ GARBAGE = {
 def _crashes(name: str, value: str) -> bool:
     """OpenCV reads its count as an unsigned number, numexpr with Python's ``int()``: what neither reads fails."""
     if name == "OPENCV_FOR_THREADS_NUM":
-        return ascii_uint(value.strip()) is None
+        return ascii_uint(value) is None  # " 1" and "1\n" fail as "lots" does
     return name == "NUMEXPR_NUM_THREADS" and ascii_int(value.strip()) is None
 
 def check_pool_variables(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
@@ -71,10 +71,12 @@ def check_pool_variables(environ: Mapping[str, str], topology: Topology, facts: 
 
 
 def _invalid(name: str, value: str, size: int) -> Finding:
-    crash = _crashes(name, value)
+    crash, spaced = _crashes(name, value), bool(ascii_uint(value.strip()))
     return Finding(
-        "omp-threads-invalid", "error" if crash else "warning", f"{name}={short(value)} is not a positive whole number",
+        "omp-threads-invalid", "error" if crash else "warning",
+        f"{name}={short(value)} " + ("has spaces around the number" if spaced else "is not a positive whole number"),
         GARBAGE[name] if crash else
+        "Rayon reads the digits alone: with spaces it ignores the value and starts a thread per CPU" if spaced else
         "a pool count is one positive whole number: 0 gives OpenCV every CPU (and Rayon, by its documentation)",
         f"export {name}={size}, or unset it", env_fix={name: str(size)})
 

@@ -32,7 +32,14 @@ from launcher.env.omp_syntax import (
     read_proclist,
     thread_count,
 )
-from launcher.env.variables import COMM_VARIABLE, POOL_OF, POOL_VARIABLES, THREAD_VARIABLES, affrun_variables
+from launcher.env.variables import (
+    COMM_VARIABLE,
+    DIGITS_ONLY_VARIABLES,
+    POOL_OF,
+    POOL_VARIABLES,
+    THREAD_VARIABLES,
+    affrun_variables,
+)
 from launcher.plan.planner import Plan, RankPlan
 from launcher.plan.threads import ThreadPlan, thread_plan
 
@@ -189,11 +196,14 @@ def _problem(
     first is narrower than the ``compute`` CPUs (or an abstract name such as ``cores``) are a collapse risk in
     both bind modes: the main thread is bound to that place, and workers forked later inherit it.
     """
+    spaced = value != value.strip()
     value = value.strip()
     if name in COUNT_VARIABLES:
         count = thread_count(value) if name in THREAD_VARIABLES else ascii_uint(value)
         if count is None or count < 1:
             return Problem("malformed", "not a positive thread count")
+        if spaced and name in DIGITS_ONLY_VARIABLES:
+            return Problem("malformed", "spaces around the number: OpenCV refuses it, Rayon ignores it")
         if threads is not None:
             if count > threads:
                 takes = "compute CPUs take" if POOL_OF[name] == "openmp" else f"thread plan sizes its {POOL_OF[name]} pool"

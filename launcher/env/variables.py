@@ -45,6 +45,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # BLIS, numexpr, OpenCV's parallel_for, Rayon (HF tokenizers). A rank's are sized by its thread plan, a DataLoader
 # worker's to the CPUs it has (launcher.plan.threads).
 POOL_VARIABLES = ("BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM", "RAYON_NUM_THREADS")
+# The pools that read their count as digits alone: OpenCV refuses " 1" (cv2.error at its first parallel call) and
+# Rayon ignores it, starting a thread per CPU; the others skip spaces as C's strtol and Python's int() do.
+DIGITS_ONLY_VARIABLES = ("OPENCV_FOR_THREADS_NUM", "RAYON_NUM_THREADS")
 # The pool of a thread plan (launcher.plan.threads.POOL_NAMES) each variable sizes: MKL's threads are OpenMP's;
 # OpenBLAS's own threads and BLIS's are started by the thread that loads them and inherit its mask.
 POOL_OF: dict[str, PoolName] = {

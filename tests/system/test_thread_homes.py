@@ -232,3 +232,18 @@ def test_a_garbage_affrun_variable_is_one_line_and_nothing_patched(name: str, va
     proc = run([sys.executable, "-c", IMPORT_TORCH], env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr
     assert proc.stderr.splitlines() == [f"affrun: warning: {said}"]
+
+
+def test_a_count_with_spaces_reaches_no_pool_that_would_refuse_or_ignore_it() -> None:
+    """OpenCV raises at its first parallel call on ``OPENCV_FOR_THREADS_NUM=' 1'`` and Rayon ignores ``'1\\n'`` (a
+    thread per CPU): under safe the rank gets its plan's count instead, and cv2 works; the value is not the
+    user's any more. BLIS reads `` 1`` as 1 (strtol): it stays the user's."""
+    script = ("import cv2, json, numpy, os; cv2.resize(numpy.zeros((64, 64), 'uint8'), (32, 32)); "
+              "print(json.dumps({k: os.environ.get(k) for k in ('OPENCV_FOR_THREADS_NUM', 'RAYON_NUM_THREADS', "
+              "'BLIS_NUM_THREADS', 'AFFRUN_USER_POOLS', 'AFFRUN_THREADS')}))")
+    env = clean_env(OPENCV_FOR_THREADS_NUM=" 1", RAYON_NUM_THREADS="1\n", BLIS_NUM_THREADS=" 1")
+    done = run(affrun_argv("exec", "--", sys.executable, "-c", script), env=env)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["OPENCV_FOR_THREADS_NUM"] == seen["RAYON_NUM_THREADS"] == seen["AFFRUN_THREADS"]
+    assert seen["BLIS_NUM_THREADS"] == " 1" and seen["AFFRUN_USER_POOLS"] == "BLIS_NUM_THREADS"

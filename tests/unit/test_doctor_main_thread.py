@@ -144,7 +144,9 @@ def test_a_pool_value_without_affrun_is_judged_against_the_rank_s_share(smt: Top
     ("OPENCV_FOR_THREADS_NUM", "lots", "error"), ("OPENCV_FOR_THREADS_NUM", "-1", "error"),
     ("OPENCV_FOR_THREADS_NUM", "8,4", "error"), ("OPENCV_FOR_THREADS_NUM", "0", "warning"),
     ("NUMEXPR_NUM_THREADS", "lots", "error"), ("NUMEXPR_NUM_THREADS", "0", "warning"),
-    ("RAYON_NUM_THREADS", "lots", "warning"), ("BLIS_NUM_THREADS", "", "warning")])
+    ("RAYON_NUM_THREADS", "lots", "warning"), ("BLIS_NUM_THREADS", "", "warning"),
+    ("OPENCV_FOR_THREADS_NUM", " 1", "error"), ("OPENCV_FOR_THREADS_NUM", "1\n", "error"),
+    ("RAYON_NUM_THREADS", " 1", "warning")])
 def test_a_pool_value_that_is_no_count_is_invalid(smt: Topology, name: str, value: str, severity: str) -> None:
     invalid = one(audit({name: value}, smt, frozenset({0, 1, 2, 3, 16, 17, 18, 19})), "omp-threads-invalid")
     assert invalid.severity == severity and invalid.env_fix == {name: "4"}  # 8 CPUs, 4 cores

@@ -116,6 +116,19 @@ def test_a_pool_variable_is_one_number() -> None:
     assert e.notes[-1] == "RAYON_NUM_THREADS=3,2 replaced by 3: not a positive thread count"
 
 
+@pytest.mark.parametrize("value", [" 1", "1 ", "1\n", "\t1"])
+def test_spaces_around_a_count_are_malformed_where_the_pool_reads_digits_alone(value: str) -> None:
+    """OpenCV raises at its first parallel call on " 1" and Rayon ignores it (a thread per CPU): replaced under
+    safe; the OpenMP and BLAS readers skip spaces (strtol, int()), so there the value is the user's 1."""
+    user = dict.fromkeys(COUNT_VARIABLES, value)
+    e = rank_environment(MAIN, local_world_size=4, user_env=user)
+    ours = counts(rank_environment(MAIN, local_world_size=4, user_env={}).set)
+    assert e.set["OPENCV_FOR_THREADS_NUM"] == ours["OPENCV_FOR_THREADS_NUM"]
+    assert e.set["RAYON_NUM_THREADS"] == ours["RAYON_NUM_THREADS"]
+    assert set(e.user_pools) == set(COUNT_VARIABLES) - {"OPENCV_FOR_THREADS_NUM", "RAYON_NUM_THREADS"}
+    assert sum("spaces around the number" in n for n in e.notes) == 2
+
+
 def test_override_writes_ours_and_keep_keeps_too_many() -> None:
     over = rank_environment(MAIN, local_world_size=4, user_env={"RAYON_NUM_THREADS": "1"}, policy="override")
     assert over.set["RAYON_NUM_THREADS"] == "2" and "(--env-policy override)" in over.notes[0]

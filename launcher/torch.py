@@ -17,8 +17,10 @@ import warnings
 from collections.abc import Callable
 
 from launcher.base.split import worker_cpus
+from launcher.base.untrusted import short
 from launcher.bind.pools import fit_worker, say
 from launcher.bind.readback import current_binding
+from launcher.errors import ConfigError
 
 __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
 
@@ -114,7 +116,13 @@ def worker_init_fn(worker_id: int) -> None:
     import torch.utils.data
 
     info = torch.utils.data.get_worker_info()
-    num_workers = info.num_workers if info is not None else 1
+    if info is None:
+        raise ConfigError("worker_init_fn: not in a DataLoader worker (torch.utils.data.get_worker_info() is None): "
+                          "it would pin the process it runs in; pass it as DataLoader(worker_init_fn=...)")
+    num_workers = info.num_workers
+    if isinstance(worker_id, bool) or not isinstance(worker_id, int) or not 0 <= worker_id < num_workers:
+        raise ConfigError(f"worker_init_fn: worker_id={short(worker_id)} is not one of the DataLoader's "
+                          f"{num_workers} worker(s) (0-{num_workers - 1})")
     loader, rank, foreign = _pools()
     _say_foreign(foreign)
     cpus = worker_cpus(worker_id, num_workers, loader, rank)

@@ -40,6 +40,7 @@ class BindReport:
     applied: tuple[str, ...] = ()
     not_applied: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # the plan's, for this rank, when bind_rank planned it (affrun run says its own)
 
     def __str__(self) -> str:
         lines = [f"rank {self.local_rank}/{self.nproc_per_node}: cpus {format_cpulist(self.cpus)}, "
@@ -47,11 +48,12 @@ class BindReport:
         lines += [f"  applied: {a}" for a in self.applied]
         lines += [f"  not applied: {n}" for n in self.not_applied]
         lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
-def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
-    """The :class:`~launcher.bind.wire.Job` to bind from: ``affrun run``'s, or one planned here."""
+def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> tuple[Job, bool]:
+    """The :class:`~launcher.bind.wire.Job` to bind from: ``affrun run``'s, or one planned here (then ``True``)."""
     from launcher.bind.handoff import plan_job
     from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import RUN_VARIABLE
@@ -68,7 +70,7 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
         if job.size != nproc:
             raise ConfigError(f"bind_rank: nproc_per_node={nproc} but affrun run planned {job.size} "
                               f"ranks: give affrun run --nproc-per-node {nproc}")
-        return job
+        return job, False
     # Python's names (topology=, as the submitit executor takes it); the option's dest (topology_file=) as before.
     specs = {**BY_KEYWORD, **{spec.dest: spec for spec in BY_KEYWORD.values()}}
     unknown = sorted(set(options) - set(specs))
@@ -79,7 +81,7 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> Job:
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else user_values(os.environ)
     try:
-        return plan_job(BindingOptions.from_values(options), nproc, user_env=user_env)[1].job()
+        return plan_job(BindingOptions.from_values(options), nproc, user_env=user_env)[1].job(), True
     except AffrunError as exc:
         spell_error(exc, "python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
         raise
@@ -142,8 +144,9 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
 
     check_rank_keywords("bind_rank", nproc_per_node, local_rank)
     quiet = check_argument("bind_rank", "quiet", quiet, "flag")
-    job = _job(local_rank, nproc_per_node, options)
+    job, planned_here = _job(local_rank, nproc_per_node, options)
     rank = job.ranks[local_rank]
+    warnings = (*job.warnings, *rank.warnings) if planned_here else ()
     main_before = frozenset(os.sched_getaffinity(os.getpid()))  # libgomp may have put it on its core at load
     mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ
     applied: list[str] = []
@@ -181,8 +184,10 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     if job.mem_backend == "numactl" and mem.policy != "none":
         not_applied.append("--mem-backend numactl cannot wrap a running process: set_mempolicy was used")
     report = BindReport(local_rank, nproc_per_node, rank.cpus, count, tuple(applied), tuple(not_applied),
-                        rank.notes)
+                        rank.notes, warnings)
     if not quiet:
+        for item in report.warnings:
+            print(shown(f"affrun: warning: bind_rank({local_rank}): {item}"), file=sys.stderr)
         for item in report.not_applied:
             print(shown(f"affrun: note: bind_rank({local_rank}): not applied: {item}"), file=sys.stderr)
     return report

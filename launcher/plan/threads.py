@@ -125,11 +125,13 @@ def thread_plan(rank: RankThreadFields, workers: int) -> ThreadPlan:
     omp = Home("omp", team, threads - 1, "the OpenMP team beside the main thread (its thread 0)")
     interop = Home("interop", main.cpus, inherit, "torch's inter-op pool: created by the main thread, on its mask")
     loader = tuple(sorted(rank.loader_cpus))
-    pin = Home("pin_memory", loader or team, 1,
-               "the loader CPUs" if loader else "the compute CPUs, off the main thread's core")
+    off = ", off the main thread's core"
+    pin = Home("pin_memory", loader or team, 1, "the loader CPUs" if loader else
+               "the compute CPUs" + (off if main_cpus and set(team).isdisjoint(main_cpus) else ""))
     comm = tuple(sorted(rank.comm_cpus))
-    nccl = Home("nccl_proxy", comm or _minus(everything, main_cpus), 0,
-                "the comm cores (--comm-cores)" if comm else "the rank's CPUs, off the main thread's core")
+    rest = _minus(everything, main_cpus)
+    nccl = Home("nccl_proxy", comm or rest, 0, "the comm cores (--comm-cores)" if comm else
+                "the rank's CPUs" + (off if main_cpus and set(rest).isdisjoint(main_cpus) else ""))
     pool_cpus = _minus(everything, (*main_cpus, *comm))  # NCCL's comm cores are no worker's either
     homes = tuple(WorkerHome(k, tuple(cpus), len(cpus))
                   for k in range(max(0, workers))

@@ -1,7 +1,7 @@
 """A broken NUMA table: node cpusets that overlap. hwloc's Linux backend then keeps the nodes in id order and
 ignores each node whose CPUs intersect those of the nodes kept before it (its memory included); affrun does the
-same, with a warning, whatever the source (sysfs tree, snapshot or XML). On a table where every node claims
-every CPU, one node is left: the machine is planned as one NUMA node."""
+same, with a warning, for a sysfs tree or an XML (a snapshot is saved after this: one that overlaps is refused).
+On a table where every node claims every CPU, one node is left: the machine is planned as one NUMA node."""
 
 from __future__ import annotations
 

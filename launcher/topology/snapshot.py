@@ -3,6 +3,9 @@
 A snapshot is lossless: loading it gives the same ``affrun topology --json`` as the machine it was taken on,
 ``source`` included (the snapshot records where its data came from). GPU visibility is not stored; it is
 resolved again from the environment of the process that loads the snapshot.
+
+A snapshot whose parts disagree (a hand-edited one: two NUMA nodes sharing an id or a CPU...) is refused in
+one line naming the field, as a field of the wrong type is; affrun never writes one.
 """
 
 from __future__ import annotations
@@ -170,6 +173,7 @@ def _build(data: dict[str, Any]) -> Topology:
             )
         )
     gpus = []
+    gpu_at: list[int] = []  # each kept GPU's position in the file's "gpus"
     gpu_notes: list[str] = []
     seen_pci: dict[str, int] = {}
     for i, g in enumerate(_list(data, "gpus")):
@@ -185,6 +189,7 @@ def _build(data: dict[str, Any]) -> Topology:
             gpu_notes.append(f"gpus[{i}] has the PCI address of gpus[{seen_pci[pci]}] ({pci}); it is one GPU, kept once")
             continue
         seen_pci[pci] = i
+        gpu_at.append(i)
         gpus.append(
             GPU(
                 _int(g["index"], f"gpus[{i}].index"),
@@ -207,6 +212,7 @@ def _build(data: dict[str, Any]) -> Topology:
     stray = {p for c in cores for p in c.pus} - online
     if stray:
         raise _Bad(f"cores list CPUs {format_cpulist(stray)} that are not online")
+    _consistent(nodes, cores, gpus, gpu_at, online)
     mems = data.get("allowed_mems")
     warnings = _list(data, "warnings") if "warnings" in data else []
     kinds = kinds_from_json(data.get("core_kinds"), online)
@@ -230,6 +236,39 @@ def _build(data: dict[str, Any]) -> Topology:
         cpu_quota_source=None if data.get("cpu_quota_source") is None else one_line(_str(data["cpu_quota_source"],
                                                                                           "cpu_quota_source")),
     )
+
+
+def _consistent(nodes: list[NumaNode], cores: list[Core], gpus: list[GPU], gpu_at: list[int],
+                online: frozenset[int]) -> None:
+    """Refuse what affrun's readers never write (a hand-edited snapshot): two NUMA nodes of one id or sharing a CPU,
+    a node, core or GPU naming CPUs that are not online, a core on a node that does not hold it, GPU indexes that
+    are not 0..n-1 each once. Read from such a file, the plan would bind to a node the machine lacks."""
+    node_at: dict[int, int] = {}
+    owner: dict[int, int] = {}  # CPU -> the node that holds it
+    for i, node in enumerate(nodes):
+        if node.os_index in node_at:
+            raise _Bad(f"numa_nodes[{i}].os_index {node.os_index} is also numa_nodes[{node_at[node.os_index]}]'s")
+        node_at[node.os_index] = i
+        if node.cpus - online:
+            raise _Bad(f"numa_nodes[{i}].cpus lists CPUs {format_cpulist(node.cpus - online)} that are not online")
+        common = node.cpus & owner.keys()
+        if common:
+            raise _Bad(f"numa_nodes[{i}].cpus lists CPUs {format_cpulist(common)} of NUMA node "
+                       f"{owner[min(common)]}; a CPU is in one node")
+        owner.update(dict.fromkeys(node.cpus, node.os_index))
+    for i, core in enumerate(cores):
+        if core.numa_node is not None and not any(owner.get(p) == core.numa_node for p in core.pus):
+            raise _Bad(f"cores[{i}].numa_node {core.numa_node} is not a NUMA node holding its CPUs "
+                       f"{format_cpulist(core.pus)}")
+    index_at: dict[int, int] = {}
+    for at, gpu in zip(gpu_at, gpus):
+        if not 0 <= gpu.index < len(gpus):
+            raise _Bad(f"gpus[{at}].index {short(gpu.index, 20)} is not a GPU index (0..{len(gpus) - 1})")
+        if gpu.index in index_at:
+            raise _Bad(f"gpus[{at}].index {gpu.index} is also gpus[{index_at[gpu.index]}]'s")
+        index_at[gpu.index] = at
+        if gpu.cpus - online:
+            raise _Bad(f"gpus[{at}].cpus lists CPUs {format_cpulist(gpu.cpus - online)} that are not online")
 
 
 def _quota(value: object) -> float | None:

@@ -289,7 +289,7 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
             cpus += f" (comm {format_cpulist(r.comm_cpus)})"
         if r.spill_cpus:
             cpus += f" ({format_cpulist(r.spill_cpus)} from node(s) {','.join(map(str, r.spill_nodes)) or '?'})"
-        sharers = [o.local_rank for o in plan.ranks if o is not r and set(o.cpus) & set(r.cpus)]
+        sharers = {o for p in r.cpus for o in model.owners.get(p, ())} - {r.local_rank}
         if sharers:
             cpus += f" (shared with {'rank' if len(sharers) == 1 else 'ranks'} {format_cpulist(sharers)})"
         rows.append((swatch, "-" if r.gpu is None else str(r.gpu), r.gpu_pci or "-", r.nic_device or "-",

@@ -10,7 +10,21 @@ from collections.abc import Callable, Sequence
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
 from launcher.plan.planner import Plan
-from launcher.show.layout import BOLD, DIM, PLAIN, Block, Style, Text, flow, framed, hjoin, text_line, vstack, wrap
+from launcher.show.layout import (
+    BOLD,
+    DIM,
+    PLAIN,
+    Block,
+    Grid,
+    Style,
+    Text,
+    flow,
+    framed,
+    hjoin,
+    text_line,
+    vstack,
+    wrap,
+)
 from launcher.show.model import GpuEntry, Model
 from launcher.topology.model import Core, NumaNode, Topology
 
@@ -77,16 +91,11 @@ def _attach_blocks(model: Model, node: int | None, color: bool) -> list[Block]:
     return out
 
 
-def _cell_grid(model: Model, cores: Sequence[Core], per_row: int, color: bool) -> Block:
-    per = max(min(per_row, len(cores)), 1)
+def _cell_grid(cells: Sequence[Block], per_row: int) -> Block:
+    per = max(min(per_row, len(cells)), 1)
     # Prefer full rows: the largest count that divides the cores evenly, if it costs at most a third of the row.
-    even = [p for p in range(per, 0, -1) if len(cores) % p == 0 and 3 * p >= 2 * per]
-    per = even[0] if even else per
-    lines = []
-    for i in range(0, len(cores), per):
-        cells = [model.cell(c, color) for c in cores[i : i + per]]
-        lines.append(hjoin([text_line(c) for c in cells]))
-    return vstack(lines)
+    even = [p for p in range(per, 0, -1) if len(cells) % p == 0 and 3 * p >= 2 * per]
+    return Grid(cells, even[0] if even else per)
 
 
 def _node_title(model: Model, node: int | None, ncores: int, part: bool = False) -> str:
@@ -102,12 +111,31 @@ def _package_title(model: Model, pkg: int, part: bool = False) -> str:
     return f"Package {pkg}{extra}{' (part)' if part else ''}"
 
 
-class _Layout:
-    """Lays the machine out for one choice of cores per row and of GPUs beside or below their node."""
+class _Parts:
+    """What every layout of one picture shares: the cores of each (package, NUMA node) and their cells."""
 
-    def __init__(self, model: Model, color: bool, per_row: int, beside: bool) -> None:
-        self.m = model
-        self.color = color
+    def __init__(self, model: Model, color: bool) -> None:
+        self.model, self.color = model, color
+        self.groups: dict[tuple[int, int | None], list[Core]] = {}
+        for c in model.cores:
+            self.groups.setdefault((c.package, c.numa_node), []).append(c)
+        self.cells = {key: [text_line(model.cell(c, color)) for c in cores] for key, cores in self.groups.items()}
+        self.pkgs_of: dict[int | None, list[int]] = {}
+        self.nodes_of: dict[int, list[int | None]] = {}
+        for pkg, node in self.groups:
+            self.pkgs_of.setdefault(node, []).append(pkg)
+            self.nodes_of.setdefault(pkg, []).append(node)
+
+
+class _Layout:
+    """Lays the machine out for one choice of cores per row and of GPUs beside or below their node. The parts
+    that do not depend on the choice (the cells, the cores of each package and node) are made once per picture
+    (:class:`_Parts`) and shared by every choice :func:`body` tries."""
+
+    def __init__(self, parts: _Parts, per_row: int, beside: bool) -> None:
+        self.m = parts.model
+        self.color = parts.color
+        self.parts = parts
         self.per_row = per_row
         self.beside = beside
 
@@ -129,14 +157,7 @@ class _Layout:
 
     def machine(self, width: int) -> Block:
         m = self.m
-        groups: dict[tuple[int, int | None], list[Core]] = {}
-        for c in m.cores:
-            groups.setdefault((c.package, c.numa_node), []).append(c)
-        pkgs_of: dict[int | None, list[int]] = {}
-        nodes_of: dict[int, list[int | None]] = {}
-        for pkg, node in groups:
-            pkgs_of.setdefault(node, []).append(pkg)
-            nodes_of.setdefault(pkg, []).append(node)
+        groups, cells, pkgs_of, nodes_of = self.parts.groups, self.parts.cells, self.parts.pkgs_of, self.parts.nodes_of
         pkg_order = sorted(nodes_of)
         node_order = m.cpu_nodes
         blocks: list[Block] = []
@@ -146,15 +167,15 @@ class _Layout:
                 for node in sorted(nodes_of[pkg], key=node_order.index):
                     cores = groups[(pkg, node)]
                     units.append(self.node_unit(node, _node_title(m, node, len(cores)),
-                                                _cell_grid(m, cores, self.per_row, self.color), width - 4, True))
+                                                _cell_grid(cells[(pkg, node)], self.per_row), width - 4, True))
                 blocks.append(framed(_package_title(m, pkg), flow(units, width - 4), "package"))
         elif all(len(n) == 1 for n in nodes_of.values()):  # packages inside nodes (POWER, some AMD)
             for node in node_order:
                 pkgs = sorted(pkgs_of[node])
 
                 def inner(avail: int, node: int | None = node, pkgs: list[int] = pkgs) -> Block:
-                    boxes = [framed(_package_title(m, p), _cell_grid(m, groups[(p, node)], self.per_row, self.color),
-                                  "package") for p in pkgs]
+                    boxes = [framed(_package_title(m, p), _cell_grid(cells[(p, node)], self.per_row), "package")
+                             for p in pkgs]
                     return flow(boxes, avail)
 
                 ncores = sum(len(groups[(p, node)]) for p in pkgs)
@@ -167,7 +188,7 @@ class _Layout:
                     cores = groups[(pkg, node)]
                     part = len(pkgs_of[node]) > 1
                     units.append(self.node_unit(node, _node_title(m, node, len(cores), part),
-                                                _cell_grid(m, cores, self.per_row, self.color), width - 4,
+                                                _cell_grid(cells[(pkg, node)], self.per_row), width - 4,
                                                 node not in done))
                     done.add(node)
                 blocks.append(framed(_package_title(m, pkg), flow(units, width - 4), "package"))
@@ -179,10 +200,8 @@ class _Layout:
         out: list[Block] = []
         if m.offline:
             if len(m.offline) <= 64:
-                cells = [m.offline_cell(p, self.color) for p in m.offline]
-                per = max(1, min(self.per_row, len(cells)))
-                rows = [hjoin([text_line(c) for c in cells[i : i + per]]) for i in range(0, len(cells), per)]
-                inner = vstack(rows)
+                cells = [text_line(m.offline_cell(p, self.color)) for p in m.offline]
+                inner: Block = Grid(cells, max(1, min(self.per_row, len(cells))))
             else:
                 inner = text_line((f"CPUs {format_cpulist(m.offline)}", DIM))
             out.append(framed(f"offline CPUs · {len(m.offline)}", inner, "group"))
@@ -270,7 +289,7 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
             cpus += f" (comm {format_cpulist(r.comm_cpus)})"
         if r.spill_cpus:
             cpus += f" ({format_cpulist(r.spill_cpus)} from node(s) {','.join(map(str, r.spill_nodes)) or '?'})"
-        sharers = [o.local_rank for o in plan.ranks if o is not r and set(o.cpus) & set(r.cpus)]
+        sharers = {o for p in r.cpus for o in model.owners.get(p, ())} - {r.local_rank}
         if sharers:
             cpus += f" (shared with {'rank' if len(sharers) == 1 else 'ranks'} {format_cpulist(sharers)})"
         rows.append((swatch, "-" if r.gpu is None else str(r.gpu), r.gpu_pci or "-", r.nic_device or "-",
@@ -314,17 +333,15 @@ def draw(topo: Topology, plan: Plan, width: int, color: bool) -> Block:
 
 def body(model: Model, width: int, color: bool) -> Block:
     """The widest layout that fits ``width``, GPUs beside their node or below it, whichever is shorter."""
-    groups: dict[tuple[int, int | None], int] = {}
-    for c in model.cores:
-        groups[(c.package, c.numa_node)] = groups.get((c.package, c.numa_node), 0) + 1
-    most = max(groups.values(), default=1)
+    parts = _Parts(model, color)
+    most = max((len(cores) for cores in parts.groups.values()), default=1)
     fits: list[Block] = []
     for beside in (True, False):
         lo, hi = (min(most, 4) if beside else 1), most
         fit: Block | None = None
         while lo <= hi:  # the most cores per row that fits (the width grows with it)
             mid = (lo + hi) // 2
-            block = _Layout(model, color, mid, beside).machine(width)
+            block = _Layout(parts, mid, beside).machine(width)
             if block.w <= width:
                 fit, lo = block, mid + 1
             else:
@@ -332,7 +349,7 @@ def body(model: Model, width: int, color: bool) -> Block:
         if fit is not None:
             fits.append(fit)
     if not fits:  # nothing fits (a very narrow width): one core per row, GPUs below
-        return _Layout(model, color, 1, False).machine(width)
+        return _Layout(parts, 1, False).machine(width)
     return min(fits, key=lambda b: b.h)  # stable: beside wins a tie
 
 

@@ -89,20 +89,51 @@ Op = Frame | Text
 
 @dataclass
 class Block:
-    """A laid-out rectangle of ``w`` x ``h`` character cells; ops are relative to its top-left corner."""
+    """A laid-out rectangle of ``w`` x ``h`` character cells: its own ops, relative to its top-left corner, then its
+    parts, blocks drawn inside it at an offset. A block holds its parts, it does not copy their ops: nesting costs
+    one entry per part, and :meth:`placed` copies each op once, when the picture is drawn."""
 
     w: int
     h: int
     ops: list[Op] = field(default_factory=list)
+    parts: list[tuple[int, int, Block]] = field(default_factory=list)
 
-    def placed(self, dx: int, dy: int) -> list[Op]:
+    def placed(self, dx: int = 0, dy: int = 0) -> list[Op]:
+        """Every op of the block and of its parts, in drawing order, moved by ``(dx, dy)``."""
         out: list[Op] = []
+        self._place(dx, dy, out)
+        return out
+
+    def _place(self, dx: int, dy: int, out: list[Op]) -> None:
         for op in self.ops:
             if isinstance(op, Frame):
                 out.append(Frame(op.x + dx, op.y + dy, op.w, op.h, op.title, op.kind))
             else:
                 out.append(Text(op.x + dx, op.y + dy, op.text, op.style, op.core, op.swatch, op.gpu))
-        return out
+        for x, y, part in self.parts:
+            part._place(dx + x, dy + y, out)
+
+
+class Grid(Block):
+    """``cells`` left to right, ``per`` to a row ``gap`` apart, the rows one below the other: the same block as
+    ``vstack`` of ``hjoin`` rows, but sized without placing a cell, so trying many row lengths costs little."""
+
+    def __init__(self, cells: Sequence[Block], per: int, gap: int = 1) -> None:
+        starts = range(0, len(cells), per)
+        widths, heights = [c.w for c in cells], [c.h for c in cells]
+        w = max((sum(widths[i : i + per]) + gap * (min(per, len(cells) - i) - 1) for i in starts), default=0)
+        super().__init__(w, sum(max(heights[i : i + per]) for i in starts))
+        self.cells, self.per, self.gap = cells, per, gap
+
+    def _place(self, dx: int, dy: int, out: list[Op]) -> None:
+        y = dy
+        for i in range(0, len(self.cells), self.per):
+            row = self.cells[i : i + self.per]
+            x = dx
+            for cell in row:
+                cell._place(x, y, out)
+                x += cell.w + self.gap
+            y += max(c.h for c in row)
 
 
 def text_line(*parts: tuple[str, Style] | Text) -> Block:
@@ -118,27 +149,27 @@ def text_line(*parts: tuple[str, Style] | Text) -> Block:
 
 def framed(title: str, inner: Block, kind: str, min_w: int = 0) -> Block:
     w = max(inner.w + 4, len(title) + 5, min_w)
-    return Block(w, inner.h + 2, [Frame(0, 0, w, inner.h + 2, title, kind), *inner.placed(2, 1)])
+    return Block(w, inner.h + 2, [Frame(0, 0, w, inner.h + 2, title, kind)], [(2, 1, inner)])
 
 
 def hjoin(blocks: Sequence[Block], gap: int = 1) -> Block:
-    ops: list[Op] = []
+    parts: list[tuple[int, int, Block]] = []
     x = 0
     for i, b in enumerate(blocks):
         x += gap if i else 0
-        ops += b.placed(x, 0)
+        parts.append((x, 0, b))
         x += b.w
-    return Block(x, max((b.h for b in blocks), default=0), ops)
+    return Block(x, max((b.h for b in blocks), default=0), [], parts)
 
 
 def vstack(blocks: Sequence[Block], gap: int = 0) -> Block:
-    ops: list[Op] = []
+    parts: list[tuple[int, int, Block]] = []
     y = 0
     for i, b in enumerate(blocks):
         y += gap if i else 0
-        ops += b.placed(0, y)
+        parts.append((0, y, b))
         y += b.h
-    return Block(max((b.w for b in blocks), default=0), y, ops)
+    return Block(max((b.w for b in blocks), default=0), y, [], parts)
 
 
 def flow(blocks: Sequence[Block], max_w: int, gap: int = 1) -> Block:

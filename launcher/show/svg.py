@@ -68,8 +68,9 @@ def block_svg(block: Block, title: str) -> str:
     w_px, h_px = block.w * _CW + 2 * _MARGIN, block.h * _CH + 2 * _MARGIN
     patterns: dict[str, tuple[int, ...]] = {}
     body: list[str] = []
-    frames = [op for op in block.ops if isinstance(op, Frame)]
-    texts = [op for op in block.ops if isinstance(op, Text)]
+    ops = block.placed()
+    frames = [op for op in ops if isinstance(op, Frame)]
+    texts = [op for op in ops if isinstance(op, Text)]
     for f in frames:
         fill, stroke, dash = _FRAME_STYLE.get(f.kind, _FRAME_STYLE["numa"])
         x, y = _MARGIN + (f.x + 0.5) * _CW, _MARGIN + (f.y + 0.5) * _CH

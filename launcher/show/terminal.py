@@ -49,7 +49,7 @@ def render_text(block: Block, color: bool) -> str:
             chars[y][x] = ch
             codes[y][x] = code
 
-    for op in block.ops:
+    for op in block.placed():
         if isinstance(op, Frame):
             tl, hz, tr, vt, bl, br = _BORDERS.get(op.kind, _BORDERS["numa"])
             code = _sgr(None, op.kind)

@@ -33,7 +33,7 @@ def numa_distances(
         values = " ".join(e.text or "" for e in matrix.findall("u64values")).split()
         n = _int_or_zero(matrix.get("nbobjs"))
         if n == 0 or len(indexes) != n or len(values) != n * n:
-            raise BadDistances(f"distances2 {short(matrix.get('name'), 40)}: expected {n} indexes and {n * n} values")
+            raise BadDistances(f"{_label(matrix)}: expected {n} indexes and {n * n} values")
         if matrix.get("indexing") == "gp":
             by_gp = dict(nodes)
             maybe_ids = [by_gp.get(i) for i in indexes]
@@ -43,7 +43,7 @@ def numa_distances(
         ids = [i for i in maybe_ids if i is not None]
         numbers = [v for v in maybe_numbers if v is not None]
         if len(ids) != n or len(numbers) != n * n:
-            raise BadDistances(f"distances2 {short(matrix.get('name'), 40)}: indexes or values are not numbers of NUMA nodes")
+            raise BadDistances(f"{_label(matrix)}: indexes or values are not numbers of NUMA nodes")
         return {a: {b: numbers[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
     order = list(dict.fromkeys(os_index for _, os_index in nodes))
     for matrix in machine.iter("distances"):  # hwloc 1.x: latencies relative to latency_base, NUMA nodes in order
@@ -73,6 +73,12 @@ def _latency(text: str) -> float:
     except ValueError:
         return math.nan
     return value if math.isfinite(value) else math.nan
+
+
+def _label(matrix: ET.Element) -> str:
+    """``distances2 'NUMALatency'``, or ``distances2`` alone for a matrix without a name."""
+    name = matrix.get("name")
+    return "distances2" if name is None else f"distances2 {short(name, 40)}"
 
 
 def _int_or_zero(text: str | None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
-from launcher.base.cpulist import cpu_error, format_cpulist, parse_hexmask
+from launcher.base.cpulist import MAX_CPU_ID, cpu_error, format_cpulist, parse_hexmask
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
@@ -25,6 +25,7 @@ from launcher.topology.pci import pci_address, pci_order
 from launcher.topology.priority_rule import priority_from_xml
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
+_NEWEST_FORMAT = 3  # hwloc 3.x reads XML versions up to 3 and refuses newer ones
 
 
 class _Bad(Exception):
@@ -34,7 +35,7 @@ class _Bad(Exception):
 @dataclass
 class _Node:
     os_index: int
-    locality: frozenset[int]
+    locality: frozenset[int] | None  # None: every PU (no object above it has a finite cpuset)
     normal_memory: bool  # no subtype (DRAM) as opposed to MCDRAM/HBM/GPUMemory
     memory_kb: int | None
     gp_index: str | None
@@ -58,6 +59,9 @@ class _Walk:
     nodes: list[_Node] = field(default_factory=list)
     pus: dict[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)  # pu -> (pkg, core, l3)
     gpus: list[_Pci] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    outside: list[int] = field(default_factory=list)  # PUs outside the cpuset of an object above them: dropped
+    twice: list[int] = field(default_factory=list)  # PUs listed a second time: that PU object is ignored
 
 
 def load_hwloc_xml(path: str) -> Topology:
@@ -75,11 +79,14 @@ def hwloc_xml_topology(data: bytes, path: str) -> Topology:
         raise TopologyError(f"{path}: cannot decode the XML ({clip(str(exc))}); hwloc writes UTF-8") from None
     if top.tag != "topology":
         raise TopologyError(f"{path}: not an hwloc topology (root element <{clip(top.tag, 40)}>, expected <topology>)")
-    machine = top.find("object")
-    if machine is None:
+    if format_major(top) > _NEWEST_FORMAT:
+        raise TopologyError(f"{path}: cannot import XML version {short(top.get('version'), 20)}: hwloc writes 1.x to "
+                            f"{_NEWEST_FORMAT}.x (hwloc refuses a newer one too)")
+    roots = top.findall("object")
+    if not roots:
         raise TopologyError(f"{path}: <topology> holds no <object>: not an lstopo --of xml export")
     try:
-        return checked(_build(path, top, machine), path)
+        return checked(_build(path, top, roots[0], len(roots) - 1), path)
     except (_Bad, BadDistances) as exc:
         raise TopologyError(f"{path}: {exc}") from None
 
@@ -111,15 +118,17 @@ def _kind(element: ET.Element) -> str:
     return clip(element.get("type") or "?", 20)
 
 
-def _walk(machine: ET.Element) -> _Walk:
+def _walk(machine: ET.Element, major: int) -> _Walk:
     out = _Walk()
-    # (element, package index, core index, L3 index, locality: closest non-I/O ancestor with a cpuset)
-    stack: list[tuple[ET.Element, int | None, int | None, int | None, ET.Element | None]] = [
-        (machine, None, None, None, None)
+    # (element, package index, core index, L3 index, locality: closest non-I/O ancestor with a cpuset,
+    #  inside: the CPUs of every cpuset above it, as hwloc narrows each object's cpuset to its parent's; None: all)
+    stack: list[tuple[ET.Element, int | None, int | None, int | None, ET.Element | None, frozenset[int] | None]] = [
+        (machine, None, None, None, None, None)
     ]
     while stack:
-        element, pkg, core, l3, locality = stack.pop()
+        element, pkg, core, l3, locality, inside = stack.pop()
         kind = element.get("type", "")
+        own = _narrowing(element) if kind not in _IO_TYPES else None
         if kind in ("Package", "Socket"):
             os_index = _int_attr(element, "os_index")
             out.packages.append((-1 if os_index is None else os_index, []))
@@ -132,38 +141,68 @@ def _walk(machine: ET.Element) -> _Walk:
             out.l3s.append([])
             l3 = len(out.l3s) - 1
         elif kind == "NUMANode":
-            out.nodes.append(_numa_node(element))
+            out.nodes.append(_numa_node(element, inside, major, out.warnings))
         elif kind == "PU":
             os_index = _int_attr(element, "os_index")
             if os_index is None:
                 raise _Bad("a PU object has no os_index")
-            out.pus.setdefault(os_index, (pkg, core, l3))
-            if pkg is not None:
-                out.packages[pkg][1].append(os_index)
-            if core is not None:
-                out.cores[core][2].append(os_index)
-            if l3 is not None:
-                out.l3s[l3].append(os_index)
+            if os_index in out.pus:
+                out.twice.append(os_index)
+            elif inside is not None and os_index not in inside and 0 <= os_index <= MAX_CPU_ID:
+                out.outside.append(os_index)
+            else:
+                out.pus[os_index] = (pkg, core, l3)
+                if pkg is not None:
+                    out.packages[pkg][1].append(os_index)
+                if core is not None:
+                    out.cores[core][2].append(os_index)
+                if l3 is not None:
+                    out.l3s[l3].append(os_index)
         elif kind == "PCIDev":
             pci = _pci_gpu(element, locality)
             if pci is not None:
                 out.gpus.append(pci)
         if kind not in _IO_TYPES and element.get("cpuset") is not None:
             locality = element
+            if own is not None:
+                inside = own if inside is None else own & inside
         children = element.findall("object")
         for child in reversed(children):  # document order: logical order
-            stack.append((child, pkg, core, l3, locality))
+            stack.append((child, pkg, core, l3, locality, inside))
     return out
 
 
-def _numa_node(element: ET.Element) -> _Node:
+def _narrowing(element: ET.Element) -> frozenset[int] | None:
+    """An object's cpuset as it narrows the objects below it; ``None`` when absent, infinite or unreadable (the
+    reader of that object's own set says what is wrong with it)."""
+    try:
+        return _mask(element, "cpuset")
+    except _Bad:
+        return None
+
+
+def _numa_node(element: ET.Element, inside: frozenset[int] | None, major: int, warnings: list[str]) -> _Node:
+    """A ``NUMANode``'s CPUs: its parent's in 2.x/3.x (hwloc gives a memory child its parent's cpuset, whatever
+    the file says), its own cpuset within its parents' in 1.x; a node without a cpuset is refused, as hwloc does."""
     os_index = _int_attr(element, "os_index")
     if os_index is None:
         raise _Bad("a NUMANode object has no os_index")
+    if element.get("cpuset") is None:
+        raise _Bad(f"NUMANode P#{os_index} has no cpuset (hwloc refuses an object without one)")
+    own = _mask(element, "cpuset")
+    if major < 2:
+        given = _mask(element, "complete_cpuset") or own
+        locality = inside if given is None else given if inside is None else given & inside
+    else:
+        locality = inside if inside is not None else own
+        if own is not None and inside is not None and own != inside:
+            warnings.append(f"NUMANode P#{os_index}: its cpuset {clip(format_cpulist(own), 40)} is not its parent's "
+                            f"({clip(format_cpulist(inside), 40)}); hwloc gives a NUMA node its parent's CPUs, and so "
+                            "does affrun")
     memory = _int_attr(element, "local_memory")
     return _Node(
         os_index=os_index,
-        locality=_mask(element, "complete_cpuset") or _mask(element, "cpuset") or frozenset(),
+        locality=locality,
         normal_memory=element.get("subtype") in (None, "", "DRAM"),
         memory_kb=None if memory is None else memory // 1024,
         gp_index=element.get("gp_index"),
@@ -203,8 +242,11 @@ def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
     return _Pci(busid, vendor, locality, uuid, vendor_index)
 
 
-def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
-    walk = _walk(machine)
+def _build(path: str, top: ET.Element, machine: ET.Element, extra_roots: int) -> Topology:
+    major = format_major(top)
+    walk = _walk(machine, major)
+    if not walk.pus and walk.outside:
+        raise _Bad(f"every PU ({clip(format_cpulist(walk.outside), 40)}) lies outside the cpuset of an object above it")
     if not walk.pus:
         raise _Bad("no PU objects: not an lstopo --of xml export of a machine")
     online = frozenset(walk.pus)
@@ -224,10 +266,10 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
     nodes, node_of_pu = _nodes(top, machine, walk, online)
     l3_groups, l3_of_pu = _l3_groups(walk, online)
     cores = _cores(walk, online, package_of_pu, node_of_pu, l3_of_pu)
-    gpus, warnings = _gpus(walk, online, nodes)
+    gpus, gpu_warnings = _gpus(walk, online, nodes)
     kinds = kinds_from_hwloc_xml(top, online, path)
     node_ids = frozenset(n.os_index for n in nodes)
-    pci_paths, nics, nic_warnings = xml_pci(machine, node_ids, format_major(top))
+    pci_paths, nics, nic_warnings = xml_pci(machine, lambda element: _locality_node(element, nodes), major)
     gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
     allowed_nodeset = _mask(machine, "allowed_nodeset")
     allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids
@@ -242,11 +284,26 @@ def _build(path: str, top: ET.Element, machine: ET.Element) -> Topology:
         gpus=gpus,
         source=f"hwloc-xml {path}",
         allowed_mems=allowed_mems,
-        warnings=(*warnings, *kinds.warnings, *nic_warnings),
+        warnings=(*_structure_warnings(walk, extra_roots), *gpu_warnings, *kinds.warnings, *nic_warnings),
         core_kinds=CoreKinds(kinds.kinds),
         nics=tuple(nics),
         priority=priority_from_xml(top, [c.pus for c in cores], online),
     )
+
+
+def _structure_warnings(walk: _Walk, extra_roots: int) -> list[str]:
+    """What in the file's tree hwloc would not read as written: each a warning line."""
+    out = list(walk.warnings)
+    if walk.outside:
+        out.append(f"PU(s) {clip(format_cpulist(walk.outside), 40)} lie outside the cpuset of an object above them; "
+                   "hwloc drops such PUs, and so does affrun")
+    if walk.twice:
+        out.append(f"PU(s) {clip(format_cpulist(walk.twice), 40)} are listed twice in the XML; each is kept where it "
+                   "is first listed")
+    if extra_roots:
+        out.append(f"<topology> holds {extra_roots} more <object> after the root object; hwloc reads one root object, "
+                   "so they are ignored")
+    return out
 
 
 def _packages(walk: _Walk, online: frozenset[int]) -> tuple[tuple[Package, ...], dict[int, int]]:
@@ -274,6 +331,9 @@ def _nodes(
     if not walk.nodes:
         return (NumaNode(0, online, {0: 10}),), dict.fromkeys(online, 0)
     node_of_pu = _assign_pus_to_nodes(walk.nodes, online)
+    overlap = _partial_overlap(walk.nodes, online)
+    if overlap:
+        walk.warnings.append(overlap)
     node_cpus: dict[int, set[int]] = {n.os_index: set() for n in walk.nodes}
     for pu, node in node_of_pu.items():
         node_cpus[node].add(pu)
@@ -314,6 +374,19 @@ def _cores(
             core_sets.append((os_index, members))
             in_core.update(members)
     core_sets.extend((p, (p,)) for p in sorted(online - in_core))  # PUs with no Core above them
+    split: list[int] = []
+    for i, (os_index, members) in enumerate(list(core_sets)):
+        by_node: dict[int | None, tuple[int, ...]] = {}
+        for p in members:
+            by_node[node_of_pu.get(p)] = (*by_node.get(node_of_pu.get(p), ()), p)
+        if len(by_node) > 1:  # a rank never gets one core whose PUs are on two nodes
+            split.append(os_index)
+            parts = list(by_node.values())
+            core_sets[i] = (os_index, parts[0])
+            core_sets.extend((os_index, part) for part in parts[1:])
+    if split:
+        walk.warnings.append(f"Core(s) P#{clip(', '.join(map(str, sorted(set(split)))), 40)} have PUs on two NUMA nodes; each is read as "
+                             "one core per node")
     cores = []
     for os_index, members in sorted(core_sets, key=lambda c: c[1][0]):
         first = members[0]
@@ -325,8 +398,6 @@ def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> t
     """GPUs in PCI bus order; locality from the first non-I/O ancestor's cpuset and nodeset."""
     gpus: list[GPU] = []
     warnings: list[str] = []
-    node_ids = frozenset(n.os_index for n in nodes)
-    with_cpus = frozenset(n.os_index for n in nodes if n.cpus)
     nvidia = 0
     listed: set[str] = set()
     for pci in sorted(walk.gpus, key=lambda g: pci_order(g.busid)):
@@ -339,13 +410,9 @@ def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> t
             vendor_index = nvidia if vendor_index is None else vendor_index
             nvidia += 1
         cpus: frozenset[int] = frozenset()
-        numa: int | None = None
         if pci.locality is not None:
             cpus = (_mask(pci.locality, "complete_cpuset") or _mask(pci.locality, "cpuset") or frozenset()) & online
-            nodeset = _mask(pci.locality, "complete_nodeset") or _mask(pci.locality, "nodeset") or frozenset()
-            numa = _one(nodeset & node_ids)
-            if numa is None:  # a Group holding DDR + MCDRAM nodes: the one with CPUs
-                numa = _one(nodeset & with_cpus)
+        numa = _locality_node(pci.locality, nodes)
         if numa is None:
             warnings.append(f"GPU {pci.busid}: the XML gives no single NUMA node for it; locality taken from its cpuset")
         gpus.append(GPU(len(gpus), pci.busid, VENDORS[pci.vendor], numa, cpus, pci.uuid, vendor_index=vendor_index))
@@ -354,12 +421,45 @@ def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> t
 
 def _assign_pus_to_nodes(nodes: list[_Node], online: frozenset[int]) -> dict[int, int]:
     """Each PU's NUMA node: the smallest locality holding it, normal memory first, then the lowest os_index."""
-    ranked = sorted(nodes, key=lambda n: (len(n.locality), not n.normal_memory, n.os_index))
+    ranked = sorted(nodes, key=lambda n: (len(_cpus_of(n, online)), not n.normal_memory, n.os_index))
     out: dict[int, int] = {}
     for node in ranked:
-        for pu in node.locality & online:
+        for pu in _cpus_of(node, online):
             out.setdefault(pu, node.os_index)
     return out
+
+
+def _cpus_of(node: _Node, online: frozenset[int]) -> frozenset[int]:
+    return online if node.locality is None else node.locality & online
+
+
+def _partial_overlap(nodes: list[_Node], online: frozenset[int]) -> str | None:
+    """A warning when two NUMA nodes share CPUs but neither holds the other's (nodes of one cpuset, or nested
+    ones, are how hwloc places several memories; a partial overlap is a broken table)."""
+    sets = {n.os_index: _cpus_of(n, online) for n in nodes}
+    ids = sorted(sets)
+    for i, a in enumerate(ids):
+        for b in ids[i + 1:]:
+            common = sets[a] & sets[b]
+            if common and not (sets[a] <= sets[b] or sets[b] <= sets[a]):
+                return (f"the NUMA table is broken: nodes {a} and {b} both claim CPUs {clip(format_cpulist(common), 40)};"
+                        " each CPU goes to the node with the smaller cpuset, then the lower number")
+    return None
+
+
+def _locality_node(locality: ET.Element | None, nodes: tuple[NumaNode, ...]) -> int | None:
+    """The NUMA node of an I/O object (GPU, NIC) whose first non-I/O ancestor is ``locality``: the one node of its
+    nodeset; else the one node of that nodeset with CPUs (a Group holding DDR and CPU-less MCDRAM or HBM nodes);
+    without a nodeset, the one node holding CPUs of its cpuset. ``None`` when that is not one node."""
+    if locality is None:
+        return None
+    nodeset = _mask(locality, "complete_nodeset") or _mask(locality, "nodeset")
+    if nodeset:
+        in_set = [n for n in nodes if n.os_index in nodeset]
+        alone = _one(frozenset(n.os_index for n in in_set))
+        return alone if alone is not None else _one(frozenset(n.os_index for n in in_set if n.cpus))
+    cpus = _mask(locality, "complete_cpuset") or _mask(locality, "cpuset") or frozenset()
+    return _one(frozenset(n.os_index for n in nodes if n.cpus & cpus))
 
 
 def _one(values: frozenset[int]) -> int | None:

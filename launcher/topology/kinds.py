@@ -248,10 +248,10 @@ def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, wh
     registry = KindRegistry()
     sets: list[tuple[str, frozenset[int]]] = []
     for i, element in enumerate(elements[: MAX_KINDS + 1]):
-        label = f"{what}: <cpukind> #{i}"
+        label = f"<cpukind> #{i}"
         parsed = _xml_kind(element, label, complete)
         if isinstance(parsed, str):
-            return refused(parsed)
+            return refused(f"{what}: {parsed}")
         members, forced, infos = parsed
         sets.append((label, members))
         hint = arm_part_name(_hex_info(element.findall("info"), "CPUImplementer") or implementer,

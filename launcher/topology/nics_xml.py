@@ -3,7 +3,7 @@ objects under their ``PCIDev``, whose ``Bridge`` ancestors give the PCI path. ``
 1.x and 2.x formats (3 OpenFabrics, 2 Network) and a bitmask in 3.x (32 OpenFabrics, 16 Network; 2 is Memory).
 
 A host bridge (``bridge_type="0-1"``, ``bridge_pci="0000:[10-15]"``) is named for its root bus (``pci0000:10``),
-as sysfs names it. A NIC's NUMA node is the single node in the nodeset of its first non-I/O ancestor. hwloc
+as sysfs names it. A NIC's NUMA node is its first non-I/O ancestor's, by the rule GPUs follow (the reader's). hwloc
 records an RDMA port's state (``Port1State``) but no rate, and no state for a network interface.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from launcher.base.cpulist import parse_hexmask
 from launcher.base.untrusted import ascii_uint, short
 from launcher.topology.model import NIC, NicPort
 from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS, capped, sorted_nics
@@ -20,6 +19,7 @@ from launcher.topology.pci import host_bridge, pci_address
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
+    from collections.abc import Callable
 
     from launcher.base.choices import NicKind, PortState
 
@@ -45,18 +45,19 @@ def format_major(top: ET.Element) -> int:
     return 1 if major is None else major
 
 
-def xml_pci(machine: ET.Element, node_ids: frozenset[int],
+def xml_pci(machine: ET.Element, node_of: Callable[[ET.Element | None], int | None],
             major: int) -> tuple[dict[str, tuple[str, ...]], list[NIC], list[str]]:
     """(PCI address -> PCI path of every ``PCIDev``, the NICs in PCI order, warnings) of an export in XML format
-    ``major``. Only an ``OSDev`` that is a child of its ``PCIDev`` is a NIC (one elsewhere, or nested in another
+    ``major``. ``node_of``: the NUMA node of an I/O object whose first non-I/O ancestor (with a cpuset) is the
+    element given. Only an ``OSDev`` that is a child of its ``PCIDev`` is a NIC (one elsewhere, or nested in another
     ``OSDev``, has no PCI function)."""
     paths: dict[str, tuple[str, ...]] = {}
     nics: list[NIC] = []
     warnings: list[str] = []
     listed = 0  # network OS devices under a PCIDev; past MAX_ENTRIES they are counted, not read
-    stack: list[tuple[ET.Element, tuple[str, ...], int | None]] = [(machine, (), None)]
+    stack: list[tuple[ET.Element, tuple[str, ...], ET.Element | None]] = [(machine, (), None)]
     while stack:
-        element, path, node = stack.pop()
+        element, path, locality = stack.pop()
         kind = element.get("type", "")
         below = path
         if kind == "Bridge":
@@ -74,13 +75,13 @@ def xml_pci(machine: ET.Element, node_ids: frozenset[int],
                     if net is None:
                         continue
                     listed += 1
-                    nic = _nic(osdev, net, address, clean, node, warnings) if listed <= MAX_ENTRIES else None
+                    nic = _nic(osdev, net, address, clean, node_of(locality), warnings) if listed <= MAX_ENTRIES else None
                     if nic is not None:
                         nics.append(nic)
-        elif kind not in _NON_IO and element.get("nodeset") is not None:
-            node = _one_node(element.get("nodeset") or "", node_ids)
+        elif kind not in _NON_IO and element.get("cpuset") is not None:
+            locality = element
         for child in reversed(element.findall("object")):
-            stack.append((child, below, node))
+            stack.append((child, below, locality))
     if listed > MAX_ENTRIES:
         return paths, [], [f"the XML lists {listed} NICs, more than {MAX_ENTRIES}; no NIC is read"]
     return paths, sorted_nics(nics, warnings), capped(warnings)
@@ -90,14 +91,6 @@ def _host_bridge(bridge_pci: str) -> str:
     """``0000:[10-15]`` -> ``pci0000:10``; ``?`` when it is not that."""
     domain, _, buses = bridge_pci.partition(":")
     return host_bridge(f"pci{domain}:{buses.strip('[]').partition('-')[0]}") or "?"
-
-
-def _one_node(nodeset: str, node_ids: frozenset[int]) -> int | None:
-    try:
-        nodes = parse_hexmask(nodeset) & node_ids if "..." not in nodeset else frozenset()
-    except ValueError:
-        return None
-    return next(iter(nodes)) if len(nodes) == 1 else None
 
 
 def _nic(osdev: ET.Element, net: NetworkType, address: str, path: tuple[str, ...], node: int | None,

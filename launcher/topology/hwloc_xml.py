@@ -2,8 +2,9 @@
 
 Standard library only (``xml.etree``). PUs are the online CPUs, narrowed by the root's ``allowed_cpuset``;
 Packages, Cores and L3 caches group them; every ``NUMANode`` is a node (CPU-less ones included), with the NUMA
-latency matrix as distances; GPUs are the ``PCIDev`` objects of a display class from NVIDIA, AMD or Intel, located
-by their first non-I/O ancestor; NICs and every PCI device's path: :mod:`launcher.topology.nics_xml`.
+latency matrix as distances (:mod:`launcher.topology.hwloc_xml_numa`); GPUs are the ``PCIDev`` objects of a display
+class from NVIDIA, AMD or Intel, located by their first non-I/O ancestor; NICs and every PCI device's path:
+:mod:`launcher.topology.nics_xml`; attributes: :mod:`launcher.topology.hwloc_xml_sets`.
 Which attribute means what, and hwloc's rules it follows: docs/design.md §6.
 """
 
@@ -12,12 +13,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
-from launcher.base.cpulist import MAX_CPU_ID, cpu_error, format_cpulist, parse_hexmask
-from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip, short
+from launcher.base.cpulist import MAX_CPU_ID, format_cpulist
+from launcher.base.untrusted import ascii_hex, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
-from launcher.topology.hwloc_distances import BadDistances, numa_distances
+from launcher.topology.hwloc_distances import BadDistances
+from launcher.topology.hwloc_xml_numa import XmlNode, locality_node, numa_node, xml_nodes
+from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask, narrowing
 from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics_xml import format_major, xml_pci
@@ -26,20 +29,6 @@ from launcher.topology.priority_rule import priority_from_xml
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
 _NEWEST_FORMAT = 3  # hwloc 3.x reads XML versions up to 3 and refuses newer ones
-
-
-class _Bad(Exception):
-    """Something in the file is not what hwloc writes (message says what)."""
-
-
-@dataclass
-class _Node:
-    os_index: int
-    locality: frozenset[int] | None  # None: every PU (no object above it has a finite cpuset)
-    normal_memory: bool  # no subtype (DRAM) as opposed to MCDRAM/HBM/GPUMemory
-    memory_kb: int | None
-    gp_index: str | None
-    nodeset: frozenset[int] | None
 
 
 @dataclass
@@ -56,7 +45,7 @@ class _Walk:
     packages: list[tuple[int, list[int]]] = field(default_factory=list)  # (os_index, PUs)
     cores: list[tuple[int, int | None, list[int]]] = field(default_factory=list)  # (os_index, package, PUs)
     l3s: list[list[int]] = field(default_factory=list)
-    nodes: list[_Node] = field(default_factory=list)
+    nodes: list[XmlNode] = field(default_factory=list)
     pus: dict[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)  # pu -> (pkg, core, l3)
     gpus: list[_Pci] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -87,35 +76,8 @@ def hwloc_xml_topology(data: bytes, path: str) -> Topology:
         raise TopologyError(f"{path}: <topology> holds no <object>: not an lstopo --of xml export")
     try:
         return checked(_build(path, top, roots[0], len(roots) - 1), path)
-    except (_Bad, BadDistances) as exc:
+    except (BadXML, BadDistances) as exc:
         raise TopologyError(f"{path}: {exc}") from None
-
-
-def _mask(element: ET.Element, name: str) -> frozenset[int] | None:
-    """A cpuset/nodeset attribute; ``None`` when absent or infinite (hwloc writes ``0xf...f``)."""
-    text = element.get(name)
-    if text is None or "..." in text:
-        return None
-    try:
-        return parse_hexmask(text)
-    except ValueError as exc:
-        kind = _kind(element)
-        raise _Bad(cpu_error(exc, f"{name}={short(text)} on a {kind} object is not a bitmap",
-                             f"{name} on a {kind} object: {{}}")) from None
-
-
-def _int_attr(element: ET.Element, name: str) -> int | None:
-    text = element.get(name)
-    if text is None:
-        return None
-    value = ascii_int(text.strip())
-    if value is None:
-        raise _Bad(f"{name}={short(text, 40)} on a {_kind(element)} object is not an integer")
-    return value
-
-
-def _kind(element: ET.Element) -> str:
-    return clip(element.get("type") or "?", 20)
 
 
 def _walk(machine: ET.Element, major: int) -> _Walk:
@@ -128,24 +90,24 @@ def _walk(machine: ET.Element, major: int) -> _Walk:
     while stack:
         element, pkg, core, l3, locality, inside = stack.pop()
         kind = element.get("type", "")
-        own = _narrowing(element) if kind not in _IO_TYPES else None
+        own = narrowing(element) if kind not in _IO_TYPES else None
         if kind in ("Package", "Socket"):
-            os_index = _int_attr(element, "os_index")
+            os_index = int_attr(element, "os_index")
             out.packages.append((-1 if os_index is None else os_index, []))
             pkg = len(out.packages) - 1
         elif kind == "Core":
-            os_index = _int_attr(element, "os_index")
+            os_index = int_attr(element, "os_index")
             out.cores.append((os_index if os_index is not None else -1, pkg, []))
             core = len(out.cores) - 1
         elif kind == "L3Cache" or (kind == "Cache" and element.get("depth") == "3"):
             out.l3s.append([])
             l3 = len(out.l3s) - 1
         elif kind == "NUMANode":
-            out.nodes.append(_numa_node(element, inside, major, out.warnings))
+            out.nodes.append(numa_node(element, inside, major, out.warnings))
         elif kind == "PU":
-            os_index = _int_attr(element, "os_index")
+            os_index = int_attr(element, "os_index")
             if os_index is None:
-                raise _Bad("a PU object has no os_index")
+                raise BadXML("a PU object has no os_index")
             if os_index in out.pus:
                 out.twice.append(os_index)
             elif inside is not None and os_index not in inside and 0 <= os_index <= MAX_CPU_ID:
@@ -172,44 +134,6 @@ def _walk(machine: ET.Element, major: int) -> _Walk:
     return out
 
 
-def _narrowing(element: ET.Element) -> frozenset[int] | None:
-    """An object's cpuset as it narrows the objects below it; ``None`` when absent, infinite or unreadable (the
-    reader of that object's own set says what is wrong with it)."""
-    try:
-        return _mask(element, "cpuset")
-    except _Bad:
-        return None
-
-
-def _numa_node(element: ET.Element, inside: frozenset[int] | None, major: int, warnings: list[str]) -> _Node:
-    """A ``NUMANode``'s CPUs: its parent's in 2.x/3.x (hwloc gives a memory child its parent's cpuset, whatever
-    the file says), its own cpuset within its parents' in 1.x; a node without a cpuset is refused, as hwloc does."""
-    os_index = _int_attr(element, "os_index")
-    if os_index is None:
-        raise _Bad("a NUMANode object has no os_index")
-    if element.get("cpuset") is None:
-        raise _Bad(f"NUMANode P#{os_index} has no cpuset (hwloc refuses an object without one)")
-    own = _mask(element, "cpuset")
-    if major < 2:
-        given = _mask(element, "complete_cpuset") or own
-        locality = inside if given is None else given if inside is None else given & inside
-    else:
-        locality = inside if inside is not None else own
-        if own is not None and inside is not None and own != inside:
-            warnings.append(f"NUMANode P#{os_index}: its cpuset {clip(format_cpulist(own), 40)} is not its parent's "
-                            f"({clip(format_cpulist(inside), 40)}); hwloc gives a NUMA node its parent's CPUs, and so "
-                            "does affrun")
-    memory = _int_attr(element, "local_memory")
-    return _Node(
-        os_index=os_index,
-        locality=locality,
-        normal_memory=element.get("subtype") in (None, "", "DRAM"),
-        memory_kb=None if memory is None else memory // 1024,
-        gp_index=element.get("gp_index"),
-        nodeset=_mask(element, "nodeset"),
-    )
-
-
 def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
     """A ``PCIDev`` that is an NVIDIA/AMD/Intel GPU, else ``None``."""
     pci_type = element.get("pci_type", "")
@@ -221,13 +145,13 @@ def _pci_gpu(element: ET.Element, locality: ET.Element | None) -> _Pci | None:
     vendor_text, _, device_text = parts[1].strip("[]").partition(":")
     klass, vendor, device = ascii_hex(parts[0]), ascii_hex(vendor_text), ascii_hex(device_text or "0")
     if klass is None or vendor is None or device is None:
-        raise _Bad(f"pci_type={short(pci_type, 40)} of PCI device {clip(busid, 20)} is not 'CLASS [VENDOR:DEVICE] ...'")
+        raise BadXML(f"pci_type={short(pci_type, 40)} of PCI device {clip(busid, 20)} is not 'CLASS [VENDOR:DEVICE] ...'")
     if klass not in GPU_CLASSES or vendor in EXCLUDED_VENDORS or vendor not in VENDORS:
         return None
     if (vendor, device) in EXCLUDED_DEVICES:
         return None
     if pci_address(given) is None:
-        raise _Bad(f"pci_busid={short(given, 40)} of a GPU is not a PCI address (dddd:bb:dd.f)")
+        raise BadXML(f"pci_busid={short(given, 40)} of a GPU is not a PCI address (dddd:bb:dd.f)")
     uuid: str | None = None
     vendor_index: int | None = None
     for osdev in element.iter("object"):
@@ -246,32 +170,32 @@ def _build(path: str, top: ET.Element, machine: ET.Element, extra_roots: int) ->
     major = format_major(top)
     walk = _walk(machine, major)
     if not walk.pus and walk.outside:
-        raise _Bad(f"every PU ({clip(format_cpulist(walk.outside), 40)}) lies outside the cpuset of an object above it")
+        raise BadXML(f"every PU ({clip(format_cpulist(walk.outside), 40)}) lies outside the cpuset of an object above it")
     if not walk.pus:
-        raise _Bad("no PU objects: not an lstopo --of xml export of a machine")
+        raise BadXML("no PU objects: not an lstopo --of xml export of a machine")
     online = frozenset(walk.pus)
-    complete = _mask(machine, "complete_cpuset") or online
-    v1_online = _mask(machine, "online_cpuset")  # hwloc 1.x only: tells offline from disallowed CPUs
+    complete = mask(machine, "complete_cpuset") or online
+    v1_online = mask(machine, "online_cpuset")  # hwloc 1.x only: tells offline from disallowed CPUs
     if v1_online is not None and online & v1_online:
         online &= v1_online
         offline = complete - v1_online
     else:
         offline = complete - online  # offline, or disallowed and left out of the export
-    allowed_cpuset = _mask(machine, "allowed_cpuset")
+    allowed_cpuset = mask(machine, "allowed_cpuset")
     allowed = online if allowed_cpuset is None else online & allowed_cpuset
     if not allowed:
-        raise _Bad(f"allowed_cpuset {machine.get('allowed_cpuset')} contains none of the PUs ({format_cpulist(online)})")
+        raise BadXML(f"allowed_cpuset {machine.get('allowed_cpuset')} contains none of the PUs ({format_cpulist(online)})")
 
     packages, package_of_pu = _packages(walk, online)
-    nodes, node_of_pu = _nodes(top, machine, walk, online)
+    nodes, node_of_pu = xml_nodes(top, machine, walk.nodes, online, walk.warnings)
     l3_groups, l3_of_pu = _l3_groups(walk, online)
     cores = _cores(walk, online, package_of_pu, node_of_pu, l3_of_pu)
     gpus, gpu_warnings = _gpus(walk, online, nodes)
     kinds = kinds_from_hwloc_xml(top, online, path)
     node_ids = frozenset(n.os_index for n in nodes)
-    pci_paths, nics, nic_warnings = xml_pci(machine, lambda element: _locality_node(element, nodes), major)
+    pci_paths, nics, nic_warnings = xml_pci(machine, lambda element: locality_node(element, nodes), major)
     gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
-    allowed_nodeset = _mask(machine, "allowed_nodeset")
+    allowed_nodeset = mask(machine, "allowed_nodeset")
     allowed_mems = None if allowed_nodeset is None or allowed_nodeset >= node_ids else allowed_nodeset & node_ids
     return Topology(
         packages=packages,
@@ -323,26 +247,6 @@ def _packages(walk: _Walk, online: frozenset[int]) -> tuple[tuple[Package, ...],
             package_of_pu[p] = len(packages)
         packages.append(Package(os_index=-1 if walk.packages else 0, cpus=loose))
     return tuple(packages), package_of_pu
-
-
-def _nodes(
-    top: ET.Element, machine: ET.Element, walk: _Walk, online: frozenset[int]
-) -> tuple[tuple[NumaNode, ...], dict[int, int]]:
-    if not walk.nodes:
-        return (NumaNode(0, online, {0: 10}),), dict.fromkeys(online, 0)
-    node_of_pu = _assign_pus_to_nodes(walk.nodes, online)
-    overlap = _partial_overlap(walk.nodes, online)
-    if overlap:
-        walk.warnings.append(overlap)
-    node_cpus: dict[int, set[int]] = {n.os_index: set() for n in walk.nodes}
-    for pu, node in node_of_pu.items():
-        node_cpus[node].add(pu)
-    distances = numa_distances(top, machine, [(n.gp_index, n.os_index) for n in walk.nodes])
-    nodes: dict[int, NumaNode] = {}
-    for n in sorted(walk.nodes, key=lambda node: node.os_index):
-        if n.os_index not in nodes:
-            nodes[n.os_index] = NumaNode(n.os_index, frozenset(node_cpus[n.os_index]), distances.get(n.os_index, {}), n.memory_kb)
-    return tuple(nodes.values()), node_of_pu
 
 
 def _l3_groups(walk: _Walk, online: frozenset[int]) -> tuple[tuple[L3Group, ...], dict[int, int]]:
@@ -411,58 +315,11 @@ def _gpus(walk: _Walk, online: frozenset[int], nodes: tuple[NumaNode, ...]) -> t
             nvidia += 1
         cpus: frozenset[int] = frozenset()
         if pci.locality is not None:
-            cpus = (_mask(pci.locality, "complete_cpuset") or _mask(pci.locality, "cpuset") or frozenset()) & online
-        numa = _locality_node(pci.locality, nodes)
+            cpus = (mask(pci.locality, "complete_cpuset") or mask(pci.locality, "cpuset") or frozenset()) & online
+        numa = locality_node(pci.locality, nodes)
         if numa is None:
             warnings.append(f"GPU {pci.busid}: the XML gives no single NUMA node for it; locality taken from its cpuset")
         gpus.append(GPU(len(gpus), pci.busid, VENDORS[pci.vendor], numa, cpus, pci.uuid, vendor_index=vendor_index))
     return tuple(gpus), tuple(warnings)
-
-
-def _assign_pus_to_nodes(nodes: list[_Node], online: frozenset[int]) -> dict[int, int]:
-    """Each PU's NUMA node: the smallest locality holding it, normal memory first, then the lowest os_index."""
-    ranked = sorted(nodes, key=lambda n: (len(_cpus_of(n, online)), not n.normal_memory, n.os_index))
-    out: dict[int, int] = {}
-    for node in ranked:
-        for pu in _cpus_of(node, online):
-            out.setdefault(pu, node.os_index)
-    return out
-
-
-def _cpus_of(node: _Node, online: frozenset[int]) -> frozenset[int]:
-    return online if node.locality is None else node.locality & online
-
-
-def _partial_overlap(nodes: list[_Node], online: frozenset[int]) -> str | None:
-    """A warning when two NUMA nodes share CPUs but neither holds the other's (nodes of one cpuset, or nested
-    ones, are how hwloc places several memories; a partial overlap is a broken table)."""
-    sets = {n.os_index: _cpus_of(n, online) for n in nodes}
-    ids = sorted(sets)
-    for i, a in enumerate(ids):
-        for b in ids[i + 1:]:
-            common = sets[a] & sets[b]
-            if common and not (sets[a] <= sets[b] or sets[b] <= sets[a]):
-                return (f"the NUMA table is broken: nodes {a} and {b} both claim CPUs {clip(format_cpulist(common), 40)};"
-                        " each CPU goes to the node with the smaller cpuset, then the lower number")
-    return None
-
-
-def _locality_node(locality: ET.Element | None, nodes: tuple[NumaNode, ...]) -> int | None:
-    """The NUMA node of an I/O object (GPU, NIC) whose first non-I/O ancestor is ``locality``: the one node of its
-    nodeset; else the one node of that nodeset with CPUs (a Group holding DDR and CPU-less MCDRAM or HBM nodes);
-    without a nodeset, the one node holding CPUs of its cpuset. ``None`` when that is not one node."""
-    if locality is None:
-        return None
-    nodeset = _mask(locality, "complete_nodeset") or _mask(locality, "nodeset")
-    if nodeset:
-        in_set = [n for n in nodes if n.os_index in nodeset]
-        alone = _one(frozenset(n.os_index for n in in_set))
-        return alone if alone is not None else _one(frozenset(n.os_index for n in in_set if n.cpus))
-    cpus = _mask(locality, "complete_cpuset") or _mask(locality, "cpuset") or frozenset()
-    return _one(frozenset(n.os_index for n in nodes if n.cpus & cpus))
-
-
-def _one(values: frozenset[int]) -> int | None:
-    return next(iter(values)) if len(values) == 1 else None
 
 

@@ -1,0 +1,126 @@
+"""The NUMA nodes of an hwloc XML export: each ``NUMANode``'s CPUs (its parent's in 2.x/3.x, its own in 1.x), which
+node each PU belongs to, a broken table's warning, and the node an I/O object (GPU, NIC) is local to. Pure; the
+rules hwloc follows and affrun with it: docs/design.md §6."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from launcher.base.cpulist import format_cpulist
+from launcher.base.untrusted import clip
+from launcher.topology.hwloc_distances import numa_distances
+from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask
+from launcher.topology.model import NumaNode
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
+
+
+@dataclass
+class XmlNode:
+    os_index: int
+    locality: frozenset[int] | None  # None: every PU (no object above it has a finite cpuset)
+    normal_memory: bool  # no subtype (DRAM) as opposed to MCDRAM/HBM/GPUMemory
+    memory_kb: int | None
+    gp_index: str | None
+    nodeset: frozenset[int] | None
+
+
+def numa_node(element: ET.Element, inside: frozenset[int] | None, major: int, warnings: list[str]) -> XmlNode:
+    """A ``NUMANode``'s CPUs: its parent's in 2.x/3.x (hwloc gives a memory child its parent's cpuset, whatever
+    the file says), its own cpuset within its parents' in 1.x; a node without a cpuset is refused, as hwloc does."""
+    os_index = int_attr(element, "os_index")
+    if os_index is None:
+        raise BadXML("a NUMANode object has no os_index")
+    if element.get("cpuset") is None:
+        raise BadXML(f"NUMANode P#{os_index} has no cpuset (hwloc refuses an object without one)")
+    own = mask(element, "cpuset")
+    if major < 2:
+        given = mask(element, "complete_cpuset") or own
+        locality = inside if given is None else given if inside is None else given & inside
+    else:
+        locality = inside if inside is not None else own
+        if own is not None and inside is not None and own != inside:
+            warnings.append(f"NUMANode P#{os_index}: its cpuset {clip(format_cpulist(own), 40)} is not its parent's "
+                            f"({clip(format_cpulist(inside), 40)}); hwloc gives a NUMA node its parent's CPUs, and so "
+                            "does affrun")
+    memory = int_attr(element, "local_memory")
+    return XmlNode(
+        os_index=os_index,
+        locality=locality,
+        normal_memory=element.get("subtype") in (None, "", "DRAM"),
+        memory_kb=None if memory is None else memory // 1024,
+        gp_index=element.get("gp_index"),
+        nodeset=mask(element, "nodeset"),
+    )
+
+
+def xml_nodes(top: ET.Element, machine: ET.Element, found: list[XmlNode], online: frozenset[int],
+              warnings: list[str]) -> tuple[tuple[NumaNode, ...], dict[int, int]]:
+    """The machine's NUMA nodes from the ``NUMANode`` objects ``found`` (one node of every CPU when there is none),
+    and each PU's node; a broken table's warning goes to ``warnings``."""
+    if not found:
+        return (NumaNode(0, online, {0: 10}),), dict.fromkeys(online, 0)
+    node_of_pu = _assign_pus_to_nodes(found, online)
+    overlap = _partial_overlap(found, online)
+    if overlap:
+        warnings.append(overlap)
+    node_cpus: dict[int, set[int]] = {n.os_index: set() for n in found}
+    for pu, node in node_of_pu.items():
+        node_cpus[node].add(pu)
+    distances = numa_distances(top, machine, [(n.gp_index, n.os_index) for n in found])
+    nodes: dict[int, NumaNode] = {}
+    for n in sorted(found, key=lambda node: node.os_index):
+        if n.os_index not in nodes:
+            nodes[n.os_index] = NumaNode(n.os_index, frozenset(node_cpus[n.os_index]), distances.get(n.os_index, {}), n.memory_kb)
+    return tuple(nodes.values()), node_of_pu
+
+
+def _assign_pus_to_nodes(nodes: list[XmlNode], online: frozenset[int]) -> dict[int, int]:
+    """Each PU's NUMA node: the smallest locality holding it, normal memory first, then the lowest os_index."""
+    ranked = sorted(nodes, key=lambda n: (len(_cpus_of(n, online)), not n.normal_memory, n.os_index))
+    out: dict[int, int] = {}
+    for node in ranked:
+        for pu in _cpus_of(node, online):
+            out.setdefault(pu, node.os_index)
+    return out
+
+
+def _cpus_of(node: XmlNode, online: frozenset[int]) -> frozenset[int]:
+    return online if node.locality is None else node.locality & online
+
+
+def _partial_overlap(nodes: list[XmlNode], online: frozenset[int]) -> str | None:
+    """A warning when two NUMA nodes share CPUs but neither holds the other's (nodes of one cpuset, or nested
+    ones, are how hwloc places several memories; a partial overlap is a broken table)."""
+    sets = {n.os_index: _cpus_of(n, online) for n in nodes}
+    ids = sorted(sets)
+    for i, a in enumerate(ids):
+        for b in ids[i + 1:]:
+            common = sets[a] & sets[b]
+            if common and not (sets[a] <= sets[b] or sets[b] <= sets[a]):
+                return (f"the NUMA table is broken: nodes {a} and {b} both claim CPUs {clip(format_cpulist(common), 40)};"
+                        " each CPU goes to the node with the smaller cpuset, then the lower number")
+    return None
+
+
+def locality_node(locality: ET.Element | None, nodes: tuple[NumaNode, ...]) -> int | None:
+    """The NUMA node of an I/O object (GPU, NIC) whose first non-I/O ancestor is ``locality``: the one node of its
+    nodeset; else the one node of that nodeset with CPUs (a Group holding DDR and CPU-less MCDRAM or HBM nodes);
+    without a nodeset, the one node holding CPUs of its cpuset. ``None`` when that is not one node."""
+    if locality is None:
+        return None
+    nodeset = mask(locality, "complete_nodeset") or mask(locality, "nodeset")
+    if nodeset:
+        in_set = [n for n in nodes if n.os_index in nodeset]
+        alone = _one(frozenset(n.os_index for n in in_set))
+        return alone if alone is not None else _one(frozenset(n.os_index for n in in_set if n.cpus))
+    cpus = mask(locality, "complete_cpuset") or mask(locality, "cpuset") or frozenset()
+    return _one(frozenset(n.os_index for n in nodes if n.cpus & cpus))
+
+
+def _one(values: frozenset[int]) -> int | None:
+    return next(iter(values)) if len(values) == 1 else None
+
+

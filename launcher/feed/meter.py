@@ -28,6 +28,7 @@ JSON_VARIABLE = "AFFRUN_FEED_JSON"
 FORCE_VARIABLE = "AFFRUN_FEED_FORCE_WORKERS"
 ALIAS = "_affrun_feed"  # the live meter's module in sys.modules: launcher.torch.loader_workers() tells it it was asked
 FLUSH_S = 1.0
+MIN_INTERVAL_S = 0.1  # the shortest --feed-interval: a line per rank ten times a second, the files still once a second
 PERIODIC_WAIT_S = 0.05  # the longest a periodic flush waits for the JSON's lock (then it retries after RETRY_S)
 RETRY_S = 0.1
 FINAL_WAIT_S = 5.0  # the longest the final flush waits for it (then one warning)
@@ -65,8 +66,8 @@ class Meter:
     closure (:func:`install`), read through :attr:`counts`; everything else runs in :meth:`tick`, at most once per
     :data:`FLUSH_S`, one thread at a time (:attr:`lock`)."""
 
-    __slots__ = ("asked", "counts", "done", "first", "forced", "interval", "json_path", "live", "loaders", "lock",
-                 "pid", "shown", "term", "workers")
+    __slots__ = ("asked", "counts", "done", "first", "flush_due", "forced", "interval", "json_path", "live", "loaders",
+                 "lock", "pid", "shown", "term", "workers")
 
     def __init__(self, environ: Any) -> None:
         self.counts: Callable[[], tuple[int, float, float]] = lambda: (0, 0.0, 0.0)  # batches, wait, last batch
@@ -82,11 +83,12 @@ class Meter:
         self.json_path = environ.get(JSON_VARIABLE) or ""
         self.live: str | None = ""  # "": not chosen yet; None: none can be written (warned once)
         self.shown = 0.0
+        self.flush_due = 0.0  # when the files are written next: the first tick writes them
         try:
             interval = float(environ.get(INTERVAL_VARIABLE) or 0.0)
         except ValueError:
             interval = 0.0
-        self.interval = interval if 0 < interval < float("inf") else 0.0
+        self.interval = max(interval, MIN_INTERVAL_S) if 0 < interval < float("inf") else 0.0
 
     def figures(self, final: bool = False) -> dict[str, Any]:
         batches, wait, last = self.counts()
@@ -107,7 +109,9 @@ class Meter:
             return t1 + FLUSH_S
         if self.first < 0:
             self.first = t0
-        due = t1 + (FLUSH_S if self.flush(False) else RETRY_S + self.pid % 97 / 970)  # ranks spread their retries
+        if t1 >= self.flush_due:  # the files at most once per FLUSH_S, whatever the interval of the lines
+            self.flush_due = t1 + (FLUSH_S if self.flush(False) else RETRY_S + self.pid % 97 / 970)  # spread retries
+        due = self.flush_due
         if self.interval:
             if not self.shown:
                 self.shown = t1 + self.interval

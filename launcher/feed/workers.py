@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from launcher.base.cpulist import parse_cpulist
+from launcher.base.cpulist import MAX_COUNT, parse_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import LaunchError
 
@@ -42,6 +42,6 @@ def suggested_workers(environ: Mapping[str, str], sysfs: str = "/sys") -> int:
     if text is None or text == "":
         return loader_cores(environ, sysfs)
     value = ascii_uint(text)
-    if value is None:
-        raise LaunchError(f"{WORKERS_VARIABLE}={short(text)} is not a whole number >= 0")
+    if value is None or value > MAX_COUNT:  # --loader-workers' own bound: a rank never starts 10**20 workers
+        raise LaunchError(f"{WORKERS_VARIABLE}={short(text)} is not a whole number from 0 to {MAX_COUNT}")
     return value

@@ -128,8 +128,8 @@ FEED_OPTIONS: tuple[OptionSpec, ...] = (
                "for the DataLoader's next batch) and batches/s, on an unmodified script; one line per rank on stderr "
                "at its exit.",
                is_flag=True, default=False),
-    OptionSpec("--feed-interval", "feed_interval", "feed", "Also print each rank's feed line every SECONDS "
-               "(default: only at exit). Implies --feed-report.", metavar="SECONDS"),
+    OptionSpec("--feed-interval", "feed_interval", "feed", "Also print each rank's feed line every SECONDS, "
+               "at least 0.1 (default: only at exit). Implies --feed-report.", metavar="SECONDS"),
     OptionSpec("--feed-json", "feed_json", "feed", "Write the figures as JSON, one object per rank, updated about "
                "once a second and at exit. Implies --feed-report.", metavar="PATH", value="path"),
     OptionSpec("--loader-workers", "loader_workers", "feed", "DataLoader workers per rank, for scripts that ask "
@@ -236,13 +236,15 @@ def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -
                        help=TUNED_OPTION.help)
 
 
-def positive_seconds(text: str) -> float:
-    """argparse ``type`` for a duration: a plain decimal number of seconds > 0 (:func:`launcher.base.untrusted.seconds`)."""
+def feed_seconds(text: str) -> float:
+    """argparse ``type`` for ``--feed-interval``: a plain decimal number of seconds from the meter's shortest interval
+    on (:func:`launcher.base.untrusted.seconds`)."""
     import argparse
 
     from launcher.base.untrusted import seconds
+    from launcher.feed.meter import MIN_INTERVAL_S
 
-    return seconds(text, error=argparse.ArgumentTypeError)
+    return seconds(text, MIN_INTERVAL_S, inclusive=True, error=argparse.ArgumentTypeError)
 
 
 def add_feed_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
@@ -253,7 +255,7 @@ def add_feed_arguments(group: argparse._ActionsContainer, prefix: str = "") -> N
             kwargs["action"] = "store_true"
         else:
             kwargs.update(default=spec.default, metavar=spec.metavar,
-                          type=non_negative if spec.count else positive_seconds if spec.metavar == "SECONDS" else str)
+                          type=non_negative if spec.count else feed_seconds if spec.metavar == "SECONDS" else str)
         group.add_argument(spec.flag, **kwargs)
 
 

@@ -163,3 +163,46 @@ def test_bad_feed_options_are_one_error_line(tmp_path: Path) -> None:
         proc = run(affrun_argv("exec", *argv, "--", "true"))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, (argv, proc.stderr)
         assert "error:" in proc.stderr and argv[0] in proc.stderr, (argv, proc.stderr)
+
+
+WATCH = """
+import json, os, sys, time
+from torch.utils.data import DataLoader
+path, inodes, end = sys.argv[1], set(), time.monotonic() + 2.5
+while time.monotonic() < end:
+    for _ in DataLoader(list(range(1000)), batch_size=1):
+        try:
+            inodes.add(os.stat(path).st_ino)  # each write renames a new file into place
+        except FileNotFoundError:
+            pass
+print(json.dumps({"writes": len(inodes)}))
+"""
+
+
+def test_a_short_feed_interval_prints_lines_but_writes_the_files_once_a_second(tmp_path: Path) -> None:
+    """--feed-interval 0.1 over 2.5 s of batches: about 25 lines, and the JSON file rewritten about once a second
+    (it was rewritten at every line: 30x slower loops with --feed-interval 0.000001, now refused below 0.1)."""
+    out = tmp_path / "feed.json"
+    argv = affrun_argv("exec", "--feed-interval", "0.1", "--feed-json", str(out), "--", "python", "-c", WATCH, str(out))
+    proc = run(argv, check=True)
+    (seen,) = json_lines(proc.stdout)
+    lines = [line for line in proc.stderr.splitlines() if LINE.search(line)]
+    assert len(lines) >= 10, proc.stderr
+    assert 1 <= seen["writes"] <= 5, seen  # 2.5 s: the first batch's write, then once per second
+    refused = run(affrun_argv("exec", "--feed-interval", "0.05", "--", "true"))
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        "affrun: error: argument --feed-interval: '0.05' is not a number of seconds >= 0.1 (affrun exec --help gives "
+        "the full usage)"]
+
+
+def test_a_loader_worker_count_beyond_any_machine_is_refused_in_the_rank(tmp_path: Path) -> None:
+    """AFFRUN_LOADER_WORKERS above --loader-workers' bound (set by hand, forced as affrun tune forces it) hung the
+    rank starting workers; now one warning and the script's own num_workers."""
+    env = clean_env(AFFRUN_FEED="1", AFFRUN_FEED_FORCE_WORKERS="1", AFFRUN_LOADER_WORKERS="99999999999999999999")
+    proc = run(["python", LOOP, "--items", "8"], env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (own,) = json_lines(proc.stdout)
+    assert own["num_workers"] == [0]
+    assert [line for line in proc.stderr.splitlines() if "AFFRUN_LOADER_WORKERS" in line] == [
+        "affrun: warning: AFFRUN_FEED_FORCE_WORKERS: AFFRUN_LOADER_WORKERS='99999999999999999999' is not a whole "
+        "number from 0 to 65536; the script's num_workers are kept"]

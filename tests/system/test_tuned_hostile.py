@@ -302,3 +302,15 @@ def test_a_profile_path_that_is_no_small_file_is_refused_at_once(tmp_path: Path,
     needle = {"1 GiB": "larger than 1 MiB"}.get(kind, SPECIAL[kind])
     refused(run(affrun_argv("sbatch", "--config", path, "--", "train.py"), env=clean_env(), timeout=60),
             f"{path}: {needle}")
+
+
+def test_a_mode_given_on_the_command_line_wins_over_the_file_s_map(tree: Path, tmp_path: Path) -> None:
+    """The file's ``map`` belongs to its ``mode: map``: ``--mode exclusive`` given here plans exclusive (the
+    file's map made it map mode silently before); without a flag the file's map is applied."""
+    path = tmp_path / "t.yaml"
+    path.write_text(FOREIGN.format(options="  mode: map\n  map: '0;3'\n"))
+    mine = exec_tuned(tree, str(path), "--mode", "exclusive")
+    assert mine.returncode == 0, mine.stderr  # type: ignore[attr-defined]
+    assert "AFFRUN_CPUS=0-1\n" in mine.stdout, mine.stdout  # type: ignore[attr-defined]  # 2 of 4 cores: exclusive
+    theirs = exec_tuned(tree, str(path))
+    assert "AFFRUN_CPUS=0\n" in theirs.stdout, theirs.stdout  # type: ignore[attr-defined]

@@ -21,7 +21,8 @@ from launcher.context.runtimes import read_environ, runtimes_from_paths
 from launcher.doctor import procfs
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
-from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, job_findings
+from launcher.doctor.job_checks import job_findings
+from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.nccl_live import rank_nccl_findings
 from launcher.doctor.thread_checks import thread_findings
 from launcher.doctor.thread_homes import assign_homes

@@ -182,8 +182,12 @@ def mask_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[Process
 
 
 # --------------------------------------------------------------------------- pool-oversubscribed
-def _busy(ts: Sequence[ThreadRecord], seconds: float) -> list[ThreadRecord]:
-    return [t for t in ts if t.cpu_percent(seconds) >= BUSY_PERCENT]
+def _busy(ts: Sequence[ThreadRecord], seconds: float, cpus: int) -> list[ThreadRecord]:
+    """The threads that used at least :data:`BUSY_PERCENT` of a CPU, or a quarter of their share of the ``cpus``
+    when more ran there than that allows (24 threads on one CPU get about 4% each, all of them running)."""
+    ran = [t for t in ts if t.cpu_percent(seconds) > 0]
+    floor = min(BUSY_PERCENT, 25.0 * max(cpus, 1) / max(len(ran), 1))
+    return [t for t in ran if t.cpu_percent(seconds) >= floor]
 
 
 def _user_pools(environ: dict[str, str]) -> list[str]:
@@ -221,7 +225,7 @@ def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan,
     in_worker = False
     for p in procs:
         for what, threads, home, helpers in _pool_groups(rank, plan, p):
-            busy = sorted(_busy(threads, audit.duration), key=lambda t: t.tid)
+            busy = sorted(_busy(threads, audit.duration, len(home)), key=lambda t: t.tid)
             if not home or len(busy) <= len(home) + helpers:
                 continue
             busiest, smallest = max(busiest, len(busy)), min(smallest or len(home), len(home))

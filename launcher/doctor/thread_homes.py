@@ -164,19 +164,25 @@ def assign_homes(audit: JobAudit) -> None:
             fields, source = run_fields(rank), RUN_SOURCE
         if fields is None:
             continue
-        plan = thread_plan(fields, len(workers))
-        rank.plan_source, rank.thread_plan, rank.workers_seen = source, plan, len(workers)
+        # One DataLoader's workers at a time: those alive at the end (a loop that builds a DataLoader per epoch has
+        # left the earlier ones exited), or all when none is (the job ended)
+        current = [w for w in workers if w.alive] or workers
+        plan = thread_plan(fields, len(current))
+        rank.plan_source, rank.thread_plan, rank.workers_seen = source, plan, len(current)
         places = team_places(rank.environ)
         for t in rank.threads.values():
             role, t.identified_by = _role(t, rank, places, plan)
             t.role = role
             _judge(t, home_of(role, plan))
-        matched = _match_workers(workers, plan.workers)
+        matched = _match_workers(current, plan.workers)
         for w in workers:
-            if w.pid not in matched:
-                continue
+            if w.pid not in matched:  # an earlier DataLoader's exited worker: the home of its mask, if one is
+                home = next((h for h in plan.workers if frozenset(h.cpus) == w.main_mask), None)
+                if home is None:
+                    continue
+                matched[w.pid] = (home, "mask")
             home, how = matched[w.pid]
-            w.worker, w.workers_seen, w.worker_matched_by, w.plan_source = home, len(workers), how, source
+            w.worker, w.workers_seen, w.worker_matched_by, w.plan_source = home, len(current), how, source
             for t in w.threads.values():
                 _judge(t, frozenset(home.cpus))
 

@@ -23,7 +23,8 @@ import pytest
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, collapse_findings
+from launcher.doctor.job_checks import collapse_findings
+from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from tests.conftest import need
 from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, run, torchrun_argv
 
@@ -407,7 +408,7 @@ class _FakeNvml:
 
 def test_gpu_utilisation_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     from launcher.doctor.gpu import GpuSampler, GpuUsage
-    from launcher.doctor.live import gpu_findings
+    from launcher.doctor.job_checks import gpu_findings
 
     fake = _FakeNvml([5, 10, 0, 15, 10, 0], pids=[10, 999])
     monkeypatch.setitem(sys.modules, "pynvml", fake)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, kind_findings
+from launcher.doctor.job_checks import kind_findings
+from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.topology.kinds import CoreKind, CoreKinds
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.base.cpulist import format_cpulist
+from launcher.context.runtimes import runtimes_from_paths
 from launcher.doctor import procfs
 from launcher.doctor.binder_evidence import likely_binders, pinning_ancestor, tensorrt_llm
 from launcher.doctor.gpu import GpuReport
@@ -189,7 +190,21 @@ def test_tensorrt_llm_is_named_by_its_library_and_its_variable() -> None:
     assert pinning_ancestor([(5, "bash run.sh"), (4, "taskset -c 0-3 bash run.sh")]) is not None
     assert pinning_ancestor([(5, "python -m torch.distributed.run train.py")]) is None
     p = process(10, 1, [], {"KMP_AFFINITY": "compact", "ACCELERATE_CPU_AFFINITY": "1"})
+    p.runtimes = runtimes_from_paths(["/opt/intel/lib/libiomp5.so"], p.environ, 8)
     assert [b.what.split()[0] for b in likely_binders(p, [])] == ["accelerate", "KMP_AFFINITY=compact"]
+
+
+@pytest.mark.parametrize(("environ", "library"), [
+    ({"KMP_AFFINITY": "granularity=fine"}, "/opt/intel/lib/libiomp5.so"),  # affrun's own value: no type, no binding
+    ({"KMP_AFFINITY": "compact"}, "/venv/torch/lib/libgomp.so.1"),  # libgomp reads no KMP_* at all
+    ({"GOMP_CPU_AFFINITY": "0-3"}, "/usr/lib/llvm-16/lib/libomp.so.5"),  # nor libomp GOMP_CPU_AFFINITY
+    ({"KMP_AFFINITY": "compact"}, "/usr/lib/libc.so.6")])  # no OpenMP runtime loaded
+def test_an_openmp_variable_is_a_binder_only_in_a_runtime_it_binds(environ: dict[str, str], library: str) -> None:
+    """Every affrun rank carries KMP_AFFINITY=granularity=fine; a thread that moved itself in a torch (libgomp)
+    rank was blamed on it, with 'unset KMP_AFFINITY' as the fix."""
+    p = process(10, 1, [], environ)
+    p.runtimes = runtimes_from_paths([library], environ, 8)
+    assert likely_binders(p, []) == []
 
 
 def test_busy_pools_are_counted_against_their_home() -> None:

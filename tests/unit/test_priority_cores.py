@@ -385,7 +385,8 @@ def test_a_machine_without_evidence_says_so(tmp_path: Path) -> None:
 def test_doctor_judges_by_the_planners_kinds(trees: dict[str, Path]) -> None:
     """On the SST-BF machine a team over both classes is what the planner made: no core-kinds-mixed finding."""
     from launcher.doctor.gpu import GpuReport
-    from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles, kind_findings
+    from launcher.doctor.job_checks import kind_findings
+    from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 
     topo = load(trees["xeon-sst-bf"])
     rank = ProcessRecord(10, 1, "python3", ["python3"], {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})

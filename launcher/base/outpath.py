@@ -1,5 +1,6 @@
 """Whether a path given for a file affrun will write (``--feed-json``, ``affrun tune --save``/``--svg``) can be
-written, checked before the work that produces it starts. A link is judged by what it points to."""
+written, checked before the work that produces it starts, and whether writing it would replace something else
+(:func:`replaces`). A link is judged by what it points to."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ def unwritable(path: str) -> str | None:
     if not os.access(where, os.W_OK | os.X_OK):
         return f"its directory {where} is not writable"
     return None
+
+
+def replaces(path: str, marker: bytes, script: str | None) -> str | None:
+    """What writing ``path`` would destroy (``None``: nothing): the ``script`` itself, or an existing non-empty
+    file whose first 4 KiB hold no ``marker`` (what affrun writes there: a file of the user's own)."""
+    full = os.path.realpath(path)
+    if script is not None and os.path.exists(full) and os.path.exists(script) and os.path.samefile(full, script):
+        return "is the training script"
+    try:
+        with open(full, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None  # absent, or not readable: unwritable() says what is wrong with it
+    return None if not head or marker in head else "holds something affrun did not write"

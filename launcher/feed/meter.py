@@ -29,8 +29,7 @@ FORCE_VARIABLE = "AFFRUN_FEED_FORCE_WORKERS"
 ALIAS = "_affrun_feed"  # the live meter's module in sys.modules: launcher.torch.loader_workers() tells it it was asked
 FLUSH_S = 1.0
 MIN_INTERVAL_S = 0.1  # the shortest --feed-interval: a line per rank ten times a second, the files still once a second
-PERIODIC_WAIT_S = 0.05  # the longest a periodic flush waits for the JSON's lock (then it retries after RETRY_S)
-RETRY_S = 0.1
+PERIODIC_WAIT_S = 0.05  # the longest a periodic flush waits for the JSON's lock (then it tries again a second later)
 FINAL_WAIT_S = 5.0  # the longest the final flush waits for it (then one warning)
 WORKERS_KEPT = 32  # loaders whose num_workers the figures list
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "AFFRUN_LOCAL_RANK")
@@ -110,7 +109,8 @@ class Meter:
         if self.first < 0:
             self.first = t0
         if t1 >= self.flush_due:  # the files at most once per FLUSH_S, whatever the interval of the lines
-            self.flush_due = t1 + (FLUSH_S if self.flush(False) else RETRY_S + self.pid % 97 / 970)  # spread retries
+            # a busy lock costs at most PERIODIC_WAIT_S a second: the next try is a second later, ranks spread
+            self.flush_due = t1 + FLUSH_S + (0.0 if self.flush(False) else self.pid % 97 / 970)
         due = self.flush_due
         if self.interval:
             if not self.shown:

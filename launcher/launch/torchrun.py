@@ -160,6 +160,10 @@ def check_script(args: argparse.Namespace) -> None:
             if not os.path.isfile(os.path.join(script, "__main__.py")):
                 raise ConfigError(f"the training script {script!r} is a directory without __main__.py")
             return
+        if not stat.S_ISREG(info.st_mode):  # python would wait on a FIFO, or read /dev/zero without end
+            kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                    else "a device")
+            raise ConfigError(f"the training script {script!r} is {kind}, not a file")
         os.close(os.open(script, os.O_RDONLY | os.O_NONBLOCK))
     except FileNotFoundError:
         where = "" if os.path.isabs(script) else f" (from {os.getcwd()})"

@@ -5,6 +5,7 @@ line of a failed trial), escaped."""
 from __future__ import annotations
 
 import os
+import re
 import select
 import threading
 
@@ -53,10 +54,18 @@ class Tail:
         return bytes(self._kept[-LIMIT:])
 
 
+# A Python exception's last line (``ValueError: ...``, ``KeyboardInterrupt``), and what torchrun's agent adds after
+# a rank failed: its own ChildFailedError and the summary that ends in a link to its errors page.
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(:|$)")
+_AGENT = ("ChildFailedError", "errors.html", "error_file:", "affrun: starting rank", "affrun: rank ")
+
+
 def last_line(output: bytes) -> str:
-    """The last line of ``output`` that says an error (else its last line), one printable line of at most 200
-    characters; affrun's own rank lines are left out."""
-    lines = [ln for ln in output.decode(errors="replace").splitlines()
-             if ln.strip() and not ln.startswith(("affrun: starting rank", "affrun: rank "))]
+    """The script's error in ``output``: its last exception line, else the last line that says an error, else the
+    last line; one printable line of at most 200 characters. affrun's rank lines and torchrun's summary of a failed
+    rank are left out (that summary's last line is a link, and it names no cause)."""
+    lines = [ln.strip() for ln in output.decode(errors="replace").splitlines()
+             if ln.strip() and not any(word in ln for word in _AGENT)]
+    exceptions = [ln for ln in lines if _EXCEPTION.match(ln)]
     errors = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return clip(shown((errors or lines or [""])[-1].strip()), 200)
+    return clip(shown((exceptions or errors or lines or [""])[-1]), 200)

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from launcher.base.outpath import unwritable
+from launcher.base.outpath import replaces, unwritable
 from launcher.base.untrusted import ascii_uint, seconds, short
 from launcher.errors import ConfigError
 
@@ -125,6 +125,11 @@ def split(argv: list[str]) -> TuneArgs | None:
         raise ConfigError(f"no script: {USAGE}")
     args = check_args(parse([*theirs, *script]))
     check_script(args)
+    own = None if args.module or args.no_python else args.training_script
+    for option, dest, marker in (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", b"<svg")):
+        problem = None if values[dest] is None else replaces(values[dest], marker, own)
+        if problem is not None:
+            raise ConfigError(f"{option} {values[dest]!r} {problem}: give a new file, or remove it first")
     return TuneArgs(values, theirs, script, args)
 
 

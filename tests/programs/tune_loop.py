@@ -4,7 +4,7 @@ loop: more workers feed it faster), with ``num_workers`` hard-coded as a script 
 ``--workers ask``: ask affrun (``launcher.torch.loader_workers()``).
 ``--seconds T``: stop after T s and print the loop's own batches/s after its first second (one JSON line).
 ``--record DIR``: write this rank's argv (hex bytes) and the pids of the rank and its workers into DIR.
-``--fail``: exit 3 at once; ``--fail-with-workers N``: exit 3 when affrun asks for N workers; ``--no-loader``:
+``--fail``: raise ValueError at once; ``--fail-with-workers N``: exit 3 when affrun asks for N workers; ``--no-loader``:
 run ``--seconds`` without any DataLoader.
 """
 
@@ -50,8 +50,7 @@ def main() -> None:
         with open(os.path.join(args.record, "argv"), "w") as fh:
             json.dump([os.fsencode(a).hex() for a in sys.argv[1:]], fh)
     if args.fail:
-        print("feed_loop: failing on purpose", file=sys.stderr)
-        sys.exit(3)
+        raise ValueError("failing on purpose")  # a script's own error: tune names it, not torchrun's summary
     if args.fail_with_workers is not None and os.environ.get("AFFRUN_LOADER_WORKERS") == args.fail_with_workers:
         print("feed_loop: RuntimeError: failing with these workers on purpose", file=sys.stderr)
         sys.exit(3)

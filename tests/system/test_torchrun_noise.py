@@ -27,7 +27,8 @@ def one_line_before_any_rank(proc_stderr: str) -> None:
     assert "rank" not in lines[0] and "ChildFailedError" not in proc_stderr and "usage:" not in proc_stderr
 
 
-@pytest.mark.parametrize("how", ["missing", "missing-relative", "dangling-link", "link-loop", "directory"])
+@pytest.mark.parametrize("how", ["missing", "missing-relative", "dangling-link", "link-loop", "directory", "fifo",
+                                 "device"])
 def test_a_script_that_cannot_run_is_one_line_and_no_rank_starts(tmp_path: Path, how: str) -> None:
     script = tmp_path / "train.py"
     given = str(script)
@@ -39,11 +40,17 @@ def test_a_script_that_cannot_run_is_one_line_and_no_rank_starts(tmp_path: Path,
         script.symlink_to(script)
     elif how == "directory":
         script.mkdir()
+    elif how == "fifo":  # python would wait on it: a hang, not an error
+        os.mkfifo(script)
+    elif how == "device":  # python would read it without end
+        script.symlink_to("/dev/zero")
     proc = affrun("torchrun", "--nproc-per-node", "1", given, "--lr", "1", cwd=tmp_path)
     line = refused(proc, "train.py")
     assert "script" in line, line
     if how == "directory":
         assert "__main__.py" in line, line
+    if how in ("fifo", "device"):
+        assert line.endswith(("is a FIFO, not a file", "is a device, not a file")), line
     one_line_before_any_rank(proc.stderr)
     assert sorted(os.listdir(tmp_path)) == (["train.py"] if how != "missing" and how != "missing-relative" else [])
 

@@ -116,6 +116,7 @@ def test_a_first_trial_that_fails_is_one_error_line() -> None:
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = _error_lines(proc.stderr)
     assert "failed in its first trial" in line and "exit" in line
+    assert line.endswith("ValueError: failing on purpose"), line  # the script's error, not torchrun's summary
 
 
 @pytest.mark.parametrize("extra", [("--seconds", "1"), ("--start-seconds", "3")])

@@ -310,3 +310,22 @@ def test_a_fifo_to_write_is_an_error_line_not_a_hang(tmp_path: Path, option: str
     assert proc.returncode == 2 and ("trial" in proc.stdout) == (option == "--save"), (proc.stdout, proc.stderr)
     lines = _error_lines(proc.stderr)
     assert len(lines) == 1 and option in lines[0] and str(fifo) in lines[0] and "FIFO" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("option", ["--svg", "--save"])
+@pytest.mark.parametrize("target", ["script", "notes"])
+def test_an_output_that_would_replace_the_script_or_a_user_s_file_is_refused(tmp_path: Path, option: str,
+                                                                             target: str) -> None:
+    """`--save train.py` replaced the script being tuned with YAML; a file of the user's named by mistake was
+    replaced as well. Refused before any trial, the file untouched; affrun's own earlier output is rewritten."""
+    script = tmp_path / "train.py"
+    script.write_bytes(Path(HOSTILE).read_bytes())
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own notes\n")
+    named = script if target == "script" else notes
+    before = named.read_bytes()
+    proc = _tune("--nproc-per-node", "1", "--budget", "1e-9", option, str(named), str(script))
+    assert proc.returncode == 2 and "trial" not in proc.stdout, (proc.stdout, proc.stderr)
+    (line,) = _error_lines(proc.stderr)
+    assert option in line and ("is the training script" if target == "script" else "did not write") in line, line
+    assert named.read_bytes() == before

@@ -84,6 +84,17 @@ def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
     return None
 
 
+def enclosing_rank(environ: Mapping[str, str], detected: LocalRank) -> bool:
+    """Whether the launcher's rank variables (``detected``) are those of an affrun rank this process runs inside:
+    it carries that binding (``AFFRUN_PLAN_ID``) and its rank and size are the binding's. A command such a process
+    starts through ``affrun exec`` is a sub-job of its own, not another rank of the enclosing job
+    (docs/launchers.md, "Nested launchers")."""
+    from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE
+
+    return (bool(environ.get(PLAN_ID_VARIABLE)) and environ.get(BOUND_VARIABLE) == str(detected.rank)
+            and environ.get("AFFRUN_LOCAL_WORLD_SIZE") == str(detected.size))
+
+
 # (global rank variable, world size variable) of the launchers that start one process per rank.
 GLOBAL_SOURCES: dict[str, tuple[str, str]] = {
     "SLURM_LOCALID": ("SLURM_PROCID", "SLURM_NTASKS"),

@@ -103,14 +103,10 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
     """The job this rank belongs to, its record, and the launcher's rank variables (when they were read): the
     parent's ``AFFRUN_PLAN`` (no planner is imported), or a plan made here (srun, mpirun, submitit). Options of
     the table ``given`` on the command line plan here even under a parent's plan (docs/launchers.md)."""
-    from launcher.context.local_rank import LocalRankError, detect_local_rank
 
     detected: LocalRank | None = None
     if args.local_rank is None or args.nproc is None:  # both flags given: the launcher's variables do not matter
-        try:
-            detected = detect_local_rank(environ)
-        except LocalRankError as exc:
-            raise LaunchError(str(exc)) from None
+        detected = _launcher_rank(environ)
     rank = args.local_rank if args.local_rank is not None else (detected.rank if detected else None)
     parent_text = environ.get(PLAN_VARIABLE)
     user_env: Mapping[str, str] | None = None
@@ -175,15 +171,27 @@ def size_source(detected: LocalRank) -> str:
     return dict(SOURCES).get(detected.source, "the launcher's rank count")
 
 
+def _launcher_rank(environ: Mapping[str, str]) -> LocalRank | None:
+    """The launcher's rank variables, unless they are those of an affrun rank this process runs inside without a
+    plan handed down (a sub-job: docs/launchers.md, "Nested launchers")."""
+    from launcher.context.local_rank import LocalRankError, detect_local_rank, enclosing_rank
+
+    try:
+        detected = detect_local_rank(environ)
+    except LocalRankError as exc:
+        raise LaunchError(str(exc)) from None
+    if detected is not None and PLAN_VARIABLE not in environ and enclosing_rank(environ, detected):
+        return None
+    return detected
+
+
 def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
     """How many local ranks this rank has, as far as the flags and the launcher's variables say (1: unknown)."""
     if args.nproc is not None:
         return int(args.nproc)
-    from launcher.context.local_rank import LocalRankError, detect_local_rank
-
     try:
-        detected = detect_local_rank(environ)
-    except LocalRankError:
+        detected = _launcher_rank(environ)
+    except LaunchError:
         return 1
     return detected.size if detected else 1
 

@@ -43,14 +43,16 @@ def add_affrun_options(parser: argparse.ArgumentParser) -> None:
 # torchrun's options that affrun refuses (check_args): kept in the parser, so that they are refused by name, but
 # not listed in --help nor offered as a spelling.
 REFUSED_OPTIONS = ("--numa-binding", "--numa_binding", "--run-path", "--run_path")
-def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
+def parse(argv: Sequence[str], refuse: bool = False, command: str = "affrun torchrun",
+          offered: Sequence[str] = ()) -> argparse.Namespace:
     """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
 
     Only the words before the script are parsed: argparse would otherwise read the script's own arguments too,
     matching prefixes (``--a`` against ``--affrun-verbose``, ``--n`` against ``--nnodes``) and failing or
     taking them. Plain torchrun fails on ``train.py --n 1``; affrun passes it on. ``refuse``: what argparse
     refuses is a :class:`ConfigError` (``affrun sbatch`` checks the job's command line before it is queued),
-    not argparse's usage and exit.
+    not argparse's usage and exit. ``command`` and ``offered`` (its own options, taken out of ``argv`` already):
+    what a usage error names and suggests (``affrun tune``).
     """
     from torch.distributed.run import get_args_parser
 
@@ -60,11 +62,13 @@ def parse(argv: Sequence[str], refuse: bool = False) -> argparse.Namespace:
     for name in REFUSED_OPTIONS:
         if name in parser._option_string_actions:
             parser._option_string_actions[name].help = argparse.SUPPRESS
+    for i, flag in enumerate(offered):  # never in argv: only spellings a usage error may suggest
+        parser.add_argument(flag, dest=f"offered_{i}", help=command)
 
     def error(message: str) -> NoReturn:
         if refuse:
             raise ConfigError(f"affrun torchrun would refuse it in the job: {message}")
-        raise ConfigError(argparse_line(parser, message, "affrun torchrun"))  # not torchrun's 30-line usage
+        raise ConfigError(argparse_line(parser, message, command))  # not torchrun's 30-line usage
 
     parser.error = error  # type: ignore[method-assign]
     # None tells "not given" from an explicit value equal to torchrun's default (PET_SIGNALS_TO_HANDLE is read below).

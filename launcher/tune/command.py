@@ -123,7 +123,7 @@ def split(argv: list[str]) -> TuneArgs | None:
             raise ConfigError(f"{option} {values[dest]!r} {problem}")
     if not [w for w in script if w != "--"]:
         raise ConfigError(f"no script: {USAGE}")
-    args = check_args(parse([*theirs, *script]))
+    args = check_args(parse([*theirs, *script], command="affrun tune", offered=[flag for flag, *_ in TUNE_OPTIONS]))
     check_script(args)
     own = None if args.module or args.no_python else args.training_script
     for option, dest, marker in (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", b"<svg")):

@@ -329,3 +329,14 @@ def test_an_output_that_would_replace_the_script_or_a_user_s_file_is_refused(tmp
     (line,) = _error_lines(proc.stderr)
     assert option in line and ("is the training script" if target == "script" else "did not write") in line, line
     assert named.read_bytes() == before
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("--trial-secs", "--trial-seconds"), ("--budgt", "--budget"),
+                                              ("--svgg", "--svg"), ("--nproc-per-nodes", "--nproc-per-node")])
+def test_a_mistyped_option_gets_tune_s_nearest_spelling(typed: str, meant: str) -> None:
+    """torchrun's spellings were offered for tune's own options (--trial-secs: "did you mean --logs-specs?"), and
+    every error sent the user to `affrun torchrun --help`."""
+    proc = _tune(typed, "2", HOSTILE)
+    assert proc.returncode == 2, proc.stderr
+    assert _error_lines(proc.stderr) == [f"affrun: error: unknown option {typed}: did you mean {meant}? (affrun tune "
+                                         "--help gives the full usage)"]

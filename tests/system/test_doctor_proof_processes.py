@@ -44,7 +44,7 @@ def test_a_thread_that_moved_itself_blames_no_openmp_variable(tmp_path: Path) ->
     script = tmp_path / "mover.py"
     script.write_text(MOVER)
     argv = affrun_argv("exec", "--", sys.executable, str(script), str(LAST))
-    with running(argv, job_env()) as (proc, lines):
+    with running(argv, job_env()) as (_, lines):
         pid = int(lines[0].split()[1])
         _, data = audit(pid, duration=1.5)
     moved = findings(data)["mask-changed-after-start"]
@@ -93,7 +93,7 @@ def test_a_dataloader_per_epoch_is_one_set_of_workers(tmp_path: Path) -> None:
     need(len(CPUS) >= 2, "needs 2 allowed CPUs")
     script = tmp_path / "epochs.py"
     script.write_text(SEQUENTIAL)
-    with running(affrun_argv("exec", "--", sys.executable, str(script)), job_env()) as (proc, lines):
+    with running(affrun_argv("exec", "--", sys.executable, str(script)), job_env()) as (_, lines):
         pid = int(lines[0].split()[1])
         _, data = audit(pid, duration=3)
     workers = [p for p in processes(data, "child") if p.get("worker")]
@@ -118,7 +118,7 @@ def test_a_pool_of_many_threads_on_one_cpu_is_oversubscribed(tmp_path: Path) -> 
     script = tmp_path / "pool.py"
     script.write_text(POOL)
     argv = affrun_argv("exec", "--cpus", str(FIRST), "--", sys.executable, str(script))
-    with running(argv, job_env(NUMEXPR_MAX_THREADS="64")) as (proc, lines):
+    with running(argv, job_env(NUMEXPR_MAX_THREADS="64")) as (_, lines):
         pid = int(lines[0].split()[1])
         _, data = audit(pid, duration=3)
     over = findings(data)["pool-oversubscribed"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from launcher.base.cpulist import cpu_error, format_cpulist, id_problem, parse_cpulist
+from launcher.base.cpulist import MAX_NODE_ID, cpu_error, format_cpulist, id_problem, id_text, parse_cpulist
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology._files import read_document
@@ -212,7 +212,7 @@ def _build(data: dict[str, Any]) -> Topology:
     stray = {p for c in cores for p in c.pus} - online
     if stray:
         raise _Bad(f"cores list CPUs {format_cpulist(stray)} that are not online")
-    _consistent(nodes, cores, gpus, gpu_at, online)
+    _consistent(nodes, cores, gpus, gpu_at, online, len(_list(data, "gpus")))
     mems = data.get("allowed_mems")
     warnings = _list(data, "warnings") if "warnings" in data else []
     kinds = kinds_from_json(data.get("core_kinds"), online)
@@ -239,10 +239,15 @@ def _build(data: dict[str, Any]) -> Topology:
 
 
 def _consistent(nodes: list[NumaNode], cores: list[Core], gpus: list[GPU], gpu_at: list[int],
-                online: frozenset[int]) -> None:
+                online: frozenset[int], listed: int) -> None:
     """Refuse what affrun's readers never write (a hand-edited snapshot): two NUMA nodes of one id or sharing a CPU,
     a node, core or GPU naming CPUs that are not online, a core on a node that does not hold it, GPU indexes that
-    are not 0..n-1 each once. Read from such a file, the plan would bind to a node the machine lacks."""
+    are not among the ``listed`` entries' 0..n-1, each once (a duplicate GPU dropped leaves a gap). Read from such a file, the plan would bind to a node the machine lacks."""
+    ids = [(f"numa_nodes[{i}].os_index", n.os_index) for i, n in enumerate(nodes)]
+    ids += [(f"cores[{i}].numa_node", c.numa_node) for i, c in enumerate(cores) if c.numa_node is not None]
+    for field, node_id in ids:  # an id no machine has first: said as such, not as a node missing its CPUs
+        if not 0 <= node_id <= MAX_NODE_ID:
+            raise _Bad(f"{field}: NUMA node {id_text(node_id)} is outside 0..{MAX_NODE_ID}")
     node_at: dict[int, int] = {}
     owner: dict[int, int] = {}  # CPU -> the node that holds it
     for i, node in enumerate(nodes):
@@ -262,8 +267,8 @@ def _consistent(nodes: list[NumaNode], cores: list[Core], gpus: list[GPU], gpu_a
                        f"{format_cpulist(core.pus)}")
     index_at: dict[int, int] = {}
     for at, gpu in zip(gpu_at, gpus):
-        if not 0 <= gpu.index < len(gpus):
-            raise _Bad(f"gpus[{at}].index {short(gpu.index, 20)} is not a GPU index (0..{len(gpus) - 1})")
+        if not 0 <= gpu.index < listed:
+            raise _Bad(f"gpus[{at}].index {short(gpu.index, 20)} is not a GPU index (0..{listed - 1})")
         if gpu.index in index_at:
             raise _Bad(f"gpus[{at}].index {gpu.index} is also gpus[{index_at[gpu.index]}]'s")
         index_at[gpu.index] = at

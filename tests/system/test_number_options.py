@@ -51,7 +51,7 @@ def test_exec_feed_interval_takes_plain_decimals(value: str) -> None:
 @pytest.mark.parametrize("value", ["1_0", "\u0665"])
 def test_run_feed_interval_refuses_the_same_way(value: str) -> None:
     proc = run(affrun_argv("run", "--feed-interval", value, "--dry-run", "--", "true"), env=clean_env())
-    wording = f"argument --feed-interval: {value!r} is not a number of seconds > 0"
+    wording = f"argument --feed-interval: {value!r} is not a number of seconds >= 0.1"
     assert wording in error_line(proc, "--feed-interval") and wording in error_line(exec_feed(value), "--feed")
 
 
@@ -63,7 +63,7 @@ def test_torchrun_feed_interval_refuses_the_same_way(tmp_path: Path, value: str)
     proc = run(affrun_argv("torchrun", "--nproc-per-node", "1", "--feed-interval", value, "--dry-run", str(script)),
                env=clean_env())
     line = error_line(proc, "--feed-interval")
-    assert f"{value!r} is not a number of seconds > 0" in line, line
+    assert f"{value!r} is not a number of seconds >= 0.1" in line, line
 
 
 def test_torchrun_feed_interval_takes_a_plain_decimal(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,12 @@ def install_affrun(directory: str) -> tuple[str, str]:
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *wheel], **quiet)
     print(f"(affrun installed from a wheel into {venv}, as the README's install does)")
     return python, os.path.join(venv, "bin", "affrun")
+
+
+def affrun_argv() -> list[str]:
+    """How to run the affrun under test: its console script on PATH, else this interpreter's ``-m launcher``."""
+    script = shutil.which("affrun")
+    return [script] if script else [sys.executable, "-m", "launcher"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

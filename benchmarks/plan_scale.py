@@ -24,7 +24,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import shutil
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import byte_compile_affrun, median_walls  # noqa: E402
+from _common import affrun_argv, byte_compile_affrun, median_walls  # noqa: E402
 
 from launcher.env.policy import rank_environment  # noqa: E402
 from launcher.options.plan_options import PlanOptions  # noqa: E402
@@ -74,11 +73,6 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1000
-
-
-def affrun_argv() -> list[str]:
-    script = shutil.which("affrun")
-    return [script] if script else [sys.executable, "-m", "launcher"]
 
 
 def main(argv: list[str] | None = None) -> int:

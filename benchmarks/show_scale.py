@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import pstats
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import byte_compile_affrun, clean_env, median_walls  # noqa: E402
+from _common import affrun_argv, byte_compile_affrun, clean_env, median_walls  # noqa: E402
 
 from launcher.plan.planner import Request, make_plan  # noqa: E402
 from launcher.show import svg  # noqa: E402
@@ -51,11 +50,6 @@ def machine(small: Topology, cpus: int) -> Topology:
         allowed=every,
         gpus=tuple(dataclasses.replace(g, cpus=every) for g in small.gpus),
     )
-
-
-def affrun_argv() -> list[str]:
-    script = shutil.which("affrun")
-    return [script] if script else [sys.executable, "-m", "launcher"]
 
 
 def main(argv: list[str] | None = None) -> int:

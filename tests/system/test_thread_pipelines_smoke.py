@@ -50,7 +50,8 @@ def test_thread_pipelines_reports_every_configuration(tmp_path: Path) -> None:
         assert c["status"] == "ok" and c["error"] is None, c
         assert isinstance(c["samples_per_s"], float) and c["samples_per_s"] > 0, c
         assert c["min"] <= c["samples_per_s"] <= c["max"] and len(c["runs"]) == 1, c
-        assert c["vs_a"] == round(c["samples_per_s"] / configs["affrun"]["samples_per_s"], 3), c
+        # The ratio is of the unrounded medians; both shown figures are rounded to 0.1 sample/s.
+        assert c["vs_a"] == pytest.approx(c["samples_per_s"] / configs["affrun"]["samples_per_s"], abs=2e-3), c
         assert len(c["paired_vs_a"]) == 1 and c["worker_threads"]["min"] >= 1 and c["rank_threads"]["min"] >= 1, c
         assert "cv2" in c["worker_pools"] and any(k.startswith("openblas:") for k in c["worker_pools"]), c
         assert c["rank_env"]["OMP_NUM_THREADS"] != [None] or ranks == 1, c  # torchrun sets it for 2+ ranks

@@ -16,6 +16,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from launcher.base.siblings import live_cores
 from launcher.base.split import worker_cpus
 from launcher.base.untrusted import short
 from launcher.bind.pools import fit_worker, say
@@ -125,7 +126,7 @@ def worker_init_fn(worker_id: int) -> None:
                           f"{num_workers} worker(s) (0-{num_workers - 1})")
     loader, rank, foreign = _pools()
     _say_foreign(foreign)
-    cpus = worker_cpus(worker_id, num_workers, loader, rank)
+    cpus = worker_cpus(worker_id, num_workers, loader, rank, live_cores(loader or rank))
     fit = fit_worker(cpus)
     if fit is None:
         return

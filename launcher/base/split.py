@@ -1,8 +1,13 @@
 """The balanced split: ``n`` items cut into ``k`` contiguous parts whose sizes differ by at most one. Pure; the
-planner cuts cores with it, and :func:`worker_cpus` a rank's CPUs among its DataLoader workers (the thread plan,
-``worker_init_fn`` and the rank's worker hook all ask it), so it imports nothing."""
+planner cuts cores with it, and :func:`worker_cpus` a rank's CPUs among its DataLoader workers, core by core
+(the thread plan, ``worker_init_fn`` and the rank's worker hook all ask it)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 def balanced_sizes(n: int, k: int) -> list[int]:
@@ -26,16 +31,41 @@ def balanced_slices(n: int, k: int) -> list[slice]:
     return contiguous(balanced_sizes(n, k))
 
 
-def worker_cpus(worker_id: int, num_workers: int, loader: list[int] | tuple[int, ...],
-                rank: list[int] | tuple[int, ...]) -> list[int]:
-    """The CPUs for DataLoader worker ``worker_id`` of ``num_workers``.
+def core_order(pool: list[int], cores: Iterable[Iterable[int]] = ()) -> list[tuple[int, ...]]:
+    """``pool`` as its cores: the PUs of each of ``cores`` that are in ``pool`` (sorted), then every CPU of
+    ``pool`` that no core names, on its own; ordered by first CPU. A CPU is in one group only."""
+    inside, seen = set(pool), set[int]()
+    groups: list[tuple[int, ...]] = []
+    for core in cores:
+        group = tuple(sorted(c for c in set(core) & inside if c not in seen))
+        if group:
+            groups.append(group)
+            seen.update(group)
+    groups.extend((c,) for c in pool if c not in seen)
+    return sorted(groups)
 
-    With loader CPUs: worker k gets loader CPU k (round robin) when workers outnumber them, else a disjoint
-    slice of them. Without: a disjoint slice of the rank's CPUs (round robin when workers outnumber CPUs).
+
+def worker_split(num_workers: int, loader: Iterable[int], rank: Iterable[int],
+                 cores: Iterable[Iterable[int]] = ()) -> list[list[int]]:
+    """Each of ``num_workers`` DataLoader workers' CPUs, cut from the loader CPUs, else from the rank's, core by
+    core (``cores``: the machine's PU groups; none given, each CPU is a core).
+
+    No more workers than cores: each worker a disjoint, balanced share of whole cores. More: the PUs in core
+    order (siblings together), balanced; one each, round robin, when workers outnumber the PUs too.
     """
-    pool = sorted(loader) if loader else sorted(rank)
-    if not pool:
-        return []
-    if num_workers >= len(pool):
-        return [pool[worker_id % len(pool)]]
-    return pool[balanced_slices(len(pool), num_workers)[worker_id]]
+    pool = sorted(set(loader)) or sorted(set(rank))
+    if not pool or num_workers < 1:
+        return [[] for _ in range(num_workers)]
+    units = core_order(pool, cores)
+    if num_workers <= len(units):
+        return [sorted(c for unit in units[part] for c in unit) for part in balanced_slices(len(units), num_workers)]
+    order = [c for unit in units for c in unit]
+    if num_workers >= len(order):
+        return [[order[k % len(order)]] for k in range(num_workers)]
+    return [sorted(order[part]) for part in balanced_slices(len(order), num_workers)]
+
+
+def worker_cpus(worker_id: int, num_workers: int, loader: Iterable[int], rank: Iterable[int],
+                cores: Iterable[Iterable[int]] = ()) -> list[int]:
+    """The CPUs of DataLoader worker ``worker_id`` of ``num_workers``: its part of :func:`worker_split`."""
+    return worker_split(num_workers, loader, rank, cores)[worker_id]

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from launcher.base.siblings import live_cores
 from launcher.bind.pools import fit_worker, refit, say
 from launcher.bind.readback import current_binding
 from launcher.context.run_role import affrun_process, multiprocessing_child
@@ -52,7 +53,8 @@ class LiveRank:
 
 def live_plan(environ: Mapping[str, str], workers: int = 0) -> ThreadPlan:
     """The thread plan of the rank whose variables ``environ`` holds (raises ``ValueError``/``LookupError``)."""
-    return thread_plan(LiveRank(environ), workers)
+    rank = LiveRank(environ)
+    return thread_plan(rank, workers, live_cores(rank.cpus) if workers else ())
 
 
 def install(torch: Any) -> None:
@@ -106,7 +108,7 @@ def fit_this_worker(module: Any, rank: LiveRank, arguments: dict[str, Any]) -> N
     """Fit this worker (pin, pools) to its home in the thread plan; a user's ``init_fn`` in ``_worker_loop``'s
     ``arguments`` is then followed by a check that it did not raise a pool again."""
     worker_id, workers = int(arguments["worker_id"]), int(arguments["num_workers"])
-    home = thread_plan(rank, workers).workers[worker_id].cpus
+    home = thread_plan(rank, workers, live_cores(rank.cpus)).workers[worker_id].cpus
     speak = worker_id == 0  # every worker meets the same problems: worker 0 says them
     fit = fit_worker(home)
     setattr(module, FITTED, os.getpid())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from launcher.base.siblings import live_cores
 from launcher.base.untrusted import printable_ascii
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.nccl_live import is_nccl_thread
@@ -167,7 +168,7 @@ def assign_homes(audit: JobAudit) -> None:
         # One DataLoader's workers at a time: those alive at the end (a loop that builds a DataLoader per epoch has
         # left the earlier ones exited), or all when none is (the job ended)
         current = [w for w in workers if w.alive] or workers
-        plan = thread_plan(fields, len(current))
+        plan = thread_plan(fields, len(current), live_cores(fields.cpus))
         rank.plan_source, rank.thread_plan, rank.workers_seen = source, plan, len(current)
         places = team_places(rank.environ)
         for t in rank.threads.values():

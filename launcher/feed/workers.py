@@ -3,27 +3,15 @@ suggestion, one per loader core of the rank (``AFFRUN_LOADER_CPUS``, grouped int
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from launcher.base.cpulist import MAX_COUNT, parse_cpulist
+from launcher.base.siblings import live_cores
 from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import LaunchError
 
 WORKERS_VARIABLE = "AFFRUN_LOADER_WORKERS"
 LOADER_VARIABLE = "AFFRUN_LOADER_CPUS"
-
-
-def _core_key(cpu: int, sysfs: str) -> str:
-    """What identifies ``cpu``'s core: its sibling list (the CPU alone where sysfs does not say)."""
-    base = os.path.join(sysfs, "devices", "system", "cpu", f"cpu{cpu}", "topology")
-    for name in ("core_cpus_list", "thread_siblings_list"):
-        try:
-            with open(os.path.join(base, name), encoding="ascii") as fh:
-                return fh.read(4096).strip()
-        except (OSError, ValueError):
-            continue
-    return str(cpu)
 
 
 def loader_cores(environ: Mapping[str, str], sysfs: str = "/sys") -> int:
@@ -33,7 +21,7 @@ def loader_cores(environ: Mapping[str, str], sysfs: str = "/sys") -> int:
         cpus = parse_cpulist(text) if text else frozenset()
     except ValueError:
         raise LaunchError(f"{LOADER_VARIABLE}={short(text)} is not a cpu list") from None
-    return len({_core_key(cpu, sysfs) for cpu in cpus})
+    return len(live_cores(cpus, sysfs))
 
 
 def suggested_workers(environ: Mapping[str, str], sysfs: str = "/sys") -> int:

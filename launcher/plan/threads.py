@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from launcher.base.cpulist import format_cpulist
-from launcher.base.split import worker_cpus
+from launcher.base.split import worker_split
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from typing import Any, Protocol
 
     class RankThreadFields(Protocol):
@@ -100,15 +100,16 @@ def _minus(cpus: Sequence[int], taken: Sequence[int]) -> tuple[int, ...]:
     return left or tuple(sorted(cpus))
 
 
-def thread_plan(rank: RankThreadFields, workers: int) -> ThreadPlan:
-    """The homes of ``rank``'s threads with ``workers`` DataLoader workers (docs/threads.md, "The thread plan").
+def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[int]] = ()) -> ThreadPlan:
+    """The homes of ``rank``'s threads with ``workers`` DataLoader workers; ``cores``: the machine's PU groups,
+    which the workers are cut by (docs/threads.md, "The thread plan").
 
     * main: its own core (``main_cpus``: ``--main-thread compute|priority``), else the rank's whole set;
     * OpenMP: the team's other threads on the compute CPUs, off the main thread's core when it has one;
     * pools that inherit the main thread's mask (inter-op, OpenCV, Rayon, numexpr, OpenBLAS's threads) are
       sized to the main thread's home when it is one core, else to the rank's threads;
     * pin-memory: the loader CPUs, else the compute CPUs off the main core; NCCL: the comm CPUs, else the
-      rank's CPUs off the main core; worker *k*: :func:`launcher.base.split.worker_cpus`, off the main core and
+      rank's CPUs off the main core; worker *k*: :func:`launcher.base.split.worker_split`, off the main core and
       the comm cores, every pool inside it sized to its CPUs.
     """
     main_cpus = tuple(sorted(rank.main_cpus))
@@ -134,8 +135,7 @@ def thread_plan(rank: RankThreadFields, workers: int) -> ThreadPlan:
                 "the rank's CPUs" + (off if main_cpus and set(rest).isdisjoint(main_cpus) else ""))
     pool_cpus = _minus(everything, (*main_cpus, *comm))  # NCCL's comm cores are no worker's either
     homes = tuple(WorkerHome(k, tuple(cpus), len(cpus))
-                  for k in range(max(0, workers))
-                  for cpus in [worker_cpus(k, workers, loader, pool_cpus)])
+                  for k, cpus in enumerate(worker_split(max(0, workers), loader, pool_cpus, cores)))
     pools: dict[PoolName, int] = {"openmp": threads, "blas": inherit, "opencv": inherit, "rayon": inherit,
                                   "numexpr": inherit, "interop": inherit}
     return ThreadPlan(rank.local_rank, main, omp, interop, pin, nccl, homes, pools)

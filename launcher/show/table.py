@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 def thread_plans(topo: Topology, plan: Plan) -> list[ThreadPlan]:
     """Each rank's thread plan with one DataLoader worker per loader core, what ``launcher.torch.loader_workers()``
     suggests without ``--loader-workers``: ``affrun plan`` shows them, as a table and as JSON."""
-    core_of = {p: core.pus[0] for core in topo.cores for p in core.pus}
-    return [thread_plan(r, len({core_of.get(p, p) for p in r.loader_cpus})) for r in plan.ranks]
+    core_of = {p: core.pus for core in topo.cores for p in core.pus}
+    return [thread_plan(r, len({core_of.get(p, (p,)) for p in r.loader_cpus}), {core_of.get(p, (p,)) for p in r.cpus})
+            for r in plan.ranks]
 
 
 def plan_table(topo: Topology, plan: Plan, threads: Sequence[ThreadPlan] | None = None) -> str:

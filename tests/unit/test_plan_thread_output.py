@@ -60,3 +60,13 @@ def test_json_carries_each_rank_s_thread_plan_and_the_variables(root: str) -> No
     kept = json.loads(invoke(["plan", "--fsroot", root, "--json", "--env-policy", "keep"],
                              RAYON_NUM_THREADS="64").stdout)["ranks"][0]
     assert kept["env"]["RAYON_NUM_THREADS"] == "64" and kept["env"]["AFFRUN_USER_POOLS"] == "RAYON_NUM_THREADS"
+
+
+def test_workers_are_cut_by_whole_cores_where_siblings_are_numbered_apart(root: str) -> None:
+    # Siblings +16: the loader cores 2 and 3 of rank 0 are CPUs 2,3,18,19. Cut in CPU order, worker 0 had 2-3
+    # and worker 1 18-19, both workers on both cores; by core, each worker has a core of its own.
+    data = json.loads(invoke(["plan", "--fsroot", root, "--json", "--loader-cores", "2"]).stdout)
+    r0 = data["ranks"][0]
+    assert r0["loader_cpus"] == [2, 3, 18, 19]
+    assert r0["thread_plan"]["workers"] == [{"index": 0, "cpus": "2,18", "pools": 2},
+                                            {"index": 1, "cpus": "3,19", "pools": 2}]

@@ -33,12 +33,22 @@ MIN_INTERVAL = 0.005  # seconds between samples: one sample of a big job takes l
 
 
 def _tree(root: Any) -> list[Any]:
+    """``root`` and its descendants, less this process and its own children where ``root`` is an ancestor of it
+    (``--pid $$`` from a shell: the audit is of the job, not of the doctor)."""
     import psutil
 
     try:
-        return [root, *root.children(recursive=True)]
+        tree = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
+    me = os.getpid()
+    if root.pid != me and any(p.pid == me for p in tree):
+        try:
+            mine = {me, *(c.pid for c in psutil.Process(me).children(recursive=True))}
+        except psutil.Error:
+            mine = {me}
+        tree = [p for p in tree if p.pid not in mine]
+    return tree
 
 
 def _new_record(pid: int, proc: str) -> ProcessRecord | None:

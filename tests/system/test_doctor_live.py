@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -599,3 +600,19 @@ def test_a_thread_id_is_one_error_naming_its_process() -> None:
         assert tid != proc.pid and Path(f"/proc/{tid}").exists()
         result = run(affrun_argv("doctor", "--pid", str(tid), "--duration", "0.2"), timeout=120)
     _refused(result, f"--pid {tid}", f"process {proc.pid}")
+
+
+@pytest.mark.parametrize("command", ["doctor", "show"])
+def test_an_audit_of_its_own_shell_leaves_itself_out(command: str) -> None:
+    """``affrun doctor --pid $$`` (and ``show --pid $$``) from a shell: the shell is the job; the doctor, a child
+    of it, is not one of the job's processes."""
+    argv = " ".join(a if a == "$$" else shlex.quote(a)
+                    for a in affrun_argv(command, "--pid", "$$", "--duration", "0.2", *(["--json"] if command == "doctor" else [])))
+    proc = run(["sh", "-c", f"{argv}; echo shell=$$"], env=clean_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    shell = int(proc.stdout.rsplit("shell=", 1)[1])
+    if command == "doctor":
+        data = json.loads(proc.stdout.rsplit("shell=", 1)[0])
+        assert [p["pid"] for p in data["processes"]] == [shell], data["processes"]
+    else:
+        assert f"affrun show --pid {shell} · 1 rank(s), 1 process(es) ·" in proc.stdout, proc.stdout

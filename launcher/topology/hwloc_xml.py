@@ -280,12 +280,12 @@ def _cores(
     core_sets.extend((p, (p,)) for p in sorted(online - in_core))  # PUs with no Core above them
     split: list[int] = []
     for i, (os_index, members) in enumerate(list(core_sets)):
-        by_node: dict[int | None, tuple[int, ...]] = {}
+        by_node: dict[int | None, list[int]] = {}
         for p in members:
-            by_node[node_of_pu.get(p)] = (*by_node.get(node_of_pu.get(p), ()), p)
+            by_node.setdefault(node_of_pu.get(p), []).append(p)
         if len(by_node) > 1:  # a rank never gets one core whose PUs are on two nodes
             split.append(os_index)
-            parts = list(by_node.values())
+            parts = [tuple(part) for part in by_node.values()]
             core_sets[i] = (os_index, parts[0])
             core_sets.extend((os_index, part) for part in parts[1:])
     if split:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import format_cpulist
+from launcher.base.cpulist import MAX_NODE_ID, format_cpulist, id_problem, id_text
 from launcher.base.untrusted import clip
 from launcher.topology.hwloc_distances import numa_distances
 from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask
@@ -33,6 +33,8 @@ def numa_node(element: ET.Element, inside: frozenset[int] | None, major: int, wa
     os_index = int_attr(element, "os_index")
     if os_index is None:
         raise BadXML("a NUMANode object has no os_index")
+    if os_index > MAX_NODE_ID:  # before any work on it: the id is refused anyway
+        raise BadXML(f"NUMANode P#{id_text(os_index)}: {id_problem(os_index, 'node')}")
     if element.get("cpuset") is None:
         raise BadXML(f"NUMANode P#{os_index} has no cpuset (hwloc refuses an object without one)")
     own = mask(element, "cpuset")
@@ -94,14 +96,21 @@ def _cpus_of(node: XmlNode, online: frozenset[int]) -> frozenset[int]:
 def _partial_overlap(nodes: list[XmlNode], online: frozenset[int]) -> str | None:
     """A warning when two NUMA nodes share CPUs but neither holds the other's (nodes of one cpuset, or nested
     ones, are how hwloc places several memories; a partial overlap is a broken table)."""
-    sets = {n.os_index: _cpus_of(n, online) for n in nodes}
-    ids = sorted(sets)
-    for i, a in enumerate(ids):
-        for b in ids[i + 1:]:
-            common = sets[a] & sets[b]
-            if common and not (sets[a] <= sets[b] or sets[b] <= sets[a]):
-                return (f"the NUMA table is broken: nodes {a} and {b} both claim CPUs {clip(format_cpulist(common), 40)};"
-                        " each CPU goes to the node with the smaller cpuset, then the lower number")
+    first: dict[frozenset[int], int] = {}  # each distinct cpuset, by the lowest node that has it
+    for n in sorted(nodes, key=lambda node: node.os_index):
+        first.setdefault(_cpus_of(n, online), n.os_index)
+    # Largest first, each CPU's smallest set so far: a set is nested in or apart from every larger one exactly
+    # when all its CPUs have the same smallest set so far (docs/design.md §6): linear in the CPUs of all sets.
+    inner: dict[int, frozenset[int]] = {}
+    for cpus in sorted(first, key=len, reverse=True):
+        owners = {inner.get(c) for c in cpus}
+        if len(owners) > 1:
+            other = next(o for o in owners if o is not None and not cpus <= o)
+            a, b = sorted((first[cpus], first[other]))
+            return (f"the NUMA table is broken: nodes {a} and {b} both claim CPUs "
+                    f"{clip(format_cpulist(cpus & other), 40)}; each CPU goes to the node with the smaller cpuset, "
+                    "then the lower number")
+        inner.update(dict.fromkeys(cpus, cpus))
     return None
 
 

@@ -84,15 +84,22 @@ def detect_local_rank(environ: Mapping[str, str]) -> LocalRank | None:
     return None
 
 
+def subjob_mark(detected: LocalRank) -> str:
+    """How a sub-job records the launcher's rank it consumed (``AFFRUN_SUBJOB_OF``): ``LOCAL_RANK=1/2``."""
+    return f"{detected.source}={detected.rank}/{detected.size}"
+
+
 def enclosing_rank(environ: Mapping[str, str], detected: LocalRank) -> bool:
     """Whether the launcher's rank variables (``detected``) are those of an affrun rank this process runs inside:
-    it carries that binding (``AFFRUN_PLAN_ID``) and its rank and size are the binding's. A command such a process
-    starts through ``affrun exec`` is a sub-job of its own, not another rank of the enclosing job
-    (docs/launchers.md, "Nested launchers")."""
-    from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE
+    it carries that binding (``AFFRUN_PLAN_ID``) and its rank and size are the binding's, or those a sub-job of it
+    consumed (``AFFRUN_SUBJOB_OF``). A command such a process starts through ``affrun exec`` is a sub-job of its
+    own, not another rank of the enclosing job (docs/launchers.md, "Nested launchers")."""
+    from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE, SUBJOB_VARIABLE
 
-    return (bool(environ.get(PLAN_ID_VARIABLE)) and environ.get(BOUND_VARIABLE) == str(detected.rank)
-            and environ.get("AFFRUN_LOCAL_WORLD_SIZE") == str(detected.size))
+    if not environ.get(PLAN_ID_VARIABLE):
+        return False
+    return (environ.get(BOUND_VARIABLE) == str(detected.rank) and environ.get("AFFRUN_LOCAL_WORLD_SIZE") == str(detected.size)) \
+        or environ.get(SUBJOB_VARIABLE) == subjob_mark(detected)
 
 
 # (global rank variable, world size variable) of the launchers that start one process per rank.

@@ -79,6 +79,9 @@ NIC_VARIABLE = "AFFRUN_NIC"
 # a process is "already bound" only when it carries the identity of the plan it reads (launcher.context.run_role).
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
 PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
+# Written by an ``affrun exec`` sub-job (launcher.context.local_rank.enclosing_rank): the launcher's rank it
+# consumed, as ``LOCAL_RANK=1/2``, so that an ``affrun exec`` inside the sub-job knows those variables as well.
+SUBJOB_VARIABLE = "AFFRUN_SUBJOB_OF"
 
 
 def affrun_variables(rank: RankFields, local_world_size: int, bind: str, *, policy: str = "safe",

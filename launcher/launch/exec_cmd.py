@@ -174,15 +174,36 @@ def size_source(detected: LocalRank) -> str:
 def _launcher_rank(environ: Mapping[str, str]) -> LocalRank | None:
     """The launcher's rank variables, unless they are those of an affrun rank this process runs inside without a
     plan handed down (a sub-job: docs/launchers.md, "Nested launchers")."""
+    detected, enclosing = _read_launcher_rank(environ)
+    return None if enclosing else detected
+
+
+def _read_launcher_rank(environ: Mapping[str, str]) -> tuple[LocalRank | None, bool]:
+    """The launcher's rank variables, and whether they are an enclosing affrun rank's (this is a sub-job)."""
     from launcher.context.local_rank import LocalRankError, detect_local_rank, enclosing_rank
 
     try:
         detected = detect_local_rank(environ)
     except LocalRankError as exc:
         raise LaunchError(str(exc)) from None
-    if detected is not None and PLAN_VARIABLE not in environ and enclosing_rank(environ, detected):
-        return None
-    return detected
+    return detected, detected is not None and PLAN_VARIABLE not in environ and enclosing_rank(environ, detected)
+
+
+def _mark_subjob(env: dict[str, str], environ: Mapping[str, str], local_rank: int, size: int) -> None:
+    """``AFFRUN_SUBJOB_OF`` for the command: the launcher's rank variables this process was not bound as (a
+    sub-job, or flags that said otherwise), so that an ``affrun exec`` inside it does not read them again."""
+    from launcher.context.local_rank import subjob_mark
+    from launcher.env.variables import SUBJOB_VARIABLE
+
+    env.pop(SUBJOB_VARIABLE, None)
+    if PLAN_VARIABLE in environ:
+        return
+    try:
+        detected, enclosing = _read_launcher_rank(environ)
+    except LaunchError:  # malformed, and not read: both flags were given
+        return
+    if detected is not None and (enclosing or (detected.rank, detected.size) != (local_rank, size)):
+        env[SUBJOB_VARIABLE] = subjob_mark(detected)
 
 
 def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
@@ -216,6 +237,7 @@ def main(argv: Sequence[str]) -> int:
         notes.insert(0, f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside")
     verbose = args.verbose or job.verbose
     env = rank_environ(job, rank, environ)
+    _mark_subjob(env, environ, rank.local_rank, job.size)
     env[MEM_VARIABLE] = mem_text(job.mem_policy, rank.mem_nodes)  # as planned; what took is written below
     feed: dict[str, str] = {}
     if hasattr(args, "feed_report"):  # options were parsed (default_args() has none): --feed-*, --loader-workers

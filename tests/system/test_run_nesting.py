@@ -120,3 +120,23 @@ def test_affrun_exec_inside_a_rank_of_two_is_a_sub_job_on_that_rank_s_cpus(tmp_p
     got = sorted((r for p in procs for r in inner_reports(p.stdout)), key=lambda r: str(r[1]))
     assert [len(r[1]) for r in got] == [1, 1] and got[0][1] != got[1][1], got  # each on its own rank's one CPU
     assert [r[2] for r in got] == ["0", "0"], got  # each the one rank of its sub-job
+
+
+def test_a_sub_job_inside_a_sub_job_is_one_rank_again(tmp_path: Path) -> None:
+    """Two levels down: the sub-job leaves the launcher's LOCAL_RANK/LOCAL_WORLD_SIZE (or SLURM_*) to its command,
+    and records that it consumed them (``AFFRUN_SUBJOB_OF``), so an ``affrun exec`` inside it is one rank on the
+    same CPUs, not "rank 1 of 2" of one CPU (an error, after a false warning of a collapsed mask)."""
+    need(len(CPUS) >= 2, "two ranks need two allowed CPUs")
+    words = [*affrun_words("module"), "exec", "--"]
+    outer_script(tmp_path, [*words, sys.executable, "inner.py"])
+    (tmp_path / "outer.py").rename(tmp_path / "middle.py")
+    script = outer_script(tmp_path, [*words, sys.executable, "middle.py"])
+    procs = [affrun("exec", "--", sys.executable, str(script), cwd=tmp_path, env={
+        "SLURM_LOCALID": str(rank), "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NTASKS": "2",
+        "SLURM_PROCID": str(rank)}) for rank in (0, 1)]
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "affrun: error" not in proc.stderr and "collapsed" not in proc.stderr, proc.stderr[-3000:]
+    got = sorted((r for p in procs for r in inner_reports(p.stdout)), key=lambda r: str(r[1]))
+    assert [len(r[1]) for r in got] == [1, 1] and got[0][1] != got[1][1], got
+    assert [r[2] for r in got] == ["0", "0"], got

@@ -185,8 +185,9 @@ def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argpars
     given = vars(parser.parse_args(words))
     applied = frozenset(dest for dest in tuned.values if given.get(prefix + dest) is unset)
     values = dict(tuned.values)
-    if "cpu_map" in applied and "mode" in values and "mode" not in applied:
-        applied -= {"cpu_map"}  # the file's --map belongs to its --mode map: a --mode given here wins over both
+    if "cpu_map" in applied and "mode" in values and "mode" not in applied and given.get(prefix + "mode") != "map":
+        # the file's --map belongs to its --mode map: another --mode given here wins over both (--mode map keeps it)
+        applied -= {"cpu_map"}
         values["cpu_map"] = next(spec.default for spec in tunable() if spec.dest == "cpu_map")
     parser.set_defaults(**{prefix + dest: value for dest, value in values.items()})
     return parser.parse_args(words), replace(tuned, applied=applied)

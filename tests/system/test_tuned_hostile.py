@@ -314,3 +314,6 @@ def test_a_mode_given_on_the_command_line_wins_over_the_file_s_map(tree: Path, t
     assert "AFFRUN_CPUS=0-1\n" in mine.stdout, mine.stdout  # type: ignore[attr-defined]  # 2 of 4 cores: exclusive
     theirs = exec_tuned(tree, str(path))
     assert "AFFRUN_CPUS=0\n" in theirs.stdout, theirs.stdout  # type: ignore[attr-defined]
+    # --mode map given here as well: the file's map still belongs to it (it was dropped: "--mode map needs --map")
+    same = exec_tuned(tree, str(path), "--mode", "map")
+    assert same.returncode == 0 and "AFFRUN_CPUS=0\n" in same.stdout, same.stderr  # type: ignore[attr-defined]

@@ -40,7 +40,7 @@ class BindReport:
     applied: tuple[str, ...] = ()
     not_applied: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()  # the plan's, for this rank, when bind_rank planned it (affrun run says its own)
+    warnings: tuple[str, ...] = ()  # the plan's for the job and this rank, when bind_rank planned it (affrun run says its own)
 
     def __str__(self) -> str:
         lines = [f"rank {self.local_rank}/{self.nproc_per_node}: cpus {format_cpulist(self.cpus)}, "
@@ -146,7 +146,9 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     quiet = check_argument("bind_rank", "quiet", quiet, "flag")
     job, planned_here = _job(local_rank, nproc_per_node, options)
     rank = job.ranks[local_rank]
-    warnings = (*job.warnings, *rank.warnings) if planned_here else ()
+    said = job.warnings if planned_here and local_rank == 0 else ()  # once for the job, as affrun exec says them
+    ranks = {f"rank {r.local_rank}: {w}" for r in job.ranks for w in r.warnings}
+    warnings = (*(w for w in job.warnings if w not in ranks), *rank.warnings) if planned_here else ()
     main_before = frozenset(os.sched_getaffinity(os.getpid()))  # libgomp may have put it on its core at load
     mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ
     applied: list[str] = []
@@ -186,7 +188,7 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     report = BindReport(local_rank, nproc_per_node, rank.cpus, count, tuple(applied), tuple(not_applied),
                         rank.notes, warnings)
     if not quiet:
-        for item in report.warnings:
+        for item in said:
             print(shown(f"affrun: warning: bind_rank({local_rank}): {item}"), file=sys.stderr)
         for item in report.not_applied:
             print(shown(f"affrun: note: bind_rank({local_rank}): not applied: {item}"), file=sys.stderr)

@@ -32,3 +32,16 @@ def test_under_affrun_run_the_parent_says_them() -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
     assert sum(ABSENT in line for line in done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_job_s_warnings_are_said_by_rank_0_alone_and_each_rank_reports_its_own() -> None:
+    """Two ranks (as ``mp.spawn`` starts them): rank 0 says the job's warnings once, as ``affrun exec`` does; rank
+    1 says nothing (every rank said every rank's warnings, and its own twice); each report holds its rank's."""
+    own = "--loader-cores is ignored in shared modes (numa, socket)"
+    options = json.dumps({"mode": "numa", "loader_cores": 1})
+    first, second = (run([sys.executable, "-c", PROBE.replace("bind_rank(0, 1", f"bind_rank({r}, 2"), "loud", options],
+                         env=clean_env()) for r in (0, 1))
+    for done in (first, second):
+        assert done.returncode == 0 and json.loads(done.stdout) == [own], done.stderr
+    assert first.stderr.splitlines() == [f"affrun: warning: bind_rank(0): rank {r}: {own}" for r in (0, 1)]
+    assert second.stderr == ""

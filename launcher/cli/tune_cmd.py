@@ -92,8 +92,9 @@ def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sour
         _save(values["save"], chosen.trial.candidate, described, topo, source)
     if values["svg"]:
         from launcher.tune.chart import chart
+        from launcher.tune.command import CHART_TITLE
 
-        _write("--svg", values["svg"], chart(session.results, chosen, f"affrun tune: {clip(described, 80)}"))
+        _write("--svg", values["svg"], chart(session.results, chosen, f"{CHART_TITLE}{clip(described, 80)}"))
 
 
 def _save(path: str, candidate: Candidate, described: str, topo: Topology, source: SourceOptions) -> None:

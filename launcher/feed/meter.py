@@ -103,7 +103,7 @@ class Meter:
 
     def tick(self, t0: float, t1: float) -> float:
         """The slow path, about once a second: the first batch's start, the files, the periodic line. Returns
-        when the next batch should call it again: sooner when the JSON's lock was busy."""
+        when the next batch should call it again (a busy JSON lock is tried again a second later, ranks spread)."""
         if self.pid != os.getpid():  # a forked child iterating: the rank's files are its parent's
             return t1 + FLUSH_S
         if self.first < 0:

@@ -126,11 +126,15 @@ def split(argv: list[str]) -> TuneArgs | None:
     args = check_args(parse([*theirs, *script], command="affrun tune", offered=[flag for flag, *_ in TUNE_OPTIONS]))
     check_script(args)
     own = None if args.module or args.no_python else args.training_script
-    for option, dest, marker in (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", b"<svg")):
+    for option, dest, marker in (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", SVG_MARKER)):
         problem = None if values[dest] is None else replaces(values[dest], marker, own)
         if problem is not None:
             raise ConfigError(f"{option} {values[dest]!r} {problem}: give a new file, or remove it first")
     return TuneArgs(values, theirs, script, args)
+
+
+CHART_TITLE = "affrun tune: "  # how the --svg chart's title begins: the chart is known by it, not any SVG of the user's
+SVG_MARKER = f"<title>{CHART_TITLE}".encode()
 
 
 def _walk(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str], list[str], list[str]]:

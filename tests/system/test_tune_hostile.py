@@ -313,7 +313,7 @@ def test_a_fifo_to_write_is_an_error_line_not_a_hang(tmp_path: Path, option: str
 
 
 @pytest.mark.parametrize("option", ["--svg", "--save"])
-@pytest.mark.parametrize("target", ["script", "notes"])
+@pytest.mark.parametrize("target", ["script", "notes", "picture"])
 def test_an_output_that_would_replace_the_script_or_a_user_s_file_is_refused(tmp_path: Path, option: str,
                                                                              target: str) -> None:
     """`--save train.py` replaced the script being tuned with YAML; a file of the user's named by mistake was
@@ -321,7 +321,8 @@ def test_an_output_that_would_replace_the_script_or_a_user_s_file_is_refused(tmp
     script = tmp_path / "train.py"
     script.write_bytes(Path(HOSTILE).read_bytes())
     notes = tmp_path / "notes.txt"
-    notes.write_text("the user's own notes\n")
+    notes.write_text("the user's own notes\n" if target == "notes" else
+                     '<svg xmlns="http://www.w3.org/2000/svg"><title>my own diagram</title></svg>\n')
     named = script if target == "script" else notes
     before = named.read_bytes()
     proc = _tune("--nproc-per-node", "1", "--budget", "1e-9", option, str(named), str(script))

@@ -10,6 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.siblings import CORE_FILES
 from launcher.base.untrusted import ascii_uint, short
 from launcher.errors import TopologyError
 from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file, read_int, read_text
@@ -172,9 +173,7 @@ class _CpuTopology:
         package_file = CpusFile(
             ("package_cpus_list", True), ("package_cpus", False), ("core_siblings_list", True), ("core_siblings", False)
         )
-        core_file = CpusFile(
-            ("core_cpus_list", True), ("core_cpus", False), ("thread_siblings_list", True), ("thread_siblings", False)
-        )
+        core_file = CpusFile(*CORE_FILES)
         l3_file = CpusFile(("shared_cpu_list", True), ("shared_cpu_map", False))
         l3_index: str | None = None
         l3_search = True

@@ -79,3 +79,11 @@ def test_live_cores_read_each_cpu_s_siblings_and_trust_no_nonsense(tmp_path: Pat
     assert live_cores([0, 1, 2, 3, 4, 5, 6, 7, 8], sysfs) == ((0, 4), (1, 5), (2,), (3,), (6,), (7,), (8,))
     assert live_cores([4, 1], sysfs) == ((1,), (4,))  # a core's siblings outside the CPUs asked are not added
     assert loader_cores({"AFFRUN_LOADER_CPUS": "0-1,4-5"}, sysfs) == 2
+
+
+def test_live_cores_read_the_hex_mask_where_the_kernel_writes_no_list(tmp_path: Path) -> None:
+    for cpu in (0, 4):
+        topo = tmp_path / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "thread_siblings").write_text("00000000,00000011\n")
+    assert live_cores([0, 4], str(tmp_path)) == ((0, 4),)

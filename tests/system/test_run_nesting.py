@@ -100,13 +100,21 @@ def test_a_rank_an_affrun_binding_execd_is_left_alone_by_the_hook(tmp_path: Path
     assert inner_reports(proc.stdout)[0][2] == "0"
 
 
-@pytest.mark.parametrize("launch", ["torchrun", "exec"])
-def test_affrun_exec_inside_a_rank_of_two_is_a_sub_job_on_that_rank_s_cpus(tmp_path: Path, launch: str) -> None:
+@pytest.mark.parametrize(("launch", "depth"), [("torchrun", 1), ("exec", 1), ("exec", 2)])
+def test_affrun_exec_inside_a_rank_of_two_is_a_sub_job_on_that_rank_s_cpus(tmp_path: Path, launch: str,
+                                                                           depth: int) -> None:
     """Each of two ranks (``affrun torchrun``, or ``affrun exec`` under srun-like variables) runs ``affrun exec --
     CMD``: the LOCAL_RANK/LOCAL_WORLD_SIZE it inherited are its own binding's, so the sub-job is one rank on that
-    rank's CPUs (it was "rank 0 of 2" packed into one CPU: an error, and a false warning of a collapsed mask)."""
+    rank's CPUs (it was "rank 0 of 2" packed into one CPU: an error, and a false warning of a collapsed mask).
+    ``depth`` 2: the sub-job runs ``affrun exec`` again; it passed the launcher's variables on and recorded that it
+    consumed them (``AFFRUN_SUBJOB_OF``), so the inner one is one rank as well."""
     need(len(CPUS) >= 2, "two ranks need two allowed CPUs")
-    script = outer_script(tmp_path, [*affrun_words("module"), "exec", "--", sys.executable, "inner.py"])
+    target = "inner.py"
+    for level in range(depth):
+        script = outer_script(tmp_path, [*affrun_words("module"), "exec", "--", sys.executable, target])
+        if level < depth - 1:
+            target = f"level{level}.py"
+            script = script.rename(tmp_path / target)
     if launch == "torchrun":
         require_torch()
         procs = [affrun("torchrun", "--nproc-per-node", "2", str(script), cwd=tmp_path, timeout=300)]
@@ -120,23 +128,3 @@ def test_affrun_exec_inside_a_rank_of_two_is_a_sub_job_on_that_rank_s_cpus(tmp_p
     got = sorted((r for p in procs for r in inner_reports(p.stdout)), key=lambda r: str(r[1]))
     assert [len(r[1]) for r in got] == [1, 1] and got[0][1] != got[1][1], got  # each on its own rank's one CPU
     assert [r[2] for r in got] == ["0", "0"], got  # each the one rank of its sub-job
-
-
-def test_a_sub_job_inside_a_sub_job_is_one_rank_again(tmp_path: Path) -> None:
-    """Two levels down: the sub-job leaves the launcher's LOCAL_RANK/LOCAL_WORLD_SIZE (or SLURM_*) to its command,
-    and records that it consumed them (``AFFRUN_SUBJOB_OF``), so an ``affrun exec`` inside it is one rank on the
-    same CPUs, not "rank 1 of 2" of one CPU (an error, after a false warning of a collapsed mask)."""
-    need(len(CPUS) >= 2, "two ranks need two allowed CPUs")
-    words = [*affrun_words("module"), "exec", "--"]
-    outer_script(tmp_path, [*words, sys.executable, "inner.py"])
-    (tmp_path / "outer.py").rename(tmp_path / "middle.py")
-    script = outer_script(tmp_path, [*words, sys.executable, "middle.py"])
-    procs = [affrun("exec", "--", sys.executable, str(script), cwd=tmp_path, env={
-        "SLURM_LOCALID": str(rank), "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NTASKS": "2",
-        "SLURM_PROCID": str(rank)}) for rank in (0, 1)]
-    for proc in procs:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "affrun: error" not in proc.stderr and "collapsed" not in proc.stderr, proc.stderr[-3000:]
-    got = sorted((r for p in procs for r in inner_reports(p.stdout)), key=lambda r: str(r[1]))
-    assert [len(r[1]) for r in got] == [1, 1] and got[0][1] != got[1][1], got
-    assert [r[2] for r in got] == ["0", "0"], got

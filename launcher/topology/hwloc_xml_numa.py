@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import MAX_NODE_ID, format_cpulist, id_problem, id_text
+from launcher.base.cpulist import MAX_NODE_ID, format_cpulist, id_text
 from launcher.base.untrusted import clip
 from launcher.topology.hwloc_distances import numa_distances
 from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask
@@ -33,8 +33,8 @@ def numa_node(element: ET.Element, inside: frozenset[int] | None, major: int, wa
     os_index = int_attr(element, "os_index")
     if os_index is None:
         raise BadXML("a NUMANode object has no os_index")
-    if os_index > MAX_NODE_ID:  # before any work on it: the id is refused anyway
-        raise BadXML(f"NUMANode P#{id_text(os_index)}: {id_problem(os_index, 'node')}")
+    if not 0 <= os_index <= MAX_NODE_ID:  # before any work on it: the model refuses it anyway
+        raise BadXML(f"NUMANode P#{id_text(os_index)}: NUMA node {id_text(os_index)} is outside 0..{MAX_NODE_ID}")
     if element.get("cpuset") is None:
         raise BadXML(f"NUMANode P#{os_index} has no cpuset (hwloc refuses an object without one)")
     own = mask(element, "cpuset")

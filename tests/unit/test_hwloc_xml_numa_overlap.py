@@ -47,8 +47,8 @@ def test_identical_nodes_are_one_set_and_nested_ones_are_fine() -> None:
         "cpuset, then the lower number")
 
 
-@pytest.mark.parametrize("index", ["1024", "99999999999999999999"])
-def test_a_node_id_above_the_largest_is_refused_first(index: str) -> None:
+@pytest.mark.parametrize("index", ["1024", "99999999999999999999", "-1"])
+def test_a_node_id_outside_the_range_is_refused_first(index: str) -> None:
     element = ET.fromstring(f'<object type="NUMANode" os_index="{index}" cpuset="0x1"/>')
-    with pytest.raises(BadXML, match=r"NUMANode P#\d+: node id \d+ is above 1023, the largest affrun accepts"):
+    with pytest.raises(BadXML, match=rf"NUMANode P#{index}: NUMA node {index} is outside 0..1023"):
         numa_node(element, None, 2, [])

@@ -19,18 +19,19 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.base.choices import MAIN_THREADS, MODES, SPILLS
+from launcher.base.choices import BIND_MODES, MAIN_THREADS, MODES, SPILLS
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.bind.handoff import ParentPlan
 from launcher.bind.rank_hooks import live_plan
 from launcher.cli import cli
+from launcher.env.omp_syntax import parse_places
 from launcher.env.policy import plan_json
 from launcher.errors import AffrunError, ConfigError, PlanError, TopologyError
 from launcher.options.plan_options import PlanOptions
@@ -47,11 +48,17 @@ from tests.plan_cases import Machine as Generated
 from tests.plan_cases import comm_cases, main_thread_cases
 from tests.unit.test_cli_plan import clean_env
 
+if TYPE_CHECKING:
+    from launcher.base.choices import OmpBind
+
 EXAMPLES = int(os.environ.get("AFFRUN_HYPOTHESIS_EXAMPLES", "0"))
-PLANS = settings(max_examples=EXAMPLES or 12, deadline=None, suppress_health_check=list(HealthCheck))
-GENERATED = settings(max_examples=EXAMPLES or 150, deadline=None, suppress_health_check=list(HealthCheck))
+PLANS = settings(max_examples=EXAMPLES or 10, deadline=None, suppress_health_check=list(HealthCheck))
+GENERATED = settings(max_examples=EXAMPLES or 100, deadline=None, suppress_health_check=list(HealthCheck))
 COMMANDS = settings(max_examples=EXAMPLES or 2, deadline=None, suppress_health_check=list(HealthCheck))
 REFUSALS = (ConfigError, PlanError, TopologyError)
+# A user's value of a pool variable: a count, or one the env policy replaces (malformed: OpenCV and Rayon take
+# digits alone; 0 is every CPU to OpenCV and Rayon).
+USER_VALUES = st.one_of(st.integers(1, 300).map(str), st.sampled_from(["0", "lots", " 1", "-1", "", "8,4"]))
 ROLES = ("main", "omp", "interop", "pin_memory", "nccl_proxy")  # the homes of a rank process (ThreadPlan.homes)
 # Each pool variable and the pool of the thread plan it must equal (launcher.env.variables.POOL_OF, restated).
 POOL_VARIABLES = {"OMP_NUM_THREADS": "openmp", "MKL_NUM_THREADS": "openmp", "OPENBLAS_NUM_THREADS": "blas",
@@ -160,6 +167,8 @@ class Mix:
     reserve: str | None
     cpus: str | None
     cpu_map: str | None
+    omp_bind: str
+    user: dict[str, str]
     workers: int
 
     def options(self) -> PlanOptions:
@@ -172,7 +181,8 @@ class Mix:
                                     ["--topology", source["topology_file"]])]
         given = {"--nproc-per-node": self.nproc, "--mode": self.mode, "--loader-cores": self.loader_cores,
                  "--comm-cores": self.comm_cores, "--main-thread": self.main_thread, "--spill": self.spill,
-                 "--reserve": self.reserve, "--cpus": self.cpus, "--map": self.cpu_map}
+                 "--reserve": self.reserve, "--cpus": self.cpus, "--map": self.cpu_map,
+                 "--omp-bind": self.omp_bind}
         for flag, value in given.items():
             if value is not None:
                 args += [flag, str(value)]
@@ -229,12 +239,14 @@ def mixes(draw: st.DrawFn, topo: Topology) -> Mix:
         reserve=draw(st.one_of(st.none(), st.none(), cpu_lists(topo))),
         cpus=draw(st.one_of(st.none(), st.none(), st.none(), cpu_lists(topo))),
         cpu_map=cpu_map,
+        omp_bind=draw(st.sampled_from(BIND_MODES)),
+        user=draw(st.dictionaries(st.sampled_from(sorted(POOL_VARIABLES)), USER_VALUES, max_size=3)),
         workers=draw(st.one_of(st.integers(0, 8), st.integers(0, 2 * len(topo.online) + 2))),
     )
 
 
 # ---------------------------------------------------------------------------------------------- the promises
-def check_plan(data: dict[str, Any], cores: list[tuple[int, ...]]) -> None:
+def check_plan(data: dict[str, Any], cores: list[tuple[int, ...]], user: dict[str, str] | None = None) -> None:
     """Every rank of ``affrun plan --json``'s ``data`` (``cores``: the machine's cores, all their PUs):
 
     * every home's CPUs are inside the rank's; the main home is the rank's PUs of one core of the machine when it
@@ -278,9 +290,21 @@ def check_plan(data: dict[str, Any], cores: list[tuple[int, ...]]) -> None:
             assert pools[pool] <= pools["openmp"], f"{where}: {pool} pool above the rank's threads"
         assert tp["interop"]["threads"] == pools["interop"], where
         env = rank["env"]
+        kept = env["AFFRUN_USER_POOLS"].split(",")
         for name, pool in POOL_VARIABLES.items():
-            assert env[name] == str(pools[pool]), f"{where}: {name}={env[name]} but the {pool} pool is {pools[pool]}"
+            if name in kept:  # the user's, which --env-policy safe keeps only when no larger than the pool (OpenMP
+                # counts may list levels, 8,4: the first is the team's)
+                count = int(env[name].split(",")[0])
+                assert user and env[name] == user[name] and 1 <= count <= pools[pool], f"{where}: {name}={env[name]}"
+            else:
+                assert env[name] == str(pools[pool]), f"{where}: {name}={env[name]}, its {pool} pool {pools[pool]}"
         assert env["AFFRUN_MAIN_CPUS"] == format_cpulist(main), where
+        places = parse_places(env["OMP_PLACES"])
+        assert places, f"{where}: OMP_PLACES={env['OMP_PLACES']}"
+        # the main thread's place: its core, else the rank's CPUs off the comm cores (never OpenMP's), inside
+        # its home (the rank's whole set: the mask the process has before an OpenMP runtime binds it)
+        assert places[0] == (main or cpus - comm) and places[0] <= homes["main"], f"{where}: {env['OMP_PLACES']}"
+        assert all(place <= homes["omp"] for place in places[1:]), f"{where}: a team place off the team's home"
         if main or comm:
             assert env["NCCL_PROXY_CPUSET"] == tp["nccl_proxy"]["cpus"], where
         else:
@@ -329,13 +353,14 @@ def refused(exc: AffrunError) -> None:
     assert str(exc) and "\n" not in str(exc), repr(str(exc))
 
 
-def check_layers(topo: Topology, plan: Plan, workers: int) -> None:
+def check_layers(topo: Topology, plan: Plan, workers: int, bind: OmpBind = "rank",
+                 user: dict[str, str] | None = None) -> None:
     """``plan``'s JSON as ``affrun plan --json`` makes it (the env layer, ``thread_plans``) checked by
     :func:`check_plan`, and each rank's thread plan with ``workers`` DataLoader workers by :func:`check_workers`."""
     cores = [c.pus for c in topo.cores]
-    parent = ParentPlan(plan, "rank", "safe", "none", "auto", {}, False)
+    parent = ParentPlan(plan, bind, "safe", "none", "auto", dict(user or {}), False)
     data = plan_json(plan, [parent.environment(r) for r in plan.ranks], "none", thread_plans(topo, plan))
-    check_plan(data, cores)
+    check_plan(data, cores, user)
     for rank, entry in zip(plan.ranks, data["ranks"]):
         drawn = thread_plan(rank, workers, cores).to_dict()["workers"]
         assert len(drawn) == workers
@@ -343,8 +368,9 @@ def check_layers(topo: Topology, plan: Plan, workers: int) -> None:
 
 
 @GENERATED
-@given(st.one_of(main_thread_cases(), comm_cases()), st.one_of(st.integers(0, 8), st.integers(0, 100)))
-def test_generated_machines_keep_them_too(case: tuple[Generated, Request], workers: int) -> None:
+@given(st.one_of(main_thread_cases(), comm_cases()), st.one_of(st.integers(0, 8), st.integers(0, 100)),
+       st.sampled_from(BIND_MODES))
+def test_generated_machines_keep_them_too(case: tuple[Generated, Request], workers: int, bind: OmpBind) -> None:
     """On machines of tests/plan_cases.py (random packages, nodes, SMT numbering, allowed subsets, GPUs, core
     kinds, priority cores) with any request, ``--map`` lists that overlap among them."""
     m, req = case
@@ -353,7 +379,7 @@ def test_generated_machines_keep_them_too(case: tuple[Generated, Request], worke
     except AffrunError as exc:
         refused(exc)
         return
-    check_layers(m.topo, plan, workers)
+    check_layers(m.topo, plan, workers, bind)
 
 
 @pytest.mark.parametrize("machine", MACHINES, ids=lambda m: m.name)
@@ -376,7 +402,7 @@ def test_every_plan_keeps_the_thread_plan_s_promises(machine: Machine, sources: 
         except AffrunError as exc:
             refused(exc)
             return
-        check_layers(narrowed, plan, mix.workers)
+        check_layers(narrowed, plan, mix.workers, mix.omp_bind, mix.user)
 
     check()
 
@@ -394,14 +420,14 @@ def test_affrun_plan_json_keeps_them_or_refuses_in_one_line(machine: Machine, so
     @COMMANDS
     @given(mixes(topo))
     def check(mix: Mix) -> None:
-        result = CliRunner().invoke(cli, mix.argv(sources.source(machine)), prog_name="affrun", env=clean_env(),
+        result = CliRunner().invoke(cli, mix.argv(sources.source(machine)), prog_name="affrun", env=clean_env(**mix.user),
                                     catch_exceptions=False)
         if result.exit_code == 2:
             lines = result.stderr.splitlines()
             assert result.stdout == "" and len(lines) == 1 and lines[0].startswith("affrun: error: "), result.output
             return
         assert result.exit_code == 0, result.output
-        check_plan(json.loads(result.stdout), [c.pus for c in sources.topology(machine, mix.cpus).cores])
+        check_plan(json.loads(result.stdout), [c.pus for c in sources.topology(machine, mix.cpus).cores], mix.user)
 
     check()
 

@@ -181,6 +181,19 @@ def test_a_value_of_billions_of_cpu_ids_is_not_expanded(name: str) -> None:
         assert rank["thread_plan"] is not None, rank
 
 
+def test_the_span_of_a_value_counts_its_ranges() -> None:
+    """What the screen counts (launcher.doctor.target_environ): each range up to 65,536 ids, a run of digits alone
+    nothing, whatever its length."""
+    from launcher.doctor.target_environ import SPAN_LIMIT, screened, span
+
+    assert span("0-7,56-63") == 14 and span("{0:4}:8:2") == 4 + 2 and span("0-15:2") == 15
+    assert span("{60000:4},{60004:4}") == 8  # an interval's length, wherever it starts
+    assert span("9" * 100_000) == 0 and span("0-" + "9" * 5000) == 65_536
+    bomb = "0-65535," * 3
+    assert span(bomb) > SPAN_LIMIT and screened({"A": bomb, "B": "0-65535"}) == {
+        "A": f"(a value of {len(bomb)} characters whose ranges span over 131,072 CPU ids: not read)", "B": "0-65535"}
+
+
 def _judged(tmp_path: Path, **variables: str) -> tuple[dict[str, Any], str, int]:
     """The JSON and text reports of a sleeping rank with ``variables``, and its pid."""
     with running([sys.executable, "-c", SLEEPER], clean_env(**RANK, **variables)) as (proc, _lines):

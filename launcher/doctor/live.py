@@ -20,6 +20,7 @@ from launcher.doctor import procfs
 from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
+from launcher.doctor.rank_fields import binding_problem
 from launcher.doctor.run_checks import planned_cpus
 from launcher.feed.figures import FeedFigures
 from launcher.plan.threads import ThreadPlan, WorkerHome
@@ -94,10 +95,12 @@ class ProcessRecord:
     owned: frozenset[int] = frozenset()  # ranks: the CPUs it was given
     launcher_mask: frozenset[int] = frozenset()  # ranks: the union of its parent's thread masks, at first sight
     alive: bool = True
+    image: tuple[int, int, int] = (0, 0, 0)  # where its program's code and stack lie (procfs.ThreadStat.image)
     feed: FeedFigures | None = None  # the meter's figures so far (--feed-report)
     # filled by launcher.doctor.thread_homes: where its thread plan comes from ("": none), a rank's plan, and
     # for a DataLoader worker its home in its rank's plan, of how many workers, and how it was matched
     plan_source: str = ""
+    plan_problem: str = ""  # why it has no plan though it may carry one: an environment not readable, a bad AFFRUN_CPUS
     thread_plan: ThreadPlan | None = None
     worker: WorkerHome | None = None
     workers_seen: int = 0
@@ -132,6 +135,7 @@ class JobAudit:
     gpus: GpuReport
     machine_cpus: frozenset[int]
     findings: list[Finding] = field(default_factory=list)
+    online: frozenset[int] = frozenset()  # the CPUs online: a binding to any other CPU cannot have been made here
 
     def ranks(self) -> list[ProcessRecord]:
         return [p for p in self.processes if p.role == "rank"]
@@ -178,7 +182,7 @@ def assign_roles(audit: JobAudit) -> None:
         r.role = "rank"
         key = keys.get(r.pid)
         r.rank = key[1] if key else None
-        r.owned = owned_cpus(r)
+        r.owned = owned_cpus(r, audit.online)
     for p in audit.processes:
         if p.pid in rank_pids:
             continue
@@ -201,14 +205,13 @@ def _descends(p: ProcessRecord, ancestor: int, by_pid: Mapping[int, ProcessRecor
     return False
 
 
-def owned_cpus(rank: ProcessRecord) -> frozenset[int]:
-    """The CPUs a rank was given: ``AFFRUN_CPUS``, or its rank's in the plan of ``affrun run``; else what its
-    threads and its launcher's threads span.
+def owned_cpus(rank: ProcessRecord, online: frozenset[int] = frozenset()) -> frozenset[int]:
+    """The CPUs a rank was given: ``AFFRUN_CPUS`` (where it names only CPUs of ``online``, when known), or its
+    rank's in the plan of ``affrun run``; else what its threads and its launcher's threads span.
 
     The launcher's mask is left out under Slurm CPU binding, where srun binds each task below its parent's mask.
     """
-    planned = exported_cpus(rank.environ)
-    if planned:
+    if binding_problem(rank.environ, online) is None and (planned := exported_cpus(rank.environ)):
         return planned
     under_run = planned_cpus(rank)  # affrun run's hook binds in-process: AFFRUN_CPUS is not in /proc's environ
     if under_run:

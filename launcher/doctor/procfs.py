@@ -28,6 +28,9 @@ class ThreadStat:
     processor: int  # field 39 of stat: the CPU the thread last ran on
     ticks: int  # utime + stime, in clock ticks
     flags: int = 0  # field 9: the kernel's PF_* flags
+    # fields 26 to 28, where the program's code starts and ends and its stack starts: a new program (execve) has
+    # others (its size; address space randomisation); zeros where this user may not read the process's memory
+    image: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def exited(self) -> bool:
@@ -74,7 +77,7 @@ def parse_stat(text: str, tid: int) -> ThreadStat | None:
     # rest starts at field 3 (state): field N is fields[N - 3]
     try:
         return ThreadStat(tid, comm, fields[0], int(fields[1]), int(fields[36]), int(fields[11]) + int(fields[12]),
-                          int(fields[6]))
+                          int(fields[6]), (int(fields[23]), int(fields[24]), int(fields[25])))
     except (IndexError, ValueError):
         return None
 

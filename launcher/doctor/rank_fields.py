@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from launcher.base.untrusted import ascii_uint
+from launcher.base.cpulist import MAX_COUNT, format_cpulist
+from launcher.base.untrusted import ascii_uint, clip
 from launcher.bind.readback import exported_cpus
 from launcher.env.variables import BOUND_VARIABLE, MAIN_VARIABLE
 
@@ -37,7 +38,24 @@ def environ_fields(environ: Mapping[str, str], rank: int | None) -> LiveFields |
     compute = exported_cpus(environ, "AFFRUN_COMPUTE_CPUS") & cpus or cpus
     local = ascii_uint(environ.get(BOUND_VARIABLE, "").strip())
     threads = ascii_uint(environ.get("AFFRUN_THREADS", "").strip()) or len(compute)
+    threads = threads if threads <= MAX_COUNT else len(compute)  # no plan has more threads than CPU ids
     return LiveFields(local if local is not None else rank or 0, sorted_cpus(cpus), sorted_cpus(compute),
                       sorted_cpus(exported_cpus(environ, "AFFRUN_LOADER_CPUS") & cpus),
                       sorted_cpus(exported_cpus(environ, "AFFRUN_COMM_CPUS") & cpus),
                       sorted_cpus(exported_cpus(environ, MAIN_VARIABLE) & cpus), threads)
+
+
+def binding_problem(environ: Mapping[str, str], online: frozenset[int]) -> str | None:
+    """Why a process's ``AFFRUN_CPUS`` cannot be the binding it runs under: not a CPU list, or naming a CPU that
+    is not in ``online`` (where it is known), to which no mask can have been set here. ``None`` when it can be, or
+    is unset."""
+    value = environ.get("AFFRUN_CPUS", "")
+    if not value.strip():
+        return None
+    cpus = exported_cpus(environ)
+    if not cpus:
+        return f"AFFRUN_CPUS={clip(value, 60)} is not a CPU list"
+    if online and not cpus <= online:
+        return (f"AFFRUN_CPUS={clip(format_cpulist(cpus), 60)} names CPUs this machine lacks "
+                f"({clip(format_cpulist(cpus - online), 60)}): no binding to them was made here")
+    return None

@@ -81,6 +81,7 @@ def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
         "feed": p.feed.to_json() if p.feed else None,
         "runtimes": [r.to_json() for r in p.runtimes],
         "plan_source": p.plan_source or None,
+        "plan_problem": p.plan_problem or None,
         "thread_plan": {**p.thread_plan.to_dict(), "workers_seen": p.workers_seen} if p.thread_plan else None,
         "worker": _worker_json(p),
         "thread_summary": thread_summary(p),
@@ -143,8 +144,8 @@ def _plan_lines(p: ProcessRecord, planned: set[int]) -> list[str]:
     if p.role == "child" and p.rank_pid in planned:
         return [f"  threads: not a DataLoader or multiprocessing worker: its rank's thread plan has no home for it; "
                 f"{told['threads']} thread(s)"]
-    return [f"  threads: no thread plan (no AFFRUN_* variables, no affrun run plan): roles only, no homes; "
-            f"{told['threads']} thread(s)"]
+    why = p.plan_problem or "no AFFRUN_* variables, no affrun run plan"
+    return [f"  threads: no thread plan ({why}): roles only, no homes; {told['threads']} thread(s)"]
 
 
 def _shown_threads(p: ProcessRecord, seconds: float) -> tuple[list[ThreadRecord], list[ThreadRecord]]:

@@ -4,8 +4,9 @@
 :func:`sample_job` reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's allowed CPUs
 and the CPU it last ran on (``stat`` field 39), its CPU time, and each process's libraries and environment. A
 change of CPU between two samples counts as a migration, so the rate is a lower bound. Sampling stops early when
-the audited process exits (a zombie counts as exited): the report holds what was seen until then. Then each
-thread gets its role, home and verdict (:mod:`launcher.doctor.thread_homes`) and its findings.
+the audited process exits (a zombie counts as exited): the report holds what was seen until then. A process that
+ran another program meanwhile is read again at the end. Then each thread gets its role, home and verdict
+(:mod:`launcher.doctor.thread_homes`) and its findings. A process this user may not read is refused.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import time
 from typing import Any, Literal
 
 from launcher.base.untrusted import short
-from launcher.context.runtimes import read_environ, runtimes_from_paths
+from launcher.context.runtimes import runtimes_from_paths
 from launcher.doctor import procfs
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.job_checks import job_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.nccl_live import rank_nccl_findings
+from launcher.doctor.target_environ import read_target_environ
 from launcher.doctor.thread_checks import thread_findings
 from launcher.doctor.thread_homes import assign_homes
 from launcher.errors import AffrunError, ConfigError
@@ -51,17 +53,45 @@ def _tree(root: Any) -> list[Any]:
     return tree
 
 
-def _new_record(pid: int, proc: str) -> ProcessRecord | None:
+UNREADABLE = "its environment cannot be read ({}: another user's process, or one that is not dumpable)"
+
+
+def _new_record(pid: int, proc: str, unions: dict[int, frozenset[int]]) -> ProcessRecord | None:
+    """The record of a process first seen; ``unions``: the masks of the parents read in this sample, by pid (a rank
+    with hundreds of threads and as many children is read once, not once per child)."""
     stat = procfs.thread_stat(pid, pid, proc)
     if stat is None:
         return None
+    problem = ""
     try:
-        environ = read_environ(pid, proc)
-    except OSError:
+        environ = read_target_environ(pid, proc)
+    except OSError as exc:
         environ = {}
-    record = ProcessRecord(pid, stat.ppid, stat.comm, procfs.cmdline(pid, proc), environ)
-    record.launcher_mask = procfs.threads_union(stat.ppid, proc) if stat.ppid > 0 else frozenset()
+        if isinstance(exc, PermissionError):
+            problem = UNREADABLE.format(exc.strerror or "permission denied")
+    record = ProcessRecord(pid, stat.ppid, stat.comm, procfs.cmdline(pid, proc), environ, image=stat.image,
+                           plan_problem=problem)
+    if stat.ppid > 0 and stat.ppid not in unions:
+        unions[stat.ppid] = procfs.threads_union(stat.ppid, proc)
+    record.launcher_mask = unions.get(stat.ppid, frozenset())
     return record
+
+
+def _refresh(record: ProcessRecord, proc: str) -> None:
+    """Read the libraries again at the end, and what the process is where it ran another program (``execve``)
+    during the sample: that program's command line, environment and name. A new program is told by where its code
+    and stack lie, not by its command line or environment, which ``setproctitle`` overwrites in place."""
+    stat = procfs.thread_stat(record.pid, record.pid, proc)
+    if stat is not None and any(stat.image) and stat.image != record.image:
+        line = procfs.cmdline(record.pid, proc)
+        try:
+            record.environ = read_target_environ(record.pid, proc)
+        except PermissionError as exc:  # a setuid program: not this user's to read any more
+            record.environ, record.plan_problem = {}, UNREADABLE.format(exc.strerror or "permission denied")
+        except OSError:
+            pass  # it has just exited: keep what was read
+        record.cmdline, record.comm, record.image = line or record.cmdline, stat.comm, stat.image
+    _read_libraries(record, proc)
 
 
 def _sample_process(record: ProcessRecord, proc: str) -> None:
@@ -118,6 +148,22 @@ def _target(pid: int, proc: str) -> None:
                           "training process or of its launcher")
 
 
+def _readable(pid: int, proc: str) -> None:
+    """Refuse a process whose environment or memory maps this user may not read: the kernel checks that right when
+    the file is opened (ptrace's read mode; a zombie's open fails with ESRCH), and ``access(2)`` does not ask it."""
+    for name in ("environ", "maps"):
+        path = os.path.join(proc, str(pid), name)
+        try:
+            os.close(os.open(path, os.O_RDONLY))
+        except FileNotFoundError:
+            raise AffrunError(f"--pid {pid}: no such process") from None
+        except PermissionError as exc:
+            raise AffrunError(f"--pid {pid}: cannot read {path} ({exc.strerror or 'refused'}): run as the job's user "
+                              "or root") from None
+        except OSError:
+            return  # ESRCH: a zombie, whose memory is gone: it is reported as exited
+
+
 def _exit_watch(pid: int, proc: str) -> int | None:
     """A pidfd of ``pid``: readable once the process exits (Linux 5.3); ``None`` where there is none."""
     if proc != "/proc" or not hasattr(os, "pidfd_open"):
@@ -159,8 +205,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         raise AffrunError(f"--pid {pid}: no such process") from None
     except psutil.AccessDenied:
         raise AffrunError(f"--pid {pid}: permission denied") from None
-    if not os.access(os.path.join(proc, str(pid), "maps"), os.R_OK):
-        raise AffrunError(f"--pid {pid}: cannot read {proc}/{pid}/maps (run as the job's user or root)")
+    _readable(pid, proc)
     records: dict[int, ProcessRecord] = {}
     gpus = GpuSampler()
     pidfd = _exit_watch(pid, proc)
@@ -169,10 +214,11 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     try:
         while True:
             seen: set[int] = set()
+            unions: dict[int, frozenset[int]] = {}
             for p in _tree(root):
                 record = records.get(p.pid)
                 if record is None:
-                    record = _new_record(p.pid, proc)
+                    record = _new_record(p.pid, proc, unions)
                     if record is None:
                         continue
                     records[p.pid] = record
@@ -197,14 +243,15 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
     for record in records.values():
         if record.alive:
-            _read_libraries(record, proc)  # libraries loaded during the sample (import torch) count too
+            _refresh(record, proc)  # libraries loaded during the sample (import torch) count too
             record.feed = read_live(record.pid, record.environ, proc)  # --feed-report's figures so far
     ordered = sorted(records.values(), key=lambda r: r.pid)
     from launcher.doctor.facts import machine_cpus
     from launcher.topology import load_topology
 
     topo = load_topology()
-    audit = JobAudit(pid, elapsed, interval, samples, ordered, gpus.report(), machine_cpus(topo, live=True))
+    audit = JobAudit(pid, elapsed, interval, samples, ordered, gpus.report(), machine_cpus(topo, live=True),
+                     online=topo.online)
     assign_roles(audit)
     for record in ordered:
         cpus = len(record.mask) or len(audit.machine_cpus)

@@ -17,7 +17,7 @@ from launcher.base.siblings import live_cores
 from launcher.base.untrusted import printable_ascii
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.nccl_live import is_nccl_thread
-from launcher.doctor.rank_fields import LiveFields, environ_fields, sorted_cpus
+from launcher.doctor.rank_fields import LiveFields, binding_problem, environ_fields, sorted_cpus
 from launcher.env.omp_syntax import parse_gomp_cpu_affinity, parse_places
 from launcher.plan.threads import ThreadPlan, WorkerHome, thread_plan
 
@@ -159,11 +159,13 @@ def assign_homes(audit: JobAudit) -> None:
         for w in workers:
             for t in w.threads.values():
                 t.role, t.identified_by = "worker", "process"
-        fields = environ_fields(rank.environ, rank.rank)
+        problem = binding_problem(rank.environ, audit.online)  # a bad AFFRUN_CPUS is no plan to judge against
+        fields = environ_fields(rank.environ, rank.rank) if problem is None else None
         source = ENV_SOURCE
         if fields is None:
             fields, source = run_fields(rank), RUN_SOURCE
         if fields is None:
+            rank.plan_problem = rank.plan_problem or problem or ""
             continue
         # One DataLoader's workers at a time: those alive at the end (a loop that builds a DataLoader per epoch has
         # left the earlier ones exited), or all when none is (the job ended)

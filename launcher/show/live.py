@@ -116,8 +116,9 @@ def draw_live(topo: Topology, job: LiveJob, width: int, color: bool) -> Block:
         parts += wrap(f"{strayed} thread(s) ran outside their homes: affrun doctor --pid {job.pid} names them and "
                       "the fix", width, PLAIN, first="warning: ", indent=0)
     if any(not r.planned for r in job.ranks):
-        parts += wrap("a rank without a thread plan (no AFFRUN_* variables) shows where its threads ran, with no "
-                      "homes and no strays", width, DIM)
+        parts += wrap("a rank without a thread plan (no AFFRUN_* variables, or an AFFRUN_CPUS that cannot be its "
+                      "binding: affrun doctor --pid says which) shows where its threads ran, with no homes and no "
+                      "strays", width, DIM)
     return vstack(parts)
 
 

@@ -304,15 +304,20 @@ def loaded_runtimes(
     return runtimes_from_paths(paths, env, ncpu)
 
 
+ENVIRON_LIMIT = 16 << 20  # as a command line: the kernel takes at most a quarter of the stack for both
+
+
 def read_environ(pid: int, proc: str = "/proc") -> dict[str, str]:
-    """The environment ``pid`` was started with (``/proc/PID/environ``; later ``setenv`` calls are not in it)."""
+    """The environment ``pid`` was started with (``/proc/PID/environ``; later ``setenv`` calls are not in it), at
+    most :data:`ENVIRON_LIMIT` of it. A name given twice has its first value, as ``getenv`` finds; a byte that
+    is not UTF-8 reads as U+FFFD."""
     with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
-        data = fh.read()
+        data = fh.read(ENVIRON_LIMIT)
     env: dict[str, str] = {}
     for item in data.split(b"\0"):
         if b"=" in item:
             key, _, value = item.partition(b"=")
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
+            env.setdefault(key.decode(errors="replace"), value.decode(errors="replace"))
     return env
 
 

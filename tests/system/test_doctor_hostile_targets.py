@@ -285,3 +285,30 @@ def test_many_children_of_a_many_threaded_rank_cost_one_read_per_thread(monkeypa
     assert job.samples == 1 and threads == 231, (job.samples, threads)
     parent = len(os.listdir(f"/proc/{os.getpid()}/task"))  # the rank's parent: this test's process
     assert len(reads) <= threads + parent + 201, len(reads)  # the rank's threads once more, for all its children
+
+
+DUPLICATE_ENV = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+argv = (ctypes.c_char_p * 3)(b"/bin/sleep", b"60", None)
+envp = (ctypes.c_char_p * 4)(b"AFFRUN_PROBE=first", b"AFFRUN_PROBE=second", b"ODD=\xff", None)
+libc.execve(b"/bin/sleep", argv, envp)
+raise SystemExit(f"execve failed: {os.strerror(ctypes.get_errno())}")
+"""
+
+
+def test_a_name_given_twice_reads_as_getenv_finds_it() -> None:
+    """``execve`` with an environment that names a variable twice: ``getenv`` (and Python) find the first value;
+    the doctor read the last. A byte that is not UTF-8 reads as U+FFFD."""
+    from launcher.context.runtimes import read_environ
+
+    proc = subprocess.Popen([sys.executable, "-c", DUPLICATE_ENV])
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"/bin/sleep"):
+            assert proc.poll() is None and time.monotonic() < deadline, "the probe did not exec sleep"
+            time.sleep(0.02)
+        assert read_environ(proc.pid) == {"AFFRUN_PROBE": "first", "ODD": "\ufffd"}
+    finally:
+        proc.kill()
+        proc.wait()

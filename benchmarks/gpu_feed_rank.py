@@ -17,6 +17,8 @@ exists (the launcher creates it once every rank is ready, so that the ranks meas
 measures for ``--seconds`` and prints one JSON line: samples per second, the fraction of the time the device
 waited, and what it ran with.
 ``--calibrate`` instead times the pipeline alone on this process's CPU and prints the seconds one batch costs.
+``--ceiling`` runs the same device step with one batch already on the device and no DataLoader (the limit of the
+GPU, or of the simulated device), then, with ``--calibrate N``, also times the pipeline and adds ``batch_s``.
 """
 
 from __future__ import annotations
@@ -221,6 +223,41 @@ def emit(record: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def ceiling(args: argparse.Namespace) -> None:
+    """The device's limit on this step: one collated batch, moved to the device once, stepped over and over for
+    ``--seconds`` after the warm-up (no DataLoader, no MixUp: no host work between steps)."""
+    from torch.utils.data import default_collate
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device: CpuDevice | CudaDevice = CudaDevice(local_rank, args.model_steps) if cuda else CpuDevice(args.step_ms / 1000.0)
+    ds = SyntheticImages()
+    images, labels = default_collate([ds[i] for i in range(args.batch_size)])
+    if isinstance(device, CudaDevice):
+        images = images.to(device.device).to(memory_format=torch.channels_last)
+        labels = labels.to(device.device)
+    t0 = time.perf_counter()
+    warm = 0
+    while warm < 2 or time.perf_counter() - t0 < args.warmup:
+        device.step(images, labels)
+        warm += 1
+    emit({"phase": "ready", "rank": local_rank})
+    device.start()
+    samples = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < args.seconds:
+        device.step(images, labels)
+        samples += args.batch_size
+    fraction = device.wait_fraction(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    record: dict[str, Any] = {"rank": local_rank, "samples_per_s": samples / elapsed, "device_wait_fraction": fraction,
+                              "device": device.name, "ceiling": True, "cuda": cuda, "batch_size": args.batch_size}
+    if args.calibrate:
+        record["batch_s"] = calibrate(args.batch_size, args.calibrate)
+    emit(record)
+    os._exit(0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="measured time, after the warm-up")
@@ -233,7 +270,12 @@ def main() -> None:
     parser.add_argument("--worker-init", action="store_true",
                         help="worker_init_fn=launcher.torch.worker_init_fn (each worker on CPUs of its own)")
     parser.add_argument("--calibrate", type=int, metavar="BATCHES", help="time the pipeline alone, print, exit")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="the device step alone, one batch already on the device, no DataLoader")
     args = parser.parse_args()
+    if args.ceiling:
+        ceiling(args)
+        return
     if args.calibrate:
         cuda = torch.cuda.is_available()
         emit({"batch_s": calibrate(args.batch_size, args.calibrate), "cuda": cuda,

@@ -84,16 +84,16 @@ def steps(args: argparse.Namespace) -> list[Step]:
         Step("nccl-comm-cores", nccl_step, "an all-reduce under --comm-cores 1: each thread born with the process "
              "group, its CPU time and where it ran; the busy ones on the comm cores", 30, min_seconds=15),
         Step("doctor-feed-starved", partial(doctor_feed_step, starved=True), "a GPU job fed by its own process "
-             "(0 workers): affrun doctor --pid --json and the meter (wait, verdict) against NVML", 30, min_seconds=20),
-        Step("doctor-feed-fed", partial(doctor_feed_step, starved=False), "the same job with up to 8 workers", 30,
+             "(0 workers): affrun doctor --pid --json and the meter (wait, verdict) against NVML", 35, min_seconds=20),
+        Step("doctor-feed-fed", partial(doctor_feed_step, starved=False), "the same job with up to 8 workers", 35,
              min_seconds=20),
         Step("gpu-feed-1", partial(gpu_feed_step, n=1, extra=extra), "benchmarks/gpu_feed.py, 1 rank: affrun against "
              "torchrun, the collapse, --loader-cores 1, --numa-binding, KMP_AFFINITY=disabled, as time allows", 70,
              min_seconds=30),
         Step("tune", tune_step, "affrun tune on the same device step within 60 s: tuned against the ceiling and the "
-             "default", 75, ("hook",), min_seconds=30),
+             "default", 72, ("hook",), min_seconds=30),
         Step("gpu-feed-8", partial(gpu_feed_step, n=8, extra=extra), "benchmarks/gpu_feed.py, 8 ranks, as time allows",
-             50, min_seconds=30),
+             80, min_seconds=30),
         *(Step(f"bind-{n}", partial(bind_step, n=n), f"affrun torchrun, {n} rank(s): masks, GPU PCI against NVML, "
                "OpenMP places, DataLoader workers (pin_memory=True)", cap, min_seconds=10)
           for n, cap in ((8, 35), (1, 25), (4, 25))),

@@ -83,8 +83,10 @@ def ceiling_step(ctx: Context) -> Result:
     r = final[0]
     ceiling = {"samples_per_s": r["samples_per_s"], "device": r["device"], "cuda": r.get("cuda"),
                "batch_s": r.get("batch_s"), "nvml_utilisation": util}
-    ctx.facts.update(ceiling=ceiling, launch_s=round(ready_s, 1), launch_wall_s=round(job.seconds, 1))
+    ready_line = next((r for r in json_lines(job.out) if r.get("phase") == "ready"), {})
+    ctx.facts.update(ceiling=ceiling, launch_s=round(ready_s, 1))
     res.figures = {**ceiling, "nvml": nvml, "launch_s": round(ready_s, 1), "job_s": round(job.seconds, 1),
+                   "rank_startup": ready_line.get("startup"),
                    "device_wait": r["device_wait_fraction"], "model_steps": MODEL_STEPS,
                    "what": "the model step with one batch already on the device, no DataLoader, no MixUp"}
     res.headline = (f"{r['device']}: {r['samples_per_s']:.0f} samples/s, NVML util "
@@ -119,6 +121,33 @@ def finding_line(f: Any) -> str:
     return f"{head}: {subject}" if subject else head
 
 
+THREAD_VERDICTS = ("home", "strayed", "unplanned")  # a thread's verdict in doctor's JSON, not a rank's
+
+
+def _dicts(node: Any, depth: int = 0) -> list[dict[str, Any]]:
+    """Every object in a JSON document, outermost first (at most 8 levels deep)."""
+    if depth > 8:
+        return []
+    if isinstance(node, dict):
+        return [node, *(d for v in node.values() for d in _dicts(v, depth + 1))]
+    if isinstance(node, list):
+        return [d for v in node for d in _dicts(v, depth + 1)]
+    return []
+
+
+def rank_verdict(doctor: Any, rank: dict[str, Any] | None) -> dict[str, Any] | None:
+    """doctor's verdict for ``rank``, wherever its JSON puts it: in the rank's own object (or its ``feed``), else in
+    an object naming the rank's pid, else the first rank verdict anywhere (never a thread's home/strayed)."""
+    found = verdict_of(rank) if rank is not None else None
+    if found is not None:
+        return found
+    pid = rank.get("pid") if rank is not None else None
+    holders = [d for d in _dicts(doctor) if d is not rank and "verdict" in d]
+    verdicts = [(d, v) for d in holders if (v := verdict_of(d)) is not None and v["verdict"] not in THREAD_VERDICTS]
+    return next((v for d, v in verdicts if pid is not None and d.get("pid") == pid),
+                verdicts[0][1] if verdicts else None)
+
+
 def doctor_figures(doctor: Any) -> dict[str, Any]:
     """What the check keeps of ``affrun doctor --pid --json``: the rank's meter figures and verdict, NVML's
     utilisation per GPU, the findings. Every key is read as optional."""
@@ -129,10 +158,7 @@ def doctor_figures(doctor: Any) -> dict[str, Any]:
     feed = _dict(ranks[0].get("feed")) if ranks else {}
     gpus = _dict(doctor.get("gpus"))
     utils = [g.get("utilisation_mean") for g in gpus.get("gpus") or [] if isinstance(g, dict)]
-    listed = doctor.get("verdicts")
-    verdict = verdict_of(ranks[0]) if ranks else None
-    if verdict is None and isinstance(listed, list) and listed:
-        verdict = verdict_of(listed[0]) or verdict_of({"verdict": listed[0]})
+    verdict = rank_verdict(doctor, ranks[0] if ranks else None)
     findings = doctor.get("findings")
     return {"doctor_verdict": verdict, "meter_data_wait": feed.get("data_wait_fraction"),
             "nvml_utilisation": utils or None, "gpu_report": gpus.get("reason"),
@@ -155,7 +181,7 @@ def doctor_feed_step(ctx: Context, starved: bool) -> Result:
     cores = int(ctx.facts.get("cores") or 1)
     workers = 0 if starved else max(1, min(8, cores))
     hook = bool(ctx.facts.get("hook"))
-    measure, sample = (4.0, 2.0) if ctx.rehearse else (6.0, 3.0)
+    measure, sample = (4.0, 2.0) if ctx.rehearse else (5.0, 2.5)
     feed_json = ctx.work / f"feed-{'starved' if starved else 'fed'}.json"
     argv = ctx.affrun("torchrun", *(["--feed-json", str(feed_json)] if hook else []), "--nproc-per-node", "1",
                       FEED_RANK, "--seconds", str(measure), "--warmup", "1", "--workers", str(workers),
@@ -210,8 +236,8 @@ def gpu_feed_step(ctx: Context, n: int, extra: list[str]) -> Result:
     ranks = min(n, int(ctx.facts.get("cores") or 1))
     seconds, warmup = (0.5, 0.2) if ctx.rehearse else (2.0, 1.0)
     order = REHEARSAL_CONFIGS if ctx.rehearse else GPU_FEED_CONFIGS
-    launch = ctx.facts.get("launch_wall_s")
-    estimate = launch * (1 + 0.1 * (ranks - 1)) + seconds if isinstance(launch, (int, float)) else 0.0
+    launch = ctx.facts.get("launch_s")  # start to ready, one rank; more ranks start a little slower
+    estimate = launch * (1 + 0.1 * (ranks - 1)) + seconds + 3 if isinstance(launch, (int, float)) else 0.0
     budget = max(1.0, ctx.left() - 12 - seconds)  # a launch's last window, gpu_feed.py's report and chart
     report_path = ctx.work / f"gpu_feed-{n}.json"
     argv = [ctx.python, GPU_FEED, "--ranks", str(ranks), "--repeats", "1", "--seconds", str(seconds), "--warmup",
@@ -284,7 +310,7 @@ def tune_judgement(tuned_sps: float | None, ceiling_sps: Any, bound: dict[str, A
 
 def tune_step(ctx: Context) -> Result:
     trial, warmup, budget = (1.0, 0.5, 40.0) if ctx.rehearse else (2.0, 1.0, 60.0)
-    budget = max(5.0, min(budget, ctx.left() - 15))  # tune's own start, the last trial's stop, the sweep
+    budget = max(5.0, min(budget, ctx.left() - 12))  # tune's own start, the last trial's stop, the sweep
     argv = ctx.affrun("tune", "--nproc-per-node", "1", "--trial-seconds", str(trial), "--warmup-seconds",
                       str(warmup), "--budget", f"{budget:.0f}", "--start-seconds", f"{start_timeout(ctx):.0f}",
                       "--json", "--svg", str(ctx.out / "tune.svg"), FEED_RANK, "--seconds", "100000", "--warmup",

@@ -38,14 +38,19 @@ def install(torch: Any, home: Sequence[int], rank_cpus: Sequence[int]) -> None:
     c10d = sys.modules.get(C10D)
     if dist is None or c10d is None or not getattr(dist, "is_available", lambda: False)():
         return
+    swaps = {}
     for name in MAKERS:
         real = getattr(c10d, name, None)
-        if not callable(real) or getattr(real, MARK, None) is not None:
+        if callable(real) and getattr(real, MARK, None) is None:
+            swaps[name] = (real, on_cpus(real, cpus))
+    # torch.distributed and the modules that took these names at `import torch` (device_mesh's split_group) call
+    # the wrapper too; a module imported later finds it in distributed_c10d.
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "torch.distributed" or module_name.startswith("torch.distributed.")):
             continue
-        wrapped = on_cpus(real, cpus)
-        setattr(c10d, name, wrapped)
-        if getattr(dist, name, None) is real:
-            setattr(dist, name, wrapped)
+        for name, (real, wrapped) in swaps.items():
+            if getattr(module, name, None) is real:
+                setattr(module, name, wrapped)
 
 
 def on_cpus(real: Callable[..., Any], cpus: frozenset[int]) -> Callable[..., Any]:

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmarks import their siblings by name, as when run as scripts
@@ -47,8 +49,12 @@ def test_verdicts_are_read_however_they_are_spelled_and_absent_is_none() -> None
     assert verdict_of({"role": "rank", "feed": {"verdict": {"kind": "underused"}}}) == {"verdict": "underused"}
     assert verdict_of({"batches": 3, "data_wait_fraction": 0.9}) is None
     assert verdict_of({"verdict": 3}) is None and verdict_of(None) is None
-    listed = doctor_figures({"processes": [{"role": "rank"}], "verdicts": [{"rank": 0, "verdict": "fed"}]})
-    assert listed["doctor_verdict"] == {"verdict": "fed"}
+    # Elsewhere in doctor's JSON: the object naming the rank's pid, never a thread's home/strayed verdict.
+    doctor = {"processes": [{"pid": 7, "role": "rank", "threads": [{"tid": 7, "verdict": "strayed"}]}],
+              "ranks": [{"pid": 9, "verdict": {"verdict": "fed"}}, {"pid": 7, "verdict": {"kind": "starved-by-data"}}]}
+    assert doctor_figures(doctor)["doctor_verdict"] == {"verdict": "starved-by-data"}
+    only_threads = {"processes": [{"pid": 7, "role": "rank", "threads": [{"tid": 8, "verdict": "home"}]}]}
+    assert doctor_figures(only_threads)["doctor_verdict"] is None
 
 
 def test_tune_is_judged_against_the_ceiling_or_what_the_cpus_can_decode() -> None:
@@ -95,3 +101,50 @@ def test_gpu_feed_starts_no_launch_its_budget_cannot_hold(tmp_path: Path) -> Non
     assert [r.config.name for r in results] == ["a"] and results[0].outcomes[0].error
     assert [s["name"] for s in skipped] == ["b", "c"]
     assert all(s["reason"].startswith("out of budget") and "a launch takes 30 s" in s["reason"] for s in skipped)
+
+
+class FakeNvml:
+    """The part of nvidia-ml-py that affrun doctor's GPU sampler calls (NVML cannot exist here): one GPU whose
+    utilisation reads 20, 40, 60, ... percent, one value per sample."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.00"
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> argparse.Namespace:
+        return argparse.Namespace(busId=b"00000000:17:00.0")
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return b"NVIDIA H200"
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> argparse.Namespace:
+        self.reads += 1
+        return argparse.Namespace(gpu=20 * self.reads)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> argparse.Namespace:
+        return argparse.Namespace(used=1 << 30)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[object]:
+        return []
+
+
+def test_the_ceilings_nvml_sample_is_the_mean_of_its_readings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from device_check_run import nvml_utilisation
+
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    util, said = nvml_utilisation(0.0)  # one reading: 20%
+    assert util == [20.0] and said == "NVIDIA driver 580.00"
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    util, said = nvml_utilisation(0.0)
+    assert util is None and "nvidia-ml-py is not installed" in said

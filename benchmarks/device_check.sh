@@ -2,8 +2,9 @@
 # The GPU validation, one command: bash benchmarks/device_check.sh [--rehearse] [--out DIR] [device_check.py options]
 #
 # Runs benchmarks/device_check.py with the interpreter in $PYTHON (else .venv/bin/python, else python3), bounded:
-# the driver starts no step past its deadline, and this script kills it at $DEVICE_CHECK_LIMIT seconds (default
-# 480: 8 minutes). Reports: device_check.json and device_check.md in --out, $OUT, or .out/device-check.
+# every step ends with its share of the time plan, none starts past the deadline, and this script kills the driver
+# at $DEVICE_CHECK_LIMIT seconds (default 360 on the device, 720 with --rehearse). Reports: device_check.json and
+# device_check.md in --out, $OUT, or .out/device-check.
 # --rehearse: on a machine without a GPU (docs/performance.md, "GPU validation").
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -11,7 +12,10 @@ py=${PYTHON:-}
 if [ -z "$py" ]; then
   if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
 fi
-limit=${DEVICE_CHECK_LIMIT:-480}
+limit=${DEVICE_CHECK_LIMIT:-360}
+for arg in "$@"; do
+  if [ "$arg" = "--rehearse" ] && [ -z "${DEVICE_CHECK_LIMIT:-}" ]; then limit=720; fi
+done
 export PYTHONUNBUFFERED=1
 timeout --kill-after=10 "$((limit + 5))" "$py" benchmarks/device_check.py --limit "$limit" "$@"
 rc=$?

@@ -4,14 +4,17 @@
   ``AFFRUN_GPU_PCI`` against NVML's address of the device torch uses, its OpenMP team's places
   (``OMP_DISPLAY_AFFINITY``), its DataLoader workers' masks (``pin_memory=True``). Where the machine has fewer
   whole cores than N (a rehearsal on 2 cores), N is capped to the cores, and the plan's answer for N is recorded.
-* ``nccl-comm-cores``: one rank all-reducing over NCCL under ``--comm-cores 1``: where NCCL's threads ran. One
-  rank, because a machine of one GPU cannot hold two NCCL ranks (NCCL refuses two ranks on one device).
+* ``nccl-comm-cores``: one rank all-reducing over NCCL under ``--comm-cores 1`` (a rehearsal: gloo on the CPU):
+  each thread born with the process group or after it, its CPU time over the loop and where it ran. The threads
+  that used CPU time (:data:`BUSY_MS` or more) must have run on the comm cores only; the others are reported, not
+  judged. One rank, because a machine of one GPU cannot hold two NCCL ranks (NCCL refuses two on one device).
 * ``torchrun-numa-binding``: plain ``torchrun --numa-binding MODE``, each mode this torchrun has, one rank.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from device_check_run import HERE, Context, Result, json_lines, starting_lines
@@ -24,6 +27,7 @@ OMP_FORMAT = "device-check pid %P thread %n affinity %A"
 OMP_LINE = re.compile(r"device-check pid (\d+) thread (\d+) affinity ([0-9,\-]+)")
 OMP_ENV = {"OMP_DISPLAY_AFFINITY": "true", "OMP_AFFINITY_FORMAT": OMP_FORMAT, "NCCL_SET_THREAD_NAME": "1"}
 WORKERS = 2  # DataLoader workers per rank in the binding steps
+BUSY_MS = 1.0  # CPU time over the all-reduce loop from which a communication thread counts as working (judged)
 ONE_RANK_WHY = ("one rank: this machine has one GPU, and NCCL refuses two ranks on one device "
                 "('Duplicate GPU detected'), so the NCCL check cannot run more")
 
@@ -115,36 +119,63 @@ def bind_step(ctx: Context, n: int) -> Result:
     return res.judge(call.rc)
 
 
+def judge_comm_threads(rows: list[dict[str, Any]], pid: int, comm: frozenset[int]) -> dict[str, Any]:
+    """The rule: every thread born with the process group or after it (the main thread aside) that used
+    :data:`BUSY_MS` of CPU or more over the loop ran only on the comm cores, and may run only there."""
+    born = [t for t in rows if t.get("born") in ("init", "loop") and t.get("tid") != pid]
+    busy = [t for t in born if (t.get("cpu_ms") or 0.0) >= BUSY_MS]
+    off = [t for t in busy if not comm or not (frozenset(t["cpus_seen"]) <= comm
+                                                and parse_cpulist(t["allowed"]) <= comm)]
+
+    def line(t: dict[str, Any]) -> str:
+        return (f"{t['name']} (born {t['born']}): {t.get('cpu_ms') or 0:.1f} ms CPU, allowed {t['allowed']}, "
+                f"ran {format_cpulist(t['cpus_seen'])}")
+
+    return {"busy": [line(t) for t in busy], "idle_not_judged": [line(t) for t in born if t not in busy],
+            "off_comm_cores": [line(t) for t in off], "ok": not off if busy else None}
+
+
 def nccl_step(ctx: Context) -> Result:
-    res = Result(figures={"why_one_rank": ONE_RANK_WHY})
+    backend = "nccl" if ctx.facts.get("cuda") else "gloo"
+    seconds = "3" if backend == "nccl" else "1.5"
+    res = Result(figures={"why_one_rank": ONE_RANK_WHY, "backend": backend})
+    if backend == "gloo":
+        res.figures["note"] = "rehearsal: gloo on the CPU stands in for NCCL" if ctx.rehearse else "no CUDA: gloo"
     call = ctx.call(ctx.affrun("torchrun", "--comm-cores", "1", "--nproc-per-node", "1", RANK, "--workers", "0",
-                               "--nccl", "3"), OMP_ENV, timeout=180)
+                               "--nccl", seconds, "--backend", backend), OMP_ENV, timeout=ctx.left())
     res.commands.append(" ".join(call.argv))
     res.output_tail = call.tail()
     records = json_lines(call.out)
     res.figures["rank_lines"] = starting_lines(call.err)
     if not records or "nccl" not in records[0]:
-        res.status, res.reason = ("timeout" if call.timed_out else "failed"), "the rank reported no NCCL run"
+        res.status, res.reason = ("timeout" if call.timed_out else "failed"), "the rank reported no all-reduce"
         return res
     r = records[0]
+    rank_cpus = parse_cpulist(r["env"].get("AFFRUN_CPUS", ""))
     comm = parse_cpulist(r["env"].get("AFFRUN_COMM_CPUS", ""))
-    nccl_threads = [t for t in r["nccl"]["threads"] if t["name"].startswith("NCCL")]
-    ran = frozenset(c for t in nccl_threads for c in t["cpus_seen"])
+    rows = r["nccl"]["threads"]
+    verdict = judge_comm_threads(rows, int(r["pid"]), comm)
     res.figures.update({
-        "nccl_version": r["nccl"]["nccl_version"], "rounds": r["nccl"]["rounds"],
-        "rank_mask": format_cpulist(r["mask"]), "comm_cpus": format_cpulist(comm),
+        "nccl_version": r["nccl"]["nccl_version"] or None, "rounds": r["nccl"]["rounds"],
+        "rank_cpus": format_cpulist(rank_cpus), "main_thread_mask": format_cpulist(r["mask"]),
+        "main_mask_after_the_loop": format_cpulist(r["nccl"]["main_mask_after"]), "comm_cpus": format_cpulist(comm),
         "NCCL_PROXY_CPUSET": r["env"].get("NCCL_PROXY_CPUSET"),
-        "threads": [f"{t['name']} allowed {t['allowed']} ran {format_cpulist(t['cpus_seen'])}"
-                    for t in r["nccl"]["threads"]],
-        "nccl_threads_named": len(nccl_threads),
-        "nccl_threads_ran_on": format_cpulist(ran),
-        "nccl_threads_only_on_comm_cores": bool(nccl_threads) and ran <= comm,
-        "note": "NCCL reads NCCL_PROXY_CPUSET from 2.28.3 on (src/proxy.cc); an older NCCL ignores it",
+        "threads": [f"{t['name']} born {t['born']} allowed {t['allowed']} ran {format_cpulist(t['cpus_seen'])} "
+                    f"cpu {t.get('cpu_ms')} ms" for t in rows],
+        "busy_threads": verdict["busy"], "idle_threads_not_judged": verdict["idle_not_judged"],
+        "busy_threads_off_the_comm_cores": verdict["off_comm_cores"],
+        "rule": f"a thread born with the group or after it that used {BUSY_MS:g} ms of CPU or more over the loop "
+                "runs only on the comm cores",
+        "note_nccl": "NCCL reads NCCL_PROXY_CPUSET from 2.28.3 on (src/proxy.cc); an older NCCL ignores it",
     })
-    res.checks = {"nccl_ran": r["nccl"]["rounds"] > 0, "comm_core_planned": bool(comm),
-                  "comm_core_in_mask": comm <= frozenset(r["mask"])}
-    res.headline = (f"NCCL {res.figures['nccl_version']}: comm core {format_cpulist(comm) or '-'}, NCCL threads ran "
-                    f"on {format_cpulist(ran) or '?'} ({len(nccl_threads)} named)")
+    res.checks = {"all_reduce_ran": r["nccl"]["rounds"] > 0, "comm_core_planned": bool(comm),
+                  "comm_core_in_the_rank": bool(comm) and comm <= rank_cpus,
+                  "main_thread_mask_kept": frozenset(r["nccl"]["main_mask_after"]) == frozenset(r["mask"]),
+                  "busy_comm_threads_on_the_comm_cores": verdict["ok"]}
+    res.headline = (f"{' '.join(filter(None, [backend, res.figures['nccl_version']]))}: comm core "
+                    f"{format_cpulist(comm) or '-'}; "
+                    f"{len(verdict['busy'])} busy thread(s), {len(verdict['off_comm_cores'])} off the comm cores; "
+                    f"{len(verdict['idle_not_judged'])} idle (not judged)")
     return res.judge(call.rc)
 
 
@@ -165,13 +196,19 @@ def numa_binding_step(ctx: Context) -> Result:
     res.figures["affrun_1_rank_mask"] = ctx.facts.get("bind1_mask")
     seen: dict[str, Any] = {}
     first_error = ""
+    estimate = float(ctx.facts.get("launch_s") or 0.0)  # the ceiling's launch; then the slowest mode's own
     for mode in modes:
         if first_error:
             seen[mode] = {"error": f"not run: {first_error}"}
             continue
+        if seen and ctx.left() < estimate:
+            seen[mode] = {"error": f"not run: {ctx.left():.0f} s left of the step, a launch takes {estimate:.0f} s"}
+            continue
+        t0 = time.monotonic()
         call = ctx.call([ctx.python, "-m", "torch.distributed.run", "--numa-binding", mode, "--nproc-per-node", "1",
                          RANK, "--workers", str(WORKERS)], OMP_ENV, timeout=90)
         res.commands.append(" ".join(call.argv))
+        estimate = max(estimate, time.monotonic() - t0)
         records = json_lines(call.out)
         if call.rc != 0 or not records:
             first_error = ([ln for ln in call.err.splitlines() if "Error" in ln] or [f"exit {call.rc}"])[-1].strip()

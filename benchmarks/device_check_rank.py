@@ -4,8 +4,10 @@ Under any launcher (``affrun torchrun``, plain ``torchrun --numa-binding``): the
 (``AFFRUN_CPUS``, ``AFFRUN_GPU``, ``AFFRUN_GPU_PCI``...), the CUDA device it uses and that device's PCI address as
 torch and NVML give it, the main thread's OpenMP place (``omp_capture_affinity``; the team's lines come from
 ``OMP_DISPLAY_AFFINITY`` on stderr), the masks of ``--workers`` DataLoader workers built with ``pin_memory=True``,
-and every thread of the rank (name, allowed CPUs, CPUs seen). ``--nccl S``: first run all-reduces over NCCL for
-S seconds (one process group of the launcher's ranks), sampling where each thread ran meanwhile.
+and every thread of the rank (name, allowed CPUs, CPUs seen). ``--nccl S``: first run all-reduces for S seconds in
+one process group of the launcher's ranks (NCCL, made eagerly on the rank's GPU; ``--backend gloo`` on the CPU),
+sampling where each thread ran meanwhile, and report each thread's CPU time over the loop and when it was born:
+``before`` the group, in its ``init``, or during the ``loop``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,22 @@ def last_cpu(tid: str) -> int | None:
     try:
         with open(f"/proc/self/task/{tid}/stat") as fh:
             return int(fh.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_ns(tid: str) -> int | None:
+    """The thread's CPU time so far, in ns: the first field of /proc/self/task/TID/schedstat, else (a kernel
+    without CONFIG_SCHED_INFO) utime + stime of its stat, in clock ticks."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
 
@@ -124,25 +142,43 @@ def worker_masks(workers: int, pin: bool) -> list[dict[str, Any]]:
     return [{"pid": pid, "mask": mask} for pid, mask in seen.items()]
 
 
-def nccl_traffic(seconds: float, samples: dict[str, set[int]]) -> dict[str, Any]:
-    """All-reduce over NCCL for ``seconds`` in the launcher's process group, sampling the threads every 20 ms."""
+def nccl_traffic(seconds: float, samples: dict[str, set[int]], backend: str = "nccl") -> dict[str, Any]:
+    """All-reduce for ``seconds`` in the launcher's process group, sampling the threads every few rounds; each
+    thread's CPU time over the loop (``cpu_ms``) and when it was born (``born``)."""
     import torch.distributed as dist
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group("nccl", device_id=device)
-    data = torch.ones(1 << 22, device=device)
+    before = set(os.listdir("/proc/self/task"))
+    if backend == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("nccl", device_id=device)
+        data = torch.ones(1 << 22, device=device)
+    else:
+        dist.init_process_group(backend)
+        data = torch.ones(1 << 20)
+    born_in_init = set(os.listdir("/proc/self/task")) - before
+    start = {tid: cpu_ns(tid) for tid in os.listdir("/proc/self/task")}
     end = time.monotonic() + seconds
     rounds = 0
     while time.monotonic() < end:
         dist.all_reduce(data)
-        torch.cuda.synchronize()
+        if backend == "nccl":
+            torch.cuda.synchronize()
         rounds += 1
         if rounds % 5 == 0:
             sample_threads(samples)
-    version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
     sample_threads(samples)
-    out = {"rounds": rounds, "nccl_version": ".".join(map(str, version)) if isinstance(version, tuple) else str(version),
-           "threads": threads(samples)}  # before the group ends: NCCL's threads end with it
+    rows = threads(samples)  # before the group ends: NCCL's threads end with it
+    for row in rows:
+        tid = str(row["tid"])
+        now, then = cpu_ns(tid), start.get(tid)
+        row["cpu_ms"] = round(((now or 0) - (then or 0)) / 1e6, 2) if now is not None else None
+        row["born"] = "before" if tid in before else "init" if tid in born_in_init else "loop"
+    version = ""
+    if backend == "nccl":
+        found = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+        version = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
+    out = {"rounds": rounds, "backend": backend, "seconds": seconds, "nccl_version": version, "threads": rows,
+           "main_mask_after": sorted(os.sched_getaffinity(0))}
     dist.destroy_process_group()
     return out
 
@@ -151,6 +187,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers (pin_memory=True)")
     parser.add_argument("--nccl", type=float, default=0.0, metavar="S", help="all-reduce over NCCL for S seconds")
+    parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"), help="--nccl's backend")
     args = parser.parse_args()
     torch.ones(4_000_000).add_(1).sum()  # a parallel region: the OpenMP team starts and reports its places
     record: dict[str, Any] = {
@@ -165,7 +202,7 @@ def main() -> None:
     }
     record.update(cuda_device())
     if args.nccl > 0:
-        record["nccl"] = nccl_traffic(args.nccl, {})
+        record["nccl"] = nccl_traffic(args.nccl, {}, args.backend)
     record["workers"] = worker_masks(args.workers, pin=True)
     record["threads"] = threads()
     # One write per line: ranks share the pipe, and print() under python -u writes the text and "\n" separately.

@@ -13,7 +13,8 @@ from launcher.base.cpulist import format_cpulist
 
 STATUS_MARK = {"ok": "ok", "failed": "**FAILED**", "timeout": "**TIMEOUT**", "skipped": "skipped"}
 BIG = ("doctor", "plan", "ranks_seen", "configs", "trials", "log", "sysfs", "live_sysfs", "setaffinity", "by_mode",
-       "threads", "rank_lines")  # figures shown in tables below, or left to the JSON
+       "threads", "rank_lines", "meter", "busy_threads", "idle_threads_not_judged",
+       "busy_threads_off_the_comm_cores")  # figures shown in tables below, or left to the JSON
 
 
 def _write(path: Path, text: str) -> None:
@@ -74,16 +75,22 @@ def _details(r: dict[str, Any]) -> list[str]:
                         [[m, v.get("mask"), " ".join(f"{k}:{c}" for k, c in (v.get("omp_team") or {}).items()),
                           " ".join(v.get("workers") or []), v.get("error")] for m, v in f["by_mode"].items()])
     if f.get("configs"):
-        lines += _table(["configuration", "samples/s", "vs affrun", "device wait", "GPU util", "migr./s",
-                         "worker CPUs", "error"],
-                        [[c["name"], c["samples_per_s"], c["vs_affrun"], _pct(c["device_wait_fraction"]),
-                          c["gpu_util"], c["migrations_per_s"], c["worker_cpus"], c["error"]] for c in f["configs"]])
+        lines += _table(["configuration", "samples/s", "of ceiling", "vs affrun", "device wait", "GPU util (NVML)",
+                         "migr./s", "worker CPUs", "error"],
+                        [[c["name"], c["samples_per_s"], _pct(c.get("vs_ceiling")), c["vs_affrun"],
+                          _pct(c["device_wait_fraction"]), c["gpu_util"], c["migrations_per_s"], c["worker_cpus"],
+                          c["error"]] for c in f["configs"]])
     if f.get("trials"):
         lines += _table(["options", "batches/s", "vs default", "data wait", "workers", "pruned"],
                         [[" ".join(t["options"]) or "(default)", t["median"], t["vs_default"],
                           _pct(t["data_wait_fraction"]), t["num_workers"], t["pruned"]] for t in f["trials"]])
     if f.get("threads") and isinstance(f["threads"], list):
-        lines += ["Threads of the NCCL rank:", "", *(f"- `{t}`" for t in f["threads"]), ""]
+        for key, title in (("busy_threads", "Judged (used CPU time over the loop)"),
+                           ("busy_threads_off_the_comm_cores", "**Off the comm cores**"),
+                           ("idle_threads_not_judged", "Not judged (no CPU time over the loop)")):
+            if f.get(key):
+                lines += [f"{title}:", "", *(f"- `{t}`" for t in f[key]), ""]
+        lines += ["Every thread of the rank:", "", *(f"- `{t}`" for t in f["threads"]), ""]
     if f.get("rank_lines"):
         lines += ["```text", *f["rank_lines"], "```", ""]
     small = {k: v for k, v in f.items() if k not in BIG and len(json.dumps(v, default=str)) <= 300}
@@ -96,19 +103,26 @@ def _details(r: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _verdict(value: Any) -> str:
+    return str(value.get("verdict")) if isinstance(value, dict) else "absent"
+
+
 def feed_table(records: list[dict[str, Any]]) -> list[str]:
-    rows = [[r["step"], r["figures"].get("workers"), _pct(r["figures"].get("meter_data_wait")),
-             _pct(r["figures"].get("device_wait")),
+    rows = [[r["step"], r["figures"].get("workers"), r["figures"].get("samples_per_s"),
+             _pct(r["figures"].get("of_ceiling")),
              ", ".join(f"{u:.0f}%" for u in r["figures"].get("nvml_utilisation") or [] if u is not None) or "-",
-             r["figures"].get("samples_per_s"), "; ".join(r["figures"].get("findings") or [])]
+             _pct(r["figures"].get("meter_data_wait")), _pct(r["figures"].get("device_wait")),
+             _verdict(r["figures"].get("meter_verdict")), _verdict(r["figures"].get("doctor_verdict")),
+             "; ".join(r["figures"].get("findings") or [])]
             for r in records if r["step"].startswith("doctor-feed") and r["status"] != "skipped"]
     if not rows:
         return []
-    return ["## The feed meter against NVML", "",
-            "One rank of benchmarks/gpu_feed_rank.py under `affrun torchrun --feed-report`, sampled by "
-            "`affrun doctor --pid --json` (its whole output is in device_check.json).", "",
-            *_table(["step", "workers", "meter: data wait", "device idle (rank's own)", "NVML utilisation",
-                     "samples/s", "findings"], rows)]
+    return ["## The feed meter and the verdicts against NVML", "",
+            "One rank of benchmarks/gpu_feed_rank.py under `affrun torchrun --feed-json`, sampled by "
+            "`affrun doctor --pid --json` (its whole output is in device_check.json); `absent`: this affrun writes "
+            "no verdict yet.", "",
+            *_table(["step", "workers", "samples/s", "of ceiling", "NVML utilisation", "meter: data wait",
+                     "device idle (rank's own)", "meter verdict", "doctor verdict", "findings"], rows)]
 
 
 def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
@@ -119,12 +133,16 @@ def markdown(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
     if env:
         lines.append(f"Kernel `{env['uname_r']}`, Python {env['python']}, {env['cpu_count']} CPUs "
                      f"(allowed {len(env['allowed_cpus'])}).")
+    plan = meta.get("plan") or {}
+    if plan:
+        lines.append(f"Time plan: each step's share of a {plan['device_limit_s']:.0f} s run on the lent machine, "
+                     f"x {plan['scale']:g} here, never past the limit less {plan['margin_s']:.0f} s ('planned s').")
     if meta.get("fake_tree"):
         lines.append(f"Rehearsal: the affrun commands read a fake tree ({meta['fake_tree']}).")
     if meta.get("stopped"):
         lines.append(f"**Stopped**: {meta['stopped']}.")
-    lines += ["", "## Steps", "", *_table(["step", "status", "s", "result"],
-                                          [[r["step"], STATUS_MARK[r["status"]], r["seconds"],
+    lines += ["", "## Steps", "", *_table(["step", "status", "s", "planned s", "result"],
+                                          [[r["step"], STATUS_MARK[r["status"]], r["seconds"], r.get("planned_s"),
                                             r["headline"] if r["status"] == "ok" else r["reason"] or r["headline"]]
                                            for r in records])]
     lines += feed_table(records)
@@ -145,7 +163,8 @@ def summary(meta: dict[str, Any], records: list[dict[str, Any]]) -> str:
         lines.append(f"STOPPED: {meta['stopped']}")
     for r in records:
         text = r["headline"] if r["status"] == "ok" else r["reason"] or r["headline"]
-        lines.append(f"  {r['step']:<22} {r['status']:<8} {r['seconds']:6.1f} s  {text[:200]}")
+        lines.append(f"  {r['step']:<22} {r['status']:<8} {r['seconds']:5.1f}/{r.get('planned_s') or 0:3.0f} s  "
+                     f"{text[:200]}")
         bad = [k for k, v in r["checks"].items() if v is False]
         if bad:
             lines.append(f"  {'':<22} false checks: {', '.join(bad)}")

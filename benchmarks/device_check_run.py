@@ -175,3 +175,22 @@ def json_document(text: str) -> Any:
 def starting_lines(err: str) -> list[str]:
     """affrun's rank lines (``affrun: starting rank ...``), as printed."""
     return [line.strip() for line in err.splitlines() if re.match(r"\s*affrun: (starting )?rank \d+/\d+ ", line)]
+
+
+def nvml_utilisation(seconds: float, interval: float = 0.2) -> tuple[list[float] | None, str]:
+    """Every GPU's mean NVML utilisation over ``seconds`` (affrun doctor's sampler), and NVML's state in words;
+    ``None`` where NVML is not there."""
+    from launcher.doctor.gpu import GpuSampler
+
+    sampler = GpuSampler()
+    if not sampler.report_data.available:
+        return None, sampler.report().reason
+    end = time.monotonic() + seconds
+    while True:
+        sampler.sample(set())
+        if time.monotonic() >= end:
+            break
+        time.sleep(interval)
+    report = sampler.report()
+    means = [g.mean_utilisation for g in report.gpus]
+    return [round(m, 1) for m in means if m is not None] or None, report.reason

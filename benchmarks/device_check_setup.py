@@ -180,10 +180,16 @@ def parent_site_dirs() -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_deadline = float("inf")  # time.monotonic() by which install() has ended: no command of it runs past it
+
+
 def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+    timeout = min(timeout, _deadline - time.monotonic())
+    if timeout < 1.0:
+        return 124, "not run: the step's time is up"
     try:
         # From / : a `python -c` there imports the installed affrun, not the checkout in the working directory.
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=max(1.0, timeout), env=env,
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
                               stdin=subprocess.DEVNULL, cwd="/")
     except subprocess.TimeoutExpired:
         return 124, f"timed out after {timeout:.0f} s"
@@ -252,8 +258,12 @@ def unpack_carried(carry: Path, work: Path, interp: Interpreter, timeout: float)
         interp.carried += [f"{w.name}: {'installed' if rc == 0 else 'pip failed: ' + out[-200:]}" for w in wheels]
 
 
-def install(work: Path, carry: Path, timeout: float) -> Interpreter:
-    """The first of the three tiers that imports this checkout's affrun and torch (module docstring)."""
+def install(work: Path, carry: Path, deadline: float) -> Interpreter:
+    """The first of the three tiers that imports this checkout's affrun and torch (module docstring), every
+    command of it ended by ``deadline`` (``time.monotonic()``)."""
+    global _deadline
+    _deadline = deadline
+    timeout = max(1.0, deadline - time.monotonic())
     venv = work / "venv"
     python = str(venv / "bin" / "python")
     parents = parent_site_dirs()

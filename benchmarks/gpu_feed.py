@@ -8,6 +8,8 @@ device-idle time. The wait is calibrated in the same run: the CPU time one batch
 rank (``--balance`` scales it).
 
 Configurations, each a real launch in this run, ``--repeats`` times, interleaved, median reported:
+  ceiling             affrun torchrun, the same device step with one batch already on the device and no loader:
+                      the limit every other configuration is read against (``vs_ceiling``)
   torchrun            plain torchrun (it sets OMP_NUM_THREADS=1 for more than one rank)
   torchrun-collapse   torchrun with OMP_PROC_BIND=close OMP_PLACES=cores exported
   kmp-disabled        torchrun, Intel's libiomp5 LD_PRELOADed into every process, KMP_AFFINITY=disabled
@@ -20,6 +22,10 @@ Configurations, each a real launch in this run, ``--repeats`` times, interleaved
 Figures per configuration: samples per second (sum of the ranks), the fraction of the time the device waited for
 data (mean of the ranks), thread migrations per second of the ranks and their workers (affrun doctor --pid's
 /proc sampling: a lower bound), and GPU utilisation from NVML (when nvidia-ml-py and a GPU are present).
+
+``--only`` runs the configurations named, in that order; with ``--budget`` a configuration starts only while the
+budget holds one more launch (the slowest launch so far, else ``--launch-estimate``), and each launch is killed
+if its ranks are not ready within ``--start-timeout``: the ones left out are listed with the reason.
 
 Usage: python benchmarks/gpu_feed.py [--ranks N] [--repeats R] [--seconds S] [--json FILE] [--png FILE]
 """
@@ -194,6 +200,8 @@ def plan_for(affrun_args: tuple[str, ...], ranks: int) -> Any:
 
 def configurations(cores: int, ranks: int, cuda: bool) -> tuple[list[Config], list[dict[str, str]]]:
     configs = [
+        Config("ceiling", (*AFFRUN, "torchrun"), rank_args=("--ceiling",),
+               note="the same device step, one batch already on the device, no loader: the device's limit"),
         Config("torchrun", tuple(TORCHRUN), note="torchrun's defaults"),
         Config("torchrun-collapse", tuple(TORCHRUN), {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"},
                note="the binding variables exported in the shell"),
@@ -251,22 +259,51 @@ def intel_runtime_check() -> str:
             if threads else "libiomp5 did NOT report torch's threads: kmp-disabled may not measure Intel's runtime")
 
 
-def run_all(configs: list[Config], args: argparse.Namespace, rank_args: list[str], go_file: str) -> list[Result]:
-    """Every configuration once per repeat, interleaved (drift hits all alike); a first failure is not repeated."""
+def run_all(configs: list[Config], args: argparse.Namespace, rank_args: list[str], go_file: str,
+            skipped: list[dict[str, str]]) -> list[Result]:
+    """Every configuration once per repeat, interleaved (drift hits all alike); a first failure is not repeated.
+    Under ``--budget``, a launch starts only while the budget holds one more (the first always starts); the ones
+    left out join ``skipped``."""
     results = [Result(c) for c in configs]
+    end = getattr(args, "started", time.monotonic()) + args.budget if args.budget else float("inf")
+    estimate = args.launch_estimate or 0.0
     for repeat in range(args.repeats):
         for result in results:
             c = result.config
             if result.outcomes and all(o.error for o in result.outcomes):
                 continue  # it failed on its first run: the same launch fails the same way
+            left = end - time.monotonic()
+            started = any(r.outcomes for r in results)
+            if started and left < estimate:
+                if not result.outcomes:
+                    skipped.append({"name": c.name, "reason": f"out of budget: {max(0.0, left):.0f} s left of "
+                                    f"{args.budget:g}, a launch takes {estimate:.0f} s"})
+                continue
             argv = [*c.argv, "--nproc-per-node", str(args.ranks), RANK_SCRIPT, *rank_args, *c.rank_args,
                     "--go-file", go_file]
-            outcome = launch(argv, clean_env(**c.env), args.seconds, args.ranks, go_file)
+            timeout = min(args.start_timeout, max(5.0, left - args.seconds))
+            outcome = launch(argv, clean_env(**c.env), args.seconds, args.ranks, go_file, timeout)
+            estimate = max(estimate, outcome.wall_s)
             result.outcomes.append(outcome)
             print(f"  [{repeat + 1}/{args.repeats}] {c.name}: " + (
                 f"{outcome.samples_per_s:.0f} samples/s" if outcome.error is None else f"failed: {outcome.error}")
                 + f" (launch {outcome.wall_s:.1f} s, {outcome.start_s:.1f} s to the measured phase)", flush=True)
+    results = [r for r in results if r.outcomes]
     return results
+
+
+def ceiling_of(results: list[Result], args: argparse.Namespace, cuda: bool, step_ms: float) -> dict[str, Any] | None:
+    """The device's limit in samples/s: the ``ceiling`` configuration measured here, else ``--ceiling-samples-per-s``,
+    else (no GPU) the simulated device's own, batch x ranks / step."""
+    measured = next((r.to_json() for r in results if r.config.name == "ceiling" and r.ok()), None)
+    if measured is not None:
+        return {"samples_per_s": measured["samples_per_s"], "source": "measured in this run (the ceiling config)"}
+    if args.ceiling_samples_per_s:
+        return {"samples_per_s": args.ceiling_samples_per_s, "source": "given (--ceiling-samples-per-s)"}
+    if not cuda:
+        return {"samples_per_s": args.batch_size * args.ranks * 1000.0 / step_ms,
+                "source": "the simulated device: batch x ranks / step"}
+    return None
 
 
 def main() -> None:
@@ -286,9 +323,21 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated configuration names to run (default: all)")
     parser.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--png", metavar="FILE", help="draw a bar chart (needs matplotlib: pip install .[benchmarks])")
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="seconds for the launches: none starts once the budget cannot hold one more")
+    parser.add_argument("--launch-estimate", type=float, default=0.0,
+                        help="seconds one launch takes, until this run has measured one (with --budget)")
+    parser.add_argument("--start-timeout", type=float, default=180.0,
+                        help="seconds a launch's ranks have to be ready before it is killed (default 180)")
+    parser.add_argument("--ceiling-samples-per-s", type=float, default=0.0,
+                        help="the device's limit measured elsewhere (vs_ceiling), when the ceiling config is not run")
+    parser.add_argument("--calibration", metavar="JSON",
+                        help='the probe\'s figures, measured elsewhere: {"batch_s": S, "cuda": bool, "device": str}')
     args = parser.parse_args()
     if min(args.ranks, args.repeats, args.batch_size, args.model_steps) < 1 or args.seconds <= 0 or args.balance <= 0:
         parser.error("--ranks, --repeats, --batch-size, --model-steps must be >= 1; --seconds and --balance > 0")
+    if min(args.budget, args.launch_estimate, args.ceiling_samples_per_s) < 0 or args.start_timeout <= 0:
+        parser.error("--budget, --launch-estimate and --ceiling-samples-per-s must be >= 0, --start-timeout > 0")
     if args.png:
         try:
             import matplotlib  # noqa: F401  (checked before the run, drawn after it)
@@ -296,16 +345,16 @@ def main() -> None:
             parser.error("--png needs matplotlib: pip install '.[benchmarks]'")
     # SIGTERM unwinds like Ctrl-C, so that a running job is killed with its ranks and workers (launch's finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    started = time.monotonic()
+    started = args.started = time.monotonic()  # --budget counts from here: the probe and the checks are in it
     byte_compile_affrun()
     cores_per_rank = max(1, cores // args.ranks)
     workers = args.workers if args.workers is not None else cores_per_rank
-    info = probe(args.batch_size)
+    info = json.loads(args.calibration) if args.calibration else probe(args.batch_size)
     step_ms = args.balance * info["batch_s"] * 1000.0 / max(1, min(workers, cores_per_rank))
     configs, skipped = configurations(cores, args.ranks, bool(info["cuda"]))
     if args.only:
-        wanted = set(args.only.split(","))
-        configs = [c for c in configs if c.name in wanted]
+        by_name = {c.name: c for c in configs}
+        configs = [by_name[n] for n in dict.fromkeys(args.only.split(",")) if n in by_name]
     intel = intel_runtime_check() if any(c.name == "kmp-disabled" for c in configs) else ""
     rank_args = ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
                  "--workers", str(workers), "--step-ms", f"{step_ms:.3f}", "--model-steps", str(args.model_steps)]
@@ -313,7 +362,7 @@ def main() -> None:
           f"batch {args.batch_size}: {info['batch_s'] * 1000:.0f} ms of CPU per batch"
           + ("" if info["cuda"] else f", device step {step_ms:.0f} ms (calibrated wait)"), flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu_feed-") as tmp:
-        results = run_all(configs, args, rank_args, os.path.join(tmp, "go"))
+        results = run_all(configs, args, rank_args, os.path.join(tmp, "go"), skipped)
     devices = sorted({r.device for res in results for o in res.outcomes for r in o.ranks})
     report: dict[str, Any] = {
         "device": ", ".join(devices) or str(info["device"]),
@@ -328,10 +377,12 @@ def main() -> None:
         "seconds": args.seconds,
         "repeats": args.repeats,
         "intel_openmp": intel,
+        "ceiling": ceiling_of(results, args, bool(info["cuda"]), step_ms),
+        "budget_s": args.budget or None,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "wall_s": round(time.monotonic() - started, 1),
     }
-    add_ratios(report["configs"])
+    add_ratios(report["configs"], (report["ceiling"] or {}).get("samples_per_s"))
     print_table(report)
     if args.json_path:
         with open(args.json_path, "w") as fh:

@@ -106,8 +106,10 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_file: str) -> Outcome:
-    """Run ``argv`` (its ranks get ``--go-file go_file``); sample it while its ranks measure."""
+def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_file: str,
+           start_timeout: float = START_TIMEOUT) -> Outcome:
+    """Run ``argv`` (its ranks get ``--go-file go_file``); sample it while its ranks measure. A job whose ranks are
+    not all ready within ``start_timeout`` seconds is killed (a hung launch costs no more than that)."""
     if os.path.exists(go_file):
         os.unlink(go_file)
     t0 = time.monotonic()
@@ -116,6 +118,7 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_
     lines: list[str] = []
     errors: list[str] = []
     measuring = threading.Event()
+    all_ready: list[bool] = []
 
     def read_stdout() -> None:
         assert proc.stdout is not None
@@ -126,6 +129,7 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_
                 ready += 1
                 if ready == ranks:
                     open(go_file, "w").close()
+                    all_ready.append(True)
                     measuring.set()
         measuring.set()  # the job ended (perhaps before measuring): stop waiting
 
@@ -137,12 +141,13 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_
     for t in readers:
         t.start()
     try:
-        outcome = _measure(proc, measuring, seconds)
+        outcome = _measure(proc, measuring, seconds, start_timeout)
     finally:
         if proc.poll() is None:  # interrupted, or it overran: end the job, its ranks and their workers
             kill_tree(proc.pid)
             proc.wait()
-            errors.append(f"killed: still running {START_TIMEOUT + seconds * 4:.0f} s after its start\n")
+            errors.append(f"killed: still running {start_timeout + seconds * 4:.0f} s after its start\n" if all_ready
+                          else f"killed: its ranks were not all ready {start_timeout:.0f} s after its start\n")
         for t in readers:
             t.join(timeout=10)
         if os.path.exists(go_file):
@@ -158,12 +163,16 @@ def launch(argv: list[str], env: dict[str, str], seconds: float, ranks: int, go_
     return outcome
 
 
-def _measure(proc: subprocess.Popen[str], measuring: threading.Event, seconds: float) -> Outcome:
-    """Sample the job while its ranks measure, then wait for it to end (at most the time a slow job needs)."""
+def _measure(proc: subprocess.Popen[str], measuring: threading.Event, seconds: float,
+             start_timeout: float) -> Outcome:
+    """Sample the job while its ranks measure, then wait for it to end (at most the time a slow job needs); a job
+    not ready within ``start_timeout`` is left for :func:`launch` to kill."""
     t0 = time.monotonic()
     outcome = Outcome()
-    measuring.wait(START_TIMEOUT)
+    ready = measuring.wait(start_timeout)
     outcome.start_s = time.monotonic() - t0
+    if not ready:
+        return outcome
     if proc.poll() is None:
         try:
             audit: JobAudit = sample_job(proc.pid, duration=seconds * 0.9, interval=INTERVAL)
@@ -173,7 +182,7 @@ def _measure(proc: subprocess.Popen[str], measuring: threading.Event, seconds: f
         except AffrunError:
             pass  # the job ended while it was read: its own output says why
     try:
-        proc.wait(timeout=START_TIMEOUT + seconds * 4)
+        proc.wait(timeout=start_timeout + seconds * 4)
     except subprocess.TimeoutExpired:
         pass  # launch() kills it
     return outcome

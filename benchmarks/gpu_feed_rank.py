@@ -17,6 +17,10 @@ exists (the launcher creates it once every rank is ready, so that the ranks meas
 measures for ``--seconds`` and prints one JSON line: samples per second, the fraction of the time the device
 waited, and what it ran with.
 ``--calibrate`` instead times the pipeline alone on this process's CPU and prints the seconds one batch costs.
+The ready line carries ``startup``: the seconds since the process started at which torch was imported, the device
+step was built, the DataLoader's workers started, and the warm-up ended (where a launch's time goes).
+``--ceiling`` runs the same device step with one batch already on the device and no DataLoader (the limit of the
+GPU, or of the simulated device), then, with ``--calibrate N``, also times the pipeline and adds ``batch_s``.
 """
 
 from __future__ import annotations
@@ -215,10 +219,59 @@ class CudaDevice:
         return max(0.0, min(1.0, idle / total)) if total > 0 else 0.0
 
 
+def since_start() -> float | None:
+    """Seconds since this process started (its start time in /proc/self/stat against /proc/uptime)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            start = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            up = float(fh.read().split()[0])
+        return round(up - start / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def emit(record: dict[str, Any]) -> None:
     # One write per line: ranks share the pipe, and print() under python -u writes the text and "\n" separately.
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
+
+
+def ceiling(args: argparse.Namespace) -> None:
+    """The device's limit on this step: one collated batch, moved to the device once, stepped over and over for
+    ``--seconds`` after the warm-up (no DataLoader, no MixUp: no host work between steps)."""
+    from torch.utils.data import default_collate
+
+    startup = {"imported_s": since_start()}
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device: CpuDevice | CudaDevice = CudaDevice(local_rank, args.model_steps) if cuda else CpuDevice(args.step_ms / 1000.0)
+    startup["device_s"] = since_start()
+    ds = SyntheticImages()
+    images, labels = default_collate([ds[i] for i in range(args.batch_size)])
+    if isinstance(device, CudaDevice):
+        images = images.to(device.device).to(memory_format=torch.channels_last)
+        labels = labels.to(device.device)
+    t0 = time.perf_counter()
+    warm = 0
+    while warm < 2 or time.perf_counter() - t0 < args.warmup:
+        device.step(images, labels)
+        warm += 1
+    emit({"phase": "ready", "rank": local_rank, "startup": {**startup, "ready_s": since_start()}})
+    device.start()
+    samples = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < args.seconds:
+        device.step(images, labels)
+        samples += args.batch_size
+    fraction = device.wait_fraction(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    record: dict[str, Any] = {"rank": local_rank, "samples_per_s": samples / elapsed, "device_wait_fraction": fraction,
+                              "device": device.name, "ceiling": True, "cuda": cuda, "batch_size": args.batch_size}
+    if args.calibrate:
+        record["batch_s"] = calibrate(args.batch_size, args.calibrate)
+    emit(record)
+    os._exit(0)
 
 
 def main() -> None:
@@ -233,15 +286,22 @@ def main() -> None:
     parser.add_argument("--worker-init", action="store_true",
                         help="worker_init_fn=launcher.torch.worker_init_fn (each worker on CPUs of its own)")
     parser.add_argument("--calibrate", type=int, metavar="BATCHES", help="time the pipeline alone, print, exit")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="the device step alone, one batch already on the device, no DataLoader")
     args = parser.parse_args()
+    if args.ceiling:
+        ceiling(args)
+        return
     if args.calibrate:
         cuda = torch.cuda.is_available()
         emit({"batch_s": calibrate(args.batch_size, args.calibrate), "cuda": cuda,
               "device": f"cuda ({torch.cuda.get_device_name(0)})" if cuda else "cpu"})
         return
+    startup = {"imported_s": since_start()}
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
     device: CpuDevice | CudaDevice = CudaDevice(local_rank, args.model_steps) if cuda else CpuDevice(args.step_ms / 1000.0)
+    startup["device_s"] = since_start()
     init: Callable[[int], None] | None = None
     if args.worker_init:
         from launcher.torch import worker_init_fn
@@ -250,12 +310,13 @@ def main() -> None:
     loader = DataLoader(SyntheticImages(), batch_size=args.batch_size, num_workers=args.workers, pin_memory=cuda,
                         drop_last=True, persistent_workers=args.workers > 0, worker_init_fn=init)
     batches = iter(loader)
+    startup["loader_s"] = since_start()
     t0 = time.perf_counter()
     warm = 0
     while warm < 2 or time.perf_counter() - t0 < args.warmup:
         device.step(*mixup(*next(batches)))
         warm += 1
-    emit({"phase": "ready", "rank": local_rank})
+    emit({"phase": "ready", "rank": local_rank, "startup": {**startup, "ready_s": since_start()}})
     deadline = time.perf_counter() + GO_TIMEOUT
     while args.go_file and not os.path.exists(args.go_file) and time.perf_counter() < deadline:
         device.step(*mixup(*next(batches)))

@@ -9,12 +9,13 @@ def _num(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def add_ratios(configs: list[dict[str, Any]]) -> None:
+def add_ratios(configs: list[dict[str, Any]], ceiling: float | None = None) -> None:
     """Give each configuration ``vs_affrun``: its samples per second over affrun's, measured in the same run
-    (``None`` when affrun's run failed)."""
+    (``None`` when affrun's run failed), and ``vs_ceiling``: over the device's limit (``None`` without one)."""
     base = next((c["samples_per_s"] for c in configs if c["name"] == "affrun" and c["status"] == "ok"), None)
     for c in configs:
         c["vs_affrun"] = round(c["samples_per_s"] / base, 3) if base else None
+        c["vs_ceiling"] = round(c["samples_per_s"] / ceiling, 3) if ceiling else None
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -22,13 +23,16 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"\n{report['ranks']} rank(s), {report['cores']} cores, device {report['device']}; "
           f"{report['workers_per_rank']} DataLoader worker(s) per rank, batch {report['batch_size']}, "
           f"median of {report['repeats']} run(s) of {report['seconds']:g} s")
-    print(f"{'configuration':<28} {'samples/s':>10} {'vs affrun':>9} {'device wait':>11} {'migr./s':>8} "
-          f"{'GPU util':>8} {'worker CPUs':>11}   runs")
+    if report.get("ceiling"):
+        print(f"ceiling: {report['ceiling']['samples_per_s']:.0f} samples/s ({report['ceiling']['source']})")
+    print(f"{'configuration':<28} {'samples/s':>10} {'vs affrun':>9} {'of ceiling':>10} {'device wait':>11} "
+          f"{'migr./s':>8} {'GPU util':>8} {'worker CPUs':>11}   runs")
     for c in configs:
         ratio = f"{c['vs_affrun']:8.2f}x" if c["vs_affrun"] is not None else f"{'n/a':>9}"
+        of = f"{c['vs_ceiling']:10.0%}" if c.get("vs_ceiling") is not None else f"{'n/a':>10}"
         runs = ", ".join("failed" if r is None else f"{r:.0f}" for r in c["runs"])
         util = "n/a" if c["gpu_util"] is None else f"{c['gpu_util']:.0f}%"
-        print(f"{c['name']:<28} {c['samples_per_s']:10.0f} {ratio} {c['device_wait_fraction']:10.0%} "
+        print(f"{c['name']:<28} {c['samples_per_s']:10.0f} {ratio} {of} {c['device_wait_fraction']:10.0%} "
               f"{_num(c['migrations_per_s'], '8.1f'):>8} {util:>8} {c['worker_cpus'] or 'n/a':>11}   {runs}")
         if c["error"]:
             print(f"{'':<28} {c['status']}: {c['error']}")

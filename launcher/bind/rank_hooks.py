@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from launcher.base.siblings import live_cores
+from launcher.bind import comm_threads
 from launcher.bind.pools import fit_worker, refit, say
 from launcher.bind.readback import current_binding
 from launcher.context.run_role import affrun_process, multiprocessing_child
@@ -78,6 +79,7 @@ def install(torch: Any) -> None:
     if pin is not None:
         patch_pin_memory_loop(pin, plan.pin_memory.cpus)
     size_interop(torch, plan.interop.threads)
+    comm_threads.install(torch, plan.nccl_proxy.cpus, rank.cpus)
     if plan.main.pinned:
         pin_main_thread(plan.main.cpus)
 

@@ -108,8 +108,9 @@ def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[i
     * OpenMP: the team's other threads on the compute CPUs, off the main thread's core when it has one;
     * pools that inherit the main thread's mask (inter-op, OpenCV, Rayon, numexpr, OpenBLAS's threads) are
       sized to the main thread's home when it is one core, else to the rank's threads;
-    * pin-memory: the loader CPUs, else the compute CPUs off the main core; NCCL: the comm CPUs, else the
-      rank's CPUs off the main core; worker *k*: :func:`launcher.base.split.worker_split`, off the main core and
+    * pin-memory: the loader CPUs, else the compute CPUs off the main core; communication (NCCL's threads, and
+      every thread born while torch.distributed makes a group): the comm CPUs, else the rank's CPUs off the main
+      core; worker *k*: :func:`launcher.base.split.worker_split`, off the main core and
       the comm cores, every pool inside it sized to its CPUs.
     """
     main_cpus = tuple(sorted(rank.main_cpus))
@@ -131,7 +132,7 @@ def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[i
                "the compute CPUs" + (off if main_cpus and set(team).isdisjoint(main_cpus) else ""))
     comm = tuple(sorted(rank.comm_cpus))
     rest = _minus(everything, main_cpus)
-    nccl = Home("nccl_proxy", comm or rest, 0, "the comm cores (--comm-cores)" if comm else
+    nccl = Home("nccl_proxy", comm or rest, 0, "NCCL's and torch.distributed's threads: the comm cores" if comm else
                 "the rank's CPUs" + (off if main_cpus and set(rest).isdisjoint(main_cpus) else ""))
     pool_cpus = _minus(everything, (*main_cpus, *comm))  # NCCL's comm cores are no worker's either
     homes = tuple(WorkerHome(k, tuple(cpus), len(cpus))

@@ -93,6 +93,11 @@ def test_gpu_feed_reports_every_figure(tmp_path: Path) -> None:
     for c in configs.values():
         assert c["vs_affrun"] == round(c["samples_per_s"] / configs["affrun"]["samples_per_s"], 3), c
     assert parse_cpulist(configs["affrun"]["worker_cpus"]) == frozenset(os.sched_getaffinity(0))
+    # The ceiling: the same device step with the batch already there, no loader; every figure is read against it.
+    assert configs["ceiling"]["status"] == "ok", configs["ceiling"]
+    assert report["ceiling"]["samples_per_s"] == configs["ceiling"]["samples_per_s"]
+    for c in configs.values():
+        assert c["vs_ceiling"] == round(c["samples_per_s"] / configs["ceiling"]["samples_per_s"], 3), c
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for name in configs:
         assert name in proc.stdout  # the table

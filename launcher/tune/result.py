@@ -111,7 +111,7 @@ def table(results: list[TrialResult], workers_how: str) -> str:
     workers."""
     default = next((r for r in results if r.candidate.is_default), None)
     head = (f"{'trial':<40} {'batches/s':>10} {'min':>9} {'max':>9} {'wait':>6} {'cpu':>5} {'vs default':>10}  "
-            f"{'verdict':<16} workers")
+            f"{'verdict':<17} workers")
     lines = [head]
     for r in results:
         if r.measured:
@@ -120,12 +120,12 @@ def table(results: list[TrialResult], workers_how: str) -> str:
             extra = f" ({r.workers_source})" if r.workers_source else ""
             lines.append(f"{r.candidate.label():<40} {r.median():>10.1f} {min(r.rates):>9.1f} {max(r.rates):>9.1f} "
                          f"{_percent(r.wait()):>6} {_percent(r.cpu_wait()):>5} "
-                         f"{'' if ratio is None else f'{ratio:.2f}x':>10}  {verdict_cell(r.verdict()):<16} "
+                         f"{'' if ratio is None else f'{ratio:.2f}x':>10}  {verdict_cell(r.verdict()):<17} "
                          f"{workers}{extra}")
         else:
             why = r.failures[-1] if r.failures else r.pruned or "not run"
             lines.append(f"{r.candidate.label():<40} {'-':>10} {'-':>9} {'-':>9} {'-':>6} {'-':>5} {'-':>10}  "
-                         f"{'-':<16} {why}")
+                         f"{'-':<17} {why}")
     lines.append(f"workers: {workers_how}")
     if any(verdict_cell(r.verdict()).startswith("~") for r in results):
         lines.append("verdict: ~ is what the waits alone suggest: no GPU signal (NVML: pip install affrun[nvml])")

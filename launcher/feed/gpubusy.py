@@ -68,6 +68,15 @@ def torch_choice() -> Choice | None:
         return None
 
 
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -113,7 +122,8 @@ class GpuBusy:
             if choice is None:
                 return  # asked again at the next write: the script may initialise CUDA later
         self._choice = choice
-        if choice == NO_GPU:
+        if choice == NO_GPU or not _importable("pynvml"):  # no nvml extra: no thread (the verdict says so)
+            self._choice = NO_GPU
             return
         self._thread = threading.Thread(target=self._run, args=(choice,), name="affrun-feed-gpu", daemon=True)
         self._thread.start()

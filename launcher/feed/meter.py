@@ -61,14 +61,14 @@ def feed_line(figures: dict[str, Any]) -> str:
     if figures.get("gpu_busy_fraction") is not None:
         line += f", gpu busy {100 * figures['gpu_busy_fraction']:.0f}%"
     verdict = figures.get("verdict")
-    return f"{line} ({verdict_words(verdict)})" if verdict else line
+    return f"{line} ({verdict_words(verdict, figures.get('gpu_busy_fraction') is not None)})" if verdict else line
 
 
-def verdict_words(verdict: dict[str, Any]) -> str:
+def verdict_words(verdict: dict[str, Any], gpu: bool = False) -> str:
     """A verdict's JSON in a few words: ``starved-by-data; more loader cores ...``, ``unknown: no GPU signal;
-    likely starved-of-cpu (oversubscribed); fewer busy threads ...``, ``fed``."""
+    likely starved-of-cpu (oversubscribed); fewer busy threads ...``, ``fed``. ``gpu``: there was a GPU signal."""
     kind, likely = verdict.get("verdict"), verdict.get("likely")
-    text = f"{kind}: no GPU signal" if kind == UNKNOWN else str(kind)
+    text = f"{kind}: no GPU signal" if kind == UNKNOWN and not gpu else str(kind)
     if likely:
         text += f"; likely {likely}"
     if verdict.get("cause"):

@@ -68,7 +68,7 @@ def test_a_rank_without_nvml_reports_its_cpu_wait_and_an_unknown_verdict(tmp_pat
 
 def test_a_gpu_busy_per_device_is_fed(tmp_path: Path) -> None:
     """NVML cannot tell processes apart (NOT_SUPPORTED): the device's busy share, 95%: fed."""
-    proc, mine = _metered(tmp_path, "--items", "60", env=_fake_nvml(tmp_path, FAKE_NVML_UTIL="95"))
+    proc, mine = _metered(tmp_path, "--items", "100", env=_fake_nvml(tmp_path, FAKE_NVML_UTIL="95"))
     assert mine["gpu_busy_fraction"] == pytest.approx(0.95) and mine["gpu_busy_source"] == "device", mine
     assert mine["verdict"]["verdict"] == v.FED and mine["verdict"]["fix"] == ""
     assert _feed_line(proc.stderr).endswith(", gpu busy 95% (fed)"), proc.stderr
@@ -77,7 +77,7 @@ def test_a_gpu_busy_per_device_is_fed(tmp_path: Path) -> None:
 
 def test_the_rank_s_own_share_wins_over_a_device_busy_with_another_process(tmp_path: Path) -> None:
     """The device is 95% busy, but this process only 30% (NVML per process): the rank is starved, not fed."""
-    proc, mine = _metered(tmp_path, "--items", "60",
+    proc, mine = _metered(tmp_path, "--items", "100",
                           env=_fake_nvml(tmp_path, FAKE_NVML_UTIL="95", FAKE_NVML_PROCESS_UTIL="30"))
     assert mine["gpu_busy_fraction"] == pytest.approx(0.30) and mine["gpu_busy_source"] == "process", mine
     assert mine["verdict"]["verdict"] in BOTH and "busy 30%" in mine["verdict"]["evidence"], mine
@@ -93,7 +93,7 @@ def test_an_nvml_that_fails_or_hangs_costs_one_warning_at_most_and_never_the_exi
     calls = {"broken": "raise RuntimeError('GPU is lost')", "hang": "_time.sleep(3600)"}[util]
     (where / "pynvml.py").write_text(FAKE_PYNVML.format(gpus=[("00000000:17:00.0", "GPU-abc")])
                                      + f"def nvmlDeviceGetUtilizationRates(h):\n    {calls}\n")
-    proc, mine = _metered(tmp_path, "--items", "40",
+    proc, mine = _metered(tmp_path, "--items", "100",
                           env={"PYTHONPATH": str(where), "CUDA_VISIBLE_DEVICES": "GPU-abc"})
     warnings = [x for x in proc.stderr.splitlines() if "warning" in x]
     assert len(warnings) == (util == "broken"), proc.stderr

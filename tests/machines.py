@@ -29,6 +29,23 @@ def nvmlDeviceGetCount(): return len(GPUS)
 def nvmlDeviceGetHandleByIndex(i): return i
 def nvmlDeviceGetPciInfo(h): return type("Pci", (), {{"busId": GPUS[h][0].encode()}})()
 def nvmlDeviceGetUUID(h): return GPUS[h][1]
+# Utilisation (the feed meter's GPU busy share): FAKE_NVML_UTIL is every device's busy percent; with
+# FAKE_NVML_PROCESS_UTIL set, the calling process runs on every GPU and is busy that percent, else NVML cannot tell
+# processes apart (NOT_SUPPORTED, as in some VMs and with MIG).
+import os as _os, time as _time
+NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND = 3, 6
+class NVMLError(Exception):
+    def __init__(self, value): super().__init__(f"NVML error {{value}}"); self.value = value
+def _obj(**kw): return type("Obj", (), kw)()
+def nvmlDeviceGetUtilizationRates(h): return _obj(gpu=int(_os.environ.get("FAKE_NVML_UTIL", "0")), memory=0)
+def nvmlDeviceGetComputeRunningProcesses(h):
+    return [_obj(pid=_os.getpid(), usedGpuMemory=1 << 30)] if "FAKE_NVML_PROCESS_UTIL" in _os.environ else []
+def nvmlDeviceGetProcessUtilization(h, last_seen):
+    if "FAKE_NVML_PROCESS_UTIL" not in _os.environ:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    util = int(_os.environ["FAKE_NVML_PROCESS_UTIL"])
+    return [_obj(pid=_os.getpid(), timeStamp=max(int(_time.time() * 1e6), last_seen + 1), smUtil=util, memUtil=0,
+                 encUtil=0, decUtil=0)]
 '''
 
 

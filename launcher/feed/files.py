@@ -11,7 +11,7 @@ import errno
 import os
 import stat
 from time import perf_counter, sleep
-from typing import Any
+from typing import Any, Literal
 
 from launcher.base.outpath import file_kind
 
@@ -19,6 +19,7 @@ LIMIT = 16 << 20  # bytes: the figures of 60,000 ranks; a larger file at the pat
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 _LOCKED = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+Merged = Literal["written", "busy", "large"]
 
 
 def temporary(path: str) -> str:
@@ -119,12 +120,14 @@ def _usable(info: os.stat_result) -> None:
         raise OSError(errno.EPERM, f"belongs to another user (uid {info.st_uid}) now")
 
 
-def merge_json(path: str, figures: dict[str, Any], wait_s: float) -> bool:
+def merge_json(path: str, figures: dict[str, Any], wait_s: float, most: int = LIMIT) -> Merged:
     """Put one rank's ``figures`` into the JSON list at ``path`` (one object per rank, sorted by rank), under an flock
     of the file itself: an exclusive flock on NFS needs a file open for writing, which a directory never is. The
     file is renamed over by each writer, so a lock is good only while ``path`` still names the locked file.
-    ``False``: another process held the lock ``wait_s`` seconds, nothing was written. ``OSError``: the file cannot
-    be written (its directory is gone, it is a link or FIFO now, the filesystem is full or takes no lock)."""
+    ``"busy"``: another process held the lock ``wait_s`` seconds, nothing was written. ``"large"``: the file holds
+    more than ``most`` bytes (and at most :data:`LIMIT`, beyond which it is replaced): left as it is, unread, so
+    that the work done here stays bounded by ``most``. ``OSError``: the file cannot be written (its directory is
+    gone, it is a link or FIFO now, the filesystem is full or takes no lock)."""
     import json
 
     deadline = perf_counter() + wait_s
@@ -138,28 +141,45 @@ def merge_json(path: str, figures: dict[str, Any], wait_s: float) -> bool:
             info = os.fstat(fd)
             _usable(info)
             if not _lock(fd, deadline):
-                return False
+                return "busy"
             try:
                 now = os.lstat(path)
             except FileNotFoundError:
                 continue
             if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):  # another rank renamed its file in meanwhile
                 if perf_counter() >= deadline:
-                    return False
+                    return "busy"
                 continue
-            raw = read_open(fd)
+            raw = read_open(fd) or b"" if os.fstat(fd).st_size <= most else _larger(fd)
+            if raw is None:  # what may be many ranks' figures, more than this merge may read
+                return "large"
             try:
                 old = json.loads(raw) if raw else []
             except (ValueError, RecursionError):  # not the meter's list: replaced, never raised in the loop
                 old = []
-            ranks = [r for r in old if isinstance(r, dict) and r.get("rank") != figures["rank"]] \
+            ranks = [r for r in old if isinstance(r, dict) and _rank_of(r) not in (None, figures["rank"])] \
                 if isinstance(old, list) else []
             ranks.append(figures)
-            ranks.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
+            ranks.sort(key=lambda r: r["rank"])
             write_atomic(path, json.dumps(ranks, separators=(",", ":")).encode("utf-8"))
-            return True
+            return "written"
         finally:
             os.close(fd)
+
+
+def _larger(fd: int) -> bytes | None:
+    """A file larger than a merge may read: ``None`` (left alone) when it may be the meter's list (it begins as a
+    list of objects), else nothing (replaced, as a corrupt file is); beyond :data:`LIMIT`, nothing."""
+    if os.fstat(fd).st_size > LIMIT:
+        return b""
+    head = os.pread(fd, 64, 0).lstrip()
+    return None if head[:1] == b"[" and head[1:].lstrip()[:1] in (b"{", b"") else b""
+
+
+def _rank_of(item: dict[str, Any]) -> int | None:
+    """An object's rank; ``None`` for one without (it is no rank's figures: not kept)."""
+    rank = item.get("rank")
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
 def lock_problem(path: str) -> str | None:
@@ -185,5 +205,5 @@ def lock_problem(path: str) -> str | None:
     return None
 
 
-__all__ = ["LIMIT", "lock_problem", "merge_json", "own_dir", "read_file", "read_open", "remove", "temporary",
+__all__ = ["LIMIT", "Merged", "lock_problem", "merge_json", "own_dir", "read_file", "read_open", "remove", "temporary",
            "write_atomic"]

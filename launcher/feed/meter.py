@@ -2,10 +2,11 @@
 ``torch.utils.data.dataloader`` (the startup hook's import hook calls it; affrun never imports torch).
 
 Per batch: two ``perf_counter`` calls, two additions, two stores and one comparison. About once a second (a batch past
-:attr:`Meter.due`) the figures go to the rank's live file (:func:`live_paths`, for ``affrun doctor --pid``) and to
-``AFFRUN_FEED_JSON``; at exit, or at SIGTERM when the script has no handler of its own, the rank prints its line
-(:func:`feed_line`) and writes its final figures. Once loaded, only the standard library is imported lazily: the
-startup hook takes affrun's package out of ``sys.modules`` again. docs/tune.md has the reasoning and the cost.
+:attr:`Meter.due`) the loop thread's CPU wait is read (:mod:`launcher.feed.cpuwait`), the GPU sampler started
+(:mod:`launcher.feed.gpubusy`), and the figures with their verdict (:mod:`launcher.feed.verdict`) go to the rank's
+live file (:func:`live_paths`, for ``affrun doctor --pid``) and to ``AFFRUN_FEED_JSON`` (while it is small); at exit,
+or at SIGTERM when the script has no handler of its own, the rank prints its line (:func:`feed_line`) and writes
+its final figures. Once loaded, only the standard library is imported lazily. docs/tune.md: reasoning and cost.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-from launcher.feed.files import merge_json, own_dir, remove, write_atomic
+from launcher.feed.cpuwait import CpuWait
+from launcher.feed.files import LIMIT, merge_json, own_dir, remove, write_atomic
+from launcher.feed.gpubusy import GpuBusy
+from launcher.feed.verdict import UNKNOWN, Signals, judge
 from launcher.feed.workers import WORKERS_VARIABLE, suggested_workers
 
 FEED_VARIABLE = "AFFRUN_FEED"
@@ -32,9 +36,10 @@ MIN_INTERVAL_S = 0.1  # the shortest --feed-interval: a line per rank ten times 
 PERIODIC_WAIT_S = 0.05  # the longest a periodic flush waits for the JSON's lock (then it tries again a second later)
 FINAL_WAIT_S = 5.0  # the longest the final flush waits for it (then one warning)
 WORKERS_KEPT = 32  # loaders whose num_workers the figures list
+PERIODIC_JSON_LIMIT = 256 << 10  # the largest --feed-json a rank merges into while its loop runs (then: at exit only)
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "AFFRUN_LOCAL_RANK")
-KEYS = ("rank", "batches", "seconds", "batches_per_s", "data_wait_fraction", "loaders", "num_workers",
-        "workers_source", "final", "pid", "host")
+KEYS = ("rank", "batches", "seconds", "batches_per_s", "data_wait_fraction", "cpu_wait_fraction", "gpu_busy_fraction",
+        "gpu_busy_source", "verdict", "loaders", "num_workers", "workers_source", "final", "pid", "host")
 
 meter: Meter | None = None  # this process's meter, once installed
 
@@ -47,9 +52,28 @@ def live_paths(pid: int, uid: int, environ: dict[str, str] | Any) -> list[str]:
 
 
 def feed_line(figures: dict[str, Any]) -> str:
-    """``affrun: rank R feed: N batches in S s, B batches/s, data wait P%``."""
-    return (f"affrun: rank {figures['rank']} feed: {figures['batches']} batches in {figures['seconds']:.1f} s, "
+    """``affrun: rank R feed: N batches in S s, B batches/s, data wait P%, cpu wait C%, gpu busy G% (VERDICT)``: the
+    CPU wait and the GPU's busy share where they were measured, the verdict where there is one."""
+    line = (f"affrun: rank {figures['rank']} feed: {figures['batches']} batches in {figures['seconds']:.1f} s, "
             f"{figures['batches_per_s']:.1f} batches/s, data wait {100 * figures['data_wait_fraction']:.1f}%")
+    if figures.get("cpu_wait_fraction") is not None:
+        line += f", cpu wait {100 * figures['cpu_wait_fraction']:.1f}%"
+    if figures.get("gpu_busy_fraction") is not None:
+        line += f", gpu busy {100 * figures['gpu_busy_fraction']:.0f}%"
+    verdict = figures.get("verdict")
+    return f"{line} ({verdict_words(verdict, figures.get('gpu_busy_fraction') is not None)})" if verdict else line
+
+
+def verdict_words(verdict: dict[str, Any], gpu: bool = False) -> str:
+    """A verdict's JSON in a few words: ``starved-by-data; more loader cores ...``, ``unknown: no GPU signal;
+    likely starved-of-cpu (oversubscribed); fewer busy threads ...``, ``fed``. ``gpu``: there was a GPU signal."""
+    kind, likely = verdict.get("verdict"), verdict.get("likely")
+    text = f"{kind}: no GPU signal" if kind == UNKNOWN and not gpu else str(kind)
+    if likely:
+        text += f"; likely {likely}"
+    if verdict.get("cause"):
+        text += f" ({verdict['cause']})"
+    return f"{text}; {verdict['fix']}" if verdict.get("fix") else text
 
 
 def _rank(environ: Any) -> int:
@@ -65,8 +89,8 @@ class Meter:
     closure (:func:`install`), read through :attr:`counts`; everything else runs in :meth:`tick`, at most once per
     :data:`FLUSH_S`, one thread at a time (:attr:`lock`)."""
 
-    __slots__ = ("asked", "counts", "done", "first", "flush_due", "forced", "interval", "json_path", "live", "loaders",
-                 "lock", "pid", "shown", "term", "workers")
+    __slots__ = ("asked", "busy", "counts", "cpu", "done", "first", "flush_due", "forced", "gpu", "interval",
+                 "json_path", "json_periodic", "live", "loaders", "lock", "pid", "shown", "term", "workers")
 
     def __init__(self, environ: Any) -> None:
         self.counts: Callable[[], tuple[int, float, float]] = lambda: (0, 0.0, 0.0)  # batches, wait, last batch
@@ -80,6 +104,10 @@ class Meter:
         self.lock = threading.Lock()  # held while writing, maybe holding --feed-json's flock: a SIGTERM waits (term)
         self.term = False
         self.json_path = environ.get(JSON_VARIABLE) or ""
+        self.json_periodic = True  # False: the file is too large to merge into while the loop runs (at exit only)
+        self.cpu = CpuWait()  # the loop thread's wait for a CPU, read at each write
+        self.gpu = GpuBusy(environ, _say)  # the GPU's busy share, sampled off the loop's thread
+        self.busy: tuple[float, str] | None = None  # the GPU's (share, source) at the latest write
         self.live: str | None = ""  # "": not chosen yet; None: none can be written (warned once)
         self.shown = 0.0
         self.flush_due = 0.0  # when the files are written next: the first tick writes them
@@ -92,10 +120,15 @@ class Meter:
     def figures(self, final: bool = False) -> dict[str, Any]:
         batches, wait, last = self.counts()
         seconds = max(last - self.first, 0.0) if self.first >= 0 else 0.0
+        data = round(min(wait / seconds, 1.0), 6) if seconds > 0 else None
+        cpu = None if self.cpu.fraction is None else round(self.cpu.fraction, 6)
+        busy, source = (round(self.busy[0], 6), self.busy[1]) if self.busy else (None, None)
         return {
             "rank": _rank(os.environ), "batches": batches, "seconds": round(seconds, 6),
             "batches_per_s": round(batches / seconds, 3) if seconds > 0 else 0.0,
-            "data_wait_fraction": round(min(wait / seconds, 1.0), 6) if seconds > 0 else 0.0,
+            "data_wait_fraction": data or 0.0, "cpu_wait_fraction": cpu, "gpu_busy_fraction": busy,
+            "gpu_busy_source": source,
+            "verdict": judge(Signals(gpu_busy=busy, data_wait=data, cpu_wait=cpu)).to_json(),
             "loaders": self.loaders, "num_workers": list(self.workers),
             "workers_source": "overridden" if self.forced else "asked" if self.asked else "script",
             "final": final, "pid": os.getpid(), "host": os.uname().nodename,
@@ -108,6 +141,7 @@ class Meter:
             return t1 + FLUSH_S
         if self.first < 0:
             self.first = t0
+            self.cpu.start(t1)
         if t1 >= self.flush_due:  # the files at most once per FLUSH_S, whatever the interval of the lines
             # a busy lock costs at most PERIODIC_WAIT_S a second: the next try is a second later, ranks spread
             self.flush_due = t1 + FLUSH_S + (0.0 if self.flush(False) else self.pid % 97 / 970)
@@ -134,15 +168,34 @@ class Meter:
             _terminate(self)
         return written
 
+    def measure(self, final: bool) -> None:
+        """Read the loop thread's CPU wait and the GPU's busy share. At exit, only within :data:`FLUSH_S` of the
+        last batch: a script that goes on without a loader keeps the figures of its loop's last write."""
+        now = perf_counter()
+        if final and now - self.counts()[2] > FLUSH_S:
+            return
+        self.cpu.read(now)
+        self.busy = self.gpu.figure()
+
     def _flush(self, final: bool) -> bool:
+        if not final:
+            self.measure(False)
+            self.gpu.poll()
         figures = self.figures(final)
         written = True
-        if self.json_path:
+        if self.json_path and (final or self.json_periodic):
             try:
-                written = merge_json(self.json_path, figures, FINAL_WAIT_S if final else PERIODIC_WAIT_S)
-                if not written and final:
+                merged = merge_json(self.json_path, figures, FINAL_WAIT_S if final else PERIODIC_WAIT_S,
+                                    LIMIT if final else PERIODIC_JSON_LIMIT)
+                if merged == "busy" and final:
                     raise OSError(0, f"another process held its lock for {FINAL_WAIT_S:.0f} s: the final figures "
                                      "are not in it")
+                if merged == "large":  # bounded work in the loop's thread, whatever the file holds
+                    self.json_periodic = False
+                    _say(f"affrun: warning: --feed-json {self.json_path}: it holds more than "
+                         f"{PERIODIC_JSON_LIMIT >> 10} KiB, more than a rank merges into while its loop runs (the "
+                         "figures of many ranks?); this rank writes its figures to it at exit only")
+                written = merged != "busy"
             except OSError as exc:
                 _say(f"affrun: warning: --feed-json {self.json_path}: {exc.strerror or exc}; "
                      "this rank writes no more figures to it")
@@ -183,8 +236,9 @@ class Meter:
         if self.done or self.pid != os.getpid() or not self.counts()[0]:
             return
         self.done = True
-        figures = self.figures(True)
-        _say(feed_line(figures))
+        self.gpu.stop()
+        self.measure(True)
+        _say(feed_line(self.figures(True)))
         self.flush(True)
 
 
@@ -335,5 +389,5 @@ def asked() -> int:
     return suggested_workers(os.environ)
 
 
-__all__ = ["FEED_VARIABLE", "FORCE_VARIABLE", "INTERVAL_VARIABLE", "JSON_VARIABLE", "KEYS", "WORKERS_VARIABLE",
-           "Meter", "feed_line", "install", "live_paths"]
+__all__ = ["FEED_VARIABLE", "FORCE_VARIABLE", "INTERVAL_VARIABLE", "JSON_VARIABLE", "KEYS", "PERIODIC_JSON_LIMIT",
+           "WORKERS_VARIABLE", "Meter", "feed_line", "install", "live_paths", "verdict_words"]

@@ -125,8 +125,9 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 # the AFFRUN_FEED* variables and AFFRUN_LOADER_WORKERS (launcher.feed.variables); they do not change the plan.
 FEED_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--feed-report", "feed_report", "feed", "Measure each rank's data wait (the time its loop waits "
-               "for the DataLoader's next batch) and batches/s, on an unmodified script; one line per rank on stderr "
-               "at its exit.",
+               "for the DataLoader's next batch), its main thread's wait for a CPU, its GPU's busy share (with NVML) "
+               "and batches/s, on an unmodified script; one line per rank on stderr at its exit, with a verdict "
+               "(fed, starved-by-data, starved-of-cpu, underused, unknown).",
                is_flag=True, default=False),
     OptionSpec("--feed-interval", "feed_interval", "feed", "Also print each rank's feed line every SECONDS, "
                "at least 0.1 (default: only at exit). Implies --feed-report.", metavar="SECONDS"),

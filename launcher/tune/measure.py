@@ -1,9 +1,9 @@
 """One trial's figures from the feed meter's JSON (``--feed-json``): readings and the window between two. Pure.
 
 A reading is each rank's cumulative figures at the time the rank last wrote them (batches, the loop's seconds,
-the seconds it waited for data). The trial's figures are the difference of two readings, one after the warm-up
-and one at the end, rank by rank on the rank's own clock (its ``seconds``): the warm-up's batches never count,
-and the window is exactly the loop time the batches took. docs/tune.md says why.
+the seconds it waited for data, for a CPU, and its GPU was busy). The trial's figures are the difference of two
+readings, one after the warm-up and one at the end, rank by rank on the rank's own clock (its ``seconds``): the
+warm-up's batches never count, and the window is exactly the loop time the batches took. docs/tune.md says why.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ class RankFigures:
     num_workers: tuple[int, ...]
     workers_source: WorkersSource
     final: bool
+    cpu_wait_seconds: float | None = None  # None: not measured (no schedstat, an older meter)
+    gpu_busy_seconds: float | None = None  # None: no NVML, no GPU
 
 
 Reading = dict[int, RankFigures]
@@ -37,8 +39,15 @@ def reading(data: Any) -> Reading:
     for found in map(figures_of, data if isinstance(data, list) else []):
         if found is not None:
             out[found.rank] = RankFigures(found.batches, found.seconds, found.data_wait_fraction * found.seconds,
-                                          found.loaders, found.num_workers, found.workers_source, found.final)
+                                          found.loaders, found.num_workers, found.workers_source, found.final,
+                                          _times(found.cpu_wait_fraction, found.seconds),
+                                          _times(found.gpu_busy_fraction, found.seconds))
     return out
+
+
+def _times(fraction: float | None, seconds: float) -> float | None:
+    """A share of the loop's time in seconds (none of a loop that has not run: a rank's first write)."""
+    return 0.0 if seconds <= 0 else None if fraction is None else fraction * seconds
 
 
 def all_started(now: Reading, ranks: int) -> bool:
@@ -53,8 +62,9 @@ def all_advanced(start: Reading, now: Reading, seconds: float) -> bool:
 
 @dataclass(frozen=True)
 class Window:
-    """The figures between two readings: the job's batches/s (the ranks' summed), data wait (their mean share
-    of the window's loop time), and what the ranks' loaders were."""
+    """The figures between two readings: the job's batches/s (the ranks' summed), data wait, CPU wait and GPU busy
+    share (each the ranks' seconds over their loop seconds; ``None`` where a rank did not measure it), and what
+    the ranks' loaders were."""
 
     batches_per_s: float
     data_wait_fraction: float
@@ -62,13 +72,17 @@ class Window:
     seconds: float
     num_workers: tuple[int, ...]
     workers_source: Source
+    cpu_wait_fraction: float | None = None
+    gpu_busy_fraction: float | None = None
 
 
 def window(start: Reading, end: Reading) -> Window | None:
     """The window from ``start`` to ``end`` (``None`` when no rank ran in it)."""
     rate, waited, spent, batches = 0.0, 0.0, 0.0, 0
+    cpu: float | None = 0.0
+    busy: float | None = 0.0
     for r, last in end.items():
-        first = start.get(r, RankFigures(0, 0.0, 0.0, 0, (), "script", False))
+        first = start.get(r, RankFigures(0, 0.0, 0.0, 0, (), "script", False, 0.0, 0.0))
         dt = last.seconds - first.seconds
         if dt <= 0:
             continue
@@ -76,9 +90,19 @@ def window(start: Reading, end: Reading) -> Window | None:
         waited += max(0.0, last.wait_seconds - first.wait_seconds)
         spent += dt
         batches += last.batches - first.batches
+        cpu = _added(cpu, first.cpu_wait_seconds, last.cpu_wait_seconds)
+        busy = _added(busy, first.gpu_busy_seconds, last.gpu_busy_seconds)
     if spent <= 0:
         return None
     sources = {f.workers_source for f in end.values()}
     source: Source = sources.pop() if len(sources) == 1 else "mixed"
     workers = tuple(w for r in sorted(end) for w in end[r].num_workers)
-    return Window(rate, min(1.0, waited / spent), batches, spent / max(1, len(end)), workers, source)
+    return Window(rate, min(1.0, waited / spent), batches, spent / max(1, len(end)), workers, source,
+                  None if cpu is None else min(1.0, cpu / spent), None if busy is None else min(1.0, busy / spent))
+
+
+def _added(total: float | None, first: float | None, last: float | None) -> float | None:
+    """``total`` plus one rank's seconds in the window; ``None`` once a rank has not measured them."""
+    if total is None or first is None or last is None:
+        return None
+    return total + max(0.0, last - first)

@@ -3,7 +3,8 @@ JSON. Pure.
 
 The best is the trial of the highest median batches/s. It replaces the default only when it beats it beyond the
 spread: its slowest repeat faster than the default's fastest, and (for a single repeat, which has no spread) by
-more than :data:`MARGIN`. Otherwise the default stands.
+more than :data:`MARGIN`. Otherwise the default stands. Each trial also gets the meter's verdict
+(:func:`launcher.feed.verdict.judge`) of its median figures: it says why, the objective stays throughput.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from launcher.feed.verdict import UNKNOWN, Signals, Verdict, judge
 from launcher.tune.candidates import Candidate
 from launcher.tune.measure import Source
 
@@ -27,6 +29,8 @@ class TrialResult:
     workers_source: Source | Literal[""] = ""  # "": not measured
     failures: list[str] = field(default_factory=list)
     pruned: str = ""  # why it was not run again ("" while it is)
+    cpu_waits: list[float | None] = field(default_factory=list)  # per repeat; None: not measured
+    gpu_busies: list[float | None] = field(default_factory=list)
 
     @property
     def measured(self) -> bool:
@@ -38,6 +42,31 @@ class TrialResult:
     def wait(self) -> float:
         """The median data wait of the repeats (0..1)."""
         return statistics.median(self.waits) if self.waits else 0.0
+
+    def cpu_wait(self) -> float | None:
+        """The median CPU wait of the repeats; ``None`` unless every repeat measured it."""
+        return _median(self.cpu_waits)
+
+    def gpu_busy(self) -> float | None:
+        return _median(self.gpu_busies)
+
+    def verdict(self) -> Verdict | None:
+        """The verdict of the median figures (``None`` for a trial not measured)."""
+        if not self.measured:
+            return None
+        return judge(Signals(gpu_busy=self.gpu_busy(), data_wait=self.wait(), cpu_wait=self.cpu_wait()))
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known and len(known) == len(values) else None
+
+
+def verdict_cell(v: Verdict | None) -> str:
+    """A verdict in the table: its kind; without a GPU signal, ``~`` and what the CPU side suggests."""
+    if v is None:
+        return "-"
+    return f"~{v.likely}" if v.kind == UNKNOWN and v.likely else v.kind
 
 
 @dataclass(frozen=True)
@@ -73,10 +102,16 @@ def _ratio(r: TrialResult, default: TrialResult | None) -> float | None:
     return r.median() / default.median()
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
 def table(results: list[TrialResult], workers_how: str) -> str:
-    """The table: options, batches/s (median, min, max), data wait, ratio to the default, workers."""
+    """The table: options, batches/s (median, min, max), data wait, CPU wait, ratio to the default, verdict,
+    workers."""
     default = next((r for r in results if r.candidate.is_default), None)
-    head = f"{'trial':<40} {'batches/s':>10} {'min':>9} {'max':>9} {'wait':>6} {'vs default':>10}  workers"
+    head = (f"{'trial':<40} {'batches/s':>10} {'min':>9} {'max':>9} {'wait':>6} {'cpu':>5} {'vs default':>10}  "
+            f"{'verdict':<17} workers")
     lines = [head]
     for r in results:
         if r.measured:
@@ -84,12 +119,16 @@ def table(results: list[TrialResult], workers_how: str) -> str:
             workers = ",".join(map(str, r.workers)) or "-"
             extra = f" ({r.workers_source})" if r.workers_source else ""
             lines.append(f"{r.candidate.label():<40} {r.median():>10.1f} {min(r.rates):>9.1f} {max(r.rates):>9.1f} "
-                         f"{100 * r.wait():>5.0f}% {'' if ratio is None else f'{ratio:.2f}x':>10}  "
+                         f"{_percent(r.wait()):>6} {_percent(r.cpu_wait()):>5} "
+                         f"{'' if ratio is None else f'{ratio:.2f}x':>10}  {verdict_cell(r.verdict()):<17} "
                          f"{workers}{extra}")
         else:
             why = r.failures[-1] if r.failures else r.pruned or "not run"
-            lines.append(f"{r.candidate.label():<40} {'-':>10} {'-':>9} {'-':>9} {'-':>6} {'-':>10}  {why}")
+            lines.append(f"{r.candidate.label():<40} {'-':>10} {'-':>9} {'-':>9} {'-':>6} {'-':>5} {'-':>10}  "
+                         f"{'-':<17} {why}")
     lines.append(f"workers: {workers_how}")
+    if any(verdict_cell(r.verdict()).startswith("~") for r in results):
+        lines.append("verdict: ~ is what the waits alone suggest: no GPU signal (NVML: pip install affrun[nvml])")
     return "\n".join(lines)
 
 
@@ -105,6 +144,7 @@ def to_json(results: list[TrialResult], chosen: Best | None, workers_how: str, s
     default = next((r for r in results if r.candidate.is_default), None)
     trials = []
     for r in results:
+        verdict = r.verdict()
         trials.append({
             "options": r.candidate.options(),
             "default": r.candidate.is_default,
@@ -113,6 +153,9 @@ def to_json(results: list[TrialResult], chosen: Best | None, workers_how: str, s
             "min": min(r.rates) if r.rates else None,
             "max": max(r.rates) if r.rates else None,
             "data_wait_fraction": r.wait() if r.measured else None,
+            "cpu_wait_fraction": r.cpu_wait() if r.measured else None,
+            "gpu_busy_fraction": r.gpu_busy() if r.measured else None,
+            "verdict": None if verdict is None else verdict.to_json(),
             "vs_default": _ratio(r, default),
             "num_workers": list(r.workers),
             "workers_source": r.workers_source or None,

@@ -93,9 +93,13 @@ def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progres
             w = trial.window
             result.rates.append(w.batches_per_s)
             result.waits.append(w.data_wait_fraction)
+            result.cpu_waits.append(w.cpu_wait_fraction)
+            result.gpu_busies.append(w.gpu_busy_fraction)
             result.workers, result.workers_source = w.num_workers, w.workers_source
+            cpu = "" if w.cpu_wait_fraction is None else f", cpu wait {100 * w.cpu_wait_fraction:.0f}%"
+            busy = "" if w.gpu_busy_fraction is None else f", gpu busy {100 * w.gpu_busy_fraction:.0f}%"
             progress(f"trial {counter[0]} {result.candidate.label()}: {w.batches_per_s:.1f} batches/s, "
-                     f"data wait {100 * w.data_wait_fraction:.0f}%")
+                     f"data wait {100 * w.data_wait_fraction:.0f}%{cpu}{busy}")
         else:
             why = _why(trial)
             result.failures.append(why)

@@ -4,7 +4,9 @@ Each item costs its loader ``--item-sleep`` seconds, each step ``--step-sleep`` 
 not depend on the machine's load). The loop times every ``next()`` itself (the one that ends an epoch excluded) and
 prints one JSON line: its own batches, wait and span (first ``next()`` call to the latest batch), the DataLoaders'
 worker counts, and whether torch's iterator is patched. ``--hang-after N``: after N batches, print the line and
-sleep until killed. ``--abandon N``: leave the first epoch's iterator after N batches.
+sleep until killed. ``--abandon N``: leave the first epoch's iterator after N batches. ``--step-spin S``: each step
+also computes S seconds of CPU time (a thread that needs a CPU). ``--seconds S``: epochs until the loop has run S
+seconds (then the epoch in progress is left).
 """
 
 import argparse
@@ -22,6 +24,8 @@ p.add_argument("--items", type=int, default=24)
 p.add_argument("--batch", type=int, default=2)
 p.add_argument("--item-sleep", type=float, default=0.005)
 p.add_argument("--step-sleep", type=float, default=0.01)
+p.add_argument("--step-spin", type=float, default=0.0)
+p.add_argument("--seconds", type=float, default=0.0)
 p.add_argument("--workers", type=int, default=0)
 p.add_argument("--context", default=None)
 p.add_argument("--persistent", action="store_true")
@@ -67,7 +71,10 @@ def main() -> None:
         }), flush=True)
 
 
-    for epoch in range(args.epochs):
+    epochs = range(args.epochs) if not args.seconds else iter(int, 1)  # --seconds: until the time is up
+    for epoch in epochs:
+        if args.seconds and own["first"] is not None and own["last"] - own["first"] >= args.seconds:
+            break
         for dl in loaders:
             it = iter(dl)
             n = 0
@@ -90,8 +97,14 @@ def main() -> None:
                         time.sleep(60)
                 if args.step_sleep:
                     time.sleep(args.step_sleep)
+                if args.step_spin:
+                    until = time.thread_time() + args.step_spin
+                    while time.thread_time() < until:
+                        pass
                 if epoch == 0 and args.abandon and n == args.abandon:
                     break  # the iterator is left mid-epoch
+                if args.seconds and t1 - own["first"] >= args.seconds:
+                    break
             del it
     report()
 

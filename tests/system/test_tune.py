@@ -62,6 +62,11 @@ def test_the_best_is_what_the_loops_own_count_favours(tmp_path: Path) -> None:
     assert "failed (exit" in proc.stderr and "skipped" in proc.stderr
     assert result["workers"].startswith("the script asks affrun")
     assert {t["workers_source"] for t in result["trials"] if t["median"]} == {"asked"}
+    for trial in (t for t in result["trials"] if t["median"]):  # the meter's verdict of each trial (issue 39)
+        assert 0 <= trial["cpu_wait_fraction"] <= 1 and trial["gpu_busy_fraction"] is None, trial
+        assert trial["verdict"]["verdict"] == "unknown", trial  # no NVML here
+    default_verdict = result["trials"][0]["verdict"]  # its items wait 20 ms each, no worker: starved
+    assert default_verdict["likely"] in ("starved-by-data", "starved-of-cpu"), default_verdict
     # the independent measurement: the loop's own count under the best options and under the default
     tuned_own, default_own = _own_rate(*best), _own_rate()
     assert tuned_own > 1.3 * default_own, (tuned_own, default_own)

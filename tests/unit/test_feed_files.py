@@ -48,7 +48,7 @@ def test_merge_keeps_every_ranks_object_under_threads_that_race(tmp_path: Path) 
 
     def rank(r: int) -> None:
         for n in range(10):
-            assert files.merge_json(path, {"rank": r, "n": n}, 30.0)
+            assert files.merge_json(path, {"rank": r, "n": n}, 30.0) == "written"
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(16)]
     for t in threads:
@@ -66,8 +66,8 @@ def test_a_held_lock_is_waited_for_within_the_bound_only(tmp_path: Path) -> None
     path.write_text("[]")
     with open(path, "r+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert files.merge_json(str(path), {"rank": 0}, 0.05) is False
-    assert files.merge_json(str(path), {"rank": 0}, 0.05) is True
+        assert files.merge_json(str(path), {"rank": 0}, 0.05) == "busy"
+    assert files.merge_json(str(path), {"rank": 0}, 0.05) == "written"
 
 
 def test_what_replaced_the_file_is_an_error_not_followed(tmp_path: Path) -> None:

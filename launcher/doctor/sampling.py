@@ -109,7 +109,8 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
         thread = record.threads.get(tid)
         if thread is None:
             thread = record.threads[tid] = ThreadRecord(tid, stat.comm, allowed or frozenset(), stat.processor)
-        thread.update(stat, allowed)
+        if not stat.exited:  # an exited thread runs nowhere: its stat keeps the CPU it last ran on, before
+            thread.update(stat, allowed)
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:

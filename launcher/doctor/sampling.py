@@ -223,9 +223,12 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
                     if record is None:
                         continue
                     records[p.pid] = record
+                    record.seen = (samples, samples)
                     _read_libraries(record, proc)
                 seen.add(p.pid)
                 _sample_process(record, proc)
+                if record.alive:  # the samples that found it running (DataLoaders one after another: thread_homes)
+                    record.seen = (record.seen[0], samples)
             for gone in set(records) - seen:
                 records[gone].alive = False
             gpus.sample(set(records))

@@ -232,9 +232,9 @@ def main(argv: Sequence[str]) -> int:
         _warn(f"{collapse.message()}. Fix: {collapse.fix()}")
     given = given_options(before)
     job, rank, detected = _job_and_rank(args, environ, given)
-    notes = list(rank.notes)
-    if given and PLAN_VARIABLE in environ:
-        notes.insert(0, f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside")
+    here = [f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside"] if (
+        given and PLAN_VARIABLE in environ) else []
+    notes = [*here, *rank.notes]
     verbose = args.verbose or job.verbose
     env = rank_environ(job, rank, environ)
     _mark_subjob(env, environ, rank.local_rank, job.size)
@@ -258,8 +258,10 @@ def main(argv: Sequence[str]) -> int:
             print(shown(f"{name}={env[name]}"))
         for name in rank.unset:
             print(shown(f"unset {name}"))
-        for note in (*notes, *rank.warnings):
-            print(shown(f"note: {note}"))
+        from launcher.launch.dry_run import rank_notes
+
+        for line in rank_notes(rank, False, before=here, after=rank.warnings):
+            print(line)
         if command:
             print("exec " + shell_join(command))
         return 0

@@ -133,6 +133,10 @@ def main(argv: Sequence[str]) -> int:
             print(shown(f"{TASK_VARIABLE}={task}"))
         for name, value in sorted(feed.items()):
             print(shown(f"{name}={value}"))
+        from launcher.launch.dry_run import job_notes
+
+        for line in job_notes(parent.to_json()):
+            print(line)
         if command:
             print("exec " + shell_join(command))
         return 0

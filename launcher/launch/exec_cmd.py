@@ -280,14 +280,17 @@ def main(argv: Sequence[str]) -> int:
             print(note_line(f"rank {rank.local_rank}: {note}"), file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
-    if mem.wrapper and _missing(command[0]):
-        # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
-        print(error_line(LaunchError(f"{command[0]}: command not found")), file=sys.stderr)
-        return 127
-    return exec_or_status([*mem.wrapper, *command], env)
+    if mem.wrapper:  # numactl would exit 1 with its own message: say what a shell says, with its status
+        said = _cannot_start(command, env, None)
+        if said is not None:
+            print(error_line(LaunchError(said[0])), file=sys.stderr)
+            return said[1]
+    return exec_or_status([*mem.wrapper, *command], env, lambda exc: _cannot_start(command, env, exc))
 
 
-def _missing(command: str) -> bool:
-    import shutil  # only with a numactl wrapper: shutil costs the exec path about 3 ms
+def _cannot_start(command: Sequence[str], env: Mapping[str, str], exc: OSError | None) -> tuple[str, int] | None:
+    """What a shell says when ``command`` cannot start (its ``#!`` interpreter: "bad interpreter"), read as
+    ``affrun run`` reads it (:func:`launcher.launch.shebang.exec_failure`); imported only then."""
+    from launcher.launch.shebang import exec_failure
 
-    return shutil.which(command) is None
+    return exec_failure(command, env, exc)

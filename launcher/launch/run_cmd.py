@@ -33,7 +33,8 @@ from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError, LaunchError
 from launcher.launch.exec_cmd import split_command
-from launcher.launch.run_target import check_command, exec_failure
+from launcher.launch.run_target import check_command
+from launcher.launch.shebang import exec_failure
 from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
 from launcher.options.usage import one_line_errors

@@ -22,6 +22,7 @@ from launcher.base.untrusted import short
 from launcher.bind.pools import fit_worker, say
 from launcher.bind.readback import current_binding
 from launcher.errors import ConfigError
+from launcher.plan.threads import worker_pool
 
 __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
 
@@ -77,7 +78,7 @@ def _usable_cpus() -> frozenset[int] | None:
 
 
 def _pools() -> tuple[list[int], list[int], frozenset[int]]:
-    """(loader CPUs, rank CPUs off the main and comm cores, CPUs the ``AFFRUN_*`` lists name that are not usable
+    """(loader CPUs, rank CPUs off the main core and every comm core, CPUs the ``AFFRUN_*`` lists name that are not usable
     here): the binding's lists as far as they exist here; none of them existing, the CPUs of a process not started
     by affrun. The rank's CPUs are those the thread plan gives its workers (launcher.plan.threads)."""
     try:
@@ -86,7 +87,7 @@ def _pools() -> tuple[list[int], list[int], frozenset[int]]:
         binding = None
     if binding is None:
         return [], _parent_cpus(), frozenset()
-    cpus = binding.cpus - binding.main_cpus - binding.comm_cpus or binding.cpus
+    cpus = frozenset(worker_pool(binding))  # the thread plan's: off the main core and every comm core
     usable = _usable_cpus()
     if usable is None:
         return sorted(binding.loader_cpus), sorted(cpus), frozenset()

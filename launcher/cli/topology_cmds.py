@@ -175,8 +175,9 @@ def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool
     live = tuple(LiveRank(key[r.pid], r.label(), format_cpulist(r.owned),
                           sum(len(p.threads) for p in (r, *audit.children_of(r))),
                           sum(1 for p in (r, *audit.children_of(r)) for t in p.threads.values() if t.verdict == "strayed"),
-                          r.thread_plan is not None) for r in ranks)
-    job = LiveJob(pid, len(audit.processes), audit.samples, audit.duration, live, use)
+                          r.thread_plan is not None, not r.alive) for r in ranks)
+    ended = any(p.pid == pid and not p.alive for p in audit.processes)  # as doctor --pid says it (a zombie too)
+    job = LiveJob(pid, len(audit.processes), audit.samples, audit.duration, live, use, ended)
     topo = load_topology()
     click.echo(live_picture(topo, job, color=color, width=width), color=color)
     if svg_path:

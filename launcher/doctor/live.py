@@ -95,6 +95,7 @@ class ProcessRecord:
     owned: frozenset[int] = frozenset()  # ranks: the CPUs it was given
     launcher_mask: frozenset[int] = frozenset()  # ranks: the union of its parent's thread masks, at first sight
     alive: bool = True
+    seen: tuple[int, int] = (0, 0)  # the first and last sample (0, 1, ...) that found it running
     image: tuple[int, int, int] = (0, 0, 0)  # where its program's code and stack lie (procfs.ThreadStat.image)
     feed: FeedFigures | None = None  # the meter's figures so far (--feed-report)
     # filled by launcher.doctor.thread_homes: where its thread plan comes from ("": none), a rank's plan, and

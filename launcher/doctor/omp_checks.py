@@ -24,6 +24,7 @@ from launcher.doctor.check_base import (
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.main_place import KMP_BINDING_TYPES, main_thread_place
+from launcher.doctor.rank_fields import environ_fields
 from launcher.env.omp_syntax import (
     kmp_type,
     parse_places,
@@ -32,6 +33,7 @@ from launcher.env.omp_syntax import (
 from launcher.env.policy import KMP_DEFAULT, kmp_affinity_problem, variable_problem
 from launcher.env.variables import HOOKS_VARIABLE, MAIN_VARIABLE, PLACE_VARIABLES, THREAD_VARIABLES
 from launcher.plan.kinds import plan_kinds, plural
+from launcher.plan.threads import working_cpus
 from launcher.topology.model import Topology
 
 
@@ -163,8 +165,10 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
     if found is None:
         return []
     cause, place = found
-    if place >= facts.rank_cpus - exported_cpus(environ, "AFFRUN_COMM_CPUS"):
-        return []  # one place holding all the rank's CPUs (affrun's --omp-bind rank; NCCL's comm cores apart)
+    fields = environ_fields(environ, None)  # the comm cores, its own and its sharers': the CPUs of no OpenMP place
+    comm = frozenset(fields.cpus) - frozenset(working_cpus(fields)) if fields else frozenset()
+    if place >= facts.rank_cpus - comm:
+        return []  # one place holding all the CPUs the rank computes on (affrun's; every comm core apart)
     when = "at `import torch`" if gnu_possible(facts) else "at the first parallel region"
     main = exported_cpus(environ, MAIN_VARIABLE) & facts.rank_cpus
     if main and place <= main:

@@ -109,7 +109,8 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
         thread = record.threads.get(tid)
         if thread is None:
             thread = record.threads[tid] = ThreadRecord(tid, stat.comm, allowed or frozenset(), stat.processor)
-        thread.update(stat, allowed)
+        if not stat.exited:  # an exited thread runs nowhere: its stat keeps the CPU it last ran on, before
+            thread.update(stat, allowed)
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:
@@ -222,9 +223,12 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
                     if record is None:
                         continue
                     records[p.pid] = record
+                    record.seen = (samples, samples)
                     _read_libraries(record, proc)
                 seen.add(p.pid)
                 _sample_process(record, proc)
+                if record.alive:  # the samples that found it running (DataLoaders one after another: thread_homes)
+                    record.seen = (record.seen[0], samples)
             for gone in set(records) - seen:
                 records[gone].alive = False
             gpus.sample(set(records))

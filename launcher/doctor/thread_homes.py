@@ -129,9 +129,26 @@ def _judge(t: ThreadRecord, home: frozenset[int] | None) -> None:
     t.verdict = "unplanned" if home is None else "strayed" if set(t.ran) - home else "home"
 
 
+def loader_sets(workers: Sequence[ProcessRecord]) -> list[list[ProcessRecord]]:
+    """The workers by DataLoader, oldest first: workers found running in a common sample are one set (several
+    DataLoaders at once count as one); a DataLoader whose workers started after the last set's ended (one per
+    epoch) is a set of its own, not more workers of the same one."""
+    sets: list[list[ProcessRecord]] = []
+    end = -1
+    for w in sorted(workers, key=lambda w: (w.seen[0], w.pid)):
+        if sets and w.seen[0] <= end:
+            sets[-1].append(w)
+            end = max(end, w.seen[1])
+        else:
+            sets.append([w])
+            end = w.seen[1]
+    return sets
+
+
 def _match_workers(workers: Sequence[ProcessRecord], homes: Sequence[WorkerHome]) -> dict[int, tuple[WorkerHome, str]]:
-    """Each worker's home: the one whose CPUs are its mask, else the next free one in pid order (workers
-    start in index order; their index is not in ``/proc``)."""
+    """Each worker of one set its home: the one whose CPUs are its mask, else, for a worker still running, the
+    next free one in pid order (workers start in index order; their index is not in ``/proc``). A worker that
+    has exited with a mask that is no home's gets none: it is not judged by a home it may never have had."""
     free = list(homes)
     out: dict[int, tuple[WorkerHome, str]] = {}
     for w in workers:
@@ -140,7 +157,7 @@ def _match_workers(workers: Sequence[ProcessRecord], homes: Sequence[WorkerHome]
             out[w.pid] = (match, "mask")
             free.remove(match)
     for w in workers:
-        if w.pid not in out and free:
+        if w.pid not in out and w.alive and free:
             out[w.pid] = (free.pop(0), "pid order")
     return out
 
@@ -167,27 +184,24 @@ def assign_homes(audit: JobAudit) -> None:
         if fields is None:
             rank.plan_problem = rank.plan_problem or problem or ""
             continue
-        # One DataLoader's workers at a time: those alive at the end (a loop that builds a DataLoader per epoch has
-        # left the earlier ones exited), or all when none is (the job ended)
-        current = [w for w in workers if w.alive] or workers
-        plan = thread_plan(fields, len(current), live_cores(fields.cpus))
-        rank.plan_source, rank.thread_plan, rank.workers_seen = source, plan, len(current)
+        # One DataLoader's workers at a time (loader_sets): the rank's plan counts the latest set's, each set is
+        # matched to the homes of a plan of its own count
+        sets = loader_sets(workers) or [[]]
+        cores = live_cores(fields.cpus)
+        plan = thread_plan(fields, len(sets[-1]), cores)
+        rank.plan_source, rank.thread_plan, rank.workers_seen = source, plan, len(sets[-1])
         places = team_places(rank.environ)
         for t in rank.threads.values():
             role, t.identified_by = _role(t, rank, places, plan)
             t.role = role
             _judge(t, home_of(role, plan))
-        matched = _match_workers(current, plan.workers)
-        for w in workers:
-            if w.pid not in matched:  # an earlier DataLoader's exited worker: the home of its mask, if one is
-                home = next((h for h in plan.workers if frozenset(h.cpus) == w.main_mask), None)
-                if home is None:
-                    continue
-                matched[w.pid] = (home, "mask")
-            home, how = matched[w.pid]
-            w.worker, w.workers_seen, w.worker_matched_by, w.plan_source = home, len(current), how, source
-            for t in w.threads.values():
-                _judge(t, frozenset(home.cpus))
+        for group in sets:
+            homes = plan.workers if group is sets[-1] else thread_plan(fields, len(group), cores).workers
+            for pid, (home, how) in _match_workers(group, homes).items():
+                w = next(w for w in group if w.pid == pid)
+                w.worker, w.workers_seen, w.worker_matched_by, w.plan_source = home, len(group), how, source
+                for t in w.threads.values():
+                    _judge(t, frozenset(home.cpus))
 
 
 def thread_summary(p: ProcessRecord) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from launcher.base.choices import OmpBind
 from launcher.base.cpulist import MAX_CPU_ID, CpuIdTooLarge, check_cpu_id
 from launcher.base.untrusted import ascii_uint
 from launcher.plan.planner import RankPlan
+from launcher.plan.threads import working_cpus
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,9 +28,10 @@ MAX_PLACE_IDS = 16 * (MAX_CPU_ID + 1)
 
 
 def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
-    """``OMP_PLACES`` in explicit OS CPU ids. The first place, the main thread's, always holds the rank's whole
-    set but its comm CPUs (compute and loader CPUs), so that a process forked after ``import torch`` (a DataLoader worker) inherits
-    all of it; the other places hold the other threads:
+    """``OMP_PLACES`` in explicit OS CPU ids. The first place, the main thread's, holds the CPUs the rank computes
+    on (:func:`launcher.plan.threads.working_cpus`: its compute and loader CPUs, no comm core, its own nor a
+    sharer's), so that a process forked after ``import torch`` (a DataLoader worker) inherits all of them; the
+    other places hold the other threads:
 
     - ``rank``: every thread may use all compute CPUs: ``{0,1,2,3}``; with loader CPUs, ``{0,1,2,3,4},{0:4},...``
       (the main thread's place, then one copy of the compute set per other thread, written as intervals);
@@ -42,12 +44,12 @@ def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str
     """
     if rank.main_cpus:
         return _main_core_places(rank, bind, smt)
-    team = [p for p in rank.cpus if p not in set(rank.comm_cpus)]  # the comm cores are NCCL's, never OpenMP's
-    whole = _explicit_place(team)
+    working = working_cpus(rank)
+    whole = _explicit_place(working)
     if bind == "core":
         units = [(p,) for core in rank.compute_cores for p in core] if smt else list(rank.compute_cores)
         return ",".join([whole, *(_explicit_place(unit) for unit in units[1:])])
-    if set(rank.compute_cpus) == set(team):
+    if set(rank.compute_cpus) == set(working):
         return whole
     return ",".join([whole, *[_interval_place(rank.compute_cpus)] * (rank.threads - 1)])
 

@@ -232,9 +232,9 @@ def main(argv: Sequence[str]) -> int:
         _warn(f"{collapse.message()}. Fix: {collapse.fix()}")
     given = given_options(before)
     job, rank, detected = _job_and_rank(args, environ, given)
-    notes = list(rank.notes)
-    if given and PLAN_VARIABLE in environ:
-        notes.insert(0, f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside")
+    here = [f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside"] if (
+        given and PLAN_VARIABLE in environ) else []
+    notes = [*here, *rank.notes]
     verbose = args.verbose or job.verbose
     env = rank_environ(job, rank, environ)
     _mark_subjob(env, environ, rank.local_rank, job.size)
@@ -258,8 +258,10 @@ def main(argv: Sequence[str]) -> int:
             print(shown(f"{name}={env[name]}"))
         for name in rank.unset:
             print(shown(f"unset {name}"))
-        for note in (*notes, *rank.warnings):
-            print(shown(f"note: {note}"))
+        from launcher.launch.dry_run import rank_notes
+
+        for line in rank_notes(rank, False, before=here, after=rank.warnings):
+            print(line)
         if command:
             print("exec " + shell_join(command))
         return 0
@@ -278,14 +280,17 @@ def main(argv: Sequence[str]) -> int:
             print(note_line(f"rank {rank.local_rank}: {note}"), file=sys.stderr)
     sys.stderr.flush()
     sys.stdout.flush()
-    if mem.wrapper and _missing(command[0]):
-        # Through numactl a missing command would exit 1 with numactl's message; keep the shell's 127.
-        print(error_line(LaunchError(f"{command[0]}: command not found")), file=sys.stderr)
-        return 127
-    return exec_or_status([*mem.wrapper, *command], env)
+    if mem.wrapper:  # numactl would exit 1 with its own message: say what a shell says, with its status
+        said = _cannot_start(command, env, None)
+        if said is not None:
+            print(error_line(LaunchError(said[0])), file=sys.stderr)
+            return said[1]
+    return exec_or_status([*mem.wrapper, *command], env, lambda exc: _cannot_start(command, env, exc))
 
 
-def _missing(command: str) -> bool:
-    import shutil  # only with a numactl wrapper: shutil costs the exec path about 3 ms
+def _cannot_start(command: Sequence[str], env: Mapping[str, str], exc: OSError | None) -> tuple[str, int] | None:
+    """What a shell says when ``command`` cannot start (its ``#!`` interpreter: "bad interpreter"), read as
+    ``affrun run`` reads it (:func:`launcher.launch.shebang.exec_failure`); imported only then."""
+    from launcher.launch.shebang import exec_failure
 
-    return shutil.which(command) is None
+    return exec_failure(command, env, exc)

@@ -33,7 +33,8 @@ from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError, LaunchError
 from launcher.launch.exec_cmd import split_command
-from launcher.launch.run_target import check_command, exec_failure
+from launcher.launch.run_target import check_command
+from launcher.launch.shebang import exec_failure
 from launcher.options.groups import BindingOptions
 from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
 from launcher.options.usage import one_line_errors
@@ -133,6 +134,10 @@ def main(argv: Sequence[str]) -> int:
             print(shown(f"{TASK_VARIABLE}={task}"))
         for name, value in sorted(feed.items()):
             print(shown(f"{name}={value}"))
+        from launcher.launch.dry_run import job_notes
+
+        for line in job_notes(parent.to_json()):
+            print(line)
         if command:
             print("exec " + shell_join(command))
         return 0

@@ -5,14 +5,13 @@ rank lines said otherwise. So before it execs, ``affrun run`` resolves COMMAND (
 the kernel and ``env`` would: an interpreter by name on COMMAND's ``PATH``, ``env`` and its options (``-S`` split
 by :mod:`launcher.launch.shebang`), a script's ``#!`` line or pip's and uv's ``/bin/sh`` trampoline. A line it
 cannot read for sure is :class:`Unreadable` (a warning; ``--strict`` refuses); a COMMAND that cannot start is
-:class:`CannotStart` (its exec names the bad interpreter: :func:`exec_failure`). :func:`probe` then runs that
+:class:`CannotStart` (its exec names the bad interpreter: ``shebang.exec_failure``). :func:`probe` then runs that
 interpreter once under ``AFFRUN_RUN=probe``, bounded for real (its own process group, output in memory files).
 Each rule and why: docs/design.md §9 ("before the exec, does COMMAND's Python load the hook?").
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import signal
@@ -27,7 +26,7 @@ from launcher.bind.wire import PLAN_VARIABLE
 from launcher.context.launchers import read_python_options
 from launcher.context.run_role import PROBE, RUN_VARIABLE
 from launcher.errors import LaunchError
-from launcher.launch.shebang import Unreadable, cannot_run, script_interpreter, split_string
+from launcher.launch.shebang import Unreadable, find_program, script_interpreter, split_string
 
 # What the hook needs to find in a process's environment to bind it.
 HOOK_VARIABLES = (RUN_VARIABLE, PLAN_VARIABLE)
@@ -90,16 +89,6 @@ def site_options(args: Sequence[str]) -> tuple[str, ...]:
     ``site`` runs and which site-packages it reads (``-I``, ``-S``, ``-s``, ``-E``), as one word."""
     flags = "".join(dict.fromkeys(f for f in read_python_options(args)[0] if f in _SITE_FLAGS))
     return (f"-{flags}",) if flags else ()
-
-
-def find_program(name: str, environ: Mapping[str, str], cwd: str) -> str:
-    """Where ``execvp`` finds ``name`` with ``environ``'s PATH (``""``: nowhere)."""
-    candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in os.get_exec_path(dict(environ))]
-    for candidate in candidates:
-        path = os.path.join(cwd, candidate)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return ""
 
 
 def env_command(args: Sequence[str], environ: dict[str, str], cwd: str) -> tuple[list[str], str, list[str], str]:
@@ -313,19 +302,6 @@ def diagnose(target: Target) -> tuple[str, str]:
     return (f"COMMAND's Python {name} does not load affrun's startup hook, so no rank will be bound: run "
             f"COMMAND with the python of an environment that has affrun{ours}, or install affrun into that "
             f"interpreter ({target.interpreter} -m pip install affrun)"), ""
-
-
-def exec_failure(command: Sequence[str], environ: Mapping[str, str], exc: OSError) -> tuple[str, int] | None:
-    """When COMMAND's exec failed (``exc``) because of a script's ``#!`` interpreter: one line that names that
-    interpreter, as a shell's "bad interpreter" does, and the shell's status (127: it does not exist, else 126).
-    ``None``: COMMAND itself is the cause (not found, not executable)."""
-    here = os.getcwd()
-    path = find_program(command[0], environ, here)
-    found = cannot_run(path, here, exc.errno or 0) if path else None
-    if found is None:
-        return None
-    interp, why = found
-    return f"{command[0]}: bad interpreter {short(interp, 120)}: {why}", (127 if exc.errno == errno.ENOENT else 126)
 
 
 def check_command(command: Sequence[str], environ: Mapping[str, str], *, strict: bool, verbose: bool) -> bool:

@@ -1,5 +1,6 @@
 """How a script's ``#!`` line is read: by the kernel (:func:`script_interpreter`), by GNU ``env -S``
-(:func:`split_string`), and what a shell says when the interpreter it names cannot run (:func:`cannot_run`).
+(:func:`split_string`), and what a shell says when the interpreter it names cannot run (:func:`cannot_run`,
+:func:`exec_failure`: "bad interpreter", for ``affrun exec`` and ``affrun run`` alike).
 
 The kernel (``fs/binfmt_script.c``) takes the interpreter up to the first blank and everything after it, trimmed,
 as one argument; it keeps a carriage return (a file saved with Windows line endings names ``python3\\r``) and
@@ -10,9 +11,12 @@ expanded, ``\\c`` and a word starting with ``#`` end the string. Reading them di
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+from launcher.base.untrusted import short
 
 _SPACES = " \t\n\v\f\r"
 _ESCAPES = {"f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", '"': '"', "#": "#", "$": "$", "'": "'",
@@ -141,10 +145,11 @@ def _missing(interp: str) -> str:
     return ""
 
 
-def cannot_run(program: str, cwd: str, errno_: int) -> tuple[str, str] | None:
-    """When ``execve`` of the file ``program`` failed with ``errno_`` because of its ``#!`` interpreter (one that
-    does not exist, cannot be executed, or ``#!`` lines that loop or nest too deep): that interpreter, named as a
-    shell's "bad interpreter" names it, and why. ``None``: the interpreter is not the cause."""
+def cannot_run(program: str, cwd: str, errno_: int) -> tuple[str, str, int] | None:
+    """When ``execve`` of the file ``program`` fails (failed with ``errno_``) because of its ``#!`` interpreter
+    (one that does not exist, cannot be executed, or ``#!`` lines that loop or nest too deep): that interpreter,
+    named as a shell's "bad interpreter" names it, why, and the shell's status (127: it does not exist, else
+    126). ``None``: the interpreter is not the cause."""
     seen = [os.path.realpath(os.path.join(cwd, program))]
     names: list[str] = []  # each level's #! interpreter, as written
     for _ in range(MAX_DEPTH + 2):
@@ -155,13 +160,41 @@ def cannot_run(program: str, cwd: str, errno_: int) -> tuple[str, str] | None:
         interp = os.path.join(cwd, line[0])
         deeper = f"the #! line of {short_path(names[-2])} names {short_path(line[0])}: " if len(names) > 1 else ""
         if not os.path.exists(interp):
-            return names[0], deeper + (_missing(interp) or os.strerror(errno_))
+            return names[0], deeper + (_missing(interp) or os.strerror(errno_)), 127
         if os.path.isdir(interp) or not os.access(interp, os.X_OK):
-            return names[0], deeper + "it is not an executable file"
+            return names[0], deeper + "it is not an executable file", 126
         if os.path.realpath(interp) in seen:
-            return names[0], "the #! lines loop (" + " -> ".join([os.path.normpath(program), *names]) + ")"
+            return names[0], "the #! lines loop (" + " -> ".join([os.path.normpath(program), *names]) + ")", 126
         seen.append(os.path.realpath(interp))
-    return names[0], f"the #! lines nest more than {MAX_DEPTH} deep, further than Linux follows"
+    return names[0], f"the #! lines nest more than {MAX_DEPTH} deep, further than Linux follows", 126
+
+
+def find_program(name: str, environ: Mapping[str, str], cwd: str) -> str:
+    """Where ``execvp`` finds ``name`` with ``environ``'s PATH (``""``: nowhere)."""
+    candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in os.get_exec_path(dict(environ))]
+    for candidate in candidates:
+        path = os.path.join(cwd, candidate)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
+
+
+def exec_failure(command: Sequence[str], environ: Mapping[str, str],
+                 exc: OSError | None = None) -> tuple[str, int] | None:
+    """When COMMAND's exec failed (``exc``) because of a script's ``#!`` interpreter: one line that names that
+    interpreter, as a shell's "bad interpreter" does, and the shell's status (127: it does not exist, else 126).
+    ``None``: COMMAND itself is the cause (not found, not executable). Without ``exc``, before an exec that a
+    wrapper makes (numactl, whose own message names neither), the same, and a COMMAND not found (127).
+    ``affrun exec`` and ``affrun run`` (and so ``affrun torchrun --no-python``'s ranks) say it alike."""
+    here = os.getcwd()
+    path = find_program(command[0], environ, here)
+    if not path:
+        return (f"{command[0]}: command not found", 127) if exc is None else None
+    found = cannot_run(path, here, (exc.errno if exc is not None else None) or errno.ENOENT)
+    if found is None:
+        return None
+    interp, why, status = found
+    return f"{command[0]}: bad interpreter {short(interp, 120)}: {why}", status
 
 
 def short_path(path: str) -> str:

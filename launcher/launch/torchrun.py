@@ -252,6 +252,10 @@ def launch(argv: Sequence[str]) -> int:
         print("worker: " + shell_join(worker))
         for name, value in sorted(feed.items()):
             print(shown(f"{name}={value}"))
+        from launcher.launch.dry_run import job_notes
+
+        for line in job_notes(parent.to_json()):
+            print(line)
         return 0
     start_afresh(feed)
     os.environ.update(feed)  # every rank's environment: its startup hook meters it (launcher.feed.meter)

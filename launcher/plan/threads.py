@@ -16,8 +16,22 @@ from launcher.base.cpulist import format_cpulist
 from launcher.base.split import worker_split
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Collection, Iterable, Sequence
     from typing import Any, Protocol
+
+    class RankCpus(Protocol):
+        """A rank's CPU lists, in any collection: a plan's entry, a rank's record or binding, a live rank's."""
+
+        @property
+        def cpus(self) -> Collection[int]: ...
+        @property
+        def compute_cpus(self) -> Collection[int]: ...
+        @property
+        def loader_cpus(self) -> Collection[int]: ...
+        @property
+        def comm_cpus(self) -> Collection[int]: ...
+        @property
+        def main_cpus(self) -> Collection[int]: ...
 
     class RankThreadFields(Protocol):
         """What a thread plan is made from: a RankPlan, a RankRecord or a live rank's variables."""
@@ -100,6 +114,23 @@ def _minus(cpus: Sequence[int], taken: Sequence[int]) -> tuple[int, ...]:
     return left or tuple(sorted(cpus))
 
 
+def working_cpus(rank: RankCpus) -> tuple[int, ...]:
+    """The CPUs the rank computes on: its compute and loader CPUs, never a comm core. Its mask holds its own comm
+    cores (NCCL pins its threads there) and, in ``numa`` and ``socket`` modes, those of the ranks it shares CPUs
+    with; neither is in these. The main thread's first OpenMP place, and the CPUs its DataLoader workers share
+    out (:func:`worker_pool`), are these (docs/nics.md, "Cores for the communication threads"). A rank whose lists
+    name no compute CPU (variables without ``AFFRUN_COMPUTE_CPUS``) computes on its mask off its comm cores."""
+    comm = set(rank.comm_cpus)
+    compute = set(rank.compute_cpus) or set(rank.cpus)
+    return tuple(sorted((compute | set(rank.loader_cpus)) - comm)) or tuple(sorted(rank.cpus))
+
+
+def worker_pool(rank: RankCpus) -> tuple[int, ...]:
+    """The CPUs a rank's DataLoader workers share out where it has no loader CPUs: :func:`working_cpus` off the
+    main core (all of them when that leaves none)."""
+    return _minus(working_cpus(rank), tuple(rank.main_cpus))
+
+
 def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[int]] = ()) -> ThreadPlan:
     """The homes of ``rank``'s threads with ``workers`` DataLoader workers; ``cores``: the machine's PU groups,
     which the workers are cut by (docs/threads.md, "The thread plan").
@@ -110,8 +141,8 @@ def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[i
       sized to the main thread's home when it is one core, else to the rank's threads;
     * pin-memory: the loader CPUs, else the compute CPUs off the main core; communication (NCCL's threads, and
       every thread born while torch.distributed makes a group): the comm CPUs, else the rank's CPUs off the main
-      core; worker *k*: :func:`launcher.base.split.worker_split`, off the main core and
-      the comm cores, every pool inside it sized to its CPUs.
+      core; worker *k*: :func:`launcher.base.split.worker_split` of the loader CPUs, else of :func:`worker_pool`
+      (off the main core and every comm core), every pool inside it sized to its CPUs.
     """
     main_cpus = tuple(sorted(rank.main_cpus))
     compute = tuple(sorted(rank.compute_cpus))
@@ -134,9 +165,8 @@ def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[i
     rest = _minus(everything, main_cpus)
     nccl = Home("nccl_proxy", comm or rest, 0, "NCCL's and torch.distributed's threads: the comm cores" if comm else
                 "the rank's CPUs" + (off if main_cpus and set(rest).isdisjoint(main_cpus) else ""))
-    pool_cpus = _minus(everything, (*main_cpus, *comm))  # NCCL's comm cores are no worker's either
     homes = tuple(WorkerHome(k, tuple(cpus), len(cpus))
-                  for k, cpus in enumerate(worker_split(max(0, workers), loader, pool_cpus, cores)))
+                  for k, cpus in enumerate(worker_split(max(0, workers), loader, worker_pool(rank), cores)))
     pools: dict[PoolName, int] = {"openmp": threads, "blas": inherit, "opencv": inherit, "rayon": inherit,
                                   "numexpr": inherit, "interop": inherit}
     return ThreadPlan(rank.local_rank, main, omp, interop, pin, nccl, homes, pools)

@@ -40,6 +40,7 @@ class LiveRank:
     threads: int  # its threads and its children's
     strayed: int  # of them, those that ran outside their homes
     planned: bool  # whether it carries a thread plan
+    exited: bool = False  # it exited during the sample, or before it (a zombie): it runs nowhere now
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class LiveJob:
     seconds: float
     ranks: tuple[LiveRank, ...]
     use: Use
+    ended: bool = False  # the audited process exited (a zombie counts), which ended the sample
 
 
 class LiveModel(Model):
@@ -98,7 +100,9 @@ def _legend(model: LiveModel, job: LiveJob, width: int, color: bool) -> list[Blo
         swatch = Text(0, 0, f" {r.key:>2} " if color else f"[{r.key:>2}]", Style("rank", (r.key,)), swatch=r.key)
         plan = f"{r.strayed} strayed" if r.planned else "no thread plan"
         label = shown(r.label)  # a process's name, as the kernel has it: escaped in the picture and the SVG
-        out.append(text_line(swatch, (f"  {label}: CPUs {r.cpus or '?'}, {r.threads} thread(s), {plan}", PLAIN)))
+        gone = " (exited)" if r.exited else ""
+        out.append(text_line(swatch, (f"  {label}{gone}: CPUs {r.cpus or '?'}, {r.threads} thread(s), {plan}",
+                                      PLAIN)))
     return out
 
 
@@ -107,7 +111,8 @@ def draw_live(topo: Topology, job: LiveJob, width: int, color: bool) -> Block:
     model = LiveModel(topo, job.use)
     strayed = sum(r.strayed for r in job.ranks)
     head = (f"affrun show --pid {job.pid} · {len(job.ranks)} rank(s), {job.processes} process(es) · "
-            f"{job.samples} samples over {job.seconds:.2f} s")
+            f"{job.samples} samples over {job.seconds:.2f} s" + ("; the job exited, which ended the sample"
+                                                                 if job.ended else ""))
     machine = (f"{len(topo.cores)} cores / {sum(len(c.pus) for c in topo.cores)} CPUs online · allowed "
                f"{format_cpulist(topo.allowed) or 'none'} · where each thread ran (/proc/PID/task/TID/stat)")
     parts = [*wrap(head, width, BOLD), *wrap(machine, width, DIM), body(model, width, color), Block(0, 1),

@@ -1,6 +1,6 @@
 """One trial: ``affrun torchrun --feed-report --feed-json TMP`` with the user's options and the candidate's, in a
-session of its own, its output kept as a bounded tail (:mod:`launcher.tune.capture`); warmed up, measured, then
-stopped and swept (:mod:`launcher.tune.sweep`). A job that exits non-zero before its window is measured failed,
+session of its own, its output read for the line that names its error (:mod:`launcher.tune.capture`); warmed up,
+measured, then stopped and swept (:mod:`launcher.tune.sweep`). A job that exits non-zero before its window is measured failed,
 whatever it measured before: a plan under which the script crashes is no advice.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from launcher.feed.meter import FORCE_VARIABLE  # the meter sets every DataLoader's num_workers
-from launcher.tune.capture import Tail, last_line
+from launcher.tune.capture import Tail
 from launcher.tune.measure import Reading, Window, all_advanced, all_started, reading, window
 from launcher.tune.sweep import MARKER, Member, boot_ticks, stop, watch
 
@@ -88,7 +88,7 @@ def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, ta
         outcome = "interrupted"
     finally:
         survivors = stop(proc, marker, family, since)
-        output = tail.finish()
+        blame = tail.finish()
     code = None if proc is None else proc.returncode
     measured = first if isinstance(first, Window) else None
     if outcome == "ended":
@@ -101,7 +101,7 @@ def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, ta
         else:
             measured = window(start, final) or window({}, final)
             outcome = "measured" if measured is not None else "no-loader"
-    return TrialRun(outcome, measured, code, last_line(output), survivors)  # type: ignore[arg-type]
+    return TrialRun(outcome, measured, code, blame, survivors)  # type: ignore[arg-type]
 
 
 def _watch(proc: subprocess.Popen[bytes], spec: TrialSpec, feed_json: str, deadline: float,

@@ -4,7 +4,7 @@ loop: more workers feed it faster), with ``num_workers`` hard-coded as a script 
 ``--workers ask``: ask affrun (``launcher.torch.loader_workers()``).
 ``--seconds T``: stop after T s and print the loop's own batches/s after its first second (one JSON line).
 ``--record DIR``: write this rank's argv (hex bytes) and the pids of the rank and its workers into DIR.
-``--fail``: raise ValueError at once; ``--fail-with-workers N``: exit 3 when affrun asks for N workers; ``--no-loader``:
+``--fail``: raise ValueError at once (``--fail-padding N``: its message N bytes longer); ``--fail-with-workers N``: exit 3 when affrun asks for N workers; ``--no-loader``:
 run ``--seconds`` without any DataLoader.
 """
 
@@ -41,6 +41,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=0.0)
     p.add_argument("--record")
     p.add_argument("--fail", action="store_true")
+    p.add_argument("--fail-padding", type=int, default=0)
     p.add_argument("--fail-with-workers")
     p.add_argument("--no-loader", action="store_true")
     args, _ = p.parse_known_args()
@@ -50,7 +51,8 @@ def main() -> None:
         with open(os.path.join(args.record, "argv"), "w") as fh:
             json.dump([os.fsencode(a).hex() for a in sys.argv[1:]], fh)
     if args.fail:
-        raise ValueError("failing on purpose")  # a script's own error: tune names it, not torchrun's summary
+        # a script's own error: tune names it, not torchrun's summary nor its frames, however long the message
+        raise ValueError("failing on purpose" + " padding" * (args.fail_padding // 8))
     if args.fail_with_workers is not None and os.environ.get("AFFRUN_LOADER_WORKERS") == args.fail_with_workers:
         print("feed_loop: RuntimeError: failing with these workers on purpose", file=sys.stderr)
         sys.exit(3)

@@ -556,20 +556,30 @@ def _wait_state(pid: int, state: str, timeout: float = 60) -> None:
 
 
 def test_a_zombie_is_reported_as_exited() -> None:
-    """A child this test has not reaped yet is a zombie: it has exited, whatever /proc still lists."""
+    """A child this test has not reaped yet is a zombie: it has exited, whatever /proc still lists. doctor --pid
+    and show --pid say so alike (from the one reader of its state, its stat's Z), and neither says it ran on a
+    CPU during the sample: its stat keeps the CPU it last ran on, before it exited."""
     zombie = subprocess.Popen(["true"])
     try:
         _wait_state(zombie.pid, "Z")
         as_json = run(affrun_argv("doctor", "--pid", str(zombie.pid), "--duration", "300", "--json"), timeout=240)
         as_text = run(affrun_argv("doctor", "--pid", str(zombie.pid), "--duration", "300"), timeout=240)
+        shown = run(affrun_argv("show", "--pid", str(zombie.pid), "--duration", "300"), timeout=240)
     finally:
         zombie.wait(timeout=30)
     assert as_json.returncode in (0, 1), as_json.stderr[-3000:]
     data = json.loads(as_json.stdout)
     assert [p["alive"] for p in data["processes"]] == [False]
+    assert [t["ran"] for p in data["processes"] for t in p["threads"]] in ([], [""]), data["processes"]
     assert data["duration_s"] < 150  # nothing to wait for: the job has already ended
     head = [line for line in as_text.stdout.splitlines() if f"pid {zombie.pid} " in line]
     assert head and "(exited)" in head[0], as_text.stdout
+    assert "the job exited, which ended the sample" in as_text.stdout
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    picture = " ".join(shown.stdout.split())  # the header wraps
+    assert "the job exited, which ended the sample" in picture, shown.stdout
+    assert f"(pid {zombie.pid}) (exited):" in picture, shown.stdout
+    assert "no thread of the job ran here" in picture and " main thread " not in picture, shown.stdout
 
 
 def _kernel_thread() -> int | None:

@@ -6,13 +6,18 @@ threads than its one CPU (each gets a few percent: still oversubscribed)."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from tests.conftest import need
-from tests.launch import affrun_argv, require_torch
+from tests.launch import affrun_argv, clean_env, communicate, require_torch
+from tests.system.test_doctor_hostile_targets import _watches
 from tests.system.test_doctor_live import CPUS, audit, findings, job_env, kill_all, processes, running
 
 FIRST, LAST = min(CPUS), max(CPUS)
@@ -111,6 +116,53 @@ def test_a_dataloader_per_epoch_is_one_set_of_workers(tmp_path: Path) -> None:
     assert len({p["worker"]["cpus"] for p in live}) == len(live), live
     pinned = [(t["home"], t["allowed"]) for p in live for t in p["threads"] if t["allowed"] in planned]
     assert all(home == allowed for home, allowed in pinned), pinned
+
+
+PAUSING = r"""
+import os, signal, time, torch
+from torch.utils.data import DataLoader, Dataset
+class Slow(Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        time.sleep(0.02)
+        return i
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+os.write(1, f"READY {os.getpid()}\n".encode())
+signal.sigwait({signal.SIGUSR1})  # the doctor samples from here
+for epoch in range(6):
+    for _ in DataLoader(Slow(), num_workers=1, multiprocessing_context="fork"):
+        pass
+    time.sleep(0.3)  # between epochs: no worker runs
+"""
+
+
+def test_loaders_one_after_another_with_none_running_at_the_end_are_one_worker_each(tmp_path: Path) -> None:
+    """Issue 40: a DataLoader of one worker per epoch, with a pause between epochs, and the sample ends when no
+    worker runs (here: when the job ends). Each loader's worker is worker 0 of 1, at home on the rank's CPUs (the
+    hook pinned it there); before, the workers of every epoch read as one loader's 6, each "matched by pid order"
+    to another's home: false thread-strayed warnings."""
+    require_torch()
+    need(hasattr(os, "pidfd_open"), "needs pidfd_open (Linux 5.3) to see when the doctor has begun sampling")
+    script = tmp_path / "pausing.py"
+    script.write_text(PAUSING)
+    with running(affrun_argv("exec", "--", sys.executable, str(script)), job_env()) as (_, lines):
+        pid = int(lines[0].split()[1])
+        doctor = subprocess.Popen(affrun_argv("doctor", "--pid", str(pid), "--duration", "600", "--json"),
+                                  env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not _watches(doctor.pid, pid):  # the doctor opens a pidfd of its target, then samples it
+            assert doctor.poll() is None and time.monotonic() < deadline, "the doctor never began sampling"
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGUSR1)
+        out, err = communicate(doctor, 300)
+    assert doctor.returncode in (0, 1), err[-3000:]
+    data = json.loads(out)
+    workers = [p for p in processes(data, "child") if p.get("worker")]
+    assert len(workers) >= 2 and not any(p["alive"] for p in workers), workers  # several loaders, none at the end
+    assert [(p["worker"]["index"], p["worker"]["of"]) for p in workers] == [(0, 1)] * len(workers), workers
+    assert _rank(data)["thread_plan"]["workers_seen"] == 1
+    assert "thread-strayed" not in findings(data), findings(data)["thread-strayed"]["message"]
 
 
 POOL = r"""

@@ -159,12 +159,21 @@ def bad_interpreters(tmp: Path) -> dict[str, tuple[Path, str, str, int]]:
     }
 
 
+# affrun run; affrun exec (issue 40: it said "command not found"); affrun exec through numactl, whose own message
+# ("numactl: execution of ... failed", status 1) would name neither
+LAUNCHERS = {"run": ("run", "--nproc-per-node", "1"), "exec": ("exec",),
+             "exec through numactl": ("exec", "--mem-backend", "numactl", "--mem-policy", "membind")}
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 @pytest.mark.parametrize("case", ["CRLF", "removed venv", "dangling link", "#! loop", "interpreter is a directory",
                                   "nested"])
-def test_an_interpreter_that_cannot_run_is_named(tmp_path: Path, case: str) -> None:
+def test_an_interpreter_that_cannot_run_is_named(tmp_path: Path, case: str, launcher: str) -> None:
+    if launcher == "exec through numactl":
+        need(shutil.which("numactl") is not None, "numactl is not installed")
     path, shown, why, status = bad_interpreters(tmp_path)[case]
     for command in ([str(path)], [path.name]):  # by path, and by name on PATH
-        proc = affrun("run", "--nproc-per-node", "1", "--", *command, env={"PATH": f"{path.parent}:/usr/bin:/bin"})
+        proc = affrun(*LAUNCHERS[launcher], "--", *command, env={"PATH": f"{path.parent}:/usr/bin:/bin"})
         line = refused(subprocess.CompletedProcess(proc.args, 2 if proc.returncode == status else proc.returncode,
                                                    proc.stdout, proc.stderr), "bad interpreter", shown, why)
         assert "command not found" not in line and "symbolic links" not in line
@@ -175,6 +184,23 @@ def test_an_interpreter_that_cannot_run_is_named(tmp_path: Path, case: str) -> N
         assert subprocess.run([bash, "-c", f"'{path}'"], env=clean_env(), capture_output=True).returncode == status
 
 
-def test_a_missing_command_is_still_not_found(tmp_path: Path) -> None:
-    proc = affrun("run", "--nproc-per-node", "1", "--", str(tmp_path / "nothing-here.py"))
-    assert proc.returncode == 127 and "command not found" in proc.stderr and rank_lines(proc.stderr) == []
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_missing_command_is_still_not_found(tmp_path: Path, launcher: str) -> None:
+    if launcher == "exec through numactl":
+        need(shutil.which("numactl") is not None, "numactl is not installed")
+    proc = affrun(*LAUNCHERS[launcher], "--", str(tmp_path / "nothing-here.py"))
+    assert proc.returncode == 127 and rank_lines(proc.stderr) == []
+    assert proc.stderr.splitlines() == [f"affrun: error: {tmp_path / 'nothing-here.py'}: command not found"]
+
+
+def test_torchrun_no_python_ranks_name_the_bad_interpreter(tmp_path: Path) -> None:
+    """``affrun torchrun --no-python`` starts the script itself, through each rank's ``affrun exec``."""
+    from tests.launch import require_torch
+
+    require_torch()
+    path, shown, why, _status = bad_interpreters(tmp_path)["removed venv"]
+    proc = affrun("torchrun", "--nproc-per-node", "1", "--no-python", str(path))
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")]
+    assert errors and errors[0].startswith(f"affrun: error: {path}: bad interpreter {shown}: "), proc.stderr[-3000:]
+    assert why in errors[0] and "command not found" not in proc.stderr

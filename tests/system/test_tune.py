@@ -116,12 +116,18 @@ def test_arguments_arrive_byte_for_byte_and_ctrl_c_leaves_no_process(tmp_path: P
     assert not [pid for pid in pids if _alive(pid)], [(pid, (record / f"pid-{pid}").read_text()) for pid in pids]
 
 
-def test_a_first_trial_that_fails_is_one_error_line() -> None:
-    proc = _tune("--nproc-per-node", "1", *SHORT, FEED_LOOP, "--fail")
+@pytest.mark.parametrize("padding", [0, 200_000])
+def test_a_first_trial_that_fails_is_one_error_line(padding: int) -> None:
+    # The script's error, not torchrun's summary; with a message of 200 kB (three times what tune once kept of a
+    # trial's output, whose last 64 KiB then began inside it) not torchrun's frame that followed it either.
+    proc = _tune("--nproc-per-node", "1", *SHORT, FEED_LOOP, "--fail", "--fail-padding", str(padding))
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = _error_lines(proc.stderr)
     assert "failed in its first trial" in line and "exit" in line
-    assert line.endswith("ValueError: failing on purpose"), line  # the script's error, not torchrun's summary
+    if padding:
+        assert "ValueError: failing on purpose padding padding" in line, line
+    else:
+        assert line.endswith("ValueError: failing on purpose"), line
 
 
 @pytest.mark.parametrize("extra", [("--seconds", "1"), ("--start-seconds", "3")])

@@ -17,7 +17,7 @@ from launcher.env.policy import rank_environment
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology.model import Topology
 from launcher.topology.sysfs import read_sysfs
-from tests.fakesys import FakeGPU, uniform
+from tests.fakesys import FakeGPU, uniform, write_tree
 from tests.plan_cases import SETTINGS, cases, plan_or_error
 from tests.unit.test_plan_layouts import dgx_a100, plan_of, read, two_nodes
 
@@ -201,3 +201,32 @@ def test_the_rank_reads_its_comm_cpus_and_refuses_a_plan_no_planner_made(tmp_pat
             broken["plan"]["ranks"][0][field] = bad
         with pytest.raises(LaunchError, match=message):
             read_job(json.dumps(broken))
+
+
+def test_no_rank_computes_on_a_sharer_s_comm_core_its_first_place_included(tmp_path: Path) -> None:
+    # Issue 40, item 4: one node of 8 cores (0-7) and two GPUs, `affrun plan --mode numa|socket --nproc-per-node 2
+    # --comm-cores 1`: rank 0 keeps core 7, rank 1 core 6, and both share cores 0-5 (3 threads each). Each mask
+    # is the node's (0-7), so it holds the other's comm core, but no OpenMP place does: the first place (where the
+    # main thread is bound and which forked workers inherit) is 0-5, not 0-6 (rank 0) nor 0-5,7 (rank 1). With
+    # --main-thread compute, rank 0's main core is 0 and rank 1's 1; --omp-bind core gives one place per core.
+    # `affrun doctor` in rank 0's environment finds no collapse risk in that first place.
+    import json
+
+    from tests.launch import affrun
+
+    m = uniform(1, 8)
+    m.gpus = [FakeGPU(pci="0000:17:00.0", numa_node=0), FakeGPU(pci="0000:3a:00.0", numa_node=0)]
+    root = str(write_tree(tmp_path / "root", m))
+    expected = {(): ["{0,1,2,3,4,5}"] * 2, ("--main-thread", "compute"): ["{0},{1:5},{1:5}", "{1},{0,2:4},{0,2:4}"],
+                ("--omp-bind", "core"): ["{0,1,2,3,4,5},{1},{2},{3},{4},{5}"] * 2}
+    for mode in ("numa", "socket"):
+        for extra, places in expected.items():
+            result = affrun("plan", "--fsroot", root, "--mode", mode, "--nproc-per-node", "2", "--comm-cores", "1",
+                            "--json", *extra)
+            assert result.returncode == 0, result.stderr
+            ranks = json.loads(result.stdout)["ranks"]
+            assert [r["comm_cpus"] for r in ranks] == [[7], [6]] and [r["cpus"] for r in ranks] == [list(range(8))] * 2
+            assert [r["env"]["OMP_PLACES"] for r in ranks] == places, (mode, extra)
+            assert [r["env"]["OMP_NUM_THREADS"] for r in ranks] == ["3", "3"]
+    doctor = affrun("doctor", "--fsroot", root, "--nproc-per-node", "2", "--json", env=ranks[0]["env"])
+    assert "collapse-risk" not in {f["id"] for f in json.loads(doctor.stdout)["findings"]}, doctor.stdout

@@ -257,9 +257,13 @@ def check_plan(data: dict[str, Any], cores: list[tuple[int, ...]], user: dict[st
     * the env agrees with the thread plan: each pool variable, ``AFFRUN_MAIN_CPUS``, ``NCCL_PROXY_CPUSET``; and
       the thread plan a live rank reads back from its ``AFFRUN_*`` variables is the plan's;
     * the workers shown (one per loader core) keep :func:`check_workers`' promises;
-    * in ``exclusive`` and ``l3`` modes, no two ranks share a CPU (main, comm, loader and compute ones included).
+    * in ``exclusive`` and ``l3`` modes, no two ranks share a CPU (main, comm, loader and compute ones included);
+    * no rank computes on a comm core, its own or another's (``numa``/``socket`` sharers hold each other's in
+      their masks): none is in any of its OpenMP places, the first included, nor its team's, pin-memory thread's
+      or DataLoader workers' homes.
     """
     owner: dict[int, int] = {}
+    every_comm = frozenset(p for rank in data["ranks"] for p in rank["comm_cpus"])
     for rank in data["ranks"]:
         where = f"rank {rank['local_rank']}"
         cpus = frozenset(rank["cpus"])
@@ -301,10 +305,15 @@ def check_plan(data: dict[str, Any], cores: list[tuple[int, ...]], user: dict[st
         assert env["AFFRUN_MAIN_CPUS"] == format_cpulist(main), where
         places = parse_places(env["OMP_PLACES"])
         assert places, f"{where}: OMP_PLACES={env['OMP_PLACES']}"
-        # the main thread's place: its core, else the rank's CPUs off the comm cores (never OpenMP's), inside
-        # its home (the rank's whole set: the mask the process has before an OpenMP runtime binds it)
-        assert places[0] == (main or cpus - comm) and places[0] <= homes["main"], f"{where}: {env['OMP_PLACES']}"
+        # the main thread's place: its core, else the CPUs the rank computes on (its compute and loader CPUs: no
+        # comm core, its own nor a sharer's), inside its home (the rank's whole set: the mask the process has
+        # before an OpenMP runtime binds it)
+        working = compute | frozenset(rank["loader_cpus"])
+        assert places[0] == (main or working) and places[0] <= homes["main"], f"{where}: {env['OMP_PLACES']}"
         assert all(place <= homes["omp"] for place in places[1:]), f"{where}: a team place off the team's home"
+        computing = [*places, homes["omp"], homes["pin_memory"], *(parse_cpulist(w["cpus"]) for w in tp["workers"])]
+        on_comm = [format_cpulist(c & every_comm) for c in computing if c & every_comm]
+        assert not on_comm, f"{where}: computes on comm CPUs {on_comm} ({env['OMP_PLACES']}, {data['mode']})"
         if main or comm:
             assert env["NCCL_PROXY_CPUSET"] == tp["nccl_proxy"]["cpus"], where
         else:
@@ -324,19 +333,21 @@ def check_plan(data: dict[str, Any], cores: list[tuple[int, ...]], user: dict[st
 def check_workers(where: str, rank: dict[str, Any], workers: list[dict[str, Any]],
                   cores: list[tuple[int, ...]]) -> None:
     """DataLoader workers (``WorkerHome.to_dict()``\\ s) of a rank: each inside the loader CPUs when it has some,
-    else inside its CPUs off the main and comm cores (all of them when nothing else is left: threads.py
-    ``_minus``); its pools its CPU count; disjoint when no more than the PUs of that pool; each a union of whole
-    cores (the pool's PUs of each) when no more than its cores."""
+    else inside its compute CPUs off the main core (all of them when nothing else is left: threads.py
+    ``_minus``), never on a comm core (its own, or in its mask a sharer's); its pools its CPU count; disjoint when
+    no more than the PUs of that pool; each a union of whole cores (the pool's PUs of each) when no more than its
+    cores."""
     cpus, loader = frozenset(rank["cpus"]), frozenset(rank["loader_cpus"])
-    kept = frozenset(rank["main_cpus"]) | frozenset(rank["comm_cpus"])
-    pool = loader or (cpus - kept) or cpus
+    working = frozenset(p for core in rank["compute_cores"] for p in core) | loader
+    kept = frozenset(rank["main_cpus"]) | (cpus - working)
+    pool = loader or (working - kept) or working
     units = {frozenset(c) & pool for c in cores} - {frozenset()}
     units |= {frozenset([p]) for p in pool - frozenset().union(*units)}
     seen: set[int] = set()
     for w in workers:
         mine = parse_cpulist(w["cpus"])
         assert mine and mine <= pool, f"{where}: worker {w['index']} on {w['cpus']}, outside its pool {sorted(pool)}"
-        assert loader.isdisjoint(kept) and (mine.isdisjoint(kept) or not cpus - kept), where
+        assert loader.isdisjoint(kept) and (mine.isdisjoint(kept) or not working - kept), where
         assert w["pools"] == len(mine), f"{where}: worker {w['index']}'s pools are {w['pools']} on {w['cpus']}"
         if len(workers) <= len(pool):
             assert seen.isdisjoint(mine), f"{where}: worker {w['index']} shares CPUs ({len(workers)} workers)"

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.tune.capture import LIMIT, Tail, last_line
+from launcher.tune.capture import HEAD, Blame, Tail, last_line
 from launcher.tune.sweep import boot_ticks, descendants, subreaping, sweep
 
 # A child that double-forks: the grandchild starts a session of its own, writes its pid and execs `sleep` with an
@@ -67,14 +67,37 @@ def test_an_orphan_in_a_new_session_stays_a_descendant_and_is_swept(tmp_path: Pa
         os.kill(pid, 9)
 
 
-def test_the_output_is_a_bounded_tail() -> None:
+def test_the_output_is_read_in_bounded_memory() -> None:
+    # 5 MB on one line, then a line: what is kept of the long line is its start (HEAD bytes), never all of it
     tail = Tail()
     proc = subprocess.Popen(["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; printf '\\nlast\\n'"],
                             stdout=tail.fd, stderr=subprocess.STDOUT)
     tail.started()
     proc.wait()
-    kept = tail.finish()
-    assert len(kept) == LIMIT and kept.endswith(b"x\nlast\n")
+    assert tail.finish() == "last"
+    blame = Blame()
+    blame.feed(b"KeyError: " + b"k" * 5_000_000)
+    assert len(blame._line) == HEAD and blame.line().startswith("KeyError: kkk")
+
+
+def test_the_script_s_exception_is_found_however_long_it_is_and_whatever_follows() -> None:
+    # A rank's traceback whose exception line is 300 kB, then torchrun's own traceback (whose frame in
+    # torch/distributed/elastic/multiprocessing/errors says "error") and its summary; fed whole, byte by byte and
+    # in tune's chunks, the blame is the script's exception line.
+    output = (b"affrun: starting rank 0/1 host h cpus 0-1\nTraceback (most recent call last):\n"
+              b'  File "/job/train.py", line 1, in <module>\n' + b"ValueError: bad shard " + b"s" * 300_000 + b"\n"
+              b"E1204 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 1)\nTraceback (most recent call last):\n"
+              b'  File "/v/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 367, in wrapper\n'
+              b"    return f(*args, **kwargs)\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+              b"====\n/job/train.py FAILED\n  error_file: <N/A>\n  traceback : see errors.html\n====\n")
+    for step in (len(output), 1, 4096, 65536):
+        blame = Blame()
+        for i in range(0, len(output), step):
+            blame.feed(output[i:i + step])
+        assert blame.line().startswith("ValueError: bad shard sss") and len(blame.line()) <= 203, step
+    # without an exception line: the last line that says an error, never torchrun's frame
+    assert last_line(b"loading\ncuda error: out of memory\n" + output[output.index(b"E1204"):]) == (
+        "cuda error: out of memory")
 
 
 def test_the_last_line_is_one_printable_line() -> None:

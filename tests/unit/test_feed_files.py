@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from launcher.base.outpath import unwritable
 from launcher.feed import files
 
 
@@ -93,27 +92,6 @@ def test_own_dir(tmp_path: Path) -> None:
     assert not files.own_dir(str(mine), os.getuid() + 1)
     assert not files.own_dir(str(shared), os.getuid()) and not files.own_dir(str(link), os.getuid())
     assert files.lock_problem(str(mine / "feed.json")) is None and os.listdir(mine) == []
-
-
-def test_unwritable_names_what_the_path_is(tmp_path: Path) -> None:
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    to_device = tmp_path / "null"
-    to_device.symlink_to("/dev/null")
-    loop = tmp_path / "loop"
-    loop.symlink_to(loop)
-    ours = tmp_path / "ours.json"
-    ours.write_text("")
-    dangling = tmp_path / "dangling"
-    dangling.symlink_to(tmp_path / "later.json")
-    assert unwritable("") == "is empty: give a file"
-    assert "is a directory" in (unwritable(str(tmp_path)) or "")
-    assert "is a FIFO, not a regular file" in (unwritable(str(fifo)) or "")
-    assert f"is a character device (through its link to {os.path.realpath('/dev/null')})" in (
-        unwritable(str(to_device)) or "")
-    assert "cannot be used" in (unwritable(str(loop)) or "")
-    assert "does not exist" in (unwritable(str(tmp_path / "no" / "f.json")) or "")
-    assert unwritable(str(ours)) is None and unwritable(str(dangling)) is None
 
 
 def test_a_rank_line_with_control_characters_is_escaped(capfd: pytest.CaptureFixture[str]) -> None:

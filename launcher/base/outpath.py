@@ -44,10 +44,11 @@ def marked(marker: bytes) -> Mine:
     return lambda fd: marker in os.pread(fd, HEAD, 0)
 
 
-def _shown(path: str) -> str:
+def _shown(path: str, limit: int = 200) -> str:
+    """``path`` for an error line: a ``repr``, at most about ``limit`` characters (the line stays short)."""
     from launcher.base.untrusted import short
 
-    return short(path, 160)
+    return short(path, limit)
 
 
 def _procfs() -> int | None:
@@ -160,7 +161,7 @@ def check(path: str, mine: Mine, script: str | None = None) -> str:
         info = os.lstat(real) if os.path.lexists(real) else None
     except (OSError, ValueError) as exc:  # a link loop, a component that is a file, a NUL byte
         raise Refused(f"cannot be used: {getattr(exc, 'strerror', None) or exc}") from None
-    through = "" if given is None or not stat.S_ISLNK(given.st_mode) else f" (through its link to {_shown(real)})"
+    through = "" if given is None or not stat.S_ISLNK(given.st_mode) else f" (through its link to {_shown(real, 120)})"
     if magic:
         raise Refused("reaches a file through /proc (as /dev/stdout and /dev/fd/N do): that is a file some process "
                       "holds open, not a name; give a file's own path")
@@ -180,16 +181,15 @@ def check(path: str, mine: Mine, script: str | None = None) -> str:
 
 
 def write(path: str, data: bytes, mine: Mine, mode: int | None = None, script: str | None = None) -> str:
-    """``data`` as the output file ``path``, checked again (:func:`check`) and written by :func:`replace_file`;
-    the real path written. A file that was there keeps its permission bits; ``mode`` sets them. A file created at
-    the name while this ran is never replaced. Raises :class:`Refused` or OSError."""
+    """``data`` as the output file ``path``, checked again (:func:`check`) and written by :func:`replace_file`
+    (``mode`` as it says); the real path written. A file created at the name, or put in the place of the file
+    checked, while this ran is never replaced. Raises :class:`Refused` or OSError."""
     real = check(path, mine, script)
     try:
         before: os.stat_result | None = os.lstat(real)
     except FileNotFoundError:
         before = None
-    keep = mode if mode is not None or before is None else stat.S_IMODE(before.st_mode) & 0o777
-    replace_file(real, data, 0o666 if keep is None else keep, exact=keep is not None, was=before)
+    replace_file(real, data, mode, was=before)
     return real
 
 
@@ -219,21 +219,24 @@ def _error(option: str | Opt, path: str, exc: Exception) -> ConfigError:
     return ConfigError(named, why)
 
 
-def replace_file(path: str, data: bytes, mode: int = 0o666, exact: bool = False,
+def replace_file(path: str, data: bytes, mode: int | None = None,
                  was: os.stat_result | bool | None = True) -> None:
     """``data`` as the file ``path``: a new file beside it (created exclusively, never through a link, in the
     directory opened once without following a link) is written, then renamed over the name, so a reader sees the
-    old file or the new one. ``mode`` (through the umask unless ``exact``). ``was``: ``True`` replaces whatever is
-    at the name; the file checked before (its ``lstat``) only that file; ``None`` only nothing (a hard link makes
-    the new name, which fails if something took it). Whatever fails or interrupts it, the new file is removed."""
+    old file or the new one. ``mode``: these permission bits; ``None``: the old file's, else 0666 less the umask.
+    ``was``: ``True`` replaces whatever is at the name; the file checked before (its ``lstat``) only that file;
+    ``None`` only nothing (a hard link makes the new name, which fails if something took it). Whatever fails or
+    interrupts it, the new file is removed."""
     where, name = os.path.split(path)
     dfd = os.open(where or ".", _DIR)
     try:
+        if mode is None:
+            mode = _bits(name, dfd, was)
         tmp = temporary(name)
-        fd = os.open(tmp, _NEW, mode, dir_fd=dfd)
+        fd = os.open(tmp, _NEW, 0o666 if mode is None else 0o600, dir_fd=dfd)
         try:
             try:
-                if exact:
+                if mode is not None:
                     os.fchmod(fd, mode)
                 view = memoryview(data)
                 while view:
@@ -246,6 +249,16 @@ def replace_file(path: str, data: bytes, mode: int = 0o666, exact: bool = False,
             raise
     finally:
         os.close(dfd)
+
+
+def _bits(name: str, dfd: int, was: os.stat_result | bool | None) -> int | None:
+    """The permission bits of the regular file a new one replaces (``None``: there is none)."""
+    if not isinstance(was, os.stat_result):
+        try:
+            was = os.lstat(name, dir_fd=dfd) if was else None
+        except OSError:
+            was = None
+    return stat.S_IMODE(was.st_mode) & 0o777 if was is not None and stat.S_ISREG(was.st_mode) else None
 
 
 def _put(dfd: int, tmp: str, name: str, was: os.stat_result | bool | None) -> None:

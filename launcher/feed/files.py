@@ -15,7 +15,7 @@ from typing import Any
 
 from launcher.base.outpath import file_kind, own_dir, remove, replace_file, temporary
 
-write_atomic = replace_file  # the one writer of affrun's files (launcher.base.outpath): (path, data, mode=0o666)
+write_atomic = replace_file  # the one writer of affrun's files (launcher.base.outpath): (path, data, mode=None)
 
 LIMIT = 16 << 20  # bytes: the figures of 60,000 ranks; a larger file at the path is not the meter's
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC

@@ -117,14 +117,14 @@ def split(argv: list[str]) -> TuneArgs | None:
     if any(word in ("-h", "--help") for word in theirs):
         return None
     values = vars(_tune_parser().parse_args(mine))
+    named = next((w for w in script if w != "--"), None)  # the script's file, or -m's module: never replaced
+    for option, dest, marker in OUTPUTS:  # refused now, before the script is parsed, and not after the trials
+        if values[dest] is not None:
+            checked(option, values[dest], marked(marker), named)
     if not [w for w in script if w != "--"]:
         raise ConfigError(f"no script: {USAGE}")
     args = check_args(parse([*theirs, *script], command="affrun tune", offered=[flag for flag, *_ in TUNE_OPTIONS]))
     check_script(args)
-    own = None if args.module or args.no_python else args.training_script
-    for option, dest, marker in OUTPUTS:  # refused now, not after the trials
-        if values[dest] is not None:
-            checked(option, values[dest], marked(marker), own)
     return TuneArgs(values, theirs, script, args)
 
 

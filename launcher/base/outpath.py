@@ -10,8 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module
 if TYPE_CHECKING:
     from collections.abc import Callable
 

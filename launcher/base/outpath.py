@@ -169,14 +169,13 @@ def check(path: str, mine: Mine, script: str | None = None) -> str:
         why = _existing(real, info, mine, script, through)
         if why is not None:
             raise Refused(why)
-        return real
-    if through:
+    elif through:
         raise Refused(f"is a link to nothing{through}: give a file, or the file the link should name")
     where = os.path.dirname(real)
     if not os.path.isdir(where):
         raise Refused(f"names a directory that does not exist ({_shown(where)}): give a file in an existing directory")
-    if not os.access(where, os.W_OK | os.X_OK):
-        raise Refused(f"is in a directory that is not writable ({_shown(where)})")
+    if not os.access(where, os.W_OK | os.X_OK):  # a new file is made there, then renamed over the name
+        raise Refused(f"is in a directory this user may not write ({_shown(where)}): give a file in another")
     return real
 
 

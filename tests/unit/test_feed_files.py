@@ -1,4 +1,4 @@
-"""The meter's file handling (launcher.feed.files) and the front ends' check of an output path
+"""The meter's file handling (launcher.feed.files) and the front ends' check and writer of an output path
 (launcher.base.outpath), on real files: what is never followed, opened or read past its bound, and how two writers
 holding the same path agree."""
 
@@ -101,3 +101,36 @@ def test_a_rank_line_with_control_characters_is_escaped(capfd: pytest.CaptureFix
     meter._say("affrun: warning: --feed-json /tmp/a\nb\x1b[31m: gone")
     err = capfd.readouterr().err
     assert err == "affrun: warning: --feed-json /tmp/a\\nb\\x1b[31m: gone\n"
+
+
+@pytest.mark.parametrize("planted", ["link", "file", "fifo"])
+def test_what_takes_the_name_between_the_check_and_the_write_is_never_replaced(tmp_path: Path, planted: str) -> None:
+    """The window a link planted in a world-writable directory would use: the name was free when checked, so the
+    new file takes it with link(2), which fails if anything is there now; the planted thing stays as it was."""
+    from launcher.base.outpath import Refused, check, marked, replace_file
+
+    path = tmp_path / "out.svg"
+    real = check(str(path), marked(b"<svg"))
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's")
+    {"link": lambda: path.symlink_to(victim), "file": lambda: path.write_text("planted"),
+     "fifo": lambda: os.mkfifo(path)}[planted]()
+    before = os.lstat(path)
+    with pytest.raises(Refused, match="created by another process"):
+        replace_file(real, b"<svg/>", was=None)
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode) and victim.read_text() == "someone else's"
+    assert sorted(os.listdir(tmp_path)) == ["out.svg", "victim"]
+
+
+def test_a_file_swapped_after_the_check_is_never_replaced(tmp_path: Path) -> None:
+    from launcher.base.outpath import Refused, replace_file
+
+    path = tmp_path / "out.svg"
+    path.write_text("<svg/>")
+    checked = os.lstat(path)
+    path.unlink()
+    path.symlink_to("/dev/null")
+    with pytest.raises(Refused, match="replaced by another file"):
+        replace_file(str(path), b"<svg/>", was=checked)
+    assert path.is_symlink() and os.listdir(tmp_path) == ["out.svg"]

@@ -175,7 +175,7 @@ def check(path: str, mine: Mine, script: str | None = None) -> str:
     if not os.path.isdir(where):
         raise Refused(f"names a directory that does not exist ({_shown(where)}): give a file in an existing directory")
     if not os.access(where, os.W_OK | os.X_OK):  # a new file is made there, then renamed over the name
-        raise Refused(f"is in a directory this user may not write ({_shown(where)}): give a file in another")
+        raise Refused(f"is in a directory that is not writable ({_shown(where)}): give a file in another directory")
     return real
 
 

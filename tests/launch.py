@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -107,10 +107,11 @@ def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
 
 
 def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None,
-        check: bool = False) -> subprocess.CompletedProcess[str]:
+        check: bool = False, stdout: IO[Any] | None = None) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True)`` with a ``timeout`` that stalls of the machine do
-    not use up (:func:`communicate`)."""
-    with subprocess.Popen(argv, env=env if env is not None else clean_env(), stdout=subprocess.PIPE,
+    not use up (:func:`communicate`). ``stdout``: a file the child writes its output to instead (``stdout`` is
+    then ``""``)."""
+    with subprocess.Popen(argv, env=env if env is not None else clean_env(), stdout=stdout or subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, cwd=cwd) as child:
         try:
             out, err = communicate(child, timeout)
@@ -118,7 +119,7 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 
             child.kill()
             child.communicate()
             raise
-    proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
+    proc = subprocess.CompletedProcess(argv, child.returncode, out or "", err)
     if check and proc.returncode != 0:
         pytest.fail(f"{argv} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
@@ -127,6 +128,19 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 
 def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``affrun ARGS`` (this checkout) in :func:`clean_env` plus ``env``; the caller checks the result."""
     return run(affrun_argv(*args), env=clean_env(**(env or {})))
+
+
+OTHER_UID = 65534  # nobody: the other user of the tests that need one (as root)
+
+
+def another_users_file(tmp_path: Path) -> Path:
+    """A file that belongs to another user: made and given away as root, else one of root's."""
+    if os.geteuid() != 0:
+        return Path("/etc/passwd")
+    victim = tmp_path / "theirs.json"
+    victim.write_text("[]")
+    os.chown(victim, OTHER_UID, OTHER_UID)
+    return victim
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:

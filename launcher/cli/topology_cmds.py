@@ -5,20 +5,22 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from launcher.base.outpath import checked, marked, written
 from launcher.base.untrusted import shown
 from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.cli.options import COUNT, PID, env_options, plan_options, topology_options
 from launcher.env.policy import plan_json
 from launcher.env.variables import user_values
-from launcher.errors import AffrunError
 from launcher.options.groups import BindingOptions
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
+
+if TYPE_CHECKING:
+    from launcher.base.outpath import Mine
 
 
 @click.command()
@@ -30,16 +32,14 @@ from launcher.topology.model import Topology
 def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as_json: bool, save: str | None,
              nvml: bool) -> None:
     """Show the machine: packages, NUMA nodes, cores, allowed CPUs, GPUs and NICs."""
-    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml, cpu_identity=True)
-    if save:
-        from launcher.topology.snapshot import to_snapshot
+    from launcher.topology.snapshot import FORMAT, to_snapshot
 
-        try:
-            with open(save, "w", encoding="utf-8") as fh:
-                json.dump(to_snapshot(topo), fh, indent=1)
-                fh.write("\n")
-        except OSError as exc:
-            raise AffrunError(f"{save}: {exc.strerror}") from None
+    mine = marked(f'"format": "{FORMAT}"'.encode())  # what a snapshot affrun saved holds
+    if save is not None:
+        checked("--save", save, mine)  # before the machine is read
+    topo = load_topology(fsroot=fsroot, topology_file=topology_file, cpus=cpus, nvml=nvml, cpu_identity=True)
+    if save is not None:
+        written("--save", save, (json.dumps(to_snapshot(topo), indent=1) + "\n").encode("utf-8"), mine)
     if as_json:
         click.echo(json.dumps(topo.to_json(), indent=2))
         return
@@ -69,7 +69,7 @@ def topology(fsroot: str | None, topology_file: str | None, cpus: str | None, as
                    f"{nic.numa_node if nic.numa_node is not None else '?'}  ports {ports or '-'}")
     for w in topo.warnings:
         click.echo(f"warning: {shown(w)}")
-    if save:
+    if save is not None:
         click.echo(shown(f"saved {save}"))
 
 
@@ -140,6 +140,8 @@ def show(**kwargs: Any) -> None:
     width = min(max(shutil.get_terminal_size((100, 24)).columns, 80), 120)
     if pid is None and duration is not None:
         raise click.UsageError("--duration applies to --pid only")
+    if svg_path is not None:
+        checked("--svg", svg_path, _picture())  # before the job is sampled or planned
     if pid is not None:
         ctx = click.get_current_context()
         given = [p.opts[0] for p in ctx.command.params if p.name in kwargs and ctx.get_parameter_source(p.name)
@@ -150,11 +152,11 @@ def show(**kwargs: Any) -> None:
         return
     topo, parent = _plan(kwargs)
     the_plan = parent.plan
-    from launcher.show import picture, write_map
+    from launcher.show import map_document, picture
 
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)
-    if svg_path:
-        _write_svg(lambda: write_map(topo, the_plan, svg_path), svg_path)
+    if svg_path is not None:
+        _write_svg(map_document(topo, the_plan, _html(svg_path)), svg_path)
 
 
 def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool, width: int) -> None:
@@ -163,7 +165,7 @@ def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool
     from launcher.cli.doctor_cmd import parse_seconds
     from launcher.doctor.sampling import sample_job
     from launcher.doctor.thread_homes import cpu_use
-    from launcher.show.live import LiveJob, LiveRank, live_picture, live_svg
+    from launcher.show.live import LiveJob, LiveRank, live_document, live_picture
 
     audit = sample_job(pid, duration=2.0 if duration is None else parse_seconds("duration", duration))
     ranks = audit.ranks()
@@ -180,14 +182,23 @@ def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool
     job = LiveJob(pid, len(audit.processes), audit.samples, audit.duration, live, use, ended)
     topo = load_topology()
     click.echo(live_picture(topo, job, color=color, width=width), color=color)
-    if svg_path:
-        _write_svg(lambda: live_svg(topo, job, svg_path), svg_path)
+    if svg_path is not None:
+        _write_svg(live_document(topo, job, _html(svg_path)), svg_path)
 
 
-def _write_svg(write: Callable[[], None], path: str) -> None:
-    """Run ``write`` (it writes the picture to ``path``): an OS error is one line naming the file."""
-    try:
-        write()
-    except OSError as exc:
-        raise AffrunError(f"{path}: {exc.strerror}") from None
+def _picture() -> Mine:
+    """What a picture affrun show wrote holds: its title (launcher.show.svg.TITLE)."""
+    from launcher.show.svg import TITLE
+
+    return marked(f"<title>{TITLE}".encode())
+
+
+def _html(path: str) -> bool:
+    """Whether ``--svg FILE`` asks for an HTML page (FILE ends in ``.html`` or ``.htm``), not an SVG document."""
+    return path.lower().endswith((".html", ".htm"))
+
+
+def _write_svg(text: str, path: str) -> None:
+    """``--svg``'s picture, through the one writer (checked again: what took the name meanwhile is refused)."""
+    written("--svg", path, text.encode("utf-8"), _picture())
     click.echo(shown(f"wrote {path}"))

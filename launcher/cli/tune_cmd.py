@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from launcher.errors import AffrunError
-
 if TYPE_CHECKING:
     from launcher.options.groups import SourceOptions
     from launcher.topology.model import Topology
@@ -115,17 +113,9 @@ def _save(path: str, candidate: Candidate, described: str, topo: Topology, sourc
 
 
 def _write(option: str, path: str, text: str) -> None:
-    """Write ``text`` to the file the user named. Opened non-blocking: a FIFO with no reader, or one that stops
-    reading, is an error line, never a hang."""
-    import errno
-    import os
+    """Write ``text`` to the file the user named, through the one writer (launcher.base.outpath), checked again:
+    what took its place during the trials (a FIFO, a file of the user's) is one error line, never written."""
+    from launcher.base.outpath import marked, written
+    from launcher.tune.command import OUTPUTS
 
-    from launcher.base.untrusted import shown
-
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        why = "a FIFO that no process reads" if exc.errno in (errno.ENXIO, errno.EAGAIN) else exc.strerror or exc
-        raise AffrunError(f"{option} {shown(path)}: {why}") from None
+    written(option, path, text.encode("utf-8"), marked(next(m for o, _, m in OUTPUTS if o == option)))

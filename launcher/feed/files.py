@@ -13,25 +13,15 @@ import stat
 from time import perf_counter, sleep
 from typing import Any, Literal
 
-from launcher.base.outpath import file_kind
+from launcher.base.outpath import file_kind, own_dir, remove, replace_file, temporary
+
+write_atomic = replace_file  # the one writer of affrun's files (launcher.base.outpath): (path, data, mode=None)
 
 LIMIT = 16 << 20  # bytes: the figures of 60,000 ranks; a larger file at the path is not the meter's
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 _LOCKED = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC  # lock_problem's probe
 Merged = Literal["written", "busy", "large"]
-
-
-def temporary(path: str) -> str:
-    """A fresh name beside ``path`` for a file written then renamed over it (or a probe, removed at once)."""
-    return f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-
-
-def remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def read_open(fd: int, limit: int = LIMIT) -> bytes | None:
@@ -65,34 +55,6 @@ def read_file(path: str, uid: int | None = None) -> bytes | None:
         return None
     finally:
         os.close(fd)
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o666) -> None:
-    """``data`` as the file ``path``: a new temporary file beside it (created exclusively, never through a link) is
-    written and renamed over it, so a reader sees the old file or the new one. Whatever fails, or interrupts it
-    (KeyboardInterrupt), the temporary file is removed."""
-    tmp = temporary(path)
-    fd = os.open(tmp, _NEW, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        remove(tmp)
-        raise
-
-
-def own_dir(where: str, uid: int) -> bool:
-    """Whether ``where`` is a directory (not a link to one) of user ``uid`` that no other user may write to."""
-    try:
-        info = os.lstat(where)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid and not info.st_mode & 0o022
 
 
 def _lock(fd: int, deadline: float) -> bool:
@@ -189,7 +151,7 @@ def lock_problem(path: str) -> str | None:
 
     probe = temporary(path)
     try:
-        fd = os.open(probe, (_NEW & ~os.O_WRONLY) | os.O_RDWR, 0o600)
+        fd = os.open(probe, _NEW, 0o600)
     except OSError as exc:
         return f"cannot create a file in its directory ({exc.strerror or exc})"
     try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from launcher.base.outpath import unwritable
+from launcher.base.outpath import checked, written
 from launcher.errors import ConfigError, Opt
-from launcher.feed.files import lock_problem, read_file
+from launcher.feed.files import lock_problem, read_open
 from launcher.feed.meter import FEED_VARIABLE, INTERVAL_VARIABLE, JSON_VARIABLE
 from launcher.feed.workers import WORKERS_VARIABLE
 
@@ -17,8 +17,7 @@ DESTS = ("feed_report", "feed_interval", "feed_json", "loader_workers")  # the t
 
 def feed_variables(args: object, prefix: str = "") -> dict[str, str]:
     """The variables of the feed options an argparse namespace holds (``prefix``: torchrun's ``affrun_``).
-    ``--feed-json`` must pass :func:`json_problem`; the path its link points to is the one given to the ranks
-    (absolute: ranks may run elsewhere)."""
+    ``--feed-json`` must pass :func:`checked_json`."""
     report, interval, path, workers = (getattr(args, prefix + dest, None) for dest in DESTS)
     out: dict[str, str] = {}
     if workers is not None:
@@ -29,25 +28,29 @@ def feed_variables(args: object, prefix: str = "") -> dict[str, str]:
     if interval is not None:
         out[INTERVAL_VARIABLE] = repr(float(interval))
     if path is not None:
-        problem = json_problem(path)
-        if problem is not None:
-            raise ConfigError(Opt("feed_json", path, quoted=True), f" {problem}")
-        out[JSON_VARIABLE] = os.path.realpath(path)
+        out[JSON_VARIABLE] = checked_json(path)
     return out
 
 
-def json_problem(path: str) -> str | None:
-    """Why ``--feed-json PATH`` cannot be used (``None`` when it can): what :func:`launcher.base.outpath.unwritable`
-    refuses; a file that is there but holds no meter's figures (the user's own data, a script: never removed or
-    replaced by a typo); a filesystem that takes no file lock (:func:`launcher.feed.files.lock_problem`)."""
-    problem = unwritable(path)
+def checked_json(path: str) -> str:
+    """The real path of ``--feed-json PATH`` (absolute: ranks may run elsewhere), or one ConfigError: what
+    :func:`launcher.base.outpath.check` refuses, where a file affrun wrote is one that holds the meter's figures
+    (never the user's own data, or the script named by a typo); a filesystem that takes no file lock
+    (:func:`launcher.feed.files.lock_problem`)."""
+    real = checked(_option(path), path, holds_figures)
+    problem = lock_problem(real)
     if problem is not None:
-        return problem
-    full = os.path.realpath(path)
-    if os.path.lexists(full) and not _holds_figures(read_file(full)):
-        return ("is a file that holds no figures of the meter (of a size or content --feed-json never writes): "
-                "give another path, or remove the file first")
-    return lock_problem(full)
+        raise ConfigError(_option(path), f" {problem}")
+    return real
+
+
+def _option(path: str) -> Opt:
+    return Opt("feed_json", path, quoted=True)
+
+
+def holds_figures(fd: int) -> bool:
+    """Whether the open file ``fd`` is empty or holds the meter's list of figures (:func:`_holds_figures`)."""
+    return _holds_figures(read_open(fd))
 
 
 def _holds_figures(data: bytes | None) -> bool:
@@ -67,12 +70,8 @@ def _holds_figures(data: bytes | None) -> bool:
 
 def start_afresh(variables: dict[str, str]) -> None:
     """Before a job's ranks start (``affrun torchrun``, ``affrun run``, and ``affrun exec`` as a job's only rank): a
-    JSON file left by an earlier job is removed, so that the file holds this job's ranks only."""
+    list left by an earlier job is emptied (checked again and rewritten by the one writer, never removed), so that
+    the file holds this job's ranks only."""
     path = variables.get(JSON_VARIABLE)
-    if path:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise ConfigError(Opt("feed_json", path, quoted=True), f": {exc.strerror or exc}") from None
+    if path and os.path.lexists(path):
+        written(_option(path), path, b"[]", holds_figures)

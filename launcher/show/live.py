@@ -17,7 +17,7 @@ from launcher.plan.planner import Plan
 from launcher.show.drawing import body
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, CoreInfo, Style, Text, flow, hjoin, text_line, vstack, wrap
 from launcher.show.model import Model
-from launcher.show.svg import SVG_WIDTH, block_svg, html_wrap
+from launcher.show.svg import SVG_WIDTH, TITLE, block_svg, html_wrap
 from launcher.show.terminal import TERMINAL_WIDTH, render_text
 from launcher.topology.model import Core, Topology
 
@@ -131,10 +131,7 @@ def live_picture(topo: Topology, job: LiveJob, color: bool = False, width: int =
     return render_text(draw_live(topo, job, max(width, 40), color), color)
 
 
-def live_svg(topo: Topology, job: LiveJob, path: str) -> None:
-    """Write the live picture to ``path``: an SVG document (an HTML page when it ends in ``.html``). OSError."""
-    text = block_svg(draw_live(topo, job, SVG_WIDTH, True), f"affrun show --pid {job.pid}")
-    if path.lower().endswith((".html", ".htm")):
-        text = html_wrap(text, f"affrun show --pid {job.pid}")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def live_document(topo: Topology, job: LiveJob, html: bool) -> str:
+    """The live picture as an SVG document, or an HTML page (``html``): what ``affrun show --pid --svg`` writes."""
+    text = block_svg(draw_live(topo, job, SVG_WIDTH, True), f"{TITLE} --pid {job.pid}")
+    return html_wrap(text, f"{TITLE} --pid {job.pid}") if html else text

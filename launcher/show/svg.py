@@ -1,5 +1,6 @@
 """The same picture as SVG (``affrun show --svg``): the boxes as rectangles, one rect per core in its rank's
-colour, as a document or inside a self-contained HTML page. Only :func:`write_map` writes a file."""
+colour, as a document or inside a self-contained HTML page. Writes no file: the front end does
+(launcher.base.outpath)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from launcher.plan.planner import Plan
 from launcher.show.drawing import draw
 from launcher.show.layout import Block, Frame, Text, rank_color
 from launcher.topology.model import Topology
+
+TITLE = "affrun show"  # how every picture of affrun show titles itself: a file it wrote before is known by it
 
 SVG_WIDTH = 120  # the SVG has room for a wider layout
 _CW, _CH, _MARGIN = 8, 20, 16
@@ -59,7 +62,7 @@ def svg_document(w_px: float, h_px: float, title: str, body: Sequence[str], defs
 
 def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
     """The same picture as an SVG document: boxes, one rect per core in its rank's colour, legend, warnings."""
-    return block_svg(draw(topo, plan, width, color=True), f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}")
+    return block_svg(draw(topo, plan, width, color=True), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}")
 
 
 def block_svg(block: Block, title: str) -> str:
@@ -147,7 +150,7 @@ def _tooltip(t: Text) -> str:
 
 def html_page(topo: Topology, plan: Plan) -> str:
     """A self-contained HTML page around the SVG (no scripts, no external resources)."""
-    return html_wrap(svg(topo, plan), f"affrun show: {len(plan.ranks)} ranks, mode {plan.mode}")
+    return html_wrap(svg(topo, plan), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}")
 
 
 def html_wrap(document: str, title: str) -> str:
@@ -160,8 +163,6 @@ def html_wrap(document: str, title: str) -> str:
     )
 
 
-def write_map(topo: Topology, plan: Plan, path: str) -> None:
-    """Write the map to ``path``: an HTML page when it ends in ``.html``/``.htm``, else SVG. Raises OSError."""
-    text = html_page(topo, plan) if path.lower().endswith((".html", ".htm")) else svg(topo, plan)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def map_document(topo: Topology, plan: Plan, html: bool) -> str:
+    """The map as an HTML page (``html``), else as an SVG document: what ``affrun show --svg FILE`` writes."""
+    return html_page(topo, plan) if html else svg(topo, plan)

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from launcher.base.outpath import replaces, unwritable
+from launcher.base.outpath import checked, marked
 from launcher.base.untrusted import ascii_uint, seconds, short
 from launcher.errors import ConfigError
 
@@ -117,24 +117,20 @@ def split(argv: list[str]) -> TuneArgs | None:
     if any(word in ("-h", "--help") for word in theirs):
         return None
     values = vars(_tune_parser().parse_args(mine))
-    for option, dest in (("--save", "save"), ("--svg", "svg")):  # refused now, not after the trials
-        problem = None if values[dest] is None else unwritable(values[dest])
-        if problem is not None:
-            raise ConfigError(f"{option} {values[dest]!r} {problem}")
+    named = next((w for w in script if w != "--"), None)  # the script's file, or -m's module: never replaced
+    for option, dest, marker in OUTPUTS:  # refused now, before the script is parsed, and not after the trials
+        if values[dest] is not None:
+            checked(option, values[dest], marked(marker), named)
     if not [w for w in script if w != "--"]:
         raise ConfigError(f"no script: {USAGE}")
     args = check_args(parse([*theirs, *script], command="affrun tune", offered=[flag for flag, *_ in TUNE_OPTIONS]))
     check_script(args)
-    own = None if args.module or args.no_python else args.training_script
-    for option, dest, marker in (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", SVG_MARKER)):
-        problem = None if values[dest] is None else replaces(values[dest], marker, own)
-        if problem is not None:
-            raise ConfigError(f"{option} {values[dest]!r} {problem}: give a new file, or remove it first")
     return TuneArgs(values, theirs, script, args)
 
 
 CHART_TITLE = "affrun tune: "  # how the --svg chart's title begins: the chart is known by it, not any SVG of the user's
 SVG_MARKER = f"<title>{CHART_TITLE}".encode()
+OUTPUTS = (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", SVG_MARKER))  # what each file affrun wrote holds
 
 
 def _walk(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str], list[str], list[str]]:

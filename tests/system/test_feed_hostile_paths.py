@@ -24,12 +24,11 @@ import pytest
 
 from launcher.feed.meter import live_paths
 from tests.conftest import need
-from tests.launch import PROGRAMS, affrun_argv, clean_env, json_lines, require_torch, run
+from tests.launch import OTHER_UID, PROGRAMS, affrun_argv, another_users_file, clean_env, json_lines, require_torch, run
 from tests.system.test_hostile_input import affrun, refused
 
 LOOP = str(PROGRAMS / "feed_loop.py")
 HOSTILE = str(PROGRAMS / "feed_hostile_loop.py")
-OTHER_UID = 65534  # nobody: the other user of the tests that need one (as root)
 
 
 @pytest.fixture(autouse=True)
@@ -51,16 +50,6 @@ def _quiet(proc: subprocess.CompletedProcess[str], warnings: int = 0) -> None:
     assert len(said) == warnings, proc.stderr[-3000:]
 
 
-def _another_users_file(tmp_path: Path) -> Path:
-    """A file that belongs to another user: made and given away as root, else one of root's."""
-    if os.geteuid() != 0:
-        return Path("/etc/passwd")
-    victim = tmp_path / "theirs.json"
-    victim.write_text("[]")
-    os.chown(victim, OTHER_UID, OTHER_UID)
-    return victim
-
-
 # ---------------------------------------------------------------------------------------------- before the start
 def _hostile_path(tmp_path: Path, kind: str) -> tuple[Path, bytes | None]:
     """A ``--feed-json`` path of ``kind``, and its bytes (None: not a regular file of ours) to hold unchanged."""
@@ -72,11 +61,11 @@ def _hostile_path(tmp_path: Path, kind: str) -> tuple[Path, bytes | None]:
     elif kind == "link-to-device":
         path.symlink_to("/dev/zero")
     elif kind == "link-to-theirs":
-        path.symlink_to(_another_users_file(tmp_path))
+        path.symlink_to(another_users_file(tmp_path))
     elif kind == "link-loop":
         path.symlink_to(path)
     elif kind == "their-file":
-        path = _another_users_file(tmp_path)
+        path = another_users_file(tmp_path)
     elif kind == "users-data":
         path.write_text('{"accuracy": 0.91}\n')
     elif kind == "the-script":
@@ -92,8 +81,8 @@ def _hostile_path(tmp_path: Path, kind: str) -> tuple[Path, bytes | None]:
 
 KINDS = {"directory": "is a directory", "fifo": "is a FIFO", "link-to-device": "character device",
          "link-to-theirs": "another user's file", "link-loop": "cannot be used", "their-file": "another user's file",
-         "users-data": "holds no figures of the meter", "the-script": "holds no figures of the meter",
-         "corrupt": "holds no figures of the meter", "huge": "holds no figures of the meter"}
+         "users-data": "affrun did not write", "the-script": "affrun did not write",
+         "corrupt": "affrun did not write", "huge": "affrun did not write"}
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -260,7 +249,7 @@ def test_a_fifo_put_in_place_is_never_opened(tmp_path: Path) -> None:
 @pytest.mark.parametrize("target", ["/dev/zero", "theirs"])
 def test_a_link_put_in_place_is_never_followed(tmp_path: Path, target: str) -> None:
     """A link to /dev/zero (before: read without end) or to another user's file: not followed, not replaced."""
-    victim = _another_users_file(tmp_path) if target == "theirs" else Path(target)
+    victim = another_users_file(tmp_path) if target == "theirs" else Path(target)
     held = victim.read_bytes() if target == "theirs" else b""
     proc, path = _hostile_run(tmp_path, "symlink", str(victim))
     _quiet(proc, warnings=1)
@@ -297,7 +286,7 @@ def test_a_live_directory_others_may_write_is_not_used(outside: Path) -> None:
     """/dev/shm/affrun-feed-0 is root's but open to all, and another user has put links in it where the rank
     writes (its live file, and the temporary name it had before): the rank leaves the directory alone, nothing is
     followed, it uses $TMPDIR's directory instead and removes it at exit. Before: the victim was overwritten."""
-    victim = _another_users_file(outside)
+    victim = another_users_file(outside)
     held = victim.read_bytes()
     (outside / "tmp").mkdir()
     d = "/dev/shm/affrun-feed-0"

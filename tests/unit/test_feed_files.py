@@ -1,4 +1,4 @@
-"""The meter's file handling (launcher.feed.files) and the front ends' check of an output path
+"""The meter's file handling (launcher.feed.files) and the front ends' check and writer of an output path
 (launcher.base.outpath), on real files: what is never followed, opened or read past its bound, and how two writers
 holding the same path agree."""
 
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from launcher.base.outpath import unwritable
 from launcher.feed import files
 
 
@@ -95,27 +94,6 @@ def test_own_dir(tmp_path: Path) -> None:
     assert files.lock_problem(str(mine / "feed.json")) is None and os.listdir(mine) == []
 
 
-def test_unwritable_names_what_the_path_is(tmp_path: Path) -> None:
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    to_device = tmp_path / "null"
-    to_device.symlink_to("/dev/null")
-    loop = tmp_path / "loop"
-    loop.symlink_to(loop)
-    ours = tmp_path / "ours.json"
-    ours.write_text("")
-    dangling = tmp_path / "dangling"
-    dangling.symlink_to(tmp_path / "later.json")
-    assert unwritable("") == "is empty: give a file"
-    assert "is a directory" in (unwritable(str(tmp_path)) or "")
-    assert "is a FIFO, not a regular file" in (unwritable(str(fifo)) or "")
-    assert f"is a character device (through its link to {os.path.realpath('/dev/null')})" in (
-        unwritable(str(to_device)) or "")
-    assert "cannot be used" in (unwritable(str(loop)) or "")
-    assert "does not exist" in (unwritable(str(tmp_path / "no" / "f.json")) or "")
-    assert unwritable(str(ours)) is None and unwritable(str(dangling)) is None
-
-
 def test_a_rank_line_with_control_characters_is_escaped(capfd: pytest.CaptureFixture[str]) -> None:
     """A --feed-json path with a newline or an escape sequence reaches stderr as one escaped line."""
     from launcher.feed import meter
@@ -123,3 +101,36 @@ def test_a_rank_line_with_control_characters_is_escaped(capfd: pytest.CaptureFix
     meter._say("affrun: warning: --feed-json /tmp/a\nb\x1b[31m: gone")
     err = capfd.readouterr().err
     assert err == "affrun: warning: --feed-json /tmp/a\\nb\\x1b[31m: gone\n"
+
+
+@pytest.mark.parametrize("planted", ["link", "file", "fifo"])
+def test_what_takes_the_name_between_the_check_and_the_write_is_never_replaced(tmp_path: Path, planted: str) -> None:
+    """The window a link planted in a world-writable directory would use: the name was free when checked, so the
+    new file takes it with link(2), which fails if anything is there now; the planted thing stays as it was."""
+    from launcher.base.outpath import Refused, check, marked, replace_file
+
+    path = tmp_path / "out.svg"
+    real = check(str(path), marked(b"<svg"))
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's")
+    {"link": lambda: path.symlink_to(victim), "file": lambda: path.write_text("planted"),
+     "fifo": lambda: os.mkfifo(path)}[planted]()
+    before = os.lstat(path)
+    with pytest.raises(Refused, match="created by another process"):
+        replace_file(real, b"<svg/>", was=None)
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode) and victim.read_text() == "someone else's"
+    assert sorted(os.listdir(tmp_path)) == ["out.svg", "victim"]
+
+
+def test_a_file_swapped_after_the_check_is_never_replaced(tmp_path: Path) -> None:
+    from launcher.base.outpath import Refused, replace_file
+
+    path = tmp_path / "out.svg"
+    path.write_text("<svg/>")
+    checked = os.lstat(path)
+    path.unlink()
+    path.symlink_to("/dev/null")
+    with pytest.raises(Refused, match="replaced by another file"):
+        replace_file(str(path), b"<svg/>", was=checked)
+    assert path.is_symlink() and os.listdir(tmp_path) == ["out.svg"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.base.cpulist import parse_cpulist
-from launcher.show import picture, svg, write_map
+from launcher.show import map_document, picture, svg
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
 from tests.conftest import live_root
@@ -322,13 +322,11 @@ def test_svg_is_self_contained(hwloc_root) -> None:  # type: ignore[no-untyped-d
     assert len(rects(root, "cpuless")) == 6
 
 
-def test_write_map_svg_and_html(tmp_path: Path, two_node: Topology) -> None:
+def test_map_document_svg_and_html(two_node: Topology) -> None:
     plan = plan_for(two_node, 4)
-    write_map(two_node, plan, str(tmp_path / "map.svg"))
-    write_map(two_node, plan, str(tmp_path / "map.html"))
-    svg_text = (tmp_path / "map.svg").read_text(encoding="utf-8")
+    svg_text = map_document(two_node, plan, html=False)
     assert len(rects(svg_root(svg_text), "core")) == len(two_node.cores)
-    page = (tmp_path / "map.html").read_text(encoding="utf-8")
+    page = map_document(two_node, plan, html=True)
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page
     embedded = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
     assert len(rects(svg_root(embedded), "core")) == len(two_node.cores)

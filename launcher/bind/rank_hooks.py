@@ -74,7 +74,8 @@ def install(torch: Any) -> None:
     except LookupError:
         return  # not a rank's process after all: nothing to fit
     except ValueError as exc:
-        say(f"the rank's thread hooks are off: {exc}")
+        if not child:  # a spawned worker's or the forkserver's parent read the same values, and said it
+            say(f"the rank's thread hooks are off: {exc}")
         return
     worker, pin = sys.modules.get(WORKER_MODULE), sys.modules.get(PIN_MODULE)  # `import torch` imported both
     if worker is not None:

@@ -85,6 +85,26 @@ def test_the_hook_refuses_what_cannot_be_the_binding(case: str) -> None:
     assert seen == plain, (seen, plain)
 
 
+LOADER = """
+import json, sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.arange(8.0))
+for context in ("fork", "spawn"):
+    batches = sum(1 for _ in DataLoader(data, batch_size=2, num_workers=2, multiprocessing_context=context))
+print(json.dumps({"interop": torch.get_num_interop_threads(), "batches": batches}))
+"""
+
+
+def test_a_rank_and_its_workers_say_it_once() -> None:
+    """The rank that refuses its values says so; its forked and spawned DataLoader workers, which inherit the same
+    values, do not say it again (one line for the job, not one per worker and epoch)."""
+    variables, named = HOSTILE["threads-65536"]
+    proc = run([sys.executable, "-c", LOADER], env=clean_env(AFFRUN_LOCAL_RANK="0", **variables), timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    refused_once([line for line in proc.stderr.splitlines() if line.startswith("affrun:")], named)
+    assert json.loads(proc.stdout)["batches"] == 4 and json.loads(proc.stdout)["interop"] != 65536
+
+
 def test_cpus_outside_the_mask_the_process_started_with_are_refused() -> None:
     """The rank's CPUs must be the process's own: a process started on one CPU that inherited a rank of two
     (a subprocess under ``taskset``) sizes no pool to two."""

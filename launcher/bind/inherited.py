@@ -8,7 +8,6 @@ docs/threads.md ("Inherited values"). Standard library only.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
@@ -96,14 +95,11 @@ def cpuset_cpus() -> frozenset[int] | None:
 
 def own_cpus(start: frozenset[int] | None, child: bool) -> frozenset[int] | None:
     """The CPUs this process may run on, as its inherited binding is judged: the mask it started with (read by
-    the startup hook before any import could narrow it; else its mask now), which affrun set to the rank's CPUs;
-    in a ``multiprocessing`` child (``child``: a spawned worker, the forkserver), which starts on the mask of
-    the thread that started it (the main thread's core, under ``--main-thread``), the CPUs it may be given."""
-    if child:
-        return cpuset_cpus()
-    if start:
+    the startup hook before any import could narrow it: an OpenMP runtime binds its loading thread at load),
+    which affrun set to the rank's CPUs. In a ``multiprocessing`` child (``child``: a spawned worker, the
+    forkserver), which starts on the mask of the thread that started it (the main thread's core, under
+    ``--main-thread``), or where the start was not read (a hook installed before it read it), the CPUs it may be
+    given (:func:`cpuset_cpus`)."""
+    if start and not child:
         return start
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except OSError:
-        return None
+    return cpuset_cpus()

@@ -35,6 +35,10 @@ _done = False
 # the hook answered and the file it ran from: this module stays in sys.modules, affrun's package does not.
 answered_probe = False
 hook_file = ""
+# In a process bound by affrun (AFFRUN_LOCAL_RANK), its CPU mask when the interpreter started, before any import
+# could narrow it (an OpenMP runtime binds its loading thread at load): the CPUs its inherited binding is judged
+# against (launcher.bind.inherited.own_cpus). None: not read.
+start_mask: frozenset[int] | None = None
 
 
 def package_dir() -> str:
@@ -86,7 +90,7 @@ def run() -> None:
     """Run by the .pth line when ``AFFRUN_RUN``, ``AFFRUN_FEED`` or ``AFFRUN_LOCAL_RANK`` is set, once: the binding
     hook (:func:`bind`), then what waits for ``import torch``: the feed meter (:func:`meter`) and the rank's
     thread hooks (:func:`rank_hooks`)."""
-    global _done
+    global _done, start_mask
     if _done:  # site may read the site-packages directory twice, through a lib64 link
         return
     _done = True
@@ -97,6 +101,10 @@ def run() -> None:
     if os.environ.get(BOUND_VARIABLE):  # bound by affrun: read after bind(), which sets it under affrun run
         hooks = os.environ.get(HOOKS_VARIABLE) or "auto"
         if hooks == "auto":
+            try:
+                start_mask = frozenset(os.sched_getaffinity(0))
+            except OSError:
+                start_mask = None
             when_imported(TORCH_MODULE, rank_hooks)
         elif hooks != "none":
             _warn(f"{HOOKS_VARIABLE}={hooks[:40]!r} is not auto or none: the rank's thread hooks are off")

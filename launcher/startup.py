@@ -60,7 +60,7 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
         raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
                           f"({job.size} ranks): give affrun run --nproc-per-node to match the launcher")
     rank = job.ranks[rank_index]
-    mem = bind_running(job, rank, environ)
+    mem = bind_running(job, rank, environ, inherited=True)
     notes = [*mem.warnings, *rank.notes]
     if job.mem_backend == "numactl" and mem.policy != "none":
         notes.append("--mem-backend numactl: applied with set_mempolicy instead (the process is already running)")
@@ -76,18 +76,18 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
 
 
 def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
-    """A multiprocessing child of bound rank ``bound``: its loader CPUs when the plan has some, no placement."""
-    from launcher.base.cpulist import parse_cpulist
-    from launcher.base.untrusted import short
+    """A multiprocessing child of bound rank ``bound``: its loader CPUs when the plan has some, no placement. The
+    rank's ``AFFRUN_*`` values it inherited are read by the one strict reader (``read_binding``)."""
     from launcher.bind.apply import apply_environment
+    from launcher.bind.readback import read_binding
     from launcher.env.variables import PLACE_VARIABLES
+    from launcher.errors import LaunchError
 
     try:
-        loader = parse_cpulist(environ.get("AFFRUN_LOADER_CPUS", ""))
-    except ValueError:
-        from launcher.errors import LaunchError
-
-        raise LaunchError(f"AFFRUN_LOADER_CPUS={short(environ.get('AFFRUN_LOADER_CPUS'))} is not a cpu list") from None
+        binding = read_binding(environ)
+    except ValueError as exc:
+        raise LaunchError(f"the binding of rank {bound} this process inherited: {exc}") from None
+    loader = binding.loader_cpus if binding is not None else frozenset()
     if loader:
         from launcher.bind.apply import bind_process
 

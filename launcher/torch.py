@@ -4,9 +4,10 @@
 CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs (off
 the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.pools.fit_worker`, what
 the rank's own worker hook does: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
-from the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` CPU lists
-that name CPUs this machine lacks or does not allow (variables from another machine) warn once per process, at
-import in the process that builds the DataLoader, and its workers use the CPUs that exist (docs/how-it-decides.md).
+from the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` values that
+cannot be a binding made here (CPUs this machine lacks or does not allow: variables from another machine) are
+refused, as every reader refuses them (docs/threads.md): one warning per process, at import in the process that
+builds the DataLoader, and its workers share the CPUs the process has.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections.abc import Callable
 from launcher.base.siblings import live_cores
 from launcher.base.split import worker_cpus
 from launcher.base.untrusted import short
+from launcher.bind.inherited import MAY_NOT_RUN, cpuset_cpus
 from launcher.bind.pools import fit_worker, say
-from launcher.bind.readback import current_binding
+from launcher.bind.readback import read_binding
 from launcher.errors import ConfigError
 from launcher.plan.threads import worker_pool
 
@@ -55,60 +57,36 @@ def _parent_cpus() -> list[int]:
 
 
 class WorkerCpusWarning(RuntimeWarning):
-    """The ``AFFRUN_*`` CPU lists name CPUs this machine does not have or does not allow."""
+    """The ``AFFRUN_*`` values cannot be a binding made here: CPUs this machine does not have or does not allow,
+    or lists no plan makes."""
 
 
 _WARNED = False  # this process, or the one it was started from, has said it: once per process, not per worker
 
 
-def _usable_cpus() -> frozenset[int] | None:
-    """The CPUs a process could be given here: online and in this process's cpuset (``None``: unknown)."""
-    from launcher.errors import AffrunError
-    from launcher.topology._files import read_cpulist
-    from launcher.topology.cgroup import find_cpuset
-
+def _pools() -> tuple[list[int], list[int], str]:
+    """(loader CPUs, rank CPUs off the main and comm cores, why the ``AFFRUN_*`` values are refused): the
+    binding's lists, read by the one strict reader on the CPUs a process may be given here; refused (or none),
+    the CPUs of a process not started by affrun. The rank's CPUs are those the thread plan gives its workers
+    (launcher.plan.threads)."""
     try:
-        online = read_cpulist("/sys/devices/system/cpu/online")
-        cpuset = find_cpuset("/") if online is not None else None
-    except (AffrunError, OSError):
-        return None
-    if online is None:
-        return None
-    return online & cpuset.cpus if cpuset is not None and online & cpuset.cpus else online
-
-
-def _pools() -> tuple[list[int], list[int], frozenset[int]]:
-    """(loader CPUs, rank CPUs off the main core and every comm core, CPUs the ``AFFRUN_*`` lists name that are not usable
-    here): the binding's lists as far as they exist here; none of them existing, the CPUs of a process not started
-    by affrun. The rank's CPUs are those the thread plan gives its workers (launcher.plan.threads)."""
-    try:
-        binding = current_binding()
-    except ValueError:  # malformed AFFRUN_* variables: treat the process as not started by affrun
-        binding = None
+        binding = read_binding(os.environ, cpuset_cpus(), MAY_NOT_RUN)
+    except ValueError as exc:
+        return [], _parent_cpus(), str(exc)
     if binding is None:
-        return [], _parent_cpus(), frozenset()
-    cpus = frozenset(worker_pool(binding))  # the thread plan's: off the main core and every comm core
-    usable = _usable_cpus()
-    if usable is None:
-        return sorted(binding.loader_cpus), sorted(cpus), frozenset()
-    foreign = (binding.cpus | binding.loader_cpus) - usable
-    loader, rank = sorted(binding.loader_cpus & usable), sorted(cpus & usable)
-    return loader, (rank or (_parent_cpus() if not loader else [])), foreign
+        return [], _parent_cpus(), ""
+    cpus = worker_pool(binding)  # the thread plan's: off the main core and every comm core
+    return sorted(binding.loader_cpus), sorted(cpus), ""
 
 
-def _say_foreign(foreign: frozenset[int]) -> None:
+def _say_refused(refused: str) -> None:
     global _WARNED
-    if not foreign or _WARNED:
+    if not refused or _WARNED:
         return
     _WARNED = True
-    from launcher.base.cpulist import format_cpulist
-
-    usable = _usable_cpus() or frozenset()
-    warnings.warn(f"launcher.torch.worker_init_fn: AFFRUN_CPUS/AFFRUN_LOADER_CPUS name CPU(s) "
-                  f"{format_cpulist(foreign)} that this machine does not have or does not allow (usable here: "
-                  f"{format_cpulist(usable)}); DataLoader workers are pinned to the CPUs that exist. The variables "
-                  "come from another machine or job: start this process through affrun here", WorkerCpusWarning,
-                  stacklevel=3)
+    warnings.warn(f"launcher.torch.worker_init_fn: {refused}; DataLoader workers share the CPUs this process has. "
+                  "The variables come from another machine or job: start this process through affrun here",
+                  WorkerCpusWarning, stacklevel=3)
 
 
 def worker_init_fn(worker_id: int) -> None:
@@ -125,14 +103,14 @@ def worker_init_fn(worker_id: int) -> None:
     if isinstance(worker_id, bool) or not isinstance(worker_id, int) or not 0 <= worker_id < num_workers:
         raise ConfigError(f"worker_init_fn: worker_id={short(worker_id)} is not one of the DataLoader's "
                           f"{num_workers} worker(s) (0-{num_workers - 1})")
-    loader, rank, foreign = _pools()
-    _say_foreign(foreign)
+    loader, rank, refused = _pools()
+    _say_refused(refused)
     cpus = worker_cpus(worker_id, num_workers, loader, rank, live_cores(loader or rank))
-    fit = fit_worker(cpus)
+    fit = fit_worker(cpus, speak=worker_id == 0)
     if fit is None:
         return
     if not os.sched_getaffinity(0) <= set(cpus):  # none of them allowed after all (the cpuset moved)
-        _say_foreign(frozenset(cpus))
+        _say_refused(f"none of CPU(s) {','.join(map(str, cpus))} is allowed here any more")
         return
     hooked = getattr(sys.modules.get("torch.utils.data._utils.worker"), "_affrun_fitted", None) == os.getpid()
     if fit.notes and not hooked and worker_id == 0:  # the hook has said them; worker 0 speaks for all
@@ -160,7 +138,7 @@ def _said_at_import() -> None:
         _WARNED = True
         return
     if os.environ.get("AFFRUN_CPUS"):
-        _say_foreign(_pools()[2])
+        _say_refused(_pools()[2])
 
 
 _said_at_import()

@@ -17,14 +17,18 @@ if TYPE_CHECKING:
     from launcher.bind.wire import Job, RankRecord
 
 
-def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str) -> MemResult:
+def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str,
+                 inherited: RankRecord | None = None) -> MemResult:
     """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children).
 
     The kernel takes a mask partly outside the process's cpuset and keeps only the part inside it, without an
     error. The plan starts from the real mask, so that happens only where the plan was made from another view
-    of the machine (``--fsroot``, ``--topology``, a parent's plan) or the cpuset changed since: the rank is then
-    told, on one line, which CPUs it really got. Memory nodes this machine does not have are refused first,
-    before the mask: the kernel would refuse the policy (EINVAL) and the fallback would drop it."""
+    of the machine (``--fsroot``, ``--topology``) or the cpuset changed since: the rank is then told, on one
+    line, which CPUs it really got. A record of an inherited plan (``inherited``: ``AFFRUN_PLAN``, which any
+    process may have set) must be true here: CPUs the kernel did not give are refused, as every reader of a
+    rank's inherited values refuses them (:func:`launcher.bind.inherited.binding_fault`). Memory nodes this
+    machine does not have are refused first, before the mask: the kernel would refuse the policy (EINVAL) and
+    the fallback would drop it."""
     from launcher.bind.mempolicy import apply_mempolicy, missing_nodes
 
     missing = missing_nodes(mem_nodes) if mem_policy != "none" else ()
@@ -37,6 +41,13 @@ def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...
         raise LaunchError(f"cannot bind to CPUs {format_cpulist(cpus)}: {exc.strerror} "
                           f"(allowed here: {format_cpulist(os.sched_getaffinity(0))})") from None
     got = os.sched_getaffinity(0)
+    if got != set(cpus) and inherited is not None:
+        from launcher.bind.inherited import binding_fault
+        from launcher.bind.wire import PLAN_VARIABLE
+
+        fault = binding_fault(inherited, frozenset(got)) or f"it got CPUs {format_cpulist(got)}"
+        raise LaunchError(f"the inherited plan ({PLAN_VARIABLE}) cannot be rank {inherited.local_rank}'s binding "
+                          f"here: {fault}")
     if got != set(cpus):
         print(f"affrun: warning: the kernel narrowed the CPUs {format_cpulist(cpus)} to "
               f"{format_cpulist(got)}: the plan was made for CPUs this process's cpuset does not allow",
@@ -90,14 +101,14 @@ def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str]
     environ.update(set_)
 
 
-def bind_running(job: Job, rank: RankRecord, environ: MutableMapping[str, str]) -> MemResult:
+def bind_running(job: Job, rank: RankRecord, environ: MutableMapping[str, str], inherited: bool) -> MemResult:
     """Bind the running process as ``rank`` (the startup hook, ``bind_rank``): its mask, its memory policy with
     the system call (numactl cannot wrap a process that is already running), and its variables in ``environ``,
-    ``AFFRUN_MEM`` recording the policy that took."""
+    ``AFFRUN_MEM`` recording the policy that took. ``inherited``: ``job`` came from ``AFFRUN_PLAN``."""
     from launcher.env.rank_line import MEM_VARIABLE, mem_text
 
     backend = "syscall" if job.mem_backend in ("auto", "numactl") else job.mem_backend
-    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, backend)
+    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, backend, rank if inherited else None)
     apply_environment(environ, {**rank_variables(job, rank), MEM_VARIABLE: mem_text(mem.policy, mem.nodes)},
                       rank.unset)
     return mem

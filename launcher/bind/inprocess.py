@@ -150,7 +150,7 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     ranks = {f"rank {r.local_rank}: {w}" for r in job.ranks for w in r.warnings}
     warnings = (*(w for w in job.warnings if w not in ranks), *rank.warnings) if planned_here else ()
     main_before = frozenset(os.sched_getaffinity(os.getpid()))  # libgomp may have put it on its core at load
-    mem = bind_running(job, rank, os.environ)  # the process's own mask, its policy and os.environ
+    mem = bind_running(job, rank, os.environ, inherited=not planned_here)  # its own mask, policy and environ
     applied: list[str] = []
     not_applied: list[str] = []
     moved, problems = _bind_threads(rank.cpus)

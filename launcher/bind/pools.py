@@ -1,17 +1,18 @@
 """Fit a process's threads to the CPUs it has: every thread pinned, then every pool sized: the pool variables in
-``os.environ`` (read by the libraries it loads later) set, and the pools of those already loaded (OpenCV's,
-numexpr's, the BLAS and OpenMP runtimes threadpoolctl finds) lowered to the size. A user's value
-(``AFFRUN_USER_POOLS``) is never raised, and under ``AFFRUN_ENV_POLICY=keep`` left as it is. A DataLoader
-worker's hook (:mod:`launcher.bind.rank_hooks`) and ``launcher.torch.worker_init_fn`` share :func:`fit_worker`.
-Once loaded it imports only the standard library and threadpoolctl. What each library reads, when, and why the
-rules are these: docs/threads.md.
+``os.environ`` (read by the libraries it loads later) set, and the pools of those already loaded (torch's count
+and inter-op pool, OpenCV's, numexpr's, the BLAS and OpenMP runtimes threadpoolctl finds) lowered to the size and
+read back. A user's value (``AFFRUN_USER_POOLS``) is never raised, and under ``AFFRUN_ENV_POLICY=keep`` left as it
+is. A DataLoader worker's hook (:mod:`launcher.bind.rank_hooks`) and ``launcher.torch.worker_init_fn`` share
+:func:`fit_worker`. Once loaded it imports only the standard library and threadpoolctl. What each library reads,
+when, and why the rules are these: docs/threads.md.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.base.choices import ENV_POLICIES
 from launcher.base.untrusted import ascii_uint, short
@@ -56,19 +57,24 @@ def say(text: str) -> None:
 
 
 class Fit:
-    """What :func:`fit_worker` did: the CPUs the process was pinned to, the size of each pool variable (``None``:
-    the user's, kept), the env policy, whether the process inherited its loaded libraries by fork, and what it
-    could not do."""
+    """What :func:`fit_worker` did: the CPUs the process was pinned to and how many it has (``count``), the size of
+    each pool variable (``None``: the user's, kept), the env policy, whether the process inherited its loaded
+    libraries by fork, what it could not do, and the ``torch.set_num_threads`` calls it fitted since (``asked``)."""
 
-    __slots__ = ("cpus", "inherited", "notes", "policy", "sizes")
+    __slots__ = ("asked", "count", "cpus", "inherited", "notes", "policy", "sizes")
 
-    def __init__(self, cpus: tuple[int, ...], sizes: dict[str, int | None], policy: str, inherited: bool,
-                 notes: list[str]) -> None:
+    def __init__(self, cpus: tuple[int, ...], count: int, sizes: dict[str, int | None], policy: str,
+                 inherited: bool, notes: list[str]) -> None:
         self.cpus = cpus
+        self.count = count
         self.sizes = sizes
         self.policy = policy
         self.inherited = inherited
         self.notes = notes
+        self.asked: list[str] = []
+
+
+_fit: Fit | None = None  # this worker's fit, which torch.set_num_threads (wrapped by fit_worker) keeps to
 
 
 def pool_sizes(count: int, environ: Mapping[str, str]) -> tuple[dict[str, int | None], str, list[str]]:
@@ -133,9 +139,11 @@ def spawned() -> bool:
 
 
 def fit_worker(cpus: Sequence[int], environ: MutableMapping[str, str] | None = None,
-               inherited: bool | None = None) -> Fit | None:
+               inherited: bool | None = None, speak: bool = True) -> Fit | None:
     """Pin every thread of this process (a DataLoader worker) to ``cpus`` and size every pool to them; idempotent.
-    ``inherited``: its loaded libraries came by fork (default: unless :func:`spawned`). ``None`` without CPUs."""
+    ``inherited``: its loaded libraries came by fork (default: unless :func:`spawned`). ``speak``: this worker
+    says what goes wrong later (worker 0). ``None`` without CPUs."""
+    global _fit
     env = os.environ if environ is None else environ
     home = tuple(sorted(set(cpus)))
     if not home:
@@ -148,19 +156,26 @@ def fit_worker(cpus: Sequence[int], environ: MutableMapping[str, str] | None = N
     except OSError:
         count = len(home)
     sizes, policy, more = pool_sizes(count, env)
-    fit = Fit(home, sizes, policy, not spawned() if inherited is None else inherited, notes + more)
+    fit = Fit(home, count, sizes, policy, not spawned() if inherited is None else inherited, notes + more)
     for name, size in sizes.items():
         if size is not None:
             env[name] = str(size)
     for name in PLACE_VARIABLES:  # they name the rank's CPUs: a runtime loaded later would bind to those
         env.pop(name, None)
     fit.notes.extend(size_loaded(fit, lower=True)[1])
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _fit = fit
+        keep_torch_count(torch)
+        if int(torch.get_num_interop_threads()) > count:
+            size_interop(torch, count, speak=speak, quiet=True)
     return fit
 
 
 def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str]:
     """The pools found above their size since :func:`fit_worker` (a ``worker_init_fn`` raised them), lowered again
-    unless the policy is ``keep`` (then only named); what could not be done is in ``fit.notes``."""
+    and read back unless the policy is ``keep`` (then only named); what could not be done is in ``fit.notes``. A
+    pool is named as lowered only when it read back at its size."""
     env = os.environ if environ is None else environ
     lower = fit.policy != "keep"
     raised: list[str] = []
@@ -172,7 +187,9 @@ def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str
                 env[name] = str(size)
     found, problems = size_loaded(fit, lower)
     fit.notes.extend(problems)
-    return raised + found
+    asked = [] if any(p.startswith("torch:") for p in problems) else fit.asked[:]  # else the problem says it
+    fit.asked.clear()
+    return asked + raised + found
 
 
 def size_loaded(fit: Fit, lower: bool) -> tuple[list[str], list[str]]:
@@ -181,7 +198,7 @@ def size_loaded(fit: Fit, lower: bool) -> tuple[list[str], list[str]]:
     fails leaves the others sized."""
     found: list[str] = []
     problems: list[str] = []
-    for size_one in (_opencv, _numexpr, _runtimes):
+    for size_one in (_torch, _opencv, _numexpr, _runtimes):
         try:
             found.extend(size_one(fit, lower))
         except Exception as exc:  # a broken or half-installed library: the worker goes on
@@ -202,6 +219,7 @@ def _opencv(fit: Fit, lower: bool) -> list[str]:
         return []
     if lower:
         cv2.setNumThreads(0 if fit.inherited else size)
+        _read_back("cv2.getNumThreads()", int(cv2.getNumThreads()), size)
     return [f"cv2.getNumThreads()={before}"]
 
 
@@ -216,6 +234,7 @@ def _numexpr(fit: Fit, lower: bool) -> list[str]:
         return []
     if lower:
         numexpr.set_num_threads(size)
+        _read_back("numexpr.get_num_threads()", int(numexpr.get_num_threads()), size)
     return [f"numexpr.get_num_threads()={before}"]
 
 
@@ -230,6 +249,7 @@ def _runtimes(fit: Fit, lower: bool) -> list[str]:
 
         controller = ThreadpoolController()
     found: list[str] = []
+    stuck: list[str] = []
     for lib in controller.lib_controllers:
         name = CONTROLLED.get(lib.internal_api)
         size = fit.sizes.get(name) if name else None
@@ -238,5 +258,86 @@ def _runtimes(fit: Fit, lower: bool) -> list[str]:
             continue
         if lower:
             lib.set_num_threads(size)
+            after = int(lib.get_num_threads())
+            if after > size:
+                stuck.append(f"{lib.internal_api} has {after} threads after lowering to {size}")
+                continue
         found.append(f"{lib.internal_api} {before} threads")
+    if stuck:
+        raise RuntimeError("; ".join(stuck))
     return found
+
+
+def _read_back(what: str, after: int, size: int) -> None:
+    """A pool lowered is said to be lowered only when it reads back at its size: ``RuntimeError`` otherwise."""
+    if after > size:
+        raise RuntimeError(f"{what} is {after} after lowering to {size}")
+
+
+# ------------------------------------------------------------------------------------------------ torch's own
+def _torch(fit: Fit, lower: bool) -> list[str]:
+    """torch's count (``torch.set_num_threads``). torch stores the count it was given and applies it again at each
+    thread's first parallel operation (ATen's ``lazy_init_num_threads``): lowering OpenMP's count alone does not
+    stick in a thread that has not run one yet (a spawned worker), so the count is set through torch itself and
+    read back through ``torch.get_num_threads()``, which makes that first application (docs/threads.md)."""
+    torch = sys.modules.get("torch")
+    size = fit.sizes["OMP_NUM_THREADS"]
+    if torch is None or size is None:
+        return []
+    before = int(torch.get_num_threads())
+    if before <= size:
+        return []
+    if lower:
+        getattr(torch.set_num_threads, "__wrapped__", torch.set_num_threads)(size)
+        _read_back("torch.get_num_threads()", int(torch.get_num_threads()), size)
+    return [f"torch.get_num_threads()={before}"]
+
+
+def keep_torch_count(torch: Any) -> None:
+    """Wrap ``torch.set_num_threads`` in this worker so that a count above the fit's size is set at the size (the
+    policy ``keep``: as asked), and remembered for :func:`refit` to name. A count set after torch made its own
+    pools for it leaves their threads behind, idle (torch's ``pthreadpool`` keeps the threads it started): it is
+    kept to the size when asked, not lowered afterwards."""
+    if getattr(torch.set_num_threads, "_affrun_fitted", False):
+        return
+    real = torch.set_num_threads
+
+    @functools.wraps(real)
+    def set_num_threads(count: int) -> None:
+        fit = _fit
+        size = fit.sizes["OMP_NUM_THREADS"] if fit is not None else None
+        if fit is None or size is None or isinstance(count, bool) or not isinstance(count, int) or count <= size:
+            real(count)
+            return
+        fit.asked.append(f"torch.set_num_threads({count})")
+        real(count if fit.policy == "keep" else size)
+
+    set_num_threads._affrun_fitted = True  # type: ignore[attr-defined]
+    torch.set_num_threads = set_num_threads
+
+
+def size_interop(torch: Any, threads: int, *, speak: bool = True, quiet: bool = False) -> None:
+    """``torch.set_num_interop_threads(threads)`` before the pool starts. torch takes one size per process, which
+    a forked child inherits and cannot change: a refusal is one warning line unless ``quiet``. A later call of the
+    script's is answered with one warning line (when ``speak``) rather than torch's ``RuntimeError``."""
+    real = getattr(torch.set_num_interop_threads, "__wrapped__", torch.set_num_interop_threads)
+    try:
+        real(threads)
+    except RuntimeError as exc:  # the pool exists already, the script set it first, or a fork inherited it
+        if not quiet:
+            say(f"torch's inter-op pool is not sized to {threads} thread(s): {str(exc)[:200]}")
+        return
+
+    @functools.wraps(real)
+    def set_num_interop_threads(count: int) -> None:
+        try:
+            real(count)
+        except RuntimeError:
+            if not isinstance(count, int) or count <= 0:
+                raise
+            if speak:
+                say(f"torch.set_num_interop_threads({count}) comes after affrun sized the inter-op pool to "
+                    f"{threads} (the thread plan, docs/threads.md); torch takes one call: it stays at {threads}. "
+                    "--rank-hooks none leaves it to the script")
+
+    torch.set_num_interop_threads = set_num_interop_threads

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from launcher.base.siblings import live_cores
 from launcher.bind import comm_threads
-from launcher.bind.pools import fit_worker, refit, say
-from launcher.bind.readback import current_binding
+from launcher.bind.inherited import MAY_NOT_RUN, own_cpus
+from launcher.bind.pools import fit_worker, refit, say, size_interop
+from launcher.bind.readback import read_binding
 from launcher.context.run_role import affrun_process, multiprocessing_child
 from launcher.env.variables import MAIN_VARIABLE
 from launcher.plan.threads import ThreadPlan, thread_plan
@@ -35,12 +36,14 @@ FITTED = "_affrun_fitted"
 
 
 class LiveRank:
-    """A live rank's fields, as :func:`launcher.plan.threads.thread_plan` takes them, from its ``AFFRUN_*``."""
+    """A live rank's fields, as :func:`launcher.plan.threads.thread_plan` takes them, from its ``AFFRUN_*`` read by
+    the one strict reader (:func:`launcher.bind.readback.read_binding`): ``ValueError`` naming the variable for a
+    value that cannot be the rank's binding, on ``usable`` CPUs when they are given."""
 
     __slots__ = ("comm_cpus", "compute_cpus", "cpus", "loader_cpus", "local_rank", "main_cpus", "threads")
 
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        binding = current_binding(environ)  # ValueError naming a malformed variable
+    def __init__(self, environ: Mapping[str, str], usable: frozenset[int] | None = None) -> None:
+        binding = read_binding(environ, usable, MAY_NOT_RUN)
         if binding is None:
             raise LookupError("AFFRUN_CPUS is not set")
         self.local_rank = binding.local_rank
@@ -52,28 +55,33 @@ class LiveRank:
         self.threads = binding.threads
 
 
-def live_plan(environ: Mapping[str, str], workers: int = 0) -> ThreadPlan:
+def live_plan(environ: Mapping[str, str], workers: int = 0, usable: frozenset[int] | None = None) -> ThreadPlan:
     """The thread plan of the rank whose variables ``environ`` holds (raises ``ValueError``/``LookupError``)."""
-    rank = LiveRank(environ)
+    rank = LiveRank(environ, usable)
     return thread_plan(rank, workers, live_cores(rank.cpus) if workers else ())
 
 
 def install(torch: Any) -> None:
-    """Run by the startup hook once ``import torch`` has completed in a process bound by affrun."""
+    """Run by the startup hook once ``import torch`` has completed in a process bound by affrun. Its ``AFFRUN_*``
+    values are applied only when they can be its binding on the CPUs it may run on
+    (:func:`launcher.bind.inherited.own_cpus`); else one warning line, and nothing is patched."""
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if affrun_process(argv):
+        return
+    child = multiprocessing_child(argv)  # a spawned worker, or the forkserver: its worker loop fits it
+    start = getattr(sys.modules.get("_affrun_startup"), "start_mask", None)
     try:
-        rank = LiveRank(os.environ)
+        rank = LiveRank(os.environ, own_cpus(start, child))
     except LookupError:
         return  # not a rank's process after all: nothing to fit
     except ValueError as exc:
-        say(f"the rank's thread hooks are off: {exc}")
-        return
-    argv = getattr(sys, "orig_argv", sys.argv)
-    if affrun_process(argv):
+        if not child:  # a spawned worker's or the forkserver's parent read the same values, and said it
+            say(f"the rank's thread hooks are off: {exc}")
         return
     worker, pin = sys.modules.get(WORKER_MODULE), sys.modules.get(PIN_MODULE)  # `import torch` imported both
     if worker is not None:
         patch_worker_loop(worker, rank)
-    if multiprocessing_child(argv):  # a spawned worker, or the forkserver: its worker loop fits it
+    if child:
         return
     plan = thread_plan(rank, 0)
     if pin is not None:
@@ -82,6 +90,15 @@ def install(torch: Any) -> None:
     comm_threads.install(torch, plan.nccl_proxy.cpus, rank.cpus)
     if plan.main.pinned:
         pin_main_thread(plan.main.cpus)
+    start_main_count(torch)
+
+
+def start_main_count(torch: Any) -> None:
+    """Start torch's count in the thread that imported torch (the main thread) now. torch stores one count for the
+    process and applies it to a thread at that thread's first parallel operation or count query; the pin-memory
+    thread's own ``torch.set_num_threads(1)`` stores 1, which a main thread that has not started its count yet
+    would then take for the whole run (docs/threads.md, "The pin-memory thread and the main thread's count")."""
+    torch.get_num_threads()
 
 
 def patch_worker_loop(module: Any, rank: LiveRank) -> None:
@@ -112,7 +129,7 @@ def fit_this_worker(module: Any, rank: LiveRank, arguments: dict[str, Any]) -> N
     worker_id, workers = int(arguments["worker_id"]), int(arguments["num_workers"])
     home = thread_plan(rank, workers, live_cores(rank.cpus)).workers[worker_id].cpus
     speak = worker_id == 0  # every worker meets the same problems: worker 0 says them
-    fit = fit_worker(home)
+    fit = fit_worker(home, speak=speak)
     setattr(module, FITTED, os.getpid())
     if fit is not None and fit.notes and speak:
         say(f"DataLoader worker {worker_id}: {'; '.join(fit.notes)}")
@@ -130,8 +147,8 @@ def _checked(user: Callable[[int], None], fit: Any, worker_id: int, speak: bool)
         user(worker_id)
         raised = refit(fit)
         if speak and (raised or fit.notes):
-            kept = "kept (--env-policy keep)" if fit.policy == "keep" else f"lowered to {len(fit.cpus)}"
-            said = f"worker_init_fn raised {', '.join(raised)} above the worker's {len(fit.cpus)} CPU(s): {kept}"
+            kept = "kept (--env-policy keep)" if fit.policy == "keep" else f"lowered to {fit.count}"
+            said = f"worker_init_fn raised {', '.join(raised)} above the worker's {fit.count} CPU(s): {kept}"
             say(f"DataLoader worker {worker_id}: {'; '.join(([said] if raised else []) + fit.notes)}")
 
     return init
@@ -153,30 +170,6 @@ def patch_pin_memory_loop(module: Any, cpus: tuple[int, ...]) -> None:
         real(*args, **kwargs)
 
     module._pin_memory_loop = _pin_memory_loop
-
-
-def size_interop(torch: Any, threads: int) -> None:
-    """``torch.set_num_interop_threads(threads)``, right after ``import torch``. torch accepts one call per
-    process: a later call of the script's is answered with one warning line rather than torch's error."""
-    real = torch.set_num_interop_threads
-    try:
-        real(threads)
-    except RuntimeError as exc:  # the pool exists already, or the script set it first
-        say(f"torch's inter-op pool is not sized to {threads} thread(s): {str(exc)[:200]}")
-        return
-
-    @functools.wraps(real)
-    def set_num_interop_threads(count: int) -> None:
-        try:
-            real(count)
-        except RuntimeError:
-            if not isinstance(count, int) or count <= 0:
-                raise
-            say(f"torch.set_num_interop_threads({count}) comes after affrun sized the inter-op pool to {threads} "
-                "(the thread plan, docs/threads.md); torch takes one call: it stays at "
-                f"{threads}. --rank-hooks none leaves it to the script")
-
-    torch.set_num_interop_threads = set_num_interop_threads
 
 
 def pin_main_thread(cpus: tuple[int, ...]) -> None:

@@ -1,6 +1,7 @@
 """The binding a process runs under, read back from the ``AFFRUN_*`` variables that ``affrun exec`` exports
-(:func:`launcher.env.policy.affrun_variables` writes them). Used by training code (``current_binding()``, re-exported by
-:mod:`launcher.submitit`) and by :mod:`launcher.torch`'s ``worker_init_fn``. Standard library only."""
+(:func:`launcher.env.variables.affrun_variables` writes them): the one reader of them (:func:`read_binding`), strict,
+for training code (``current_binding()``, re-exported by :mod:`launcher.submitit`), :mod:`launcher.torch`'s
+``worker_init_fn``, the rank's hooks and ``affrun doctor``. Standard library only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.base.untrusted import ascii_uint, short
+from launcher.bind.inherited import MAY_NOT_RUN, binding_fault
 from launcher.env.rank_line import MEM_VARIABLE, rank_summary
 from launcher.env.variables import MAIN_VARIABLE
 
@@ -67,10 +69,32 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
     """The binding ``affrun exec`` gave this process, or ``None`` when it was not started through affrun.
 
     Reads the ``AFFRUN_*`` variables (not the live mask: a process may narrow its own threads later). Raises
-    ``ValueError`` naming the variable if one of them is malformed.
+    ``ValueError`` naming the variable if one of them is malformed, or if they cannot be a binding affrun made
+    (:func:`read_binding`).
     """
-    env = os.environ if environ is None else environ
-    if not env.get("AFFRUN_CPUS"):
+    return read_binding(os.environ if environ is None else environ)
+
+
+def read_binding(environ: Mapping[str, str], usable: frozenset[int] | None = None,
+                 lacking: str = MAY_NOT_RUN) -> TaskBinding | None:
+    """The binding ``environ``'s ``AFFRUN_*`` variables describe; ``None`` without ``AFFRUN_CPUS``. Raises
+    ``ValueError``, in words that name the variable, for a malformed value and for values that cannot be a
+    binding affrun made (:func:`launcher.bind.inherited.binding_fault`): with ``usable``, CPUs outside it too."""
+    binding = _parsed(environ)
+    if binding is None:
+        return None
+    fault = binding_fault(binding, usable, lacking)
+    if fault is None and environ.get("AFFRUN_LOCAL_WORLD_SIZE") and binding.local_rank >= binding.local_world_size:
+        fault = (f"AFFRUN_LOCAL_RANK={binding.local_rank} is not below "
+                 f"AFFRUN_LOCAL_WORLD_SIZE={binding.local_world_size}")
+    if fault is not None:
+        raise ValueError(fault)
+    return binding
+
+
+def _parsed(env: Mapping[str, str]) -> TaskBinding | None:
+    """The variables as they are written, each checked for its form only."""
+    if not env.get("AFFRUN_CPUS", "").strip():
         return None
 
     def cpus(name: str) -> frozenset[int]:
@@ -94,15 +118,16 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
             raise ValueError(f"{name}={short(value)} is not an integer")
         return number
 
-    all_cpus = cpus("AFFRUN_CPUS")
-    compute = cpus("AFFRUN_COMPUTE_CPUS") if "AFFRUN_COMPUTE_CPUS" in env else all_cpus
+    all_cpus, loader, comm = cpus("AFFRUN_CPUS"), cpus("AFFRUN_LOADER_CPUS"), cpus("AFFRUN_COMM_CPUS")
+    # without AFFRUN_COMPUTE_CPUS (written by affrun since its loader CPUs): the rank's CPUs off the others
+    compute = cpus("AFFRUN_COMPUTE_CPUS") if "AFFRUN_COMPUTE_CPUS" in env else all_cpus - loader - comm or all_cpus
     gpu_text = env.get("AFFRUN_GPU", "")
     return TaskBinding(
         local_rank=one("AFFRUN_LOCAL_RANK", 0),
         local_world_size=one("AFFRUN_LOCAL_WORLD_SIZE", 1),
         cpus=all_cpus,
         compute_cpus=compute,
-        loader_cpus=cpus("AFFRUN_LOADER_CPUS"),
+        loader_cpus=loader,
         numa_nodes=ints("AFFRUN_NUMA_NODES"),
         mem_nodes=ints("AFFRUN_MEM_NODES"),
         gpu=one("AFFRUN_GPU") if gpu_text else None,
@@ -110,7 +135,7 @@ def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | N
         threads=one("AFFRUN_THREADS", len(compute)),
         omp_bind=env.get("AFFRUN_OMP_BIND", "rank"),
         mem=env.get(MEM_VARIABLE) or "none",
-        comm_cpus=cpus("AFFRUN_COMM_CPUS"),
+        comm_cpus=comm,
         nic=env.get("AFFRUN_NIC") or None,
         main_cpus=cpus(MAIN_VARIABLE),
     )

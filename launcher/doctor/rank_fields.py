@@ -1,16 +1,17 @@
 """A rank's fields, as :func:`launcher.plan.threads.thread_plan` reads them, from the ``AFFRUN_*`` variables of an
-environment it audits (a live rank's ``/proc/PID/environ``, or the environment ``affrun doctor`` runs in). Pure,
-and tolerant: a malformed list reads as empty, as the audits judge what they find rather than fail."""
+environment it audits (a live rank's ``/proc/PID/environ``, or the environment ``affrun doctor`` runs in), read by
+the one strict reader every consumer uses (:func:`launcher.bind.readback.read_binding`). Values that cannot be
+the binding affrun made (malformed, no plan's shape, CPUs the machine lacks) are no plan: the audit reports why
+(:func:`binding_problem`) rather than judge the rank against them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from launcher.base.cpulist import MAX_COUNT, format_cpulist
-from launcher.base.untrusted import ascii_uint, clip
-from launcher.bind.readback import exported_cpus
-from launcher.env.variables import BOUND_VARIABLE, MAIN_VARIABLE
+from launcher.bind.inherited import MACHINE_LACKS
+from launcher.bind.readback import TaskBinding, read_binding
+from launcher.env.variables import BOUND_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -30,32 +31,30 @@ def sorted_cpus(cpus: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted(set(cpus)))
 
 
-def environ_fields(environ: Mapping[str, str], rank: int | None) -> LiveFields | None:
-    """The fields of a rank from its ``AFFRUN_*`` variables; ``None`` without a readable ``AFFRUN_CPUS``."""
-    cpus = exported_cpus(environ)
-    if not cpus:
+def _read(environ: Mapping[str, str], online: frozenset[int]) -> tuple[TaskBinding | None, str | None]:
+    """The binding ``environ`` describes and why it cannot be one (each ``None`` when not)."""
+    try:
+        return read_binding(environ, online or None, MACHINE_LACKS), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def environ_fields(environ: Mapping[str, str], rank: int | None,
+                   online: frozenset[int] = frozenset()) -> LiveFields | None:
+    """The fields of a rank from its ``AFFRUN_*`` variables; ``None`` without ``AFFRUN_CPUS``, or where they
+    cannot be a binding (:func:`binding_problem` says why). ``rank``: its local rank where ``AFFRUN_LOCAL_RANK``
+    does not say."""
+    binding, _ = _read(environ, online)
+    if binding is None:
         return None
-    compute = exported_cpus(environ, "AFFRUN_COMPUTE_CPUS") & cpus or cpus
-    local = ascii_uint(environ.get(BOUND_VARIABLE, "").strip())
-    threads = ascii_uint(environ.get("AFFRUN_THREADS", "").strip()) or len(compute)
-    threads = threads if threads <= MAX_COUNT else len(compute)  # no plan has more threads than CPU ids
-    return LiveFields(local if local is not None else rank or 0, sorted_cpus(cpus), sorted_cpus(compute),
-                      sorted_cpus(exported_cpus(environ, "AFFRUN_LOADER_CPUS") & cpus),
-                      sorted_cpus(exported_cpus(environ, "AFFRUN_COMM_CPUS") & cpus),
-                      sorted_cpus(exported_cpus(environ, MAIN_VARIABLE) & cpus), threads)
+    local = binding.local_rank if environ.get(BOUND_VARIABLE) else rank or 0
+    return LiveFields(local, sorted_cpus(binding.cpus), sorted_cpus(binding.compute_cpus),
+                      sorted_cpus(binding.loader_cpus), sorted_cpus(binding.comm_cpus),
+                      sorted_cpus(binding.main_cpus), binding.threads)
 
 
 def binding_problem(environ: Mapping[str, str], online: frozenset[int]) -> str | None:
-    """Why a process's ``AFFRUN_CPUS`` cannot be the binding it runs under: not a CPU list, or naming a CPU that
-    is not in ``online`` (where it is known), to which no mask can have been set here. ``None`` when it can be, or
-    is unset."""
-    value = environ.get("AFFRUN_CPUS", "")
-    if not value.strip():
-        return None
-    cpus = exported_cpus(environ)
-    if not cpus:
-        return f"AFFRUN_CPUS={clip(value, 60)} is not a CPU list"
-    if online and not cpus <= online:
-        return (f"AFFRUN_CPUS={clip(format_cpulist(cpus), 60)} names CPUs this machine lacks "
-                f"({clip(format_cpulist(cpus - online), 60)}): no binding to them was made here")
-    return None
+    """Why a process's ``AFFRUN_*`` variables cannot be the binding it runs under: malformed, not the shape of
+    any plan, or naming a CPU that is not in ``online`` (where it is known), to which no mask can have been set
+    here. ``None`` when they can be, or when ``AFFRUN_CPUS`` is unset."""
+    return _read(environ, online)[1]

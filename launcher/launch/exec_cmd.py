@@ -270,7 +270,8 @@ def main(argv: Sequence[str]) -> int:
         from launcher.feed.variables import start_afresh
 
         start_afresh(feed)  # the job's only rank: an old --feed-json file goes, as under torchrun and run
-    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend)
+    inherited = rank if environ.get(PLAN_VARIABLE) and not given else None  # the parent's plan: true here, or refused
+    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend, inherited)
     env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:
         _warn(f"rank {rank.local_rank}: {warning}")

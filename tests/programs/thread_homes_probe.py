@@ -6,9 +6,11 @@ decoded with Pillow and with OpenCV (``cv2.imdecode`` and ``cv2.resize``), gets 
 (a matrix product) and numexpr, and the collate function encodes the items' captions with a ``tokenizers`` BPE
 tokenizer trained here on generated text. After each item a worker records itself (the last record stays): its
 threads (``/proc/self/task``), each thread's ``sched_getaffinity``, ``threadpoolctl.threadpool_info()``,
-``cv2.getNumThreads()``, ``numexpr.get_num_threads()``, ``torch.get_num_threads()`` and its pool variables. The
-rank records the same after its loop, and the inter-op pool's size. It imports nothing of affrun: what it records
-is what the rank's hooks did to an unmodified script (``--init affrun`` passes ``launcher.torch.worker_init_fn``).
+``cv2.getNumThreads()``, ``numexpr.get_num_threads()``, ``torch.get_num_threads()``, the inter-op pool's size and
+its pool variables, after a parallel operation of torch's (its OpenMP team then exists at the size it runs). The
+rank records the same after its loop. It imports nothing of affrun: what it records is what the rank's hooks did
+to an unmodified script (``--init affrun`` passes ``launcher.torch.worker_init_fn``; ``--init torch64`` one that
+calls ``torch.set_num_threads(64)``).
 OpenCV, numexpr, tokenizers and threadpoolctl are optional: a stage whose library does not import is left out.
 """
 
@@ -69,7 +71,9 @@ class ImageFolderLike(data_pipelines.ImageFolderLike):
         item = super().__getitem__(i)
         info = torch.utils.data.get_worker_info()
         if info is not None:
-            record(self.out, "worker", worker=info.id, workers=info.num_workers)
+            torch.ones(1 << 20).sin_()  # a parallel region: the worker's OpenMP team runs at its size
+            record(self.out, "worker", worker=info.id, workers=info.num_workers,
+                   interop=torch.get_num_interop_threads())
         return item
 
 
@@ -78,6 +82,11 @@ def raise_opencv(worker_id: int) -> None:
     cv2.setNumThreads(64)
     numexpr.set_num_threads(8)
     os.environ["RAYON_NUM_THREADS"] = "64"
+
+
+def raise_torch(worker_id: int) -> None:
+    """A worker_init_fn that sizes torch's own count for a big machine."""
+    torch.set_num_threads(64)
 
 
 def pin_memory_thread_cpus() -> list[int]:
@@ -104,12 +113,12 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--context", default="fork")
-    p.add_argument("--init", choices=("none", "affrun", "raise"), default="none")
+    p.add_argument("--init", choices=("none", "affrun", "raise", "torch64"), default="none")
     p.add_argument("--interop", type=int, default=0, help="the script calls torch.set_num_interop_threads(N)")
     args = p.parse_args()
     if args.interop:
         torch.set_num_interop_threads(args.interop)
-    init = {"none": None, "raise": raise_opencv}.get(args.init)
+    init = {"none": None, "raise": raise_opencv, "torch64": raise_torch}.get(args.init)
     if args.init == "affrun":
         import launcher.torch
 

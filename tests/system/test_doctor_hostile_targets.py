@@ -224,16 +224,19 @@ def test_a_binding_to_cpus_the_machine_lacks_is_not_claimed(tmp_path: Path, cpus
 
 
 def test_affrun_variables_that_are_garbage(tmp_path: Path) -> None:
-    """A CPU list with an escape sequence and a newline is no plan, and the report says so (escaped); a thread
-    count past any machine's CPU ids is not read."""
+    """A CPU list with an escape sequence and a newline is no plan, and the report says so (escaped); nor is a
+    thread count past any machine's CPU ids, nor one above the rank's CPUs: the one strict reader of a rank's
+    values (launcher.bind.readback.read_binding), as the rank's hooks read them, refuses them and the report
+    says why."""
     garbage = "\x1b[31m0\nerror forged: line"
     data, text, pid = _judged(tmp_path, AFFRUN_CPUS=garbage)
-    assert process(data, pid)["plan_problem"] == f"AFFRUN_CPUS={garbage} is not a CPU list"
-    assert f"no thread plan (AFFRUN_CPUS={escaped(garbage)} is not a CPU list)" in text
+    assert process(data, pid)["plan_problem"] == f"AFFRUN_CPUS={garbage!r} is not a cpu list"
+    assert f"no thread plan (AFFRUN_CPUS={garbage!r} is not a cpu list)" in text
     mask = os.sched_getaffinity(0)
-    data, _, pid = _judged(tmp_path, AFFRUN_CPUS=format_cpulist(mask), AFFRUN_THREADS="9" * 39)
-    plan = process(data, pid)["thread_plan"]
-    assert plan["omp"]["threads"] + 1 == len(mask), plan  # the count of its CPUs, as with no AFFRUN_THREADS
+    for threads in ("9" * 39, str(len(mask) + 1)):
+        data, _, pid = _judged(tmp_path, AFFRUN_CPUS=format_cpulist(mask), AFFRUN_THREADS=threads)
+        rank = process(data, pid)
+        assert rank["thread_plan"] is None and rank["plan_problem"].startswith("AFFRUN_THREADS="), rank
 
 
 def test_names_that_are_not_text_stay_escaped_in_every_output(tmp_path: Path) -> None:

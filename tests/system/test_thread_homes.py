@@ -23,7 +23,7 @@ import pytest
 from launcher.base.cpulist import parse_cpulist
 from launcher.bind.rank_hooks import live_plan
 from launcher.plan.threads import ThreadPlan
-from tests.launch import PROGRAMS, affrun_argv, clean_env, require_torch, run
+from tests.launch import PROGRAMS, TORCH_RUNTIMES, affrun_argv, clean_env, require_torch, run, runtime_env
 
 PROBE = str(PROGRAMS / "thread_homes_probe.py")
 NCPU = len(os.sched_getaffinity(0))
@@ -164,6 +164,69 @@ def test_a_worker_init_fn_that_raises_its_pools_and_a_script_that_sizes_interop(
     assert "torch.set_num_interop_threads(1)" in interop
     assert raised.startswith("affrun: warning: DataLoader worker 0: worker_init_fn raised ")
     assert all(word in raised for word in ("cv2.getNumThreads()=64", "numexpr", "RAYON_NUM_THREADS=64")), raised
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_a_worker_init_fn_that_sets_torchs_count_to_64(tmp_path: Path, context: str) -> None:
+    """``torch.set_num_threads(64)`` in the script's ``worker_init_fn``, ``OMP_NUM_THREADS=64`` exported: torch keeps
+    the count it was given and applies it again at a thread's first parallel operation, so a worker's count is
+    set through torch and read back. After a parallel operation each worker runs no more threads than its pools
+    allow (its real tasks), torch reads the worker's count, and the one line from worker 0 names what the
+    function asked and what was read back. The inter-op pool: sized to the worker in a spawned or forkserver
+    worker; a forked one keeps the rank's (torch takes one size per process, and fork copies it)."""
+    records, stderr = probe(tmp_path, "exec", args=("--workers", "2", "--context", context, "--init", "torch64"),
+                            env={"OMP_NUM_THREADS": "64"})
+    ((rank, workers),) = check_run(records, 2)
+    plan = live_plan(rank["affrun"], 2)
+    for w in workers:
+        n = plan.workers[w["worker"]].pools
+        assert w["torch"] <= n, w
+        assert w["interop"] == (rank["interop"] if context == "fork" else min(n, rank["interop"])), w
+    (line,) = WARNING.findall(stderr)
+    assert line.startswith("affrun: warning: DataLoader worker 0: worker_init_fn raised torch.set_num_threads(64) "
+                           "above the worker's "), line
+    assert "lowered to" in line and "torch:" not in line, line
+
+
+@pytest.mark.parametrize("runtime", TORCH_RUNTIMES)
+def test_the_pin_memory_threads_count_and_the_main_threads(runtime: str) -> None:
+    """torch's pin-memory thread starts with ``torch.set_num_threads(1)``. torch stores that one count for the
+    process, and a thread that has not started its own count yet (no parallel operation, no count query) takes
+    it at its first: a main thread that had run nothing parallel before the loader's pin-memory thread started
+    then runs on one thread, whatever ``OMP_NUM_THREADS`` says; one that had keeps its own. Under affrun the
+    rank's main thread starts its count at ``import torch`` and keeps the plan's. The thread runs torch's own
+    ``_pin_memory_loop`` (there is no accelerator here, so a DataLoader starts none)."""
+    if NCPU < 2:
+        pytest.skip("needs 2 CPUs: a count of 2 to lose")
+    env = clean_env(**runtime_env(runtime))
+    plain = [run([sys.executable, "-c", PIN_FIRST, first], env={**env, "OMP_NUM_THREADS": "2"}, timeout=120)
+             for first in ("nothing", "op")]
+    bound = run(affrun_argv("exec", "--", sys.executable, "-c", PIN_FIRST, "nothing"), env=env, timeout=120)
+    seen = []
+    for proc in (*plain, bound):
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        seen.append(json.loads(proc.stdout.splitlines()[-1]))
+    assert [s["threads"] for s in seen[:2]] == [1, 2], seen  # torch's own behaviour, as it is
+    assert seen[2]["threads"] == seen[2]["planned"] == NCPU and seen[2]["ran"] >= NCPU, seen[2]
+
+
+PIN_FIRST = """
+import json, os, sys, threading, torch
+from torch.utils.data._utils.pin_memory import _pin_memory_loop
+if sys.argv[1] == "op":
+    torch.ones(1 << 20).sin_()
+done = threading.Event()
+done.set()  # the loop sets its count, finds the loader done, and returns
+thread = threading.Thread(target=_pin_memory_loop, args=(None, None, -1, done, "cpu"))
+thread.start()
+thread.join()
+threads = torch.get_num_threads()
+x = torch.ones(1 << 22)
+for _ in range(8):
+    x.sin_()
+print(json.dumps({"threads": threads, "planned": int(os.environ["OMP_NUM_THREADS"]),
+                  "ran": len(os.listdir("/proc/self/task"))}))
+"""
 
 
 def test_garbage_variables_and_the_users_values_under_keep(tmp_path: Path) -> None:

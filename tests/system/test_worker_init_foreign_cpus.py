@@ -2,7 +2,8 @@
 
 CPUs the lists name that this machine does not have: a real DataLoader with workers (fork, spawn, forkserver, two
 epochs) runs, says so once for the process (not once per worker, nor per epoch), and pins every worker to CPUs
-that exist here; never an ``OSError`` in every worker.
+that exist here; never an ``OSError`` in every worker. The values are refused as a whole, as every reader of them
+refuses them (issue 40: one strict reader): the workers share the CPUs the process has.
 """
 
 from __future__ import annotations
@@ -76,20 +77,8 @@ def test_workers_use_what_exists_and_the_process_warns_once(program: Path, start
     assert "worker_init_fn" in line and str(ABSENT if case != "largest-id" else 65535) in line, line
     workers = json.loads(proc.stdout)["workers"]
     assert len(workers) == 4, workers  # 2 workers in each of 2 epochs
-    named_here = {int(c) for name in ("AFFRUN_CPUS", "AFFRUN_LOADER_CPUS") for c in _ids(variables.get(name, ""))
-                  if c in HERE}
     for mask in workers:
         assert mask and set(mask) <= set(HERE), (mask, HERE)
-        if named_here:  # what the lists name here is what the workers get
-            assert set(mask) <= named_here, (mask, named_here)
-
-
-def _ids(text: str) -> list[int]:
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        first, _, last = part.partition("-")
-        out += range(int(first), int(last or first) + 1)
-    return out
 
 
 def test_variables_of_this_machine_say_nothing(program: Path) -> None:

@@ -15,7 +15,7 @@ from launcher.doctor import procfs
 from launcher.doctor.binder_evidence import likely_binders, pinning_ancestor, tensorrt_llm
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
-from launcher.doctor.rank_fields import environ_fields
+from launcher.doctor.rank_fields import binding_problem, environ_fields
 from launcher.doctor.report import THREAD_LINES, job_json, job_text
 from launcher.doctor.thread_checks import (
     busy_pool_findings,
@@ -131,15 +131,24 @@ def test_a_process_without_a_plan_gets_roles_and_no_homes() -> None:
     assert "no thread plan" in job_text(job) and job_json(job)["processes"][0]["thread_plan"] is None
 
 
-@pytest.mark.parametrize(("value", "fields"), [
-    ({"AFFRUN_CPUS": "0-3", "AFFRUN_COMPUTE_CPUS": "junk"}, ((0, 1, 2, 3), 4)),  # malformed: the rank's set
-    ({"AFFRUN_CPUS": "0-3", "AFFRUN_COMPUTE_CPUS": "8-9", "AFFRUN_THREADS": "x"}, ((0, 1, 2, 3), 4)),
-    ({"AFFRUN_CPUS": "0-3", "AFFRUN_COMPUTE_CPUS": "0-1", "AFFRUN_THREADS": "2"}, ((0, 1), 2)),
+@pytest.mark.parametrize(("value", "named"), [
+    ({"AFFRUN_CPUS": "0-3", "AFFRUN_COMPUTE_CPUS": "junk"}, "AFFRUN_COMPUTE_CPUS='junk' is not a cpu list"),
+    ({"AFFRUN_CPUS": "0-3", "AFFRUN_COMPUTE_CPUS": "8-9"}, "AFFRUN_COMPUTE_CPUS=8-9 is not a non-empty part"),
+    ({"AFFRUN_CPUS": "0-3", "AFFRUN_THREADS": "x"}, "AFFRUN_THREADS='x' is not an integer"),
+    ({"AFFRUN_CPUS": "0-3", "AFFRUN_THREADS": "5"}, "AFFRUN_THREADS=5 is more than the 4 CPU(s)"),
+    ({"AFFRUN_CPUS": "0-"}, "AFFRUN_CPUS='0-' is not a cpu list"),
 ])
-def test_variables_are_read_as_an_audit_reads_them(value: dict[str, str], fields: tuple[tuple[int, ...], int]) -> None:
-    read = environ_fields(value, None)
-    assert read is not None and (read.compute_cpus, read.threads) == fields
-    assert environ_fields({"AFFRUN_CPUS": "0-"}, None) is None
+def test_variables_that_cannot_be_a_binding_are_no_plan(value: dict[str, str], named: str) -> None:
+    """One strict reader (launcher.bind.readback.read_binding), as the rank's hooks read them: what it refuses the
+    audit reports as the reason the rank has no plan, and judges nothing against."""
+    assert environ_fields(value, None) is None
+    problem = binding_problem(value, frozenset())
+    assert problem is not None and problem.startswith(named), problem
+    good = {"AFFRUN_CPUS": "0-3", "AFFRUN_COMPUTE_CPUS": "0-1", "AFFRUN_THREADS": "2"}
+    read = environ_fields(good, None)
+    assert read is not None and (read.compute_cpus, read.threads) == ((0, 1), 2)
+    assert binding_problem(good, frozenset(range(4))) is None
+    assert "names CPUs this machine lacks (2-3)" in (binding_problem(good, frozenset({0, 1})) or "")
 
 
 def test_a_thread_off_the_ranks_cpus_is_an_error_and_its_mask_is_named() -> None:

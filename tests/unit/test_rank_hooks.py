@@ -66,7 +66,8 @@ def test_a_live_ranks_plan_is_the_thread_plan_of_its_variables() -> None:
     plan = live_plan(RANK, 3)
     assert plan.local_rank == 1 and plan.main.cpus == (4, 5, 6, 7) and not plan.main.pinned
     assert [w.cpus for w in plan.workers] == [(4, 5), (6,), (7,)] and plan.interop.threads == 4
-    pinned = live_plan({**RANK, "AFFRUN_MAIN_CPUS": "4", "AFFRUN_LOADER_CPUS": "7"}, 2)
+    pinned = live_plan({**RANK, "AFFRUN_MAIN_CPUS": "4", "AFFRUN_LOADER_CPUS": "7", "AFFRUN_COMPUTE_CPUS": "4-6",
+                        "AFFRUN_THREADS": "3"}, 2)
     assert pinned.main.cpus == (4,) and pinned.main.pinned and pinned.interop.threads == 1
     assert [w.cpus for w in pinned.workers] == [(7,), (7,)] and pinned.pin_memory.cpus == (7,)
 

@@ -23,11 +23,15 @@ from launcher.doctor import procfs
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.job_checks import job_findings
+from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.nccl_live import rank_nccl_findings
+from launcher.doctor.neighbours import NeighbourWatch
+from launcher.doctor.starvation import judge_ranks, starvation_findings
 from launcher.doctor.target_environ import read_target_environ
 from launcher.doctor.thread_checks import thread_findings
 from launcher.doctor.thread_homes import assign_homes
+from launcher.doctor.throttling import ThrottleWatch
 from launcher.errors import AffrunError, ConfigError
 
 MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
@@ -110,6 +114,9 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
         if thread is None:
             thread = record.threads[tid] = ThreadRecord(tid, stat.comm, allowed or frozenset(), stat.processor)
         thread.update(stat, allowed)
+        sched = procfs.thread_schedstat(record.pid, tid, proc)  # its wait for a CPU: one small read more
+        if sched is not None:
+            thread.note_sched(time.monotonic(), *sched)
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:
@@ -208,6 +215,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     _readable(pid, proc)
     records: dict[int, ProcessRecord] = {}
     gpus = GpuSampler()
+    throttle = ThrottleWatch(proc)
+    neighbours = NeighbourWatch(proc)
     pidfd = _exit_watch(pid, proc)
     start = time.monotonic()
     samples = 0
@@ -223,6 +232,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
                         continue
                     records[p.pid] = record
                     _read_libraries(record, proc)
+                    throttle.add(p.pid)
                 seen.add(p.pid)
                 _sample_process(record, proc)
             for gone in set(records) - seen:
@@ -239,6 +249,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     elapsed = time.monotonic() - start
     if not records:
         raise AffrunError(f"--pid {pid}: the process ended before it could be read")
+    throttling = throttle.finish()
+    busy = neighbours.finish(records, _mine())
     from launcher.feed.figures import read_live
 
     for record in records.values():
@@ -251,7 +263,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
     topo = load_topology()
     audit = JobAudit(pid, elapsed, interval, samples, ordered, gpus.report(), machine_cpus(topo, live=True),
-                     online=topo.online)
+                     online=topo.online, throttling=throttling, neighbours=busy)
+    _reference(audit, records[pid], proc)
     assign_roles(audit)
     for record in ordered:
         cpus = len(record.mask) or len(audit.machine_cpus)
@@ -262,6 +275,34 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         return procfs.ancestors(p, proc)
 
     audit.findings = job_findings(audit, topo, ancestors_of=ancestors)
+    audit.starvation = judge_ranks(audit)
     audit.findings = merge_subjects([*audit.findings, *rank_nccl_findings(audit, audit.ranks(), topo),
-                                     *thread_findings(audit, ancestors)])
+                                     *thread_findings(audit, ancestors), *job_collapse_findings(audit, topo, ancestors(pid)),
+                                     *starvation_findings(audit, audit.starvation)])
     return audit
+
+
+def _mine() -> set[int]:
+    """This process and its children: the doctor is not a neighbour of the job it audits."""
+    import psutil
+
+    try:
+        return {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+    except psutil.Error:
+        return {os.getpid()}
+
+
+def _reference(audit: JobAudit, root: ProcessRecord, proc: str) -> None:
+    """What the job could use: the audited process's cgroup cpuset within the online CPUs (the online CPUs where
+    it has none), and its parent's mask, the mask the launcher started from."""
+    from launcher.topology.cgroup import find_cpuset
+
+    cpuset = find_cpuset(os.path.dirname(os.path.normpath(proc)) or "/", str(root.pid))
+    online = audit.online
+    if cpuset is not None and cpuset.cpus & online:
+        audit.reference = cpuset.cpus & online
+        audit.reference_source = f"its cgroup cpuset, {cpuset.description}, within the online CPUs"
+    else:
+        audit.reference, audit.reference_source = online, "the online CPUs"
+    if root.ppid > 0:
+        audit.parent = (root.ppid, " ".join(procfs.cmdline(root.ppid, proc)), procfs.threads_union(root.ppid, proc))

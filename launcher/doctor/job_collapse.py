@@ -116,7 +116,9 @@ def _runtime_words(p: ProcessRecord, names: Sequence[str]) -> str:
         if "libomp" in runtimes:
             return "LLVM libomp binds the main thread when it starts (measured: at `import torch`)"
         return "libiomp5 binds the main thread at its first parallel region"
-    return "libgomp binds the thread that loads it (`import torch`) to the first place"
+    if "libgomp" in runtimes:
+        return "libgomp binds the thread that loads it (`import torch`) to the first place"
+    return "the OpenMP runtime binds the main thread to the first place at its first parallel region"
 
 
 def _parent(audit: JobAudit, top: ProcessRecord) -> tuple[int, str, frozenset[int]] | None:

@@ -21,14 +21,52 @@ def four_gpu_tree(tmp_path: Path) -> Path:
 
 
 FAKE_PYNVML = '''
-"""NVML as nvidia-ml-py exposes it, for GPUs this machine cannot have: {gpus} as (bus id, uuid)."""
+"""NVML as nvidia-ml-py exposes it, for GPUs this machine cannot have: {gpus} as (bus id, uuid).
+
+What the GPUs do is read, at each call, from the JSON file that FAKE_NVML_STATE names (none: idle, no process):
+{{"utilisation": [percent per GPU], "processes": [[pid, ...] per GPU], "process_util": [{{"pid": sm percent}} per
+GPU, or "not supported"]}}. nvmlDeviceGetProcessUtilization returns one sample a call for each process, stamped
+with the time (us), and raises NVMLError(NVML_ERROR_NOT_FOUND) when there is none newer than asked.
+"""
+import json, os, time
 GPUS = {gpus!r}
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+class NVMLError(Exception):
+    def __init__(self, value):
+        super().__init__(f"NVML error {{value}}")
+        self.value = value
+def _state():
+    path = os.environ.get("FAKE_NVML_STATE")
+    if not path:
+        return {{}}
+    with open(path) as fh:
+        return json.load(fh)
+def _of(key, h, default):
+    values = _state().get(key)
+    return values[h] if isinstance(values, list) and h < len(values) else default
+def _obj(name, **fields): return type(name, (), fields)()
 def nvmlInit(): pass
 def nvmlShutdown(): pass
+def nvmlSystemGetDriverVersion(): return "575.57.08"
 def nvmlDeviceGetCount(): return len(GPUS)
 def nvmlDeviceGetHandleByIndex(i): return i
-def nvmlDeviceGetPciInfo(h): return type("Pci", (), {{"busId": GPUS[h][0].encode()}})()
+def nvmlDeviceGetPciInfo(h): return _obj("Pci", busId=GPUS[h][0].encode())
 def nvmlDeviceGetUUID(h): return GPUS[h][1]
+def nvmlDeviceGetName(h): return b"NVIDIA H200"
+def nvmlDeviceGetUtilizationRates(h): return _obj("Utilization", gpu=_of("utilisation", h, 0), memory=0)
+def nvmlDeviceGetMemoryInfo(h): return _obj("Memory", used=3 << 30, total=141 << 30)
+def nvmlDeviceGetComputeRunningProcesses(h):
+    return [_obj("Process", pid=p, usedGpuMemory=1 << 30) for p in _of("processes", h, [])]
+def nvmlDeviceGetProcessUtilization(h, lastSeenTimeStamp):
+    util = _of("process_util", h, {{}})
+    if util == "not supported":
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    now = int(time.time() * 1e6)
+    if not util or now <= lastSeenTimeStamp:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return [_obj("Sample", pid=int(p), timeStamp=now, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+            for p, sm in util.items()]
 '''
 
 

@@ -68,6 +68,11 @@ class ThreadRecord:
         delta = self._sched_delta()
         return None if delta is None else min(1.0, delta[2] / delta[0])
 
+    def cpu_share(self) -> float | None:
+        """The CPUs' worth it ran over the sample (schedstat's nanoseconds: finer than ``cpu_percent``'s ticks)."""
+        delta = self._sched_delta()
+        return None if delta is None else min(1.0, delta[1] / delta[0])
+
     def demand(self) -> float | None:
         """The CPUs' worth it wanted over the sample: its time on a CPU and waiting for one, over the time."""
         delta = self._sched_delta()

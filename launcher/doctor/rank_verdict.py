@@ -45,9 +45,10 @@ class RankStarvation:
     main_ran: frozenset[int] = frozenset()
     main_allowed: frozenset[int] = frozenset()
     demand: float | None = None  # CPUs' worth its threads (its children's too) wanted: on a CPU or waiting
+    used: float | None = None  # CPUs' worth they ran
     busy_threads: int = 0  # of them, those that ran at least 5% of a CPU
     supply: frozenset[int] = frozenset()  # the CPUs they may use (the union of their masks)
-    demand_on_main: float | None = None  # the job's demand on the main thread's CPUs
+    used_on_main: float | None = None  # CPUs' worth the job's other threads ran on the main thread's CPUs
     throttling: Throttling | None = None  # its cgroup's
     neighbours: list[Neighbour] = field(default_factory=list)  # busy outside processes that may run on its CPUs
     gpu: RankGpu | None = None
@@ -62,15 +63,17 @@ class RankStarvation:
 
     def supply_line(self) -> str:
         demand = "?" if self.demand is None else f"{self.demand:.1f}"
-        on_main = "" if self.demand_on_main is None else (
-            f"; {self.demand_on_main:.1f} of it on the main thread's {len(self.main_allowed)} CPU(s)")
+        used = "?" if self.used is None else f"{self.used:.1f}"
+        on_main = "" if self.used_on_main is None else (
+            f"; the job's other threads ran {self.used_on_main:.1f} CPUs' worth on the main thread's "
+            f"{len(self.main_allowed)} CPU(s)")
         throttled = ""
         if self.throttling is not None and self.throttling.periods:
             t = self.throttling
             throttled = (f"; cgroup throttled in {t.throttled_periods} of {t.periods} quota periods "
                          f"({t.throttled_s:.2f} s)")
-        return (f"CPU demand {demand} CPUs ({self.busy_threads} busy thread(s)) on {len(self.supply)} CPU(s) "
-                f"{format_cpulist(self.supply) or '-'}{on_main}{throttled}")
+        return (f"CPU demand {demand} CPUs (ran {used}; {self.busy_threads} busy thread(s)) on {len(self.supply)} "
+                f"CPU(s) {format_cpulist(self.supply) or '-'}{on_main}{throttled}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,9 +81,10 @@ class RankStarvation:
                             "cpu_wait_fraction": None if self.main_cpu_wait is None else round(self.main_cpu_wait, 3),
                             "ran": format_cpulist(self.main_ran), "allowed": format_cpulist(self.main_allowed)},
             "cpu_demand": None if self.demand is None else round(self.demand, 2),
+            "cpu_used": None if self.used is None else round(self.used, 2),
             "busy_threads": self.busy_threads,
             "supply_cpus": format_cpulist(self.supply),
-            "demand_on_main_cpus": None if self.demand_on_main is None else round(self.demand_on_main, 2),
+            "job_used_on_main_cpus": None if self.used_on_main is None else round(self.used_on_main, 2),
             "throttling": self.throttling.to_json() if self.throttling else None,
             "neighbours": [n.to_json() for n in self.neighbours],
             "gpu": self.gpu.to_json() if self.gpu else None,

@@ -22,12 +22,12 @@ BUSY_PERCENT = 5.0  # a thread that ran at least this share of a CPU over the sa
 THROTTLED_SHARE = 0.05  # cpu-throttled: the share of the sample (or of its quota periods) held back
 
 
-def _shared(t: ThreadRecord, cpus: frozenset[int]) -> float:
-    """The part of ``t``'s demand that falls on ``cpus``, spread evenly over its mask."""
-    d = t.demand()
-    if d is None or not t.allowed:
+def _ran_on(t: ThreadRecord, cpus: frozenset[int]) -> float:
+    """The CPUs' worth ``t`` ran on ``cpus``, its time spread evenly over its mask."""
+    share = t.cpu_share()
+    if share is None or not t.allowed:
         return 0.0
-    return d * len(t.allowed & cpus) / len(t.allowed)
+    return share * len(t.allowed & cpus) / len(t.allowed)
 
 
 def _pci_key(pci: str) -> str:
@@ -92,24 +92,30 @@ def _cause(audit: JobAudit, s: RankStarvation, collapsed: frozenset[int] | None)
     if t is not None and t.fraction >= v.STARVED_WAIT / 2:
         return v.THROTTLED, (f"its cgroup ran out of its CPU quota in {t.throttled_periods} of {t.periods} periods "
                              f"({t.throttled_s:.2f} s throttled; quota {t.quota or 'unknown'})")
-    if s.demand_on_main is not None and s.demand_on_main > len(cpus) * (1 + v.STARVED_WAIT):
-        return v.OVERSUBSCRIBED, (f"the job's threads wanted {s.demand_on_main:.1f} CPUs' worth of time on the main "
-                                  f"thread's {len(cpus)} CPU(s) {format_cpulist(cpus)}")
+    own = s.used_on_main or 0.0
+    ran = min(1.0, s.main_cpu_percent / 100)
+    outside = max(0.0, len(cpus) - ran - own)  # what neither the main thread nor the rest of the job ran there
+    where = f"{len(cpus)} CPU(s) {format_cpulist(cpus)}"
+    if own >= outside:
+        return v.OVERSUBSCRIBED, (f"the job's other threads ran {own:.1f} CPUs' worth on the main thread's {where}, "
+                                  f"more than the {outside:.1f} left to anything else")
+    said = (f"the job ran {own:.1f} CPUs' worth besides the main thread on its {where}; {outside:.1f} went to "
+            "something outside it")
     if s.neighbours:
-        return v.NEIGHBOURS, ("busy processes outside the job may run there: "
-                              + "; ".join(n.text() for n in s.neighbours[:3]))
-    want = "" if s.demand_on_main is None else f" (it wanted {s.demand_on_main:.1f} of its {len(cpus)})"
-    return v.NEIGHBOURS, (f"the job's own threads do not fill CPUs {format_cpulist(cpus)}{want}: something outside "
-                          "it takes them (short-lived processes, the host)")
+        return v.NEIGHBOURS, f"{said}: busy processes outside the job may run there: " + "; ".join(
+            n.text() for n in s.neighbours[:3])
+    return v.NEIGHBOURS, f"{said} (short-lived processes, the host)"
 
 
 def rank_starvation(audit: JobAudit, rank: ProcessRecord, collapsed: frozenset[int] | None) -> RankStarvation:
     seconds = audit.duration
     mine = [t for p in (rank, *audit.children_of(rank)) for t in p.threads.values()]
     demands = [d for t in mine if (d := t.demand()) is not None]
+    shares = [d for t in mine if (d := t.cpu_share()) is not None]
     main = rank.threads.get(rank.pid)
     s = RankStarvation(
         demand=sum(demands) if demands else None,
+        used=sum(shares) if shares else None,
         busy_threads=sum(1 for t in mine if t.cpu_percent(seconds) >= BUSY_PERCENT),
         supply=frozenset(c for t in mine for c in t.allowed),
         throttling=next((t for t in audit.throttling if rank.pid in t.pids), None),
@@ -119,9 +125,10 @@ def rank_starvation(audit: JobAudit, rank: ProcessRecord, collapsed: frozenset[i
         s.main_tid, s.main_cpu_percent, s.main_cpu_wait = main.tid, main.cpu_percent(seconds), main.cpu_wait()
         s.main_ran, s.main_allowed = frozenset(main.ran), main.allowed
         everyone = [t for p in audit.processes for t in p.threads.values()]
-        if main.demand() is not None:
-            s.demand_on_main = sum(_shared(t, main.allowed) for t in everyone)
-        s.neighbours = [n for n in audit.neighbours if n.share_on(main.allowed) >= BUSY_SHARE]
+        if main.cpu_share() is not None:
+            s.used_on_main = sum(_ran_on(t, main.allowed) for t in everyone if t is not main)
+        near = [n for n in audit.neighbours if n.share_on(main.allowed) >= BUSY_SHARE]
+        s.neighbours = sorted(near, key=lambda n: (-n.share_on(main.allowed), n.pid))
     if s.main_cpu_wait is not None and s.main_cpu_wait >= v.STARVED_WAIT:
         s.cause, s.cause_text = _cause(audit, s, collapsed)
     t = s.throttling

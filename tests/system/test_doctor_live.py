@@ -128,9 +128,11 @@ def steal_seconds() -> float:
     return int(figures[8]) / os.sysconf("SC_CLK_TCK") if len(figures) > 8 else 0.0
 
 
-def audit(pid: int, duration: float = 1.0, timeout: float = 120) -> tuple[int, dict[str, Any]]:
-    """``affrun doctor --pid PID --json``; if it outlives ``timeout``, fail with the stacks it was in (faulthandler)."""
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+def audit(pid: int, duration: float = 1.0, timeout: float = 120,
+          env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """``affrun doctor --pid PID --json`` (with ``env`` added to this process's environment); if it outlives
+    ``timeout``, fail with the stacks it was in (faulthandler)."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     steal = steal_seconds()
     doctor = subprocess.Popen([*affrun_argv("doctor", "--pid", str(pid), "--duration", str(duration), "--json")],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -42,8 +42,9 @@ class Neighbour:
                 "allowed": format_cpulist(self.allowed)}
 
 
-def _ticks(proc: str) -> dict[int, int]:
-    out: dict[int, int] = {}
+def _ticks(proc: str) -> dict[int, tuple[int, str]]:
+    """pid -> (CPU time in clock ticks, name) of every process but zombies, at most :data:`MAX_PROCESSES`."""
+    out: dict[int, tuple[int, str]] = {}
     try:
         names = os.listdir(proc)
     except OSError:
@@ -54,7 +55,7 @@ def _ticks(proc: str) -> dict[int, int]:
         if name.isascii() and name.isdigit():
             stat = procfs.process_stat(int(name), proc)
             if stat is not None and not stat.exited:
-                out[int(name)] = stat.ticks
+                out[int(name)] = stat.ticks, stat.comm
     return out
 
 
@@ -71,16 +72,18 @@ class NeighbourWatch:
         if seconds <= 0:
             return []
         skip = {*job, *mine}
-        found = []
-        for pid, ticks in _ticks(self._proc).items():
-            before = self._first.get(pid)
-            if pid in skip or (before is None and len(self._first) >= MAX_PROCESSES) or ticks < (before or 0):
+        busy: list[tuple[float, int, str]] = []
+        for pid, (ticks, comm) in _ticks(self._proc).items():
+            known = pid in self._first
+            start = self._first[pid][0] if known else 0  # a process born during the sample counts from zero
+            if pid in skip or (not known and len(self._first) >= MAX_PROCESSES) or ticks < start:
                 continue  # of the job; not read at the start (the pass was full); a pid given to a new process
-            share = (ticks - (before or 0)) / procfs.CLOCK_TICKS / seconds
-            if share < BUSY_SHARE:
-                continue
-            stat = procfs.process_stat(pid, self._proc)
+            share = (ticks - start) / procfs.CLOCK_TICKS / seconds
+            if share >= BUSY_SHARE:
+                busy.append((share, pid, comm))
+        found = []
+        for share, pid, comm in sorted(busy, key=lambda b: (-b[0], b[1]))[:KEPT]:  # the busiest: one read each
             allowed = procfs.allowed_cpus(pid, None, self._proc)
-            if stat is not None and allowed:
-                found.append(Neighbour(pid, stat.comm, share, allowed))
-        return sorted(found, key=lambda n: (-n.cpu_share, n.pid))[:KEPT]
+            if allowed:
+                found.append(Neighbour(pid, comm, share, allowed))
+        return found

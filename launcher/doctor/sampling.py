@@ -304,5 +304,5 @@ def _reference(audit: JobAudit, root: ProcessRecord, proc: str) -> None:
         audit.reference_source = f"its cgroup cpuset, {cpuset.description}, within the online CPUs"
     else:
         audit.reference, audit.reference_source = online, "the online CPUs"
-    if root.ppid > 0:
-        audit.parent = (root.ppid, " ".join(procfs.cmdline(root.ppid, proc)), procfs.threads_union(root.ppid, proc))
+    if root.ppid > 0:  # its mask was read with the first sample (ProcessRecord.launcher_mask)
+        audit.parent = (root.ppid, " ".join(procfs.cmdline(root.ppid, proc)), root.launcher_mask)

@@ -40,7 +40,8 @@ def _pci_key(pci: str) -> str:
 def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | None:
     """The GPU ``rank`` uses, and how that was told: NVML lists the rank or one of its children on it; else its
     ``AFFRUN_GPU_PCI``; else ``CUDA_VISIBLE_DEVICES``'s entry at its local rank (an index in CUDA's order, which is
-    NVML's under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, or a GPU's UUID)."""
+    NVML's under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, or a GPU's UUID; a job of one process without a local rank
+    takes the first)."""
     gpus = audit.gpus.gpus
     if not audit.gpus.available or not gpus:
         return None
@@ -53,12 +54,13 @@ def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | Non
         found = next((g for g in gpus if _pci_key(g.pci) == _pci_key(pci)), None)
         if found is not None:
             return found, "AFFRUN_GPU_PCI"
-    if rank.rank is None:
+    local = rank.rank if rank.rank is not None else 0 if len(audit.ranks()) == 1 else None  # a lone process: 0
+    if local is None:
         return None
     visible = rank.environ.get("CUDA_VISIBLE_DEVICES")
     entries = [e.strip() for e in visible.split(",")] if visible is not None else None
-    entry = (entries[rank.rank] if entries is not None and rank.rank < len(entries)
-             else str(rank.rank) if entries is None else "")
+    entry = (entries[local] if entries is not None and local < len(entries)
+             else str(local) if entries is None else "")
     index = ascii_uint(entry)
     if index is not None:
         found = next((g for g in gpus if g.index == index), None)

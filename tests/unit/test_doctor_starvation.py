@@ -15,7 +15,7 @@ from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.neighbours import Neighbour
 from launcher.doctor.starvation import judge_ranks, rank_gpu, starvation_findings
-from launcher.doctor.throttling import Throttling, ThrottleWatch
+from launcher.doctor.throttling import ThrottleWatch, Throttling
 from launcher.feed import verdict as v
 from launcher.topology import load_topology
 from launcher.topology.cgroup import cpu_cgroups
@@ -42,7 +42,7 @@ def test_throttling_is_the_growth_of_the_cgroups_counters(tmp_path: Path, v2: bo
     group = root / ("sys/fs/cgroup/job" if v2 else "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1")
     unit = 1000 if v2 else 1  # v2 counts microseconds, v1 nanoseconds
     _stat(group / "cpu.stat", 100, 10, 5 * 10**8 // unit, v2)
-    assert [g.directory for g in cpu_cgroups(str(root), "4242")][0] == str(group)
+    assert cpu_cgroups(str(root), "4242")[0].directory == str(group)  # its own first, then up to the mount
     watch = ThrottleWatch(str(root / "proc"))
     watch.add(4242)
     _stat(group / "cpu.stat", 120, 25, 15 * 10**8 // unit, v2)  # 20 periods, 15 throttled, 1 s throttled

@@ -2,11 +2,14 @@
 :mod:`launcher.doctor.live`, then analyse them there.
 
 :func:`sample_job` reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's allowed CPUs
-and the CPU it last ran on (``stat`` field 39), its CPU time, and each process's libraries and environment. A
-change of CPU between two samples counts as a migration, so the rate is a lower bound. Sampling stops early when
-the audited process exits (a zombie counts as exited): the report holds what was seen until then. A process that
-ran another program meanwhile is read again at the end. Then each thread gets its role, home and verdict
-(:mod:`launcher.doctor.thread_homes`) and its findings. A process this user may not read is refused.
+and the CPU it last ran on (``stat`` field 39), its CPU time and its wait for a CPU (``schedstat``), and each
+process's libraries and environment; each new process's cgroups once (:mod:`launcher.doctor.throttling`), the other
+processes of the machine at the start and the end (:mod:`launcher.doctor.neighbours`). A change of CPU between two
+samples counts as a migration, so the rate is a lower bound. Sampling stops early when the audited process exits
+(a zombie counts as exited): the report holds what was seen until then. A process that ran another program
+meanwhile is read again at the end. Then each thread gets its role, home and verdict
+(:mod:`launcher.doctor.thread_homes`), each rank its supply and verdict (:mod:`launcher.doctor.starvation`), and
+the findings. A process this user may not read is refused.
 """
 
 from __future__ import annotations

@@ -21,31 +21,62 @@ def four_gpu_tree(tmp_path: Path) -> Path:
 
 
 FAKE_PYNVML = '''
-"""NVML as nvidia-ml-py exposes it, for GPUs this machine cannot have: {gpus} as (bus id, uuid)."""
+"""NVML as nvidia-ml-py exposes it, for GPUs this machine cannot have: {gpus} as (bus id, uuid).
+
+What the GPUs do is read, at each call, from the JSON file that FAKE_NVML_STATE names (none: idle, no process):
+{{"utilisation": [percent per GPU], "processes": [[pid, ...] per GPU], "process_util": [{{"pid": sm percent}} per
+GPU, or "not supported"]}}. nvmlDeviceGetProcessUtilization returns one sample a call for each process, stamped
+with the time (us), and raises NVMLError(NVML_ERROR_NOT_FOUND) when there is none newer than asked.
+"""
+import json, os, time
 GPUS = {gpus!r}
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+class NVMLError(Exception):
+    def __init__(self, value):
+        super().__init__(f"NVML error {{value}}")
+        self.value = value
+def _state():
+    state = {{}}
+    path = os.environ.get("FAKE_NVML_STATE")
+    if path:
+        with open(path) as fh:
+            state = json.load(fh)
+    # The meter's tests say it in two variables: FAKE_NVML_UTIL, every device's busy percent; with
+    # FAKE_NVML_PROCESS_UTIL, the calling process runs on every GPU and is busy that percent, else NVML cannot tell
+    # processes apart (NOT_SUPPORTED, as in some VMs and with MIG).
+    if "FAKE_NVML_UTIL" in os.environ:
+        state["utilisation"] = [int(os.environ["FAKE_NVML_UTIL"])] * len(GPUS)
+        state.setdefault("process_util", ["not supported"] * len(GPUS))
+    if "FAKE_NVML_PROCESS_UTIL" in os.environ:
+        state["processes"] = [[os.getpid()]] * len(GPUS)
+        state["process_util"] = [{{str(os.getpid()): int(os.environ["FAKE_NVML_PROCESS_UTIL"])}}] * len(GPUS)
+    return state
+def _of(key, h, default):
+    values = _state().get(key)
+    return values[h] if isinstance(values, list) and h < len(values) else default
+def _obj(name, **fields): return type(name, (), fields)()
 def nvmlInit(): pass
 def nvmlShutdown(): pass
+def nvmlSystemGetDriverVersion(): return "575.57.08"
 def nvmlDeviceGetCount(): return len(GPUS)
 def nvmlDeviceGetHandleByIndex(i): return i
-def nvmlDeviceGetPciInfo(h): return type("Pci", (), {{"busId": GPUS[h][0].encode()}})()
+def nvmlDeviceGetPciInfo(h): return _obj("Pci", busId=GPUS[h][0].encode())
 def nvmlDeviceGetUUID(h): return GPUS[h][1]
-# Utilisation (the feed meter's GPU busy share): FAKE_NVML_UTIL is every device's busy percent; with
-# FAKE_NVML_PROCESS_UTIL set, the calling process runs on every GPU and is busy that percent, else NVML cannot tell
-# processes apart (NOT_SUPPORTED, as in some VMs and with MIG).
-import os as _os, time as _time
-NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND = 3, 6
-class NVMLError(Exception):
-    def __init__(self, value): super().__init__(f"NVML error {{value}}"); self.value = value
-def _obj(**kw): return type("Obj", (), kw)()
-def nvmlDeviceGetUtilizationRates(h): return _obj(gpu=int(_os.environ.get("FAKE_NVML_UTIL", "0")), memory=0)
+def nvmlDeviceGetName(h): return b"NVIDIA H200"
+def nvmlDeviceGetUtilizationRates(h): return _obj("Utilization", gpu=_of("utilisation", h, 0), memory=0)
+def nvmlDeviceGetMemoryInfo(h): return _obj("Memory", used=3 << 30, total=141 << 30)
 def nvmlDeviceGetComputeRunningProcesses(h):
-    return [_obj(pid=_os.getpid(), usedGpuMemory=1 << 30)] if "FAKE_NVML_PROCESS_UTIL" in _os.environ else []
-def nvmlDeviceGetProcessUtilization(h, last_seen):
-    if "FAKE_NVML_PROCESS_UTIL" not in _os.environ:
+    return [_obj("Process", pid=p, usedGpuMemory=1 << 30) for p in _of("processes", h, [])]
+def nvmlDeviceGetProcessUtilization(h, lastSeenTimeStamp):
+    util = _of("process_util", h, {{}})
+    if util == "not supported":
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    util = int(_os.environ["FAKE_NVML_PROCESS_UTIL"])
-    return [_obj(pid=_os.getpid(), timeStamp=max(int(_time.time() * 1e6), last_seen + 1), smUtil=util, memUtil=0,
-                 encUtil=0, decUtil=0)]
+    now = int(time.time() * 1e6)
+    if not util or now <= lastSeenTimeStamp:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return [_obj("Sample", pid=int(p), timeStamp=now, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+            for p, sm in util.items()]
 '''
 
 

@@ -118,6 +118,13 @@ CATALOGUE: dict[str, str] = {
     "cuda-device-order": "CUDA_DEVICE_ORDER is not PCI_BUS_ID on a machine with GPUs of different models",
     "collapse": "live: a rank's DataLoader workers are all confined to one CPU while the rank owns several",
     "rank-overlap": "live: the CPU masks of two ranks overlap",
+    "job-collapsed": "live: the whole job, its launcher included, runs on fewer CPUs than it could use (its cgroup "
+                     "cpuset, the online CPUs), with the cause: a binding variable its launcher's OpenMP runtime "
+                     "read at `import torch`, or a taskset / numactl --physcpubind around it",
+    "cpu-starved": "live: a rank's main thread waited for a CPU at least 20% of the sample (schedstat), with the "
+                   "cause: a collapse, throttling, its own threads oversubscribing its CPUs, or processes outside "
+                   "the job",
+    "cpu-throttled": "live: a cgroup of the job ran out of its CPU quota during the sample (cpu.stat)",
     "run-unbound": "live: a process under affrun run that its plan makes a rank runs outside that rank's CPUs: "
                    "its interpreter did not load affrun's startup hook",
     "thread-migrations": "live: busy threads of a rank move between CPUs (unbound threads)",

@@ -1,13 +1,18 @@
 """GPU utilisation during a live audit, through NVML (``nvidia-ml-py``), when it and a GPU are present.
 
 NVML numbers GPUs in PCI bus order (like ``nvidia-smi``), not in CUDA's visible order: the report names each GPU
-by its PCI address.
+by its PCI address. Each sample reads each GPU's busy share (``nvmlDeviceGetUtilizationRates``) and, where the
+driver gives them, the per-process samples NVML took since the last read (``nvmlDeviceGetProcessUtilization``;
+``NVML_ERROR_NOT_SUPPORTED`` in some VMs and under MIG: then only the device's share is known).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
 
 
 @dataclass
@@ -18,10 +23,19 @@ class GpuUsage:
     utilisation: list[int] = field(default_factory=list)  # percent, one value per sample
     memory_used_mib: int = 0
     pids: set[int] = field(default_factory=set)  # processes of the audited job using this GPU
+    uuid: str = ""
+    # the SM share of each process of the job in NVML's per-process samples (percent, one value per sample)
+    processes: dict[int, list[int]] = field(default_factory=dict)
+    per_process: str = ""  # why there are no per-process figures ("" while NVML gives them)
 
     @property
     def mean_utilisation(self) -> float | None:
         return sum(self.utilisation) / len(self.utilisation) if self.utilisation else None
+
+    def process_mean(self, pid: int) -> float | None:
+        """The mean SM share (percent) of process ``pid`` over NVML's samples of it, ``None`` without one."""
+        values = self.processes.get(pid)
+        return sum(values) / len(values) if values else None
 
     def to_json(self) -> dict[str, Any]:
         mean = self.mean_utilisation
@@ -33,6 +47,10 @@ class GpuUsage:
             "utilisation_samples": len(self.utilisation),
             "memory_used_mib": self.memory_used_mib,
             "job_pids": sorted(self.pids),
+            "uuid": self.uuid or None,
+            "process_utilisation": {str(pid): round(m, 1) for pid in sorted(self.processes)
+                                    if (m := self.process_mean(pid)) is not None},
+            "per_process": self.per_process or "available",
         }
 
 
@@ -52,6 +70,7 @@ class GpuSampler:
     def __init__(self) -> None:
         self._nvml: Any = None
         self._handles: list[Any] = []
+        self._seen: list[int] = []  # per GPU: the newest per-process sample's timestamp (us), read since it
         self.report_data = GpuReport(False, "")
         try:
             import pynvml
@@ -72,7 +91,8 @@ class GpuSampler:
                 pci = pynvml.nvmlDeviceGetPciInfo(handle).busId
                 name = pynvml.nvmlDeviceGetName(handle)
                 self._handles.append(handle)
-                self.report_data.gpus.append(GpuUsage(i, _text(pci).lower(), _text(name)))
+                self._seen.append(int(time.time() * 1e6))  # NVML's sample timestamps are CPU time in us
+                self.report_data.gpus.append(GpuUsage(i, _text(pci).lower(), _text(name), uuid=_uuid(pynvml, handle)))
         except Exception as exc:
             self.report_data.reason = f"not available (NVML: {exc})"
             self._close()
@@ -88,7 +108,7 @@ class GpuSampler:
         if self._nvml is None:
             return
         nvml = self._nvml
-        for handle, usage in zip(self._handles, self.report_data.gpus):
+        for i, (handle, usage) in enumerate(zip(self._handles, self.report_data.gpus)):
             try:
                 usage.utilisation.append(int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
                 usage.memory_used_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).used) // (1 << 20)
@@ -96,7 +116,26 @@ class GpuSampler:
                     if p.pid in job_pids:
                         usage.pids.add(int(p.pid))
             except Exception:
-                continue
+                pass
+            if not usage.per_process:
+                self._process_samples(i, handle, usage, job_pids)
+
+    def _process_samples(self, i: int, handle: Any, usage: GpuUsage, job_pids: set[int]) -> None:
+        """The per-process samples NVML took since the newest one read; none new is ``NVML_ERROR_NOT_FOUND``."""
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(handle, self._seen[i])
+        except AttributeError:
+            usage.per_process = "not in this nvidia-ml-py"
+            return
+        except Exception as exc:
+            if getattr(exc, "value", None) == NOT_SUPPORTED:
+                usage.per_process = f"not supported by this GPU or driver (NVML: {exc})"
+            return
+        for sample in samples or ():
+            stamp, pid = int(getattr(sample, "timeStamp", 0)), int(getattr(sample, "pid", 0))
+            self._seen[i] = max(self._seen[i], stamp)
+            if pid in job_pids:
+                usage.processes.setdefault(pid, []).append(int(getattr(sample, "smUtil", 0)))
 
     def report(self) -> GpuReport:
         self._close()
@@ -109,6 +148,13 @@ class GpuSampler:
             except Exception:
                 pass
             self._nvml = None
+
+
+def _uuid(nvml: Any, handle: Any) -> str:
+    try:
+        return _text(nvml.nvmlDeviceGetUUID(handle))
+    except Exception:
+        return ""
 
 
 def _text(value: Any) -> str:

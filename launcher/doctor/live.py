@@ -20,8 +20,11 @@ from launcher.doctor import procfs
 from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
+from launcher.doctor.neighbours import Neighbour
 from launcher.doctor.rank_fields import binding_problem
+from launcher.doctor.rank_verdict import RankStarvation
 from launcher.doctor.run_checks import planned_cpus
+from launcher.doctor.throttling import Throttling
 from launcher.feed.figures import FeedFigures
 from launcher.plan.threads import ThreadPlan, WorkerHome
 
@@ -44,6 +47,36 @@ class ThreadRecord:
     identified_by: str = ""
     home: frozenset[int] | None = None
     verdict: str = "unplanned"
+    # schedstat at its first and latest sample: (monotonic seconds, ns on a CPU, ns waiting for one)
+    sched_first: tuple[float, int, int] | None = None
+    sched_last: tuple[float, int, int] | None = None
+
+    def note_sched(self, now: float, run_ns: int, wait_ns: int) -> None:
+        if self.sched_first is None:
+            self.sched_first = (now, run_ns, wait_ns)
+        self.sched_last = (now, run_ns, wait_ns)
+
+    def _sched_delta(self) -> tuple[float, float, float] | None:
+        """(seconds, seconds on a CPU, seconds waiting for one) between its first and latest readings."""
+        if self.sched_first is None or self.sched_last is None or self.sched_last[0] <= self.sched_first[0]:
+            return None
+        (t0, r0, w0), (t1, r1, w1) = self.sched_first, self.sched_last
+        return t1 - t0, max(0, r1 - r0) / 1e9, max(0, w1 - w0) / 1e9
+
+    def cpu_wait(self) -> float | None:
+        """The share of the sample it waited on a run queue for a CPU (``None``: read fewer than twice)."""
+        delta = self._sched_delta()
+        return None if delta is None else min(1.0, delta[2] / delta[0])
+
+    def cpu_share(self) -> float | None:
+        """The CPUs' worth it ran over the sample (schedstat's nanoseconds: finer than ``cpu_percent``'s ticks)."""
+        delta = self._sched_delta()
+        return None if delta is None else min(1.0, delta[1] / delta[0])
+
+    def demand(self) -> float | None:
+        """The CPUs' worth it wanted over the sample: its time on a CPU and waiting for one, over the time."""
+        delta = self._sched_delta()
+        return None if delta is None else min(1.0, (delta[1] + delta[2]) / delta[0])
 
     def update(self, stat: procfs.ThreadStat, allowed: frozenset[int] | None) -> None:
         """One sample. It *ran* on the CPU it last ran on when its CPU time grew since the last sample, or when
@@ -137,6 +170,14 @@ class JobAudit:
     machine_cpus: frozenset[int]
     findings: list[Finding] = field(default_factory=list)
     online: frozenset[int] = frozenset()  # the CPUs online: a binding to any other CPU cannot have been made here
+    # what the job could use (launcher.doctor.job_collapse): the audited process's cgroup cpuset and the online
+    # CPUs, said in words; and its parent (pid, command line, mask): the mask the launcher started with
+    reference: frozenset[int] = frozenset()
+    reference_source: str = ""
+    parent: tuple[int, str, frozenset[int]] | None = None
+    throttling: list[Throttling] = field(default_factory=list)  # the job's cgroups over the sample
+    neighbours: list[Neighbour] = field(default_factory=list)  # busy processes outside the job
+    starvation: dict[int, RankStarvation] = field(default_factory=dict)  # by rank pid: launcher.doctor.starvation
 
     def ranks(self) -> list[ProcessRecord]:
         return [p for p in self.processes if p.role == "rank"]

@@ -169,7 +169,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
     comm = frozenset(fields.cpus) - frozenset(working_cpus(fields)) if fields else frozenset()
     if place >= facts.rank_cpus - comm:
         return []  # one place holding all the CPUs the rank computes on (affrun's; every comm core apart)
-    when = "at `import torch`" if gnu_possible(facts) else "at the first parallel region"
+    when, inherits = _binding_runtime(cause, facts)
     main = exported_cpus(environ, MAIN_VARIABLE) & facts.rank_cpus
     if main and place <= main:
         return _main_core_risk(environ, cause, place, when)
@@ -179,10 +179,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
     kmp = environ.get("KMP_AFFINITY")
     if kmp and kmp_type(kmp) in KMP_BINDING_TYPES:
         fix_env["KMP_AFFINITY"] = KMP_DEFAULT
-    why = ("DataLoader workers, multiprocessing children and subprocesses started afterwards inherit that single "
-           "place: data loading runs on one core and starves the GPU, without any error")
-    if not gnu_possible(facts):
-        why += " (libiomp5 gives fork()ed children the full mask back; spawn/forkserver workers keep the one place)"
+    why = f"{inherits}: data loading runs on one core and starves the GPU, without any error"
     if facts.ranks_sharing > 1:
         return [Finding(
             "collapse-risk", "error",
@@ -204,6 +201,26 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
         f"unset {', '.join(fix_env)} and launch with `affrun torchrun` / `affrun exec` (one place per rank), or "
         "pass worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
         env_fix={} if core_mode or planned_loaders else fix_env)]
+
+
+def _binding_runtime(cause: str, facts: Facts) -> tuple[str, str]:
+    """(when the runtime that reads ``cause`` binds the main thread, what the processes started afterwards
+    inherit), as measured here with torch 2.13 (docs/design.md §3): libgomp at
+    ``import torch``, every child keeping the place; libiomp5 at its first parallel region, a ``fork()``ed child
+    getting its full mask back (``KMP_INIT_AT_FORK``); LLVM libomp under torch at ``import torch``, every child
+    keeping the place."""
+    libgomp = ("at `import torch`", "DataLoader workers, multiprocessing children and subprocesses started "
+               "afterwards inherit that single place (libgomp)")
+    iomp5 = ("at its first parallel region", "subprocesses and spawn or forkserver workers started afterwards "
+             "inherit that single place; libiomp5 gives a fork()ed child (a DataLoader's default worker) its full "
+             "mask back (KMP_INIT_AT_FORK), so forked workers escape it, but the main thread stays on it")
+    llvm = ("when it starts (under torch: at `import torch`)", "every process started afterwards inherits that "
+            "single place, forked DataLoader workers too (LLVM libomp 14 and 16 under torch)")
+    if cause.startswith("KMP_AFFINITY"):  # read by libiomp5 and libomp only
+        return llvm if "libomp" in facts.openmp and "libiomp5" not in facts.openmp else iomp5
+    if gnu_possible(facts):
+        return libgomp  # torch's libgomp binds at its load, before any other runtime's first region
+    return llvm if "libomp" in facts.openmp and "libiomp5" not in facts.openmp else iomp5
 
 
 def _main_core_risk(environ: Mapping[str, str], cause: str, place: frozenset[int], when: str) -> list[Finding]:

@@ -14,6 +14,7 @@ from typing import Any
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
 from launcher.doctor.findings import Finding, worst_first
+from launcher.doctor.job_collapse import span_of
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.thread_homes import thread_summary
 from launcher.topology.model import Topology
@@ -56,9 +57,25 @@ def job_json(audit: JobAudit) -> dict[str, Any]:
         "interval_s": audit.interval,
         "samples": audit.samples,
         "machine_cpus": format_cpulist(audit.machine_cpus),
-        "processes": [_process_json(p, audit.duration) for p in audit.processes],
+        "reference_cpus": format_cpulist(audit.reference),
+        "reference_source": audit.reference_source,
+        "job_cpus": format_cpulist(span_of(audit.processes)),
+        "cpu_demand": _demand(audit),
+        "throttling": [t.to_json() for t in audit.throttling],
+        "neighbours": [n.to_json() for n in audit.neighbours],
+        "processes": [_process_json(p, audit) for p in audit.processes],
         "gpus": audit.gpus.to_json(),
     }
+
+
+def _demand(audit: JobAudit) -> float | None:
+    """The CPUs' worth of time every thread of the job wanted over the sample (on a CPU or waiting for one)."""
+    found = [d for p in audit.processes for t in p.threads.values() if (d := t.demand()) is not None]
+    return round(sum(found), 2) if found else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _worker_json(p: ProcessRecord) -> dict[str, Any] | None:
@@ -67,7 +84,9 @@ def _worker_json(p: ProcessRecord) -> dict[str, Any] | None:
     return {**p.worker.to_dict(), "of": p.workers_seen, "matched_by": p.worker_matched_by}
 
 
-def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
+def _process_json(p: ProcessRecord, audit: JobAudit) -> dict[str, Any]:
+    seconds = audit.duration
+    judged = audit.starvation.get(p.pid) if p.role == "rank" else None
     return {
         "pid": p.pid,
         "ppid": p.ppid,
@@ -79,6 +98,8 @@ def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
         "cmdline": p.cmdline,
         "alive": p.alive,
         "feed": p.feed.to_json() if p.feed else None,
+        "supply": judged.to_json() if judged else None,
+        "verdict": judged.verdict.to_json() if judged and judged.verdict else None,
         "runtimes": [r.to_json() for r in p.runtimes],
         "plan_source": p.plan_source or None,
         "plan_problem": p.plan_problem or None,
@@ -102,6 +123,8 @@ def _process_json(p: ProcessRecord, seconds: float) -> dict[str, Any]:
                 "migrations": t.migrations,
                 "migrations_per_s": round(t.migrations_per_s(seconds), 2),
                 "cpu_percent": round(t.cpu_percent(seconds), 1),
+                "cpu_wait_fraction": _round(t.cpu_wait()),
+                "cpu_demand": _round(t.demand()),
                 "samples": t.samples,
             }
             for t in sorted(p.threads.values(), key=lambda t: t.tid)
@@ -163,7 +186,7 @@ def _thread_lines(p: ProcessRecord, seconds: float) -> list[str]:
         lines.append(
             f"{p.pid:>7} {t.tid:>7} {t.role:<10} {t.comm[:16]:<16} {format_cpulist(t.allowed):<12} "
             f"{format_cpulist(t.ran) or '-':<12} {format_cpulist(t.home or ()) or '-':<12} {verdict:<8} "
-            f"{t.migrations_per_s(seconds):>6.1f} {t.cpu_percent(seconds):>6.1f}"
+            f"{t.migrations_per_s(seconds):>6.1f} {t.cpu_percent(seconds):>6.1f} {_wait(t.cpu_wait()):>6}"
         )
     if rest:
         groups: dict[str, int] = {}
@@ -173,6 +196,23 @@ def _thread_lines(p: ProcessRecord, seconds: float) -> list[str]:
         lines.append(f"{p.pid:>7} {'':>7} ... {len(rest):,} more thread(s): "
                      + ", ".join(f"{n:,} {key}" for key, n in sorted(groups.items(), key=lambda kv: -kv[1])))
     return lines
+
+
+def _wait(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _supply_lines(audit: JobAudit, p: ProcessRecord) -> list[str]:
+    """A rank's main thread, its CPU demand against its CPUs, its GPU and its verdict."""
+    judged = audit.starvation.get(p.pid) if p.role == "rank" else None
+    if judged is None:
+        return []
+    lines = [f"  {judged.main_line()}", f"  {judged.supply_line()}"]
+    if judged.gpu is not None:
+        lines.append(f"  GPU: {judged.gpu.text()}")
+    if judged.neighbours:
+        lines.append("  busy outside the job on its CPUs: " + "; ".join(n.text() for n in judged.neighbours[:3]))
+    return [*lines, f"  {judged.verdict_line()}"]
 
 
 def job_text(audit: JobAudit) -> str:
@@ -185,6 +225,9 @@ def job_text(audit: JobAudit) -> str:
         f"job {audit.pid}: {len(audit.processes)} process(es), {threads} thread(s), {audit.samples} samples over "
         f"{audit.duration:.2f} s (every {audit.interval:g} s); machine CPUs {format_cpulist(audit.machine_cpus)}"
         + ("; the job exited, which ended the sample" if ended else ""),
+        f"the job runs on CPUs {format_cpulist(span_of(audit.processes)) or '-'} of the CPUs it could use, "
+        f"{format_cpulist(audit.reference) or '-'} ({audit.reference_source or 'unknown'}); its threads wanted "
+        f"{'?' if (d := _demand(audit)) is None else f'{d:.1f}'} CPUs' worth of time",
         "",
     ]
     for p in audit.processes:
@@ -199,9 +242,10 @@ def job_text(audit: JobAudit) -> str:
             lines.append(f"  feed: {f.batches} batches in {f.seconds:.1f} s, {f.batches_per_s:.1f} batches/s, data wait "
                          f"{100 * f.data_wait_fraction:.1f}% ({f.loaders} DataLoader(s), workers "
                          f"{','.join(map(str, f.num_workers)) or '-'}: {f.workers_source})")
+        lines.extend(_supply_lines(audit, p))
     lines.append("")
     lines.append(f"{'PID':>7} {'TID':>7} {'ROLE':<10} {'COMM':<16} {'ALLOWED':<12} {'RAN':<12} {'HOME':<12} "
-                 f"{'VERDICT':<8} {'MIGR/S':>6} {'CPU%':>6}")
+                 f"{'VERDICT':<8} {'MIGR/S':>6} {'CPU%':>6} {'WAIT%':>6}")
     for p in audit.processes:
         lines.extend(_thread_lines(p, audit.duration))
     lines.append("")
@@ -210,8 +254,11 @@ def job_text(audit: JobAudit) -> str:
         for g in audit.gpus.gpus:
             mean = g.mean_utilisation
             used = f"job pids {', '.join(map(str, sorted(g.pids)))}" if g.pids else "not used by the job"
+            procs = ", ".join(f"pid {pid} {m:.0f}%" for pid in sorted(g.processes)
+                              if (m := g.process_mean(pid)) is not None)
+            per = f"; per process: {procs}" if procs else f"; per process: {g.per_process}" if g.per_process else ""
             lines.append(f"  gpu {g.index} {g.pci} {g.name}: utilisation "
-                         f"{'?' if mean is None else f'{mean:.0f}%'} mean, {g.memory_used_mib} MiB, {used}")
+                         f"{'?' if mean is None else f'{mean:.0f}%'} mean, {g.memory_used_mib} MiB, {used}{per}")
     else:
         lines.append(f"GPUs: {audit.gpus.reason}")
     lines.append("")

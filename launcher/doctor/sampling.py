@@ -2,11 +2,14 @@
 :mod:`launcher.doctor.live`, then analyse them there.
 
 :func:`sample_job` reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's allowed CPUs
-and the CPU it last ran on (``stat`` field 39), its CPU time, and each process's libraries and environment. A
-change of CPU between two samples counts as a migration, so the rate is a lower bound. Sampling stops early when
-the audited process exits (a zombie counts as exited): the report holds what was seen until then. A process that
-ran another program meanwhile is read again at the end. Then each thread gets its role, home and verdict
-(:mod:`launcher.doctor.thread_homes`) and its findings. A process this user may not read is refused.
+and the CPU it last ran on (``stat`` field 39), its CPU time and its wait for a CPU (``schedstat``), and each
+process's libraries and environment; each new process's cgroups once (:mod:`launcher.doctor.throttling`), the other
+processes of the machine at the start and the end (:mod:`launcher.doctor.neighbours`). A change of CPU between two
+samples counts as a migration, so the rate is a lower bound. Sampling stops early when the audited process exits
+(a zombie counts as exited): the report holds what was seen until then. A process that ran another program
+meanwhile is read again at the end. Then each thread gets its role, home and verdict
+(:mod:`launcher.doctor.thread_homes`), each rank its supply and verdict (:mod:`launcher.doctor.starvation`), and
+the findings. A process this user may not read is refused.
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ from launcher.doctor import procfs
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.job_checks import job_findings
+from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.nccl_live import rank_nccl_findings
+from launcher.doctor.neighbours import NeighbourWatch
+from launcher.doctor.starvation import judge_ranks, starvation_findings
 from launcher.doctor.target_environ import read_target_environ
 from launcher.doctor.thread_checks import thread_findings
 from launcher.doctor.thread_homes import assign_homes
+from launcher.doctor.throttling import ThrottleWatch
 from launcher.errors import AffrunError, ConfigError
 
 MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
@@ -111,6 +118,9 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
             thread = record.threads[tid] = ThreadRecord(tid, stat.comm, allowed or frozenset(), stat.processor)
         if not stat.exited:  # an exited thread runs nowhere: its stat keeps the CPU it last ran on, before
             thread.update(stat, allowed)
+        sched = procfs.thread_schedstat(record.pid, tid, proc)  # its wait for a CPU: one small read more
+        if sched is not None:
+            thread.note_sched(time.monotonic(), *sched)
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:
@@ -209,6 +219,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     _readable(pid, proc)
     records: dict[int, ProcessRecord] = {}
     gpus = GpuSampler()
+    throttle = ThrottleWatch(proc)
+    neighbours = NeighbourWatch(proc)
     pidfd = _exit_watch(pid, proc)
     start = time.monotonic()
     samples = 0
@@ -225,6 +237,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
                     records[p.pid] = record
                     record.seen = (samples, samples)
                     _read_libraries(record, proc)
+                    throttle.add(p.pid)
                 seen.add(p.pid)
                 _sample_process(record, proc)
                 if record.alive:  # the samples that found it running (DataLoaders one after another: thread_homes)
@@ -243,6 +256,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     elapsed = time.monotonic() - start
     if not records:
         raise AffrunError(f"--pid {pid}: the process ended before it could be read")
+    throttling = throttle.finish()
+    busy = neighbours.finish(records, _mine())
     from launcher.feed.figures import read_live
 
     for record in records.values():
@@ -255,7 +270,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
     topo = load_topology()
     audit = JobAudit(pid, elapsed, interval, samples, ordered, gpus.report(), machine_cpus(topo, live=True),
-                     online=topo.online)
+                     online=topo.online, throttling=throttling, neighbours=busy)
+    _reference(audit, records[pid], proc)
     assign_roles(audit)
     for record in ordered:
         cpus = len(record.mask) or len(audit.machine_cpus)
@@ -266,6 +282,34 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         return procfs.ancestors(p, proc)
 
     audit.findings = job_findings(audit, topo, ancestors_of=ancestors)
+    audit.starvation = judge_ranks(audit)
     audit.findings = merge_subjects([*audit.findings, *rank_nccl_findings(audit, audit.ranks(), topo),
-                                     *thread_findings(audit, ancestors)])
+                                     *thread_findings(audit, ancestors), *job_collapse_findings(audit, topo, ancestors(pid)),
+                                     *starvation_findings(audit, audit.starvation)])
     return audit
+
+
+def _mine() -> set[int]:
+    """This process and its children: the doctor is not a neighbour of the job it audits."""
+    import psutil
+
+    try:
+        return {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+    except psutil.Error:
+        return {os.getpid()}
+
+
+def _reference(audit: JobAudit, root: ProcessRecord, proc: str) -> None:
+    """What the job could use: the audited process's cgroup cpuset within the online CPUs (the online CPUs where
+    it has none), and its parent's mask, the mask the launcher started from."""
+    from launcher.topology.cgroup import find_cpuset
+
+    cpuset = find_cpuset(os.path.dirname(os.path.normpath(proc)) or "/", str(root.pid))
+    online = audit.online
+    if cpuset is not None and cpuset.cpus & online:
+        audit.reference = cpuset.cpus & online
+        audit.reference_source = f"its cgroup cpuset, {cpuset.description}, within the online CPUs"
+    else:
+        audit.reference, audit.reference_source = online, "the online CPUs"
+    if root.ppid > 0:  # its mask was read with the first sample (ProcessRecord.launcher_mask)
+        audit.parent = (root.ppid, " ".join(procfs.cmdline(root.ppid, proc)), root.launcher_mask)

@@ -1,6 +1,6 @@
-"""Find the cpuset (allowed CPUs and memory nodes) and the CPU quota of "self" under an fsroot: cgroup v1, v2 and
-the legacy cpuset fs for the cpuset; cgroup v2 ``cpu.max`` and v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``
-for the quota."""
+"""Find the cpuset (allowed CPUs and memory nodes), the CPU quota and the throttling counters (``cpu.stat``) of a
+process ("self" by default) under an fsroot: cgroup v1, v2 and the legacy cpuset fs for the cpuset; cgroup v2
+``cpu.max`` and v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us`` for the quota."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ class CpuQuota:
     source: str  # "cgroup2 /sys/fs/cgroup/pod/cpu.max: 800000 100000"
 
 
-def _self_paths(root: str, controller: str = "cpuset") -> tuple[str | None, str | None]:
-    """(cgroup v2 path, cgroup v1 path of ``controller``) of the process, from ``proc/self/cgroup`` or (cpuset
-    only) ``proc/self/cpuset``."""
+def _self_paths(root: str, controller: str = "cpuset", pid: str = "self") -> tuple[str | None, str | None]:
+    """(cgroup v2 path, cgroup v1 path of ``controller``) of the process ``pid``, from ``proc/PID/cgroup`` or
+    (cpuset only) ``proc/PID/cpuset``."""
     v2: str | None = None
     v1: str | None = None
-    text = read_text(os.path.join(root, "proc/self/cgroup"))
+    text = read_text(os.path.join(root, "proc", pid, "cgroup"))
     if text:
         for line in text.splitlines():
             parts = line.split(":", 2)
@@ -43,7 +43,7 @@ def _self_paths(root: str, controller: str = "cpuset") -> tuple[str | None, str 
                 v1 = path
     if controller != "cpuset":
         return v2, v1
-    fallback = read_text(os.path.join(root, "proc/self/cpuset"))
+    fallback = read_text(os.path.join(root, "proc", pid, "cpuset"))
     if fallback:
         v1 = v1 or fallback
         v2 = v2 or fallback
@@ -79,22 +79,22 @@ def shown(path: str) -> str:
                    for c in path)
 
 
-def find_cpuset(root: str) -> CgroupCpuset | None:
-    """The cpuset of "self" under ``root``, or ``None`` where none applies.
+def find_cpuset(root: str, pid: str = "self") -> CgroupCpuset | None:
+    """The cpuset of the process ``pid`` ("self": this one) under ``root``, or ``None`` where none applies.
 
     Every read stays inside ``root`` (:mod:`launcher.topology.fsroot`). The mount is taken from ``proc/mounts``
     and the path from ``proc/self/cgroup`` (or ``proc/self/cpuset``). When the path is not there (a container that sees its own cgroup as the mount's root, or a cgroup v2
     child without the cpuset controller), the closest existing ancestor with cpuset files is used.
     """
     with within(root):
-        return _find_cpuset(root)
+        return _find_cpuset(root, pid)
 
 
-def _find_cpuset(root: str) -> CgroupCpuset | None:
+def _find_cpuset(root: str, pid: str) -> CgroupCpuset | None:
     mounts = read_text(os.path.join(root, "proc/mounts"))
     if not mounts:
         return None
-    v2_path, v1_path = _self_paths(root)
+    v2_path, v1_path = _self_paths(root, "cpuset", pid)
     for line in mounts.splitlines():
         fields = line.split()
         if len(fields) < 4:
@@ -153,25 +153,57 @@ def _first(directory: str, names: tuple[str, ...]) -> frozenset[int] | None:
     return None
 
 
-def find_cpu_quota(root: str) -> CpuQuota | None:
-    """The CFS bandwidth limit of "self" under ``root``, in CPUs, or ``None`` where none is set or readable.
+def find_cpu_quota(root: str, pid: str = "self") -> CpuQuota | None:
+    """The CFS bandwidth limit of the process ``pid`` under ``root``, in CPUs, or ``None`` where none is set or
+    readable.
 
     cgroup v2: ``cpu.max`` (``"800000 100000"``; ``"max 100000"`` is no limit). cgroup v1, in the hierarchy
     mounted with the ``cpu`` controller: ``cpu.cfs_quota_us`` (``-1`` is no limit) over ``cpu.cfs_period_us``.
-    A parent's limit binds its children, so the tightest from the process's cgroup up to the mount is taken.
-    The cgroup is found as :func:`find_cpuset` finds it (a path that is not there starts at the mount), and every
-    read stays inside ``root``.
+    A parent's limit binds its children, so the tightest from the process's cgroup up to the mount is taken
+    (:func:`cpu_cgroups`).
     """
+    best: CpuQuota | None = None
     with within(root):
-        return _find_cpu_quota(root)
+        for group in _cpu_cgroups(root, pid):
+            found = _quota_in(group.directory, group.v2)
+            if found is not None and (best is None or found[0] < best.cpus):
+                best = CpuQuota(found[0], f"{group.shown}/{shown(found[1])}")
+    return best
 
 
-def _find_cpu_quota(root: str) -> CpuQuota | None:
+@dataclass(frozen=True)
+class CpuCgroup:
+    """One cgroup directory of the cpu controller that a process is in, or an ancestor of it."""
+
+    directory: str  # the path under the fsroot
+    v2: bool
+    shown: str  # "cgroup /sys/fs/cgroup/cpu/job" (the path as the machine names it)
+
+
+@dataclass(frozen=True)
+class CpuStat:
+    """The throttling counters of one ``cpu.stat``: quota periods with runnable tasks, periods in which the quota
+    ran out, and the time throttled (v2 ``throttled_usec``, v1 ``throttled_time`` in ns), in ns."""
+
+    periods: int
+    throttled_periods: int
+    throttled_ns: int
+
+
+def cpu_cgroups(root: str, pid: str = "self") -> list[CpuCgroup]:
+    """The cgroups of the cpu controller of the process ``pid`` under ``root``, its own first, then each parent
+    up to the mount, for every hierarchy that has the controller (v2, v1). The cgroup is found as
+    :func:`find_cpuset` finds it (a path that is not there starts at the mount); every read stays inside ``root``."""
+    with within(root):
+        return _cpu_cgroups(root, pid)
+
+
+def _cpu_cgroups(root: str, pid: str) -> list[CpuCgroup]:
     mounts = read_text(os.path.join(root, "proc/mounts"))
     if not mounts:
-        return None
-    v2_path, v1_path = _self_paths(root, "cpu")
-    best: CpuQuota | None = None
+        return []
+    v2_path, v1_path = _self_paths(root, "cpu", pid)
+    out: list[CpuCgroup] = []
     for line in mounts.splitlines():
         fields = line.split()
         if len(fields) < 4:
@@ -190,14 +222,31 @@ def _find_cpu_quota(root: str) -> CpuQuota | None:
         if not (directory == base or directory.startswith(base + os.sep)) or not isdir(directory):
             directory = base
         while True:
-            found = _quota_in(directory, fstype == "cgroup2")
-            if found is not None and (best is None or found[0] < best.cpus):
-                where = os.path.join("/", os.path.relpath(directory, root))
-                best = CpuQuota(found[0], f"{fstype} {shown(where.rstrip('/') or '/')}/{shown(found[1])}")
+            where = os.path.join("/", os.path.relpath(directory, root))
+            out.append(CpuCgroup(directory, fstype == "cgroup2", f"{fstype} {shown(where.rstrip('/') or '/')}"))
             if directory == base:
                 break
             directory = os.path.dirname(directory)
-    return best
+    return out
+
+
+STAT_KEYS = {"nr_periods": 0, "nr_throttled": 1, "throttled_usec": 2, "throttled_time": 3}
+
+
+def read_cpu_stat(group: CpuCgroup, root: str = "/") -> CpuStat | None:
+    """The throttling counters of ``group``'s ``cpu.stat``, or ``None`` where it has none (no file, a v2 cgroup
+    without the cpu controller, the root cgroup)."""
+    with within(root):
+        text = read_text(os.path.join(group.directory, "cpu.stat"))
+    values: list[int | None] = [None] * 4
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key in STAT_KEYS:
+            values[STAT_KEYS[key]] = _ascii_int(value.strip())
+    periods, throttled, usec, ns = values
+    if periods is None or throttled is None or (usec is None and ns is None):
+        return None
+    return CpuStat(periods, throttled, usec * 1000 if usec is not None else ns or 0)
 
 
 def _quota_in(directory: str, v2: bool) -> tuple[float, str] | None:

@@ -287,6 +287,8 @@ def test_many_children_of_a_many_threaded_rank_cost_one_read_per_thread(monkeypa
     threads = sum(len(p.threads) for p in job.processes)
     assert job.samples == 1 and threads == 231, (job.samples, threads)
     parent = len(os.listdir(f"/proc/{os.getpid()}/task"))  # the rank's parent: this test's process
+    ours = {p.pid for p in job.processes} | {os.getpid()}  # busy processes outside the job: once an audit (neighbours)
+    reads = [pid for pid in reads if pid in ours]
     assert len(reads) <= threads + parent + 201, len(reads)  # the rank's threads once more, for all its children
 
 

@@ -90,7 +90,7 @@ def test_an_nvml_that_fails_or_hangs_costs_one_warning_at_most_and_never_the_exi
     and the rank still exits at once: its sampler is a daemon thread)."""
     where = tmp_path / "nvml"
     where.mkdir()
-    calls = {"broken": "raise RuntimeError('GPU is lost')", "hang": "_time.sleep(3600)"}[util]
+    calls = {"broken": "raise RuntimeError('GPU is lost')", "hang": "time.sleep(3600)"}[util]
     (where / "pynvml.py").write_text(FAKE_PYNVML.format(gpus=[("00000000:17:00.0", "GPU-abc")])
                                      + f"def nvmlDeviceGetUtilizationRates(h):\n    {calls}\n")
     proc, mine = _metered(tmp_path, "--items", "100",

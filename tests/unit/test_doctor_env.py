@@ -228,6 +228,25 @@ def test_collapse_risk_is_an_error_when_ranks_share_the_mask(big: Topology) -> N
     assert alone.severity == "warning" and "worker_init_fn" in alone.fix
 
 
+@pytest.mark.parametrize(("openmp", "when", "children"), [
+    (("libgomp", "libiomp5"), "at its first parallel region", "libiomp5 gives a fork()ed child"),
+    (("libiomp5",), "at its first parallel region", "libiomp5 gives a fork()ed child"),
+    (("libgomp", "libomp"), "under torch: at `import torch`", "forked DataLoader workers too"),
+])
+def test_collapse_risk_says_what_the_runtime_that_reads_kmp_affinity_does(
+        big: Topology, openmp: tuple[str, ...], when: str, children: str) -> None:
+    """Measured with torch 2.13 (docs/design.md §3): libiomp5 binds at its first parallel region and gives forked
+    children their full mask back; LLVM libomp binds at import torch and every child keeps the one CPU."""
+    env = {"KMP_AFFINITY": "granularity=fine,compact", "OMP_NUM_THREADS": "4"}
+    f = by_id(check_environment(env, big, facts(openmp=openmp), host=False), "collapse-risk")
+    assert when in f.message and children in f.why
+    assert "spawn or forkserver workers" in f.why if "libiomp5" in openmp else "fork()ed" not in f.why
+    if "libgomp" in openmp:  # OMP_PLACES: torch's libgomp binds at its load, before the other runtime
+        gomp = by_id(check_environment({"OMP_PLACES": "cores", "OMP_NUM_THREADS": "4"}, big, facts(openmp=openmp),
+                                       host=False), "collapse-risk")
+        assert "at `import torch`" in gomp.message and "(libgomp)" in gomp.why
+
+
 def test_affrun_rank_binding_has_no_collapse_risk(big: Topology) -> None:
     """affrun's --omp-bind rank: one place holding the rank's CPUs; --omp-bind core is informational."""
     rank = frozenset([0, 1, 32, 33])

@@ -178,6 +178,7 @@ class JobAudit:
     throttling: list[Throttling] = field(default_factory=list)  # the job's cgroups over the sample
     neighbours: list[Neighbour] = field(default_factory=list)  # busy processes outside the job
     starvation: dict[int, RankStarvation] = field(default_factory=dict)  # by rank pid: launcher.doctor.starvation
+    slowed: bool = False  # samples came less often than asked, to keep the sampler's cost bounded (sampling.DUTY)
 
     def ranks(self) -> list[ProcessRecord]:
         return [p for p in self.processes if p.role == "rank"]

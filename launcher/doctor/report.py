@@ -55,6 +55,7 @@ def job_json(audit: JobAudit) -> dict[str, Any]:
         "pid": audit.pid,
         "duration_s": round(audit.duration, 3),
         "interval_s": audit.interval,
+        "slowed": audit.slowed,
         "samples": audit.samples,
         "machine_cpus": format_cpulist(audit.machine_cpus),
         "reference_cpus": format_cpulist(audit.reference),
@@ -215,6 +216,9 @@ def _supply_lines(audit: JobAudit, p: ProcessRecord) -> list[str]:
     return [*lines, f"  {judged.verdict_line()}"]
 
 
+_SLOWED = " asked, less often to keep the sampler under 5% of a CPU"
+
+
 def job_text(audit: JobAudit) -> str:
     """The live report: each process with its thread plan, then a line per thread (at most
     :data:`THREAD_LINES` per process, the rest counted by role and verdict), the GPUs and the findings."""
@@ -223,7 +227,7 @@ def job_text(audit: JobAudit) -> str:
     planned = {r.pid for r in audit.ranks() if r.thread_plan is not None}
     lines = [
         f"job {audit.pid}: {len(audit.processes)} process(es), {threads} thread(s), {audit.samples} samples over "
-        f"{audit.duration:.2f} s (every {audit.interval:g} s); machine CPUs {format_cpulist(audit.machine_cpus)}"
+        f"{audit.duration:.2f} s (every {audit.interval:g} s{_SLOWED if audit.slowed else ''}); machine CPUs {format_cpulist(audit.machine_cpus)}"
         + ("; the job exited, which ended the sample" if ended else ""),
         f"the job runs on CPUs {format_cpulist(span_of(audit.processes)) or '-'} of the CPUs it could use, "
         f"{format_cpulist(audit.reference) or '-'} ({audit.reference_source or 'unknown'}); its threads wanted "

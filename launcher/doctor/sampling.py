@@ -39,6 +39,8 @@ from launcher.errors import AffrunError, ConfigError
 
 MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
 MIN_INTERVAL = 0.005  # seconds between samples: one sample of a big job takes longer than that anyway
+DUTY = 0.05  # the sampler's CPU time is at most this share of one CPU: a sample that costs more waits longer
+SETUP_S = 0.1  # CPU seconds of the first reads of each process (its maps, its environment) the duty leaves out
 
 
 def _tree(root: Any) -> list[Any]:
@@ -222,8 +224,8 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
     throttle = ThrottleWatch(proc)
     neighbours = NeighbourWatch(proc)
     pidfd = _exit_watch(pid, proc)
-    start = time.monotonic()
-    samples = 0
+    start, spent = time.monotonic(), time.process_time()
+    samples, slowed = 0, False
     try:
         while True:
             seen: set[int] = set()
@@ -249,7 +251,11 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
             elapsed = time.monotonic() - start
             if elapsed >= duration or pid not in records or not records[pid].alive:
                 break  # the time is up, or the job has ended: what was seen is the report
-            _pause(min(interval, duration - elapsed), pid, pidfd, proc)
+            # A bounded cost to the job: the sampler's CPU time stays within DUTY of one CPU, whatever the interval
+            # asked for (a job of hundreds of threads costs 25 ms a sample: docs/doctor.md, "What it costs")
+            wait = max(interval, (time.process_time() - spent - SETUP_S) / DUTY - elapsed)
+            slowed = slowed or wait > interval
+            _pause(min(wait, duration - elapsed), pid, pidfd, proc)
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -270,7 +276,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
     topo = load_topology()
     audit = JobAudit(pid, elapsed, interval, samples, ordered, gpus.report(), machine_cpus(topo, live=True),
-                     online=topo.online, throttling=throttling, neighbours=busy)
+                     online=topo.online, throttling=throttling, neighbours=busy, slowed=slowed)
     _reference(audit, records[pid], proc)
     assign_roles(audit)
     for record in ordered:

@@ -632,3 +632,27 @@ def test_an_audit_of_its_own_shell_leaves_itself_out(command: str) -> None:
         assert [p["pid"] for p in data["processes"]] == [shell], data["processes"]
     else:
         assert f"affrun show --pid {shell} · 1 rank(s), 1 process(es) ·" in proc.stdout, proc.stdout
+
+
+def test_a_big_job_is_sampled_less_often_so_the_sampler_costs_it_a_bounded_share() -> None:
+    """A process of 400 threads costs the sampler milliseconds a sample; asked for a sample every 5 ms, the doctor
+    samples less often (its CPU time within 5% of one CPU), and says so."""
+    job = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                            "e = threading.Event()\n"
+                            "[threading.Thread(target=e.wait, daemon=True).start() for _ in range(400)]\n"
+                            "print('READY', flush=True); time.sleep(120)"],
+                           stdout=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        assert job.stdout is not None and job.stdout.readline().startswith("READY")
+        doctor = run(affrun_argv("doctor", "--pid", str(job.pid), "--duration", "2", "--interval", "0.005",
+                                 "--json"), timeout=120)
+        assert doctor.returncode in (0, 1), doctor.stderr
+        data = json.loads(doctor.stdout)
+        assert data["slowed"] is True
+        assert data["samples"] < 2 / 0.005 / 2  # far fewer than the 400 asked for
+        text = run(affrun_argv("doctor", "--pid", str(job.pid), "--duration", "1", "--interval", "0.005"),
+                   timeout=120)
+        assert "less often to keep the sampler under 5% of a CPU" in text.stdout, text.stdout
+    finally:
+        job.kill()
+        job.wait()

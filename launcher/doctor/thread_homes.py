@@ -31,11 +31,14 @@ IdentifiedBy = Literal["tid", "name", "place", "process", "none"]
 # The names torch 2.13 gives its threads (c10::setThreadName, torch.multiprocessing._set_thread_name): a
 # DataLoader worker process (torch/utils/data/_utils/worker.py; threads it starts inherit the name), the
 # pin-memory thread (_utils/pin_memory.py), the inter-op pool (ATen's PTThreadPool; c10's ThreadPool before it
-# renames its threads). Other pt_* threads (pt_autograd_N, pt_tcpstore, pt_nccl_heartbt...) have no home.
+# renames its threads). The communication threads torch.distributed starts when it makes a group (NCCL's
+# watchdog and heartbeat, gloo's loops, the store's) are homed with NCCL's (docs/nics.md, "Which threads go where").
+# Other pt_* threads (pt_autograd_N...) have no home of their own.
 WORKER_NAME = "pt_data_worker"
 PIN_MEMORY_NAME = "pt_data_pin"
 INTEROP_NAMES = ("PTThreadPool", "pt_thread_pool")
 TORCH_PREFIX = "pt_"
+COMM_PREFIXES = ("pt_nccl_", "pt_gloo_", "gloo_", "pt_tcpstore")
 RUN_SOURCE = "affrun run's plan (AFFRUN_PLAN)"
 ENV_SOURCE = "its AFFRUN_* variables"
 
@@ -99,7 +102,7 @@ def _role(t: ThreadRecord, p: ProcessRecord, places: Sequence[frozenset[int]],
           plan: ThreadPlan | None) -> tuple[LiveRole, IdentifiedBy]:
     if t.tid == p.pid:
         return "main", "tid"
-    if is_nccl_thread(t.comm):
+    if is_nccl_thread(t.comm) or (t.comm.startswith(COMM_PREFIXES) and printable_ascii(t.comm)):
         return "nccl_proxy", "name"
     if t.comm == PIN_MEMORY_NAME:
         return "pin_memory", "name"

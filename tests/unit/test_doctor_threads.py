@@ -79,13 +79,15 @@ def test_roles_are_told_by_facts_and_homes_come_from_the_variables() -> None:
     rank = process(10, 1, [thread(10, "python", {0, 1, 2, 3}, {0}), thread(11, "pt_data_pin", {2, 3}, {3}),
                            thread(12, "NCCL Progress 0", {0, 1, 2, 3}, {1}), thread(13, "PTThreadPool", {0, 1, 2, 3}, {0}),
                            thread(14, "python", {1}, {1}), thread(15, "pt_autograd_0", {0, 1, 2, 3}, {2}),
-                           thread(16, "python", {0, 1, 2, 3}, {1})], env)
+                           thread(16, "python", {0, 1, 2, 3}, {1}), thread(17, "pt_nccl_watchdg", {0, 1, 2, 3}, {2}),
+                           thread(18, "pt_gloo_runloop", {0, 1, 2, 3}, {0})], env)
     job = audited(rank)
     told = {t.tid: (t.role, t.identified_by, format_cpulist(t.home or ()), t.verdict) for t in rank.threads.values()}
     assert told == {10: ("main", "tid", "0-3", "home"), 11: ("pin_memory", "name", "2-3", "home"),
                     12: ("nccl_proxy", "name", "0-3", "home"), 13: ("interop", "name", "0-3", "home"),
                     14: ("omp", "place", "0-1", "home"), 15: ("torch", "name", "0-3", "home"),
-                    16: ("unknown", "none", "0-3", "home")}
+                    16: ("unknown", "none", "0-3", "home"), 17: ("nccl_proxy", "name", "0-3", "home"),
+                    18: ("nccl_proxy", "name", "0-3", "home")}
     assert rank.plan_source == "its AFFRUN_* variables" and rank.thread_plan is not None
     assert thread_findings(job) == []
 
@@ -293,3 +295,14 @@ def test_the_live_picture_marks_roles_and_strays(tmp_path: Path) -> None:
     strays = [r for r in root.iter(f"{SVG_NS}rect") if "stray" in (r.get("class") or "").split()]
     assert sorted(r.get("data-cpu") for r in strays) == ["0", "1"]
     assert all(r.get("stroke-width") == "2.4" for r in strays)
+
+
+def test_torch_distributed_threads_are_judged_by_the_comm_cores() -> None:
+    """The watchdog and gloo's loops are born on the comm cores (launcher/bind/comm_threads.py): there they are
+    home, and on the compute CPUs they strayed (docs/nics.md, "Which threads go where")."""
+    env = rank_env(AFFRUN_COMPUTE_CPUS="0", AFFRUN_LOADER_CPUS="1-2", AFFRUN_COMM_CPUS="3", AFFRUN_THREADS="1")
+    rank = process(10, 1, [thread(10, "python", {0, 1, 2, 3}, {0}), thread(11, "pt_nccl_watchdg", {3}, {3}),
+                           thread(12, "pt_gloo_runloop", {0, 1, 2, 3}, {0})], env)
+    audited(rank)
+    told = {t.tid: (t.role, format_cpulist(t.home or ()), t.verdict) for t in rank.threads.values()}
+    assert told[11] == ("nccl_proxy", "3", "home") and told[12] == ("nccl_proxy", "3", "strayed")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from launcher.errors import LaunchError
+from launcher.feed.verdict import DATA
 from launcher.tune.candidates import DEFAULT, clearly_worse, families
 from launcher.tune.result import TrialResult
 from launcher.tune.sweep import boot_ticks, subreaping, sweep
@@ -120,7 +121,8 @@ def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progres
         asked = default.workers_source == "asked"
         force[0] = not asked
         session.workers_how = ASKED if asked else OVERRIDDEN
-        _first_round(results, rank_cores, run)
+        verdict = default.verdict()
+        _first_round(results, rank_cores, run, verdict is not None and DATA in (verdict.kind, verdict.likely))
         for _ in range(repeats - 1):
             for result in list(results):
                 if not result.pruned and not result.failures:
@@ -136,12 +138,16 @@ def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progres
     return session
 
 
-def _first_round(results: list[TrialResult], rank_cores: int, run: Callable[[TrialResult], TrialRun]) -> None:
+def _first_round(results: list[TrialResult], rank_cores: int, run: Callable[[TrialResult], TrialRun],
+                 starved: bool = False) -> None:
     """Each family in turn, its worker counts in order; a family stops at a count clearly worse than the one
-    before it (more workers that only add wait), and the families stop at one clearly worse than the one before
-    (loader cores taken from the compute that only slow it)."""
+    before it (workers that only add wait, or too few), and the families stop at one clearly worse than the one
+    before (loader cores taken from the compute that only slow it, or too few). A default plan starved by data
+    (``starved``: its verdict) is most likely fed by the most loader cores and workers: the walk then starts
+    there and goes down, so that a short budget tries them first (docs/tune.md)."""
     previous_best: TrialResult | None = None
-    all_families = families(rank_cores)
+    all_families = [family[::-1] for family in families(rank_cores)[::-1]] if starved else families(rank_cores)
+    fewer = "more" if starved else "fewer"
     for index, family in enumerate(all_families):
         members = [TrialResult(c) for c in family]
         results.extend(members)
@@ -150,7 +156,7 @@ def _first_round(results: list[TrialResult], rank_cores: int, run: Callable[[Tri
             run(member)
             if before is not None and before.measured and member.measured and clearly_worse(member.rates, before.rates):
                 for rest in members[i + 1:]:
-                    rest.pruned = f"pruned: {member.candidate.label()} was clearly slower than fewer workers"
+                    rest.pruned = f"pruned: {member.candidate.label()} was clearly slower than {fewer} workers"
                 break
             before = member if member.measured else before
         measured = [m for m in members if m.measured]
@@ -158,8 +164,7 @@ def _first_round(results: list[TrialResult], rank_cores: int, run: Callable[[Tri
             continue
         top = max(measured, key=lambda m: m.median())
         if previous_best is not None and clearly_worse(top.rates, previous_best.rates):
-            why = f"pruned: --loader-cores {family[0].loader_cores} was clearly slower than fewer loader cores"
+            why = f"pruned: --loader-cores {family[0].loader_cores} was clearly slower than {fewer} loader cores"
             results.extend(TrialResult(later[0], pruned=why) for later in all_families[index + 1:])
             return
         previous_best = top if previous_best is None or top.median() > previous_best.median() else previous_best
-

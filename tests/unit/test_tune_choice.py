@@ -99,3 +99,27 @@ def test_a_tuned_file_reads_back_and_names_a_foreign_machine() -> None:
 def test_a_bad_tuned_file_is_one_error_naming_it(text: str) -> None:
     with pytest.raises(ConfigError, match=r"--tuned .?t\.yaml"):
         parse_tuned(text, "t.yaml")
+
+
+def test_a_loop_starved_by_data_tries_the_most_loader_cores_and_workers_first() -> None:
+    """A default starved by data: the first round walks down from half the rank's cores with two workers each,
+    so that a short budget spends its few trials where the feed most likely is."""
+    from launcher.tune.session import _first_round
+    from launcher.tune.trial import TrialRun
+
+    order: list[Candidate] = []
+
+    def run(result: TrialResult) -> TrialRun:
+        order.append(result.candidate)
+        assert result.candidate.loader_cores is not None and result.candidate.workers is not None
+        result.rates.append(10.0 + 10 * result.candidate.loader_cores + result.candidate.workers)  # more feeds it
+        result.waits.append(0.0)
+        return None  # type: ignore[return-value]  # _first_round reads only the result
+
+    starved: list[TrialResult] = []
+    _first_round(starved, 8, run, starved=True)
+    assert order[0] == Candidate(4, 8) and order[1] == Candidate(4, 4)
+    calm: list[TrialResult] = []
+    order.clear()
+    _first_round(calm, 8, run, starved=False)
+    assert order[0] == Candidate(0, 0)

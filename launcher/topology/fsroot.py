@@ -22,60 +22,50 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 
-class _Root:
-    """One tree: its real path, and the one check of every path read under it."""
-
-    def __init__(self, root: str) -> None:
-        self.real = os.path.realpath(root)
-        self.inner = self.real.rstrip("/") + "/"
-
-    def real_path(self, path: str, follow_last: bool) -> str:
-        """The real path of ``path`` (of the link itself at its end unless ``follow_last``), which must lie in the
-        tree: :class:`FileNotFoundError` when it does not, :class:`OSError` as ``os.open`` raises it otherwise."""
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow_last else os.O_NOFOLLOW))
-        try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # no procfs mounted here
-            real = os.path.realpath(path) if follow_last else os.path.join(
-                os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-        finally:
-            os.close(fd)
-        if real != self.real and not real.startswith(self.inner):
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory (a link leads out of the fsroot)", path)
-        return real
-
-
-_ACTIVE: ContextVar[_Root | None] = ContextVar("affrun_fsroot", default=None)
+_ROOT: ContextVar[str | None] = ContextVar("affrun_fsroot", default=None)  # the active tree's real path
 
 
 class within:
     """``with within(root):`` confines the reads of this module's callers to ``root`` (nothing for ``/``)."""
 
     def __init__(self, root: str) -> None:
-        self.root = None if os.path.realpath(root) == "/" else _Root(root)
-        self.token: Token[_Root | None] | None = None
+        real = os.path.realpath(root)
+        self.real = None if real == "/" else real
+        self.token: Token[str | None] | None = None
 
     def __enter__(self) -> within:
-        self.token = _ACTIVE.set(self.root)
+        self.token = _ROOT.set(self.real)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self.token is not None:
-            _ACTIVE.reset(self.token)
+            _ROOT.reset(self.token)
 
 
 def _confined(path: str, follow_last: bool = True) -> str:
-    """``path`` itself outside any root, else its real path inside the root (raises as :meth:`_Root.real_path`)."""
-    root = _ACTIVE.get()
-    return path if root is None else root.real_path(path, follow_last)
+    """``path`` itself outside any root, else its real path (of the link itself at its end unless ``follow_last``),
+    which must lie in the tree: :class:`FileNotFoundError` when it does not, :class:`OSError` as ``os.open``."""
+    root = _ROOT.get()
+    if root is None:
+        return path
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow_last else os.O_NOFOLLOW))
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no procfs mounted here
+        head, tail = (path, "") if follow_last else os.path.split(path)
+        real = os.path.join(os.path.realpath(head), tail) if tail else os.path.realpath(head)
+    finally:
+        os.close(fd)
+    if real != root and not real.startswith(root + "/"):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory (a link leads out of the fsroot)", path)
+    return real
 
 
 def open_fd(path: str, flags: int) -> int:
     """``os.open(path, flags)``, confined to the active root. Raises :class:`OSError` as ``os.open`` does."""
-    root = _ACTIVE.get()
-    if root is None:
+    if _ROOT.get() is None:
         return os.open(path, flags)
-    return os.open(root.real_path(path, True), flags | os.O_NOFOLLOW)
+    return os.open(_confined(path), flags | os.O_NOFOLLOW)  # a real path: no link left to follow
 
 
 def listdir(path: str) -> list[str]:
@@ -95,15 +85,14 @@ def realpath(path: str) -> str | None:
     """The real path of ``path`` with every link resolved, confined to the active root (under the root's real path
     there); ``None`` when it does not exist, its links loop or lead out of the root."""
     try:
-        return os.path.realpath(path, strict=True) if _ACTIVE.get() is None else _confined(path)
+        return os.path.realpath(path, strict=True) if _ROOT.get() is None else _confined(path)
     except (OSError, ValueError):
         return None
 
 
 def root_real() -> str | None:
     """The real path of the active root (``None`` when none is set: the live machine)."""
-    root = _ACTIVE.get()
-    return None if root is None else root.real
+    return _ROOT.get()
 
 
 def lexists(path: str) -> bool:

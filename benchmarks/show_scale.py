@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from _common import affrun_argv, byte_compile_affrun, clean_env, median_walls  # noqa: E402
 
 from launcher.plan.planner import Request, make_plan  # noqa: E402
-from launcher.show import svg  # noqa: E402
+from launcher.show.svg import svg  # noqa: E402
 from launcher.topology import load_topology  # noqa: E402
 from launcher.topology.model import Core, Package, Topology  # noqa: E402
 from launcher.topology.snapshot import to_snapshot  # noqa: E402

@@ -105,8 +105,21 @@ def parse_cpulist(text: str) -> frozenset[int]:
                 out |= ((1 << width) - 1) << lo
         else:
             out |= 1 << check_cpu_id(_uint(part, text))
-    bits = bin(out)[:1:-1]  # bit i at index i
-    return frozenset(i for i, bit in enumerate(bits) if bit == "1")
+    return mask_ids(out)
+
+
+def mask_ids(mask: int) -> frozenset[int]:
+    """The ids of the set bits of ``mask`` (bit i: CPU i), in steps per run of set bits, not per bit: ``"5,517"``
+    costs two steps, not 518, and ``0-65535`` one."""
+    bits = bin(mask)[:1:-1]  # bit i at index i
+    ids: list[int] = []
+    start = bits.find("1")
+    while start >= 0:
+        end = bits.find("0", start)
+        end = len(bits) if end < 0 else end
+        ids.extend(range(start, end))
+        start = bits.find("1", end)
+    return frozenset(ids)
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
@@ -151,8 +164,7 @@ def parse_hexmask(text: str) -> frozenset[int]:
     value = 0
     for number in words:
         value = (value << 32) | number
-    bits = bin(value)[:1:-1]  # least significant bit first
-    return frozenset(i for i, bit in enumerate(bits) if bit == "1")
+    return mask_ids(value)
 
 
 def format_hexmask(cpus: Iterable[int]) -> str:

@@ -152,7 +152,8 @@ def show(**kwargs: Any) -> None:
         return
     topo, parent = _plan(kwargs)
     the_plan = parent.plan
-    from launcher.show import map_document, picture
+    from launcher.show.svg import map_document
+    from launcher.show.terminal import picture
 
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)
     if svg_path is not None:

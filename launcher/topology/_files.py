@@ -5,8 +5,8 @@ path and returns ``None`` when it is absent, a dangling or looping link, or unre
 ``os.open``/``os.read`` directly: a topology read opens about one file per core, and the buffered ``open()``
 costs twice as much per file.
 
-Under an ``--fsroot`` every path is resolved inside the tree (:mod:`launcher.topology.fsroot`): a link that
-points out of it is followed as a chroot would, never to the live machine.
+Under an ``--fsroot`` a path whose real path leads out of the tree reads as absent
+(:mod:`launcher.topology.fsroot`): a link never leads to the live machine's files.
 
 Every read is bounded: a FIFO in place of a file would block ``read`` forever and ``/dev/zero`` would fill
 memory, so files are opened non-blocking, anything but a regular file is refused (:class:`TopologyError`), and
@@ -203,15 +203,15 @@ def numbered_entries(directory: str, prefix: str, kind: str | None = None) -> li
 
 def pci_location(path: str) -> tuple[str, tuple[str, ...]] | None:
     """(address, PCI path) of the PCI device directory ``path`` names (a ``sys/bus/pci/devices`` entry, a
-    ``device`` link), its links resolved inside the fsroot (:func:`launcher.topology.pci.sysfs_pci_path`); ``None``
+    ``device`` link), its links kept inside the fsroot (:func:`launcher.topology.pci.sysfs_pci_path`); ``None``
     when it does not resolve (absent, a loop) or is no PCI device under a host bridge."""
     real = machine_path(path)
     return None if real is None else sysfs_pci_path(real)
 
 
 def machine_path(path: str) -> str | None:
-    """The real path of ``path`` as the machine names it (``/sys/devices/...``), its links resolved inside the
-    fsroot; ``None`` when it does not resolve (missing, dangling, looping)."""
+    """The real path of ``path`` as the machine names it (``/sys/devices/...``), its links kept inside the
+    fsroot; ``None`` when it does not resolve (missing, dangling, looping, leading out of the fsroot)."""
     real = realpath(path)
     if real is None:
         return None

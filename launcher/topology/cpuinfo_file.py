@@ -2,7 +2,7 @@
 machine), as its fields, and the text rule for the values shown of it. The CPU's identity, the kinds reader's AMD
 family check, the priority reader's Intel check and a tuned file's CPU model all read it here.
 
-The read is bounded (docs/design.md §6): the path is resolved inside the fsroot, opened non-blocking and refused
+The read is bounded (docs/design.md §6): a link leading out of the fsroot reads as absent, the file is opened non-blocking and refused
 unless a regular file, and at most :data:`READ_LIMIT` bytes are read, stopping at the first blank line.
 """
 
@@ -37,7 +37,7 @@ class Cpuinfo:
 
 
 def read_cpuinfo(fsroot: str) -> Cpuinfo:
-    """``proc/cpuinfo`` under ``fsroot``, its links followed inside the tree. Never raises, never blocks."""
+    """``proc/cpuinfo`` under ``fsroot``, its links followed if they stay in the tree. Never raises, never blocks."""
     path = os.path.join(fsroot, CPUINFO)
     with within(fsroot):
         data, problem = read_head(path)
@@ -85,7 +85,7 @@ def read_head(path: str) -> tuple[bytes | None, str | None]:
     try:
         fd = open_fd(path, _FLAGS)
     except (FileNotFoundError, NotADirectoryError):
-        return None, "a link to nothing (inside the fsroot), or a loop of links" if lexists(path) else None
+        return None, "a link to nothing or out of the fsroot, or a loop of links" if lexists(path) else None
     except OSError as exc:
         return None, ("a loop of links" if exc.errno == errno.ELOOP
                       else f"cannot be opened ({exc.strerror or exc.errno})")

@@ -105,7 +105,7 @@ def _class_devices(root: str, klass: str, nodes: Mapping[int, frozenset[int]], w
 
 
 def _device_path(path: str) -> str | None:
-    """The real path of ``path`` as the machine names it (``/sys/devices/...``), links resolved inside the fsroot;
+    """The real path of ``path`` as the machine names it (``/sys/devices/...``), links kept inside the fsroot;
     ``None`` when it does not resolve (missing, dangling, looping) or lies outside ``/sys/devices``."""
     real = machine_path(path)
     return real if real is not None and real.startswith("/sys/devices/") else None

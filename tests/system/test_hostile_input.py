@@ -470,13 +470,16 @@ def test_fifo_in_the_tree_is_refused_not_waited_on(tree: Path, relative: str) ->
 def test_dev_zero_in_the_tree_is_refused(tree: Path) -> None:
     online = tree / CPU / "cpu2/online"
     online.unlink()
-    online.symlink_to("/dev/zero")  # under --fsroot, the tree's own dev/zero (issue 18): absent, so never read
+    online.symlink_to("/dev/zero")  # under --fsroot, a link out of the tree reads as absent: never opened
     planned(plan_json(["--fsroot", str(tree)]))
     (tree / "dev").mkdir()
     try:
         os.mknod(tree / "dev/zero", stat.S_IFCHR | 0o666, os.makedev(1, 5))
     except PermissionError:  # pragma: no cover - a device node needs CAP_MKNOD
         pytest.skip("making a device node needs root")
+    planned(plan_json(["--fsroot", str(tree)]))  # the tree's own dev/zero is not where an absolute link leads
+    online.unlink()
+    online.symlink_to(os.path.relpath(tree / "dev/zero", online.parent))  # the tree's own device: refused
     refused(plan_json(["--fsroot", str(tree)]), "not a regular file")
 
 

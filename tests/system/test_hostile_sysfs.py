@@ -112,11 +112,16 @@ def test_a_cgroup_linked_out_of_the_fsroot_is_not_read(tmp_path: Path, how: str)
     assert [r["threads"] for r in plan["ranks"]] == [4, 4]
 
 
-def test_an_absolute_link_is_resolved_inside_the_tree_as_under_chroot(tmp_path: Path) -> None:
+def test_an_absolute_link_is_not_re_rooted_at_the_tree(tmp_path: Path) -> None:
+    """A link's target is the kernel's (no chroot): one that leads out of the tree reads as absent, even where the
+    tree has a file at the same path; one whose real path is in the tree is read."""
     root = write_tree(tmp_path / "t", machine(cpu_max="800000 100000"))
     (root / CGROUP / "real-job").mkdir()
     (root / CGROUP / "real-job/cpu.max").write_text("200000 100000\n")
     relink(root / CGROUP / "job", "/sys/fs/cgroup/real-job")  # the live machine has no such directory
+    data = topology_json(root)
+    assert data["cpu_quota"] is None, data["cpu_quota_source"]
+    relink(root / CGROUP / "job", root.resolve() / CGROUP / "real-job")  # absolute, into the tree itself
     data = topology_json(root)
     assert data["cpu_quota"] == 2.0 and "/sys/fs/cgroup/job/cpu.max" in data["cpu_quota_source"]
 

@@ -1,13 +1,14 @@
 """``parse_cpulist`` reads a list as a bit mask, so that a value naming every CPU thousands of times (an
 environment value of a hostile process that ``affrun doctor --pid`` reads) costs one operation per part; the sets
-it gives are those of the kernel's rules, as a plain expansion computes them."""
+it gives are those of the kernel's rules, as a plain expansion computes them. A mask's ids are taken run by run of
+set bits, not bit by bit up to the highest."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.base.cpulist import parse_cpulist
+from launcher.base.cpulist import mask_ids, parse_cpulist, parse_hexmask
 
 
 def _expanded(text: str) -> frozenset[int]:
@@ -45,3 +46,15 @@ def test_the_mask_is_the_kernel_s_set(chosen: list[str]) -> None:
 def test_a_list_that_names_every_cpu_thousands_of_times_is_every_cpu_once() -> None:
     assert parse_cpulist("0-65535," * 8000) == frozenset(range(65536))
     assert parse_cpulist(",".join(f"{i}-65535:1/2" for i in range(2000))) == frozenset(range(65536))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, (1 << 2048) - 1)
+       | st.sets(st.integers(0, 65535), max_size=40).map(lambda ids: sum(1 << c for c in ids)))
+def test_a_mask_s_ids_are_its_set_bits_runs_and_single_bits_alike(mask: int) -> None:
+    """The set bits are taken run by run (``mask_ids``): every bit of a run, none between runs, the top one too."""
+    expected = frozenset(i for i in range(mask.bit_length()) if mask >> i & 1)
+    assert mask_ids(mask) == expected
+    count = max(1, -(-mask.bit_length() // 32))
+    words = ",".join(f"{mask >> (32 * i) & 0xFFFFFFFF:08x}" for i in reversed(range(count)))  # sysfs's spelling
+    assert parse_hexmask(words) == expected

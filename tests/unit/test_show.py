@@ -9,11 +9,15 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from xml.sax.saxutils import escape as sax_escape
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from launcher.base.cpulist import parse_cpulist
-from launcher.show import map_document, picture, svg
+from launcher.show.svg import escape, map_document, svg
+from launcher.show.terminal import picture
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
 from tests.conftest import live_root
@@ -349,3 +353,9 @@ def test_crossing_packages_and_nodes_are_drawn_as_parts(tmp_path: Path) -> None:
     text = picture(topo, plan, color=False)
     assert_every_core_under_its_owner(topo, plan, text)
     assert text.count("NUMA 0 (part)") == 2 and "Package 1" in text
+
+
+@given(st.text(alphabet=st.sampled_from("&<>\"'a;#\n\t\u00e9") | st.characters()))
+def test_the_svg_escapes_text_as_the_standard_library_does(text: str) -> None:
+    """svg.py's own escape (no xml.sax import) writes what ``xml.sax.saxutils.escape`` writes, byte for byte."""
+    assert escape(text) == sax_escape(text)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.show import picture
 from launcher.show.drawing import body
 from launcher.show.layout import DIM, PLAIN, Block, Frame, Grid, Style, Text, framed, hjoin, text_line, vstack
 from launcher.show.model import Model
+from launcher.show.terminal import picture
 from launcher.topology import load_topology
 from launcher.topology.model import Core, Topology
 from tests.drawing import assert_every_core_under_its_owner, plan_for

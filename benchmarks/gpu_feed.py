@@ -175,7 +175,7 @@ def plan_for(affrun_args: tuple[str, ...], ranks: int) -> Any:
     """What each rank gets (CPUs, compute cores, loader CPUs, threads, GPU) from ``affrun torchrun`` here with
     ``affrun_args``, or None when they are not all planning options
     (an environment option such as --omp-bind changes what a rank runs with, not the plan)."""
-    from launcher.options.plan_options import PlanOptions
+    from launcher.options.record import Options
     from launcher.options.table import options_in
     from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
@@ -193,7 +193,7 @@ def plan_for(affrun_args: tuple[str, ...], ranks: int) -> Any:
         else:
             values[spec.dest] = int(affrun_args[i + 1]) if spec.count else affrun_args[i + 1]
             i += 2
-    opts = PlanOptions(**values)
+    opts = Options(**values)
     plan = make_plan(load_topology(gpus=not opts.no_gpu), opts.request(ranks))
     return tuple((r.cpus, r.compute_cores, r.loader_cpus, r.threads, r.gpu) for r in plan.ranks)
 

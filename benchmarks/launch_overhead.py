@@ -40,9 +40,9 @@ MINIMAL_RANK = ("import re, json, os, sys; plan = json.loads(os.environ['AFFRUN_
 def parent_plan(nproc: int) -> str:
     """The ``AFFRUN_PLAN`` that ``affrun torchrun --nproc-per-node NPROC`` gives its workers on this machine."""
     from launcher.bind.handoff import plan_job
-    from launcher.options.groups import BindingOptions
+    from launcher.options.record import Options
 
-    return plan_job(BindingOptions(), nproc)[1].to_env()
+    return plan_job(Options(), nproc)[1].to_env()
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from _common import affrun_argv, byte_compile_affrun, wall  # noqa: E402
 
 from launcher.env.policy import rank_environment  # noqa: E402
-from launcher.options.plan_options import PlanOptions  # noqa: E402
+from launcher.options.record import Options  # noqa: E402
 from launcher.plan.planner import make_plan  # noqa: E402
 from launcher.topology import load_topology  # noqa: E402
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree  # noqa: E402
@@ -54,8 +54,8 @@ NPROC = 8
 GOAL_BEYOND_MS = 100.0  # affrun plan --json at 1,024 PUs, beyond `python -c pass` (issue 42)
 LIBRARY_PATH = (
     "from launcher.topology import load_topology; from launcher.plan.planner import make_plan; "
-    "from launcher.options.plan_options import PlanOptions; from launcher.env.policy import rank_environment; "
-    "t = load_topology(fsroot={root!r}, environ={{}}); p = make_plan(t, PlanOptions().request({n})); "
+    "from launcher.options.record import Options; from launcher.env.policy import rank_environment; "
+    "t = load_topology(fsroot={root!r}, environ={{}}); p = make_plan(t, Options().request({n})); "
     "[rank_environment(r, local_world_size={n}, user_env={{}}) for r in p.ranks]"
 )
 
@@ -107,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             root = str(write_tree(Path(tmp) / f"m{pus}", machine(pus)))
             topo = load_topology(fsroot=root, environ={})
             assert len(topo.allowed) == pus, (pus, len(topo.allowed))
-            request = PlanOptions().request(NPROC)
+            request = Options().request(NPROC)
             plan = make_plan(topo, request)
             read = median_ms(lambda root=root: load_topology(fsroot=root, environ={}), args.repeats)
             planning = median_ms(lambda topo=topo, request=request: make_plan(topo, request), args.repeats)
-            per_core = PlanOptions(gpu_order="closest").request(len(topo.allowed_cores()))
+            per_core = Options(gpu_order="closest").request(len(topo.allowed_cores()))
             planning_all = median_ms(lambda topo=topo, request=per_core: make_plan(topo, request), args.repeats)
             envs = median_ms(
                 lambda plan=plan: [rank_environment(r, local_world_size=NPROC, user_env={}) for r in plan.ranks],

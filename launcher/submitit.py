@@ -22,22 +22,17 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, fields, replace  # PlanOptions is one of these
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.base.untrusted import short
 from launcher.bind.handoff import exec_prefix
 from launcher.bind.readback import TaskBinding, current_binding
-from launcher.errors import AffrunError, ConfigError, Opt
-from launcher.options.groups import ApplyOptions, BindingOptions, SourceOptions
-from launcher.options.plan_options import PlanOptions
-from launcher.options.table import default, spell_error
+from launcher.errors import ConfigError
+from launcher.options.record import KEYWORDS, Options
 
 if TYPE_CHECKING:
     import submitit
-
-    from launcher.base.choices import EnvPolicy, MemBackend, MemPolicy, NicEnv, OmpBind, RankHooks
 
 __all__ = [
     "AFFRUN_OPTIONS",
@@ -63,83 +58,11 @@ SRUN_CPUS_SETUP = 'if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_P
 
 
 # ---------------------------------------------------------------------------------------------------- options
-@dataclass(frozen=True)
-class AffinityOptions(PlanOptions):
-    """affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``):
-    the planning options of :class:`~launcher.options.plan_options.PlanOptions`, plus the topology source and env options.
-
-    CPU and GPU lists may be given as strings (``"0,8"``) or as iterables of ints; ``cpu_map`` as ``"0-3;4-7"``
-    or as a sequence of per-rank lists.
-    """
-
-    fsroot: str | None = default("fsroot")
-    topology: str | None = default("topology_file")
-    cpus: str | None = default("cpus")
-    omp_bind: OmpBind = default("omp_bind")
-    env_policy: EnvPolicy = default("env_policy")
-    mem_policy: MemPolicy = default("mem_policy")
-    mem_backend: MemBackend = default("mem_backend")
-    nic_env: NicEnv = default("nic_env")
-    rank_hooks: RankHooks = default("rank_hooks")
-    verbose: bool = False
-
-    @classmethod
-    def from_kwargs(cls, base: AffinityOptions | None = None, **values: Any) -> AffinityOptions:
-        """Normalise and check user values; unknown names raise :class:`~launcher.errors.ConfigError`."""
-        unknown = sorted(set(values) - set(AFFRUN_OPTIONS))
-        if unknown:
-            raise ConfigError(f"unknown affrun option(s) {', '.join(unknown)}; valid: {', '.join(AFFRUN_OPTIONS)}")
-        clean: dict[str, Any] = {}
-        for name, value in values.items():
-            clean[name] = _normalise(name, value)
-        opts = replace(base or cls(), **clean)
-        opts.check()
-        return opts
-
-    def check(self) -> None:
-        """Refuse values ``affrun exec`` would refuse in every task. Errors name options as this API's keywords
-        (``cpu_map=``, not ``--map``), also those of the checks shared with the command line."""
-        try:
-            self._check()
-        except AffrunError as exc:
-            spell_error(exc, "python")
-            raise
-
-    def _check(self) -> None:
-        self.binding().apply.check()
-        if self.loader_cores < 0:
-            raise ConfigError(Opt("loader_cores", self.loader_cores), ": must be 0 or more")
-        from launcher.topology import check_sources
-
-        check_sources(self.fsroot, self.topology, self.cpus)
-        self.plan_options().request(1)  # mode, gpu_order, reserve, cpu_map and gpus: the CLI's own checks
-
-    def plan_options(self) -> PlanOptions:
-        return PlanOptions(**{f.name: getattr(self, f.name) for f in fields(PlanOptions)})
-
-    def binding(self) -> BindingOptions:
-        """The same options by group, as every front end hands them on."""
-        return BindingOptions(SourceOptions(self.fsroot, self.topology, self.cpus), self.plan_options(),
-                              ApplyOptions(self.omp_bind, self.env_policy, self.mem_policy, self.mem_backend, self.nic_env,
-                                           self.rank_hooks),
-                              self.verbose)
-
-    def to_argv(self) -> list[str]:
-        """``affrun exec`` flags for these options (defaults left out), from the one option table."""
-        return self.binding().to_argv()
-
-
-AFFRUN_OPTIONS: tuple[str, ...] = tuple(f.name for f in fields(AffinityOptions))
-
-
-def _normalise(name: str, value: Any) -> Any:
-    """One keyword's value: the option table's options through :func:`launcher.options.keywords.check_keyword` (the check
-    ``bind_rank`` shares), ``verbose`` as a flag of this executor's own."""
-    from launcher.options.keywords import BY_KEYWORD, check_argument, check_keyword
-
-    if name == "verbose":
-        return check_argument(None, "verbose", value, "flag")
-    return check_keyword(BY_KEYWORD[name], value)
+# affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``): the one
+# record of them (launcher.options.record.Options), with ``from_kwargs``. CPU and GPU lists may be given as strings
+# (``"0,8"``) or as iterables of ints; ``cpu_map`` as ``"0-3;4-7"`` or as a sequence of per-rank lists.
+AffinityOptions = Options
+AFFRUN_OPTIONS: tuple[str, ...] = KEYWORDS
 
 
 # ---------------------------------------------------------------------------------------- command construction

@@ -16,7 +16,7 @@ from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, 
 from launcher.context.run_role import BOOT
 from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import ConfigError, LaunchError
-from launcher.options.groups import BindingOptions
+from launcher.options.record import Options
 from launcher.plan.planner import Plan, RankPlan
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class ParentPlan:
 
 
 def plan_job(
-    options: BindingOptions,
+    options: Options,
     nproc: int | None,
     *,
     environ: Mapping[str, str] | None = None,
@@ -137,18 +137,16 @@ def plan_job(
     from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
 
-    source, opts, apply = options.source, options.plan, options.apply
-    apply.check()
-    topo = load_topology(fsroot=source.fsroot, topology_file=source.topology_file, cpus=source.cpus,
-                         environ=environ, gpus=not opts.no_gpu)
+    topo = load_topology(fsroot=options.fsroot, topology_file=options.topology, cpus=options.cpus,
+                         environ=environ, gpus=not options.no_gpu)
     if loaded is not None:
         loaded(topo)
     if nproc is None:
-        nproc = opts.rank_count() or (0 if opts.no_gpu else len(topo.visible_gpus())) or default_nproc
+        nproc = options.rank_count() or (0 if options.no_gpu else len(topo.visible_gpus())) or default_nproc
         if nproc is None:
             raise ConfigError("no GPU is visible to plan one rank per GPU: give --nproc-per-node N (the number of "
                               "processes the launcher starts)")
-    plan = make_plan(topo, opts.request(nproc))
-    mem = effective_mem_policy(apply.mem_policy, len(topo.cpu_nodes()))
-    return topo, ParentPlan(plan, apply.omp_bind, apply.env_policy, mem, apply.mem_backend, dict(user_env or {}),
-                            options.verbose, apply.nic_env, apply.rank_hooks)
+    plan = make_plan(topo, options.request(nproc))
+    mem = effective_mem_policy(options.mem_policy, len(topo.cpu_nodes()))
+    return topo, ParentPlan(plan, options.omp_bind, options.env_policy, mem, options.mem_backend, dict(user_env or {}),
+                            options.verbose, options.nic_env, options.rank_hooks)

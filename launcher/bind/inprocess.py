@@ -58,8 +58,8 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> tuple[Job, boo
     from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import RUN_VARIABLE
     from launcher.env.variables import user_values
-    from launcher.options.groups import BindingOptions
-    from launcher.options.keywords import BY_KEYWORD, check_keywords
+    from launcher.options.keywords import BY_KEYWORD
+    from launcher.options.record import Options
     from launcher.options.table import spell_error
 
     if os.environ.get(RUN_VARIABLE) and os.environ.get(PLAN_VARIABLE):
@@ -76,12 +76,12 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> tuple[Job, boo
     unknown = sorted(set(options) - set(specs))
     if unknown:
         raise ConfigError(f"bind_rank: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(BY_KEYWORD))}")
-    options = {specs[name].dest: value for name, value in check_keywords(options, specs).items()}
+    given = Options.from_keywords(**{specs[name].name("python"): value for name, value in options.items()})
     # Values a bound parent process left behind (AFFRUN_CPUS is set) are affrun's, not the user's.
     inherited = bool(os.environ.get("AFFRUN_CPUS"))
     user_env = {} if inherited else user_values(os.environ)
     try:
-        return plan_job(BindingOptions.from_values(options), nproc, user_env=user_env)[1].job(), True
+        return plan_job(given, nproc, user_env=user_env)[1].job(), True
     except AffrunError as exc:
         spell_error(exc, "python")  # the options were keyword arguments: loader_cores=5, not --loader-cores 5
         raise

@@ -55,11 +55,11 @@ def _value(spec: OptionSpec) -> str:
         return "(flag)"
     if spec.choices:
         return " \\| ".join(f"`{c}`" for c in spec.choices)
-    return f"`{spec.metavar or 'VALUE'}`"
+    return f"`{spec.metavar or spec.kind.upper()}`"
 
 
 def _default(value: object) -> str:
-    if value is None or value is False:
+    if value is None or value is False or value == ():
         return "—"
     return f"`{value}`"
 
@@ -79,20 +79,16 @@ def binding_section(group: str) -> list[str]:
 
 
 def sbatch_section() -> list[str]:
-    from launcher.slurm.options import SBATCH_OPTIONS, default_of
+    from launcher.slurm.options import SBATCH_OPTIONS
 
     lines = ["## `affrun sbatch`'s own options", "",
              "Besides the planning and environment options above (passed to affrun inside the job). Defined in "
              "`launcher/slurm/options.py`; a profile's key is the first long flag without its dashes.", "",
              "| option | value | default | profile key | meaning |", "|---|---|---|---|---|"]
-    for option in SBATCH_OPTIONS:
-        flags = ", ".join(f"`{f}`" for f in option.flags)
-        kind = option.kind
-        value = (" \\| ".join(f"`{k}`" for k in kind) if isinstance(kind, tuple)
-                 else "(flag)" if kind == "bool" else f"`{option.metavar or kind.upper()}`")
-        default = default_of(option) if option.field is not None else None
-        shown = "—" if default in (None, (), False) else f"`{default}`"
-        lines.append(f"| {flags} | {value} | {shown} | `{option.key}` | {_cell(option.help)} |")
+    for spec in SBATCH_OPTIONS:
+        flags = ", ".join(f"`{f}`" for f in spec.flags)
+        lines.append(f"| {flags} | {_value(spec)} | {_default(spec.default)} | `{spec.name('profile')}` | "
+                     f"{_cell(spec.help)} |")
     return [*lines, ""]
 
 

@@ -15,7 +15,7 @@ from launcher.bind.handoff import ParentPlan, plan_job
 from launcher.cli.options import COUNT, PID, env_options, plan_options, topology_options
 from launcher.env.policy import plan_json
 from launcher.env.variables import user_values
-from launcher.options.groups import BindingOptions
+from launcher.options.record import Options
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
 
@@ -87,7 +87,7 @@ def _priority_line(topo: Topology) -> str:
 def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
     """The job these options describe (one rank per --gpus/--map entry, else per visible GPU, else 1)."""
     nproc = kwargs.pop("nproc_per_node")
-    return plan_job(BindingOptions.from_values(kwargs), nproc, user_env=user_values(os.environ), default_nproc=1)
+    return plan_job(Options.from_values(kwargs), nproc, user_env=user_values(os.environ), default_nproc=1)
 
 
 nproc_option = click.option(

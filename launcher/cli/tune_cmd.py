@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from launcher.options.groups import SourceOptions
+    from launcher.options.record import Options
     from launcher.topology.model import Topology
     from launcher.tune.candidates import Candidate
     from launcher.tune.command import TuneArgs
@@ -48,7 +48,7 @@ def tune(args: tuple[str, ...]) -> None:
     sys.exit(status)
 
 
-def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: SourceOptions) -> int:
+def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Options) -> int:
     """The trials, the table and the files, with Ctrl-C, SIGTERM and SIGHUP noted rather than raised: the trial
     running is stopped and swept, the table so far printed, --save and --svg written whole, and the exit status
     is 128 + the signal."""
@@ -59,7 +59,7 @@ def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sourc
     return 128 + interrupted.signum if interrupted() else 0
 
 
-def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: SourceOptions,
+def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Options,
           interrupted: Interrupts) -> None:
     from launcher.base.untrusted import clip, shell_join, shown
     from launcher.tune.candidates import families
@@ -95,7 +95,7 @@ def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Sour
         _write("--svg", values["svg"], chart(session.results, chosen, f"{CHART_TITLE}{clip(described, 80)}"))
 
 
-def _save(path: str, candidate: Candidate, described: str, topo: Topology, source: SourceOptions) -> None:
+def _save(path: str, candidate: Candidate, described: str, topo: Topology, source: Options) -> None:
     import os
 
     from launcher.base.untrusted import shown
@@ -104,7 +104,7 @@ def _save(path: str, candidate: Candidate, described: str, topo: Topology, sourc
 
     values = {} if candidate.is_default else {"loader_cores": candidate.loader_cores,
                                               "loader_workers": candidate.workers}
-    root = tree_root(source.fsroot, source.topology_file, os.environ)
+    root = tree_root(source.fsroot, source.topology, os.environ)
     now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     about = (f"affrun tune, {now}: the fastest options for {described} on this machine"
              + (" (the default stood: no option)" if candidate.is_default else ""))

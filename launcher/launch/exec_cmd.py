@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def build_parser() -> argparse.ArgumentParser:
     import argparse
 
-    from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
+    from launcher.options.table import LAUNCH_OPTIONS, add_arguments, add_run_flags, non_negative
     from launcher.options.usage import one_line_errors
 
     p = argparse.ArgumentParser(
@@ -46,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-rank", type=non_negative, help="This process's local rank (default: from the launcher's variables).")
     p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
                    help="Local ranks on this node (default: from the launcher's variables).")
-    add_binding_arguments(p)
-    add_feed_arguments(p)
+    add_arguments(p, LAUNCH_OPTIONS)
     add_run_flags(p, verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return one_line_errors(p, "affrun exec")
@@ -124,14 +123,13 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
             return job, job.ranks[rank], detected
         user_env = job.user_env  # the user's own values, before the parent set any (torchrun's OMP_NUM_THREADS)
     from launcher.bind.handoff import plan_job
-    from launcher.options.groups import BindingOptions
-    from launcher.options.plan_options import plan_options_from
+    from launcher.options.record import Options
 
     nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
     if rank is None or nproc is None:
         if rank is None and nproc is None:
             # one rank, or one per --gpus/--map entry (default_args() has no binding options: none were given)
-            rank, nproc = 0, (plan_options_from(args).rank_count() if hasattr(args, "gpus") else None) or 1
+            rank, nproc = 0, Options.from_args(args).rank_count() or 1
         else:
             raise LaunchError("give both --local-rank and --nproc-per-node, or neither (then LOCAL_RANK, "
                               "SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or PMI_LOCAL_RANK)")
@@ -144,13 +142,12 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
         user_env = user_values(environ)
     tuned = getattr(args, "tuned_file", None)
     if tuned is None:
-        _, parent = plan_job(BindingOptions.from_args(args), nproc, environ=environ, user_env=user_env)
+        _, parent = plan_job(Options.from_args(args), nproc, environ=environ, user_env=user_env)
     else:  # the file of another machine is warned about before planning; an error it caused names it
         from launcher.options.tuned import foreign_check, plan_tuned
 
-        options = BindingOptions.from_args(args)
-        loaded = foreign_check(tuned, options.source, environ, _warn if rank == 0 else lambda _: None)
-        _, parent = plan_tuned(tuned, args, lambda a: plan_job(BindingOptions.from_args(a), nproc, environ=environ,
+        loaded = foreign_check(tuned, Options.from_args(args), environ, _warn if rank == 0 else lambda _: None)
+        _, parent = plan_tuned(tuned, args, lambda a: plan_job(Options.from_args(a), nproc, environ=environ,
                                                                 user_env=user_env, loaded=loaded))
     job = parent.job()
     for warning in job.warnings if rank == 0 else ():  # planned here: nobody above printed them

@@ -35,8 +35,8 @@ from launcher.errors import ConfigError, LaunchError
 from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command
 from launcher.launch.shebang import exec_failure
-from launcher.options.groups import BindingOptions
-from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags, non_negative
+from launcher.options.record import Options
+from launcher.options.table import LAUNCH_OPTIONS, add_arguments, add_run_flags, non_negative
 from launcher.options.usage import one_line_errors
 from launcher.plan.request import check_rank_count
 
@@ -58,8 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="The first Python process without a rank variable: rank0 (the script is rank 0, as "
                    "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
                    "deepspeed, mpirun, srun; rank0 otherwise).")
-    add_binding_arguments(p)
-    add_feed_arguments(p)
+    add_arguments(p, LAUNCH_OPTIONS)
     add_run_flags(p, verbose="Every process the hook binds prints its rank line (with its pid and why) on stderr.",
                   dry_run="Print the plan and the environment; start nothing.")
     p.add_argument("--strict", action="store_true",
@@ -80,10 +79,10 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     from launcher.options.tuned import foreign_check, plan_tuned
 
     tuned = getattr(args, "tuned_file", None)
-    loaded = None if tuned is None else foreign_check(tuned, BindingOptions.from_args(args).source, environ, _warn)
+    loaded = None if tuned is None else foreign_check(tuned, Options.from_args(args), environ, _warn)
 
     def plan(values: argparse.Namespace) -> ParentPlan:
-        return plan_job(BindingOptions.from_args(values), values.nproc, environ=environ, user_env=user_env,
+        return plan_job(Options.from_args(values), values.nproc, environ=environ, user_env=user_env,
                         default_nproc=1, loaded=loaded)[1]
 
     return plan_tuned(tuned, args, plan)  # a file of another machine is warned about before planning

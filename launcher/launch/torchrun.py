@@ -24,8 +24,8 @@ from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import BINDING_VARIABLES, user_values
 from launcher.errors import ConfigError
-from launcher.options.groups import BindingOptions
-from launcher.options.table import add_binding_arguments, add_feed_arguments, add_run_flags
+from launcher.options.record import Options
+from launcher.options.table import LAUNCH_OPTIONS, add_arguments, add_run_flags
 from launcher.options.usage import argparse_line
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
@@ -33,8 +33,7 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for 
 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
-    add_binding_arguments(group, prefix="affrun_")
-    add_feed_arguments(group, prefix="affrun_")
+    add_arguments(group, LAUNCH_OPTIONS, prefix="affrun_")
     add_run_flags(group, verbose="Each rank also prints its line and env notes from inside the worker.",
                   dry_run="Print the plan and the rewritten worker command, start nothing.", prefix="affrun_",
                   short=False)
@@ -226,9 +225,8 @@ def launch(argv: Sequence[str]) -> int:
     from launcher.options.tuned import foreign_check, plan_tuned
 
     tuned = args.affrun_tuned_file
-    source = BindingOptions.from_args(args, prefix="affrun_").source
-    loaded = None if tuned is None else foreign_check(tuned, source, None, _warn)
-    parent = plan_tuned(tuned, args, lambda values: plan_job(BindingOptions.from_args(values, prefix="affrun_"), nproc,
+    loaded = None if tuned is None else foreign_check(tuned, Options.from_args(args, prefix="affrun_"), None, _warn)
+    parent = plan_tuned(tuned, args, lambda values: plan_job(Options.from_args(values, prefix="affrun_"), nproc,
                                                              user_env=user_env, loaded=loaded)[1], prefix="affrun_")
     plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename

@@ -1,10 +1,11 @@
-"""The binding options, defined once: flags, destination, type, default and help, with their argparse side
-(:func:`add_binding_arguments`; :func:`launcher.options.plan_options.plan_options_from` reads them back) and their way back to flags (:func:`to_argv`).
+"""The options, defined once: each one's flag, destination, kind of value, default and help (:class:`OptionSpec`).
 
-``affrun exec`` and ``affrun torchrun`` build argparse arguments from this table
-(:func:`add_binding_arguments`); the click commands build click options from it
-(:mod:`launcher.cli.options`). Planning options are named like :class:`~launcher.options.plan_options.PlanOptions`'s fields.
-Standard library only: ``affrun exec`` imports it before every rank.
+The binding options (:data:`BINDING_OPTIONS`), the feed meter's, the rank count and ``--tuned`` are here;
+``affrun sbatch``'s own rows are in :mod:`launcher.slurm.options` and ``affrun tune``'s in
+:mod:`launcher.tune.command`, of the same type. argparse (``exec``, ``run``, ``torchrun``, ``tune``) builds its
+arguments from the rows (:func:`add_arguments`), click its options (:mod:`launcher.cli.options`), docs/cli.md its
+tables (:mod:`launcher.cli.reference`); :class:`launcher.options.record.Options` is their one record, and
+:mod:`launcher.options.values` the one reader of their values. Standard library only: ``affrun exec`` imports it.
 """
 
 from __future__ import annotations
@@ -28,65 +29,92 @@ from launcher.plan.request import Request
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from launcher.errors import AffrunError, Opt, Vocabulary
+    from launcher.options.values import Reader
 
 # The planner's defaults (launcher.plan.request.Request): the planning options' defaults are the planner's own.
 _PLANNER: dict[str, Any] = {f.name: f.default for f in fields(Request)}
 
-
-OptionGroup = Literal["topology", "plan", "env", "apply", "feed", "tuned"]
+# apply, feed: only where a rank is started (exec, torchrun, run); tuned: --tuned alone; sbatch, tune: their own
+OptionGroup = Literal["topology", "plan", "env", "apply", "feed", "tuned", "sbatch", "tune"]
 
 
 @dataclass(frozen=True)
 class OptionSpec:
+    """One option. ``kind`` is the kind of value it takes (:func:`launcher.options.values.read` reads each): flag,
+    count (a whole number from ``low``), choice (one of ``choices``: given them, the kind is choice), path, cpus,
+    gpus, cpu_map (the CPU and GPU lists), seconds (a duration over ``low``, or from it unless ``over``), and
+    ``affrun sbatch``'s str, int, port, strint (a string or a number), time and lines (repeatable)."""
+
     flag: str
     dest: str
-    group: OptionGroup  # apply, feed: only where a rank is started (exec, torchrun, run); tuned: --tuned alone
+    group: OptionGroup
     help: str
+    kind: str = "str"
     choices: tuple[str, ...] | None = None
-    default: str | int | bool | None = None
-    is_flag: bool = False
-    count: bool = False  # an integer >= 0
+    default: Any = None
     metavar: str | None = None
     envvar: str | None = None  # the variable that stands in for the option (load_topology reads it): for the help
-    keyword: str | None = None  # the name Python callers give it (AffinityOptions), where that is not ``dest``
-    value: str = ""  # what a Python caller may give besides a string: "path", "cpus", "gpus", "cpu_map" (options/keywords.py)
+    keyword: str | None = None  # the name Python callers give it (Options' field), where that is not ``dest``
+    short: str | None = None  # its one-letter flag (sbatch's -N)
+    also: tuple[str, ...] = ()  # its other spellings: --affrun for --affrun-command; --no-exclusive for a flag's off
+    low: float = 0
+    over: bool = False
+
+    def __post_init__(self) -> None:
+        if self.choices:
+            object.__setattr__(self, "kind", "choice")
 
     @property
-    def kind(self) -> str:
-        """The kind of value the option takes: ``flag``, ``count``, ``choice``, or :attr:`value`'s
-        (``path``, ``cpus``, ``gpus``, ``cpu_map``); :mod:`launcher.options.keywords` checks Python callers' values by it."""
-        return "flag" if self.is_flag else "count" if self.count else "choice" if self.choices else self.value
+    def is_flag(self) -> bool:
+        return self.kind == "flag"
+
+    @property
+    def count(self) -> bool:
+        return self.kind == "count"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Every spelling, as click and argparse take them (``-N``, ``--nodes``; ``--exclusive/--no-exclusive``)."""
+        off = [a for a in self.also if a.startswith("--no-")]
+        first = self.flag + "".join(f"/{a}" for a in off)
+        return (*([self.short] if self.short else []), first, *(a for a in self.also if a not in off))
 
     def name(self, vocabulary: Vocabulary) -> str:
         """The option as ``vocabulary`` writes it: the flag (``--map``), the Python keyword (``cpu_map``), or the
-        key of a YAML site profile (``map``: the flag without its dashes)."""
+        key of a YAML site profile or tuned file (``map``: the flag without its dashes)."""
         if vocabulary == "cli":
             return self.flag
         if vocabulary == "python":
             return self.keyword or self.dest
         return self.flag[2:]
 
+    def read(self, value: object, vocabulary: Reader) -> Any:
+        """``value`` as given in ``vocabulary``, read by its kind (:func:`launcher.options.values.read`)."""
+        from launcher.options.values import read
+
+        return read(self.kind, value, vocabulary, self.choices or (), self.dest, self.low, over=self.over)
+
 
 BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--fsroot", "fsroot", "topology", "Read sys/ and proc/ under DIR instead of / (default: $AFFRUN_FSROOT; "
-               "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT", value="path"),
+               "hwloc's test-tarball layout).", metavar="DIR", envvar="AFFRUN_FSROOT", kind="path"),
     OptionSpec("--topology", "topology_file", "topology", "Load a saved topology: affrun JSON snapshot or hwloc XML "
-               "(lstopo --of xml).", metavar="FILE", keyword="topology", value="path"),
+               "(lstopo --of xml).", metavar="FILE", keyword="topology", kind="path"),
     OptionSpec("--cpus", "cpus", "topology", "Restrict the allowed CPUs further (cpulist, e.g. 0-7,64-71).",
-               metavar="LIST", value="cpus"),
+               metavar="LIST", kind="cpus"),
     OptionSpec("--mode", "mode", "plan", "exclusive: disjoint cores per rank; numa/socket: share the GPU's "
                "node/package; l3: whole L3 groups; map: explicit --map.", choices=MODES, default=_PLANNER["mode"]),
-    OptionSpec("--smt", "smt", "plan", "Count every hardware thread in OMP_NUM_THREADS.", is_flag=True, default=False),
-    OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST", value="cpus"),
+    OptionSpec("--smt", "smt", "plan", "Count every hardware thread in OMP_NUM_THREADS.", kind="flag", default=False),
+    OptionSpec("--reserve", "reserve", "plan", "Keep the cores of these CPUs for the OS (e.g. 0).", metavar="LIST", kind="cpus"),
     OptionSpec("--loader-cores", "loader_cores", "plan", "Cores of each rank set aside for DataLoader workers.",
-               count=True, default=_PLANNER["loader_cores"], metavar="N"),
+               kind="count", default=_PLANNER["loader_cores"], metavar="N"),
     OptionSpec("--comm-cores", "comm_cores", "plan", "Cores of each rank, near its GPU, kept for NCCL's proxy "
                "threads (NCCL_PROXY_CPUSET), out of the OpenMP team and the loader cores.",
-               count=True, default=_PLANNER["comm_cores"], metavar="K"),
+               kind="count", default=_PLANNER["comm_cores"], metavar="K"),
     OptionSpec("--main-thread", "main_thread", "plan", "Where each rank's main thread lives: none: the rank's whole "
                "set; compute: a compute core of its own; priority: a priority core of its own near its GPU (none "
                "found: as none, with a warning). The OpenMP team and DataLoader workers keep off it.",
@@ -94,12 +122,12 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--gpu-order", "gpu_order", "plan", "rank: rank i uses visible GPU i; closest: rank i takes the i-th "
                "CPU region and its GPU.", choices=GPU_ORDERS, default=_PLANNER["gpu_order"]),
     OptionSpec("--map", "cpu_map", "plan", "Explicit CPUs per rank, separated by ';' (':' inside a list is the "
-               "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS", value="cpu_map"),
-    OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST", value="gpus"),
+               "kernel's group syntax, 0-15:2/4): '0-7;8-15'.", metavar="LISTS", kind="cpu_map"),
+    OptionSpec("--gpus", "gpus", "plan", "Explicit visible GPU per rank: '0,1,2,3'.", metavar="LIST", kind="gpus"),
     OptionSpec("--spill", "spill", "plan", "Cores of NUMA nodes that host no rank go to the nearest ranks: loader: "
                "as DataLoader cores (OMP_NUM_THREADS unchanged); compute: as compute cores; none: left idle.",
                choices=SPILLS, default=_PLANNER["spill"]),
-    OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", is_flag=True,
+    OptionSpec("--no-gpu", "no_gpu", "plan", "Plan a CPU-only job even where GPUs exist.", kind="flag",
                default=False),
     OptionSpec("--omp-bind", "omp_bind", "env", "rank: every OpenMP thread on the rank's compute CPUs; core: "
                "every thread but the main one pinned to a core of its own. Either way the main thread (and DataLoader "
@@ -128,31 +156,35 @@ FEED_OPTIONS: tuple[OptionSpec, ...] = (
                "for the DataLoader's next batch), its main thread's wait for a CPU, its GPU's busy share (with NVML) "
                "and batches/s, on an unmodified script; one line per rank on stderr at its exit, with a verdict "
                "(fed, starved-by-data, starved-of-cpu, underused, unknown).",
-               is_flag=True, default=False),
+               kind="flag", default=False),
     OptionSpec("--feed-interval", "feed_interval", "feed", "Also print each rank's feed line every SECONDS, "
-               "at least 0.1 (default: only at exit). Implies --feed-report.", metavar="SECONDS"),
+               "at least 0.1 (default: only at exit). Implies --feed-report.", metavar="SECONDS", kind="seconds",
+               low=0.1),  # the meter's shortest, launcher.feed.meter.MIN_INTERVAL_S
     OptionSpec("--feed-json", "feed_json", "feed", "Write the figures as JSON, one object per rank, updated about "
-               "once a second and at exit. Implies --feed-report.", metavar="PATH", value="path"),
+               "once a second and at exit. Implies --feed-report.", metavar="PATH", kind="path"),
     OptionSpec("--loader-workers", "loader_workers", "feed", "DataLoader workers per rank, for scripts that ask "
-               "launcher.torch.loader_workers() (default: one per loader core of the rank).", count=True,
+               "launcher.torch.loader_workers() (default: one per loader core of the rank).", kind="count",
                metavar="N"),
 )
 
 
 # The rank count: each command adds it itself (exec's and run's argparse, torchrun's own parser, click's plan, show
 # and doctor), and the planner's message names it (launcher.plan.request.check_rank_count).
-NPROC_OPTION = OptionSpec("--nproc-per-node", "nproc", "plan", "Local ranks on this node.", keyword="nproc_per_node")
-# affrun tune's saved options (launcher.options.tuned): taken by exec, run, torchrun (add_binding_arguments) and sbatch,
+NPROC_OPTION = OptionSpec("--nproc-per-node", "nproc", "plan", "Local ranks on this node.", kind="count",
+                          keyword="nproc_per_node")
+# affrun tune's saved options (launcher.options.tuned): taken by exec, run, torchrun (LAUNCH_OPTIONS) and sbatch,
 # outside BINDING_OPTIONS as it is no option of a plan record but a file of them, applied under the command line's.
 TUNED_OPTION = OptionSpec("--tuned", "tuned", "tuned", "Apply the options affrun tune --save wrote to FILE (a flag "
                           "given on the command line wins; a file tuned on another machine gets a warning).",
-                          metavar="FILE", value="path")
+                          metavar="FILE", kind="path")
 _BY_DEST: dict[str, OptionSpec] = {o.dest: o for o in (*BINDING_OPTIONS, *FEED_OPTIONS, NPROC_OPTION, TUNED_OPTION)}
+# What exec, run and torchrun take besides their own flags, in the order of their help.
+LAUNCH_OPTIONS: tuple[OptionSpec, ...] = (*BINDING_OPTIONS, TUNED_OPTION, *FEED_OPTIONS)
 
 
 def default(dest: str) -> Any:
-    """The default of the option landing in ``dest``, for the front ends' own records of option values
-    (:class:`~launcher.options.plan_options.PlanOptions`, ``AffinityOptions``, ``SbatchSpec``): defaults are stated here."""
+    """The default of the option landing in ``dest``, for the records of option values
+    (:class:`~launcher.options.record.Options`): defaults are stated here."""
     return _BY_DEST[dest].default
 
 
@@ -187,77 +219,36 @@ def spell_error(exc: AffrunError, vocabulary: Vocabulary | None = None,
     return exc
 
 
-def to_argv(values: Mapping[str, object], specs: Sequence[OptionSpec] = BINDING_OPTIONS) -> list[str]:
-    """The flags that give ``values`` (keyed by ``dest``) back, for generated scripts and child commands.
+def argparse_type(spec: OptionSpec) -> Callable[[str], Any]:
+    """argparse's ``type`` for ``spec``: its value read by its kind, a refusal in the command line's words
+    (``'٣' is not a whole number from 0 to 65536``: ``int()`` would take '٣', ' 3' and '1_0')."""
+    def convert(text: str) -> Any:
+        from launcher.options.values import BadValue
 
-    Defaults and unset values are left out; a key that ``values`` lacks is not an option of the caller."""
-    argv: list[str] = []
+        try:
+            return spec.read(text, "cli")
+        except BadValue as exc:
+            import argparse
+
+            raise argparse.ArgumentTypeError(exc.is_not(text)) from None
+
+    return convert
+
+
+non_negative = argparse_type(NPROC_OPTION)  # a rank count or a local rank
+
+
+def add_arguments(group: argparse._ActionsContainer, specs: Sequence[OptionSpec], prefix: str = "") -> None:
+    """The options ``specs``, argparse side: each value lands in ``prefix + dest`` (torchrun's namespace holds its own
+    options too: ``affrun_``), read by :func:`argparse_type` where its kind is a number."""
     for spec in specs:
-        if spec.dest not in values:
-            continue
-        value = values[spec.dest]
-        if spec.is_flag:
-            if value:
-                argv.append(spec.flag)
-        elif value is not None and value != "" and value != spec.default:
-            argv += [spec.flag, str(value)]
-    return argv
-
-
-def non_negative(text: str) -> int:
-    """argparse ``type`` for counts and ranks: ASCII digits only (``int()`` also takes '٣', ' 3' and '1_0')."""
-    from launcher.base.cpulist import MAX_COUNT
-    from launcher.base.untrusted import ascii_uint, short
-
-    value = ascii_uint(text)
-    if value is None or value > MAX_COUNT:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number from 0 to {MAX_COUNT}")
-    return value
-
-
-def add_binding_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
-    """The topology, planning, environment and memory options of ``exec`` and ``torchrun``, argparse side, from
-    :data:`launcher.options.table.BINDING_OPTIONS` (click builds its options from the same table). Each value lands
-    in ``prefix + dest``; the planning ones are named like :class:`~launcher.options.plan_options.PlanOptions`'s fields (see
-    :func:`launcher.options.plan_options.plan_options_from`)."""
-    for spec in BINDING_OPTIONS:
         kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
         if spec.is_flag:
             kwargs["action"] = "store_true"
         else:
-            kwargs.update(default=spec.default, metavar=spec.metavar)
-            if spec.choices:
-                kwargs["choices"] = spec.choices
-            if spec.count:
-                kwargs["type"] = non_negative
-        group.add_argument(spec.flag, **kwargs)
-    group.add_argument(TUNED_OPTION.flag, dest=prefix + TUNED_OPTION.dest, metavar=TUNED_OPTION.metavar,
-                       help=TUNED_OPTION.help)
-
-
-def feed_seconds(text: str) -> float:
-    """argparse ``type`` for ``--feed-interval``: a plain decimal number of seconds from the meter's shortest interval
-    on (:func:`launcher.base.untrusted.seconds`)."""
-    import argparse
-
-    from launcher.base.untrusted import seconds
-    from launcher.feed.meter import MIN_INTERVAL_S
-
-    return seconds(text, MIN_INTERVAL_S, inclusive=True, error=argparse.ArgumentTypeError)
-
-
-def add_feed_arguments(group: argparse._ActionsContainer, prefix: str = "") -> None:
-    """The feed meter's options (:data:`FEED_OPTIONS`), argparse side, for ``exec``, ``run`` and ``torchrun``."""
-    for spec in FEED_OPTIONS:
-        kwargs: dict[str, Any] = {"dest": prefix + spec.dest, "help": spec.help}
-        if spec.is_flag:
-            kwargs["action"] = "store_true"
-        else:
-            kwargs.update(default=spec.default, metavar=spec.metavar,
-                          type=non_negative if spec.count else feed_seconds if spec.metavar == "SECONDS" else str)
-        group.add_argument(spec.flag, **kwargs)
+            kwargs.update(default=spec.default, metavar=spec.metavar, choices=spec.choices,
+                          type=argparse_type(spec) if spec.kind in ("count", "seconds") else None)
+        group.add_argument(*spec.flags, **kwargs)
 
 
 def add_run_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, verbose: str, dry_run: str,

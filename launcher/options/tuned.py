@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.base.cpulist import MAX_COUNT
-from launcher.base.untrusted import ascii_uint, clip, short, shown
+from launcher.base.untrusted import clip, short, shown
 from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.options.table import FEED_OPTIONS, TUNED_OPTION, OptionSpec, options_in
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Mapping, Sequence
 
-    from launcher.options.groups import SourceOptions
+    from launcher.options.record import Options
     from launcher.topology.model import Topology
 
 FORMAT = 1  # the file's ``affrun-tuned`` key
@@ -81,30 +81,15 @@ def _unknown(path: str, where: str, key: object, known: Sequence[str]) -> Config
     return _fail(path, f"unknown {where} {_key_text(key)}{guess} ({where}s: {', '.join(known)})")
 
 
-def _count(value: object) -> int | None:
-    number = value if isinstance(value, int) and not isinstance(value, bool) else (
-        ascii_uint(value) if isinstance(value, str) else None)
-    return number if number is not None and 0 <= number <= MAX_COUNT else None
-
-
 def _option_value(path: str, key: str, value: object) -> object:
-    """A tuned option's value, checked as the command line checks the flag's (a count from 0 to
-    :data:`~launcher.base.cpulist.MAX_COUNT`, one of the choices, true or false, a string)."""
+    """A tuned option's value, read by its kind as every vocabulary's is (:mod:`launcher.options.values`)."""
+    from launcher.options.values import BadValue
+
     spec = {spec.name("profile"): spec for spec in tunable()}[key]
-    if spec.is_flag:
-        if not isinstance(value, bool):
-            raise _fail(path, f"{key}: {short(value)} is not true or false")
-        return value
-    if spec.count:
-        number = _count(value)
-        if number is None:
-            raise _fail(path, f"{key}: {short(value)} is not a whole number from 0 to {MAX_COUNT}")
-        return number
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise _fail(path, f"{key}: {short(value)} is not a string")
-    if spec.choices and str(value) not in spec.choices:
-        raise _fail(path, f"{key}: {short(value)} is not one of {', '.join(spec.choices)}")
-    return str(value)
+    try:
+        return spec.read(value, "tuned")
+    except BadValue as exc:
+        raise _fail(path, f"{key}: {exc.is_not(value)}") from None
 
 
 def _machine(path: str, data: object) -> dict[str, Any]:
@@ -122,7 +107,7 @@ def _machine(path: str, data: object) -> dict[str, Any]:
         elif key == "gpus":
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
         else:
-            ok = _count(value) is not None and not isinstance(value, str)
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
         if not ok:
             kind = {"cpu-model": "a string", "gpus": "a list of GPU vendors"}.get(key, "a whole number")
             raise _fail(path, f"machine: {key}: {short(value)} is not {kind}")
@@ -236,7 +221,7 @@ def machine_text(machine: Mapping[str, Any]) -> str:
     return f"tuned on {', '.join(parts)}" if parts else "tuned on a machine the file does not describe"
 
 
-def foreign_check(tuned: Tuned, source: SourceOptions, environ: Mapping[str, str] | None,
+def foreign_check(tuned: Tuned, source: Options, environ: Mapping[str, str] | None,
                   warn: Callable[[str], None]) -> Callable[[Topology], None]:
     """:func:`launcher.bind.handoff.plan_job`'s ``loaded``: ``warn`` (once) :func:`tuned_warning`'s text when the
     file was tuned on another machine than the topology read, before anything is planned."""
@@ -276,7 +261,7 @@ def machine_differences(there: Mapping[str, Any], here: Mapping[str, Any]) -> li
             for key in IDENTITY_KEYS if key in there and key in here and there[key] != here[key]]
 
 
-def tuned_warning(tuned: Tuned | None, topo: Topology, source: SourceOptions,
+def tuned_warning(tuned: Tuned | None, topo: Topology, source: Options,
                   environ: Mapping[str, str] | None = None) -> str | None:
     """The warning for a file tuned on another machine than ``topo`` (read from ``source``); ``None``: none. As
     the file wrote it: printed through :func:`launcher.base.untrusted.warning_line`."""
@@ -284,7 +269,7 @@ def tuned_warning(tuned: Tuned | None, topo: Topology, source: SourceOptions,
         return None
     from launcher.topology import tree_root
 
-    root = tree_root(source.fsroot, source.topology_file, os.environ if environ is None else environ)
+    root = tree_root(source.fsroot, source.topology, os.environ if environ is None else environ)
     diff = machine_differences(tuned.machine, machine_identity(topo, root))
     if not diff:
         return None

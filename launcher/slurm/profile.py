@@ -17,19 +17,13 @@ from typing import Any
 
 from launcher.base.untrusted import clip, short
 from launcher.errors import ConfigError
-from launcher.options.table import options_in
-from launcher.slurm.options import SBATCH_OPTIONS, BadValue, check_value
+from launcher.options.table import OptionSpec, options_in
+from launcher.slurm.options import SBATCH_OPTIONS
 
-# key -> kind. Kinds: "int" (>= 1), "count" (>= 0), "port", "str", "strint" (a string, or a number written as
-# one: mem: 4000), "time" (a string only: YAML reads 1:00:00 as the number 3600), "bool", "lines" (a string or a
-# list of strings), or a tuple of allowed strings. sbatch's own options, as launcher.slurm.options lists them:
-KEYS: dict[str, Any] = {option.key: option.kind for option in SBATCH_OPTIONS}
-# affrun's own planning and environment options, passed to affrun exec / affrun torchrun in the job: the same
-# flags as on the command line (launcher.options.table), with the kind their values take. --gpus may be written
-# as a YAML number (gpus: 0).
-KEYS.update({spec.name("profile"): spec.choices or ("bool" if spec.is_flag else "count" if spec.count else "str")
-             for spec in options_in("plan", "env")})
-KEYS["gpus"] = "strint"
+# key -> option: sbatch's own (launcher.slurm.options), and affrun's planning and environment options, passed to
+# affrun exec / affrun torchrun in the job: the same flags as on the command line (launcher.options.table). Each
+# value is read by its option's kind (launcher.options.values), as the command line's values are.
+KEYS: dict[str, OptionSpec] = {spec.name("profile"): spec for spec in (*SBATCH_OPTIONS, *options_in("plan", "env"))}
 TOP_LEVEL = ("defaults", "profiles")
 # A site configuration is a few KB; PyYAML (pure Python) needs seconds per MB.
 CONFIG_LIMIT = 1 << 20
@@ -51,7 +45,7 @@ class SiteConfig:
                 known = ", ".join(clip(n, 40) for n in names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
                 raise ConfigError(f"--profile {clip(profile, 40)}: no such profile in {where} (profiles: {known or 'none'})")
             for key, value in self.profiles[profile].items():
-                if KEYS[key] == "lines":
+                if KEYS[key].kind == "lines":
                     merged[key] = [*merged.get(key, []), *value]
                 else:
                     merged[key] = value
@@ -140,9 +134,11 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
     return out
 
 
-def _check(value: object, kind: Any, path: str, where: str) -> object:
-    """A profile's value, through the one validation the command line's values go through too."""
+def _check(value: object, spec: OptionSpec, path: str, where: str) -> object:
+    """A profile's value, through the one reader the command line's values go through too."""
+    from launcher.options.values import BadValue
+
     try:
-        return check_value(value, kind)
+        return spec.read(value, "profile")
     except BadValue as exc:
         raise ConfigError(f"{path}: {where}: {exc}, got {short(value)}") from None

@@ -18,8 +18,7 @@ from typing import Literal, get_args
 from launcher.base.untrusted import short, unwritable
 from launcher.base.version import __version__
 from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
-from launcher.options.groups import ApplyOptions
-from launcher.options.plan_options import PlanOptions, make_request
+from launcher.options.record import Options
 from launcher.plan.request import validate_request
 
 Style = Literal["torchrun", "srun"]
@@ -70,8 +69,7 @@ class SbatchSpec:
     setup: tuple[str, ...] = ()
     rdzv_port: int | None = None  # default: 20000 + SLURM_JOB_ID % 10000
     affrun: str = "affrun"
-    plan: PlanOptions = field(default_factory=PlanOptions)
-    apply: ApplyOptions = field(default_factory=ApplyOptions)
+    options: Options = field(default_factory=Options)  # affrun's planning and environment options
     verbose: bool = True  # srun style: every task prints its binding line to the job's stderr
     tuned: str | None = None  # --tuned FILE (absolute), applied by affrun on the job's nodes
 
@@ -87,7 +85,7 @@ class SbatchSpec:
         """--ntasks-per-node, else one rank per GPU, else one per --gpus or --map entry (as ``affrun plan``), else 1."""
         if self.ntasks_per_node is not None:
             return self.ntasks_per_node
-        return self.gpu_count() or self.plan.rank_count() or 1
+        return self.gpu_count() or self.options.rank_count() or 1
 
 
 # ---------------------------------------------------------------------------- #SBATCH lines
@@ -149,7 +147,7 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
 
 def affrun_options(spec: SbatchSpec) -> list[str]:
     """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
-    argv = [*spec.plan.to_argv(), *spec.apply.to_argv(), *(["--tuned", spec.tuned] if spec.tuned else [])]
+    argv = [*spec.options.to_argv(), *(["--tuned", spec.tuned] if spec.tuned else [])]
     if spec.verbose and spec.style == "srun":
         argv.append("--verbose")
     return argv
@@ -236,7 +234,7 @@ def check_plan_options(spec: SbatchSpec) -> None:
     """Refuse, before the queue wait, planning options that would fail on every node: a bad --reserve or --map,
     conflicting options, or more or fewer --map / --gpus entries than ranks per node."""
     ranks = spec.ranks_per_node()
-    request = make_request(ranks, spec.plan)
+    request = spec.options.request(ranks)
     try:
         validate_request(request)  # the planner's own checks, without a topology
     except RankCountMismatch as exc:  # the job's ranks are per node, and come from sbatch's options

@@ -8,47 +8,34 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from launcher.base.outpath import checked, marked
-from launcher.base.untrusted import ascii_uint, seconds, short
 from launcher.errors import ConfigError
+from launcher.options.table import OptionSpec, add_arguments
 
 if TYPE_CHECKING:
-    from launcher.options.groups import SourceOptions
+    from launcher.options.record import Options
     from launcher.topology.model import Topology
 
 
-def _positive(text: str) -> float:
-    return seconds(text, error=argparse.ArgumentTypeError)
+def _row(flag: str, dest: str, kind: str, default: Any, metavar: str | None, help: str, **more: Any) -> OptionSpec:
+    return OptionSpec(flag, dest, "tune", help, kind, default=default, metavar=metavar, **more)
 
 
-def _non_negative(text: str) -> float:
-    return seconds(text, inclusive=True, error=argparse.ArgumentTypeError)
-
-
-def _repeats(text: str) -> int:
-    value = ascii_uint(text)
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"{short(text)} is not a whole number >= 1")
-    return value
-
-
-# flag, dest, type (None: a flag), default, metavar, help
-TUNE_OPTIONS: tuple[tuple[str, str, Any, Any, str | None, str], ...] = (
-    ("--trial-seconds", "trial_seconds", _positive, 10.0, "S", "Measure each trial for S seconds of the loop, "
-     "after its warm-up."),
-    ("--warmup-seconds", "warmup_seconds", _non_negative, 2.0, "S", "Let every rank run S seconds past its first "
-     "batch before the measurement starts."),
-    ("--repeats", "repeats", _repeats, 1, "R", "Run every trial R times, interleaved (round after round), for "
-     "the spread."),
-    ("--budget", "budget", _positive, 900.0, "SECONDS", "Stop with what has been measured once the trials have "
-     "taken this long."),
-    ("--start-seconds", "start_seconds", _positive, 120.0, "S", "How long a trial may take to reach every rank's "
-     "first batch; the first trial's script then never iterated a DataLoader."),
-    ("--json", "as_json", None, False, None, "Print the result as JSON (keys: trials, best)."),
-    ("--save", "save", str, None, "FILE", "Write the best options as YAML, with this machine's identity: "
-     "affrun torchrun --tuned FILE applies them."),
-    ("--svg", "svg", str, None, "FILE", "Also draw the trials as an SVG bar chart."),
+TUNE_OPTIONS: tuple[OptionSpec, ...] = (
+    _row("--trial-seconds", "trial_seconds", "seconds", 10.0, "S", "Measure each trial for S seconds of the loop, "
+         "after its warm-up.", over=True),
+    _row("--warmup-seconds", "warmup_seconds", "seconds", 2.0, "S", "Let every rank run S seconds past its first "
+         "batch before the measurement starts."),
+    _row("--repeats", "repeats", "count", 1, "R", "Run every trial R times, interleaved (round after round), for "
+         "the spread.", low=1),
+    _row("--budget", "budget", "seconds", 900.0, "SECONDS", "Stop with what has been measured once the trials have "
+         "taken this long.", over=True),
+    _row("--start-seconds", "start_seconds", "seconds", 120.0, "S", "How long a trial may take to reach every rank's "
+         "first batch; the first trial's script then never iterated a DataLoader.", over=True),
+    _row("--json", "as_json", "flag", False, None, "Print the result as JSON (keys: trials, best)."),
+    _row("--save", "save", "path", None, "FILE", "Write the best options as YAML, with this machine's identity: "
+         "affrun torchrun --tuned FILE applies them."),
+    _row("--svg", "svg", "path", None, "FILE", "Also draw the trials as an SVG bar chart."),
 )
-TUNE_DESTS = {dest for _, dest, *_ in TUNE_OPTIONS}
 
 USAGE = "affrun tune [AFFRUN TORCHRUN OPTIONS] [TUNE OPTIONS] SCRIPT [ARGS...]"
 DESCRIPTION = """\
@@ -71,21 +58,17 @@ SCRIPT reach it byte for byte. See docs/tune.md."""
 
 def help_text() -> str:
     rows = [f"usage: {USAGE}", "", DESCRIPTION, "", "tune options:"]
-    for flag, _, kind, default, metavar, text in TUNE_OPTIONS:
-        name = flag if kind is None else f"{flag} {metavar}"
-        shown = f" (default: {default:g})" if isinstance(default, (int, float)) and kind is not None else ""
-        rows.append(f"  {name:<22} {text}{shown}")
+    for spec in TUNE_OPTIONS:
+        name = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar}"
+        shown = f" (default: {spec.default:g})" if isinstance(spec.default, (int, float)) and not spec.is_flag else ""
+        rows.append(f"  {name:<22} {spec.help}{shown}")
     rows.append(f"  {'-h, --help':<22} Show this message and exit.")
     return "\n".join(rows) + "\n"
 
 
 def _tune_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="affrun tune", add_help=False, allow_abbrev=False)
-    for flag, dest, kind, default, metavar, text in TUNE_OPTIONS:
-        if kind is None:
-            parser.add_argument(flag, dest=dest, action="store_true", help=text)
-        else:
-            parser.add_argument(flag, dest=dest, type=kind, default=default, metavar=metavar, help=text)
+    add_arguments(parser, TUNE_OPTIONS)
 
     def error(message: str) -> NoReturn:
         raise ConfigError(f"{message} (affrun tune --help gives the usage)")
@@ -110,9 +93,7 @@ def split(argv: list[str]) -> TuneArgs | None:
 
     parser = get_args_parser()
     add_affrun_options(parser)
-    for flag, dest, kind, _, _, _ in TUNE_OPTIONS:
-        extra: dict[str, Any] = {"action": "store_true"} if kind is None else {}
-        parser.add_argument(flag, dest=f"tune_{dest}", **extra)
+    add_arguments(parser, TUNE_OPTIONS, prefix="tune_")  # to be told apart from torchrun's (_walk): never parsed
     mine, theirs, script = _walk(parser, list(argv))
     if any(word in ("-h", "--help") for word in theirs):
         return None
@@ -123,7 +104,7 @@ def split(argv: list[str]) -> TuneArgs | None:
             checked(option, values[dest], marked(marker), named)
     if not [w for w in script if w != "--"]:
         raise ConfigError(f"no script: {USAGE}")
-    args = check_args(parse([*theirs, *script], command="affrun tune", offered=[flag for flag, *_ in TUNE_OPTIONS]))
+    args = check_args(parse([*theirs, *script], command="affrun tune", offered=[spec.flag for spec in TUNE_OPTIONS]))
     check_script(args)
     return TuneArgs(values, theirs, script, args)
 
@@ -161,7 +142,7 @@ def _walk(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str],
     return mine, theirs, []
 
 
-def rank_cores(args: argparse.Namespace) -> tuple[int, int, Topology, SourceOptions]:
+def rank_cores(args: argparse.Namespace) -> tuple[int, int, Topology, Options]:
     """(local ranks, the fewest cores a rank of the plan has with no loader cores: the candidates' range, the
     machine, where it was read from)."""
     import os
@@ -170,13 +151,12 @@ def rank_cores(args: argparse.Namespace) -> tuple[int, int, Topology, SourceOpti
 
     from launcher.bind.handoff import plan_job
     from launcher.env.variables import user_values
-    from launcher.options.groups import BindingOptions
+    from launcher.options.record import Options
 
     try:
         nproc = determine_local_world_size(args.nproc_per_node)
     except ValueError as exc:
         raise ConfigError(f"--nproc-per-node {args.nproc_per_node}: {exc}") from None
-    options = BindingOptions.from_args(args, prefix="affrun_")
-    planned = replace(options, plan=replace(options.plan, loader_cores=0))
-    topo, parent = plan_job(planned, nproc, user_env=user_values(os.environ))
-    return nproc, min(len(rank.compute_cores) for rank in parent.plan.ranks), topo, options.source
+    options = Options.from_args(args, prefix="affrun_")
+    topo, parent = plan_job(replace(options, loader_cores=0), nproc, user_env=user_values(os.environ))
+    return nproc, min(len(rank.compute_cores) for rank in parent.plan.ranks), topo, options

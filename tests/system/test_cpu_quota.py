@@ -14,7 +14,7 @@ import pytest
 from launcher.doctor.checks import check_environment
 from launcher.doctor.facts import Facts
 from launcher.env.policy import rank_environment
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.cgroup import find_cpu_quota
@@ -53,7 +53,7 @@ def h100_pod(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def omp_threads(topo: Topology, nproc: int) -> list[int]:
-    plan = make_plan(topo, PlanOptions().request(nproc))
+    plan = make_plan(topo, Options().request(nproc))
     return [int(rank_environment(r, local_world_size=nproc, user_env={}).set["OMP_NUM_THREADS"]) for r in plan.ranks]
 
 
@@ -63,7 +63,7 @@ def test_cgroup_v2_cpu_max_caps_threads_to_the_quota(h100_pod: Path) -> None:
     topo = load_topology(fsroot=str(h100_pod), environ={})
     assert (topo.cpu_quota, topo.cpu_quota_source) == (8.0, "cgroup2 /sys/fs/cgroup/job/cpu.max: 800000 100000")
     assert len(topo.allowed) == 224
-    plan = make_plan(topo, PlanOptions().request(8))
+    plan = make_plan(topo, Options().request(8))
     assert [r.threads for r in plan.ranks] == [1] * 8
     assert omp_threads(topo, 8) == [1] * 8
     assert (
@@ -71,7 +71,7 @@ def test_cgroup_v2_cpu_max_caps_threads_to_the_quota(h100_pod: Path) -> None:
         "threads capped at 1 per rank (8 ranks x 1 = 8, was 112)"
     ) in plan.warnings
     # 2 ranks: 28 compute cores each (56 threads in all) become 4 + 4. The masks are unchanged.
-    plan = make_plan(topo, PlanOptions().request(2))
+    plan = make_plan(topo, Options().request(2))
     assert [r.threads for r in plan.ranks] == [4, 4]
     assert any("(2 ranks x 4 = 8, was 56)" in w for w in plan.warnings)
     assert len(plan.ranks[0].cpus) == 112
@@ -88,7 +88,7 @@ def test_cgroup_v1_cfs_quota(tmp_path: Path) -> None:
     assert omp_threads(topo, 2) == [1, 1]
     # More ranks than the quota holds CPUs (4 + 4 + 8 cores): still 1 thread each, and the warning says it does
     # not fit.
-    plan = make_plan(topo, PlanOptions().request(3))
+    plan = make_plan(topo, Options().request(3))
     assert [r.threads for r in plan.ranks] == [1, 1, 1]
     assert any("(3 ranks x 1 = 3, was 16); even 1 thread per rank exceeds it" in w for w in plan.warnings)
 
@@ -98,7 +98,7 @@ def test_no_limit_or_a_limit_above_the_cpus_changes_nothing(tmp_path: Path) -> N
     assert pod(tmp_path / "b", cfs_quota=("-1", "100000")).cpu_quota is None
     topo = pod(tmp_path / "c", cpu_max="3200000 100000")  # 32 CPUs: as many as the machine has
     assert topo.cpu_quota == 32.0
-    plan = make_plan(topo, PlanOptions().request(4))
+    plan = make_plan(topo, Options().request(4))
     assert [r.threads for r in plan.ranks] == [4] * 4
     assert not any("CPU quota" in w for w in plan.warnings)
 

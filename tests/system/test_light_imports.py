@@ -93,9 +93,9 @@ def test_a_standalone_rank_imports_none_of_the_modules_it_does_not_use() -> None
 def _modules_of_a_rank_under_a_parent_plan() -> set[str]:
     """affrun's modules that `affrun exec` imports, up to its execve, in a rank that applies its parent's record."""
     from launcher.bind.handoff import plan_job
-    from launcher.options.groups import BindingOptions
+    from launcher.options.record import Options
 
-    _, parent = plan_job(BindingOptions(), 1)
+    _, parent = plan_job(Options(), 1)
     code = RANK_PROBE.replace('{{m.split(".")[0] for m in set(sys.modules) - before}}',
                               '{{m for m in set(sys.modules) - before if m.startswith("launcher")}}')
     code = code.format(argv=["exec", "--", "/nonexistent/affrun-probe"],
@@ -157,9 +157,9 @@ def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
     """affrun torchrun / affrun run: the rank reads AFFRUN_PLAN with json (and what json imports, read off a bare
     interpreter here), plans nothing and parses no options."""
     from launcher.bind.handoff import plan_job
-    from launcher.options.groups import BindingOptions
+    from launcher.options.record import Options
 
-    _, parent = plan_job(BindingOptions(), 1)
+    _, parent = plan_job(Options(), 1)
     loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], {"AFFRUN_PLAN": parent.to_json(),
                                                                            "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     probe = "import sys; before = set(sys.modules); import json; print(sorted(set(sys.modules) - before))"

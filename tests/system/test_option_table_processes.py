@@ -34,10 +34,10 @@ def test_sbatch_table_fills_every_sbatch_spec_field_but_affrun_s_own() -> None:
     from launcher.slurm.profile import KEYS
     from launcher.slurm.script import SbatchSpec
 
-    filled = {o.field for o in SBATCH_OPTIONS if o.field is not None}
-    affruns = {"command", "plan", "apply", "verbose", "tuned"}  # affrun's own options: PlanOptions, ApplyOptions, --tuned
+    filled = {o.dest for o in SBATCH_OPTIONS if o.dest != "template"}  # the template is the command's own
+    affruns = {"command", "options", "verbose", "tuned"}  # affrun's own options: Options, --tuned
     assert filled | affruns == {f.name for f in fields(SbatchSpec)} and not filled & affruns
-    assert {o.key for o in SBATCH_OPTIONS} <= set(KEYS)
+    assert {o.name("profile") for o in SBATCH_OPTIONS} <= set(KEYS)
     sbatch_help = affrun("sbatch", "--help").stdout
     for option in SBATCH_OPTIONS:
         assert all(flag.split("/")[0] in sbatch_help for flag in option.flags), option.flags

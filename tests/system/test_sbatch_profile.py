@@ -163,6 +163,19 @@ def test_option_errors_name_the_profile_s_keys(tmp_path: Path, body: str, flags:
     assert not any(flag in proc.stderr for flag in named), proc.stderr
 
 
+def test_a_profile_value_is_read_as_the_command_line_reads_it(tmp_path: Path) -> None:
+    """One reader per kind of value: a CPU list or a count written as a YAML number is taken, and an empty memory
+    request clears the defaults' (as an empty ``gpus-per-node`` did), as the same flags would."""
+    path = tmp_path / "site.yaml"
+    path.write_text("defaults:\n  mem: 4000\n  reserve: 0\n  loader-cores: '1'\nprofiles:\n  p:\n    mem: ''\n")
+    proc = sbatch("--config", str(path), "--profile", "p", "--", "t.py")
+    assert proc.returncode == 0, proc.stderr
+    assert not [line for line in directives(proc.stdout) if "--mem" in line], directives(proc.stdout)
+    assert "--reserve 0 --loader-cores 1" in proc.stdout
+    flags = sbatch("--config", str(path), "--mem", "", "--", "t.py")
+    assert flags.returncode == 0 and not [line for line in directives(flags.stdout) if "--mem" in line], flags.stdout
+
+
 def test_unknown_profile_lists_the_profiles(site: Path) -> None:
     proc = sbatch("--config", str(site), "--profile", "gpu-h100", "--", "t.py")
     assert proc.returncode == 2

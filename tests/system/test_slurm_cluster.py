@@ -28,7 +28,7 @@ import pytest
 
 from launcher.base.choices import SpillChoice
 from launcher.base.cpulist import format_cpulist, parse_cpulist
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import RankPlan, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
@@ -152,7 +152,7 @@ def expected_rank(fsroot: Path, env: dict[str, str], local_rank: int, nproc: int
     names = ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_ID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
     gpu_env = {k: env[k] for k in names if k in env}
     topo = load_topology(fsroot=str(fsroot), environ=gpu_env)
-    return make_plan(topo, PlanOptions(spill=spill).request(nproc)).ranks[local_rank]
+    return make_plan(topo, Options(spill=spill).request(nproc)).ranks[local_rank]
 
 
 def check_rank(report: dict[str, object], fsroot: Path, machine: FakeMachine, local_rank: int, nproc: int,

@@ -27,7 +27,7 @@ import pytest
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.errors import AffrunError, ConfigError
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import Plan, make_plan
 from launcher.submitit import AffinityExecutor, AffinityOptions, current_binding, merge_srun_args, task_python
 from launcher.topology import load_topology
@@ -143,14 +143,14 @@ def results_within(job: Any, timeout: float = JOB_TIMEOUT) -> list[Any]:
     return list(job.results())
 
 
-def expected_plan(step_cpus: str | None, nproc: int, opts: PlanOptions | None = None, **topology: Any) -> Plan:
+def expected_plan(step_cpus: str | None, nproc: int, opts: Options | None = None, **topology: Any) -> Plan:
     """affrun's plan for ``nproc`` ranks on the CPUs Slurm gave the step (the live sysfs unless ``fsroot=``)."""
     cpus = step_cpus or format_cpulist(os.sched_getaffinity(0))
     topo = load_topology(cpus=cpus, environ=topology.pop("environ", {}), **topology)
-    return make_plan(topo, (opts or PlanOptions()).request(nproc))
+    return make_plan(topo, (opts or Options()).request(nproc))
 
 
-def assert_bound_like_plan(reports: list[dict[str, Any]], nproc: int, opts: PlanOptions | None = None,
+def assert_bound_like_plan(reports: list[dict[str, Any]], nproc: int, opts: Options | None = None,
                            **topology: Any) -> dict[str, Plan]:
     """Per node: masks disjoint, each equal to its rank's plan entry; OpenMP/BLAS variables consistent."""
     by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from launcher.base.cpulist import format_cpulist, parse_hexmask
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -65,7 +65,7 @@ def test_buggy_numa_table_is_read_and_planned_as_one_node_like_hwloc(hwloc_root)
     assert {c.numa_node for c in topo.cores} == {0}
     assert any(w.startswith("the NUMA table is broken: node(s) 1-7 claim CPUs 0-7") for w in topo.warnings)
     topo = fixture_topology(hwloc_root, BUGGY)
-    plan = make_plan(topo, PlanOptions().request(2))
+    plan = make_plan(topo, Options().request(2))
     # hwloc's packages: PUs 0,2,4,6 and 1,3,5,7; one node for all of them, so both ranks bind to node 0.
     assert [(format_cpulist(r.cpus), r.numa_nodes, r.mem_nodes) for r in plan.ranks] == [
         ("0-3", (0,), (0,)), ("4-7", (0,), (0,)),
@@ -87,7 +87,7 @@ def test_memory_node_locality_is_hwlocs(hwloc_root) -> None:  # type: ignore[no-
 
 def test_ranks_prefer_the_memory_hwloc_puts_next_to_their_cpus(hwloc_root) -> None:  # type: ignore[no-untyped-def]
     topo = fixture_topology(hwloc_root, FAKEMEM)
-    plan = make_plan(topo, PlanOptions(spill="none").request(4))
+    plan = make_plan(topo, Options(spill="none").request(4))
     got = [(format_cpulist(r.cpus), r.mem_nodes) for r in plan.ranks]
     assert got == [(format_cpulist(r.cpus), (hwloc_nearest_memory(FAKEMEM, frozenset(r.cpus)),)) for r in plan.ranks]
     assert got == [("0-1", (5,)), ("2-3", (8,)), ("4-5", (6,)), ("6-7", (9,))]
@@ -104,7 +104,7 @@ def test_snapshot_keeps_the_locality(hwloc_root) -> None:  # type: ignore[no-unt
     topo = fixture_topology(hwloc_root, FAKEMEM)
     again = from_snapshot(json.loads(json.dumps(to_snapshot(topo))), "node.json")
     assert [n.local_cpus for n in again.numa_nodes] == [n.local_cpus for n in topo.numa_nodes]
-    plan = make_plan(again, PlanOptions(spill="none").request(4))
+    plan = make_plan(again, Options(spill="none").request(4))
     assert [r.mem_nodes for r in plan.ranks] == [(5,), (8,), (6,), (9,)]
 
 
@@ -124,7 +124,7 @@ def two_cpu_nodes(initiators: dict[int, dict[str, list[int]]], *, with_gi: bool 
 
 def mem_nodes(tmp_path: Path, m: FakeMachine) -> tuple[list[tuple[int, ...]], tuple[str, ...]]:
     topo = load_topology(fsroot=str(write_tree(tmp_path / "root", m)), environ={})
-    plan = make_plan(topo, PlanOptions(spill="none").request(2))
+    plan = make_plan(topo, Options(spill="none").request(2))
     return [r.mem_nodes for r in plan.ranks], plan.warnings
 
 
@@ -168,12 +168,12 @@ def test_nonsense_initiator_links_do_not_break_the_read(tmp_path: Path) -> None:
     (root / "sys/devices/system/node/node3/access1/initiators/nodeX").write_text("x\n")
     topo = load_topology(fsroot=str(root), environ={})
     assert {n.os_index: n.local_cpus for n in topo.numa_nodes} == {0: None, 1: None, 2: frozenset({0, 1}), 3: None}
-    plan = make_plan(topo, PlanOptions(spill="none").request(2))
+    plan = make_plan(topo, Options(spill="none").request(2))
     assert [r.mem_nodes for r in plan.ranks] == [(2,), (3,)]  # node 1: no initiator info, nearest by distance
 
 
 def test_no_initiators_keeps_the_distance_rule(tmp_path: Path) -> None:
     topo = load_topology(fsroot=str(write_tree(tmp_path / "root", fakememinitiators())), environ={})
     assert all(n.local_cpus is None for n in topo.numa_nodes)
-    plan = make_plan(topo, PlanOptions(spill="none").request(4))
+    plan = make_plan(topo, Options(spill="none").request(4))
     assert [r.mem_nodes for r in plan.ranks] == [(5,), (8,), (6,), (9,)]

@@ -2,43 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import fields
 
 import pytest
 
-from launcher.launch.exec_cmd import build_parser
-from launcher.options.plan_options import PlanOptions, plan_options_from
-from launcher.options.table import add_binding_arguments, options_in
-from launcher.submitit import AffinityOptions
+from launcher.options.record import ORDER, Options
+from launcher.options.table import BINDING_OPTIONS
 
 
-def test_plan_options_are_the_table_plan_group_with_the_same_defaults() -> None:
-    table = {o.dest: o.default for o in options_in("plan")}
-    assert table == {f.name: f.default for f in fields(PlanOptions)}
-
-
-def test_exec_defaults_are_plan_options_defaults() -> None:
-    args = build_parser().parse_args([])
-    assert plan_options_from(args) == PlanOptions()
-    parser = argparse.ArgumentParser()
-    add_binding_arguments(parser, prefix="affrun_")
-    prefixed = parser.parse_args([])
-    assert plan_options_from(prefixed, prefix="affrun_") == PlanOptions()
-
-
-def test_submitit_options_have_the_table_defaults() -> None:
-    defaults = AffinityOptions()
-    for spec in options_in("plan", "env", "apply"):
-        assert getattr(defaults, spec.dest) == spec.default, spec.flag
-
-
-
-
-
-
-
-
+def test_the_record_is_the_table() -> None:
+    """Options' fields are the table's rows by their Python keyword, with the table's defaults: an option added to
+    the table and not to the record (or the other way round) fails here."""
+    assert sorted(ORDER, key=BINDING_OPTIONS.index) == list(BINDING_OPTIONS)
+    assert [(f.name, f.default) for f in fields(Options)] == [
+        *((spec.name("python"), spec.default) for spec in ORDER), ("verbose", False)]
 
 
 def test_a_planner_error_reads_in_the_vocabulary_of_its_front_end() -> None:

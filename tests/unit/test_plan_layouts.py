@@ -17,7 +17,7 @@ import pytest
 from launcher.base.cpulist import format_cpulist
 from launcher.env.policy import rank_environment
 from launcher.errors import AffrunError, ConfigError, PlanError
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology import load_topology
 from launcher.topology.hwloc_xml import load_hwloc_xml
@@ -77,7 +77,7 @@ def table(plan: Plan) -> list[Row]:
 
 
 def plan_of(topo: Topology, nproc: int, **opts: object) -> Plan:
-    return make_plan(topo, PlanOptions(**opts).request(nproc))  # type: ignore[arg-type]
+    return make_plan(topo, Options(**opts).request(nproc))  # type: ignore[arg-type]
 
 
 # ============================================================================================= DGX A100
@@ -777,26 +777,26 @@ def test_everything_reserved(tmp_path: Path) -> None:
 
 def test_map_with_another_mode_is_refused() -> None:
     with refused_on_cli(ConfigError, "--map"):
-        PlanOptions(mode="numa", cpu_map="0-3").request(1)
+        Options(mode="numa", cpu_map="0-3").request(1)
 
 
 @pytest.mark.parametrize(
     ("opts", "count"),
     [
-        (PlanOptions(), None),
-        (PlanOptions(gpus="3,1,2"), 3),
-        (PlanOptions(cpu_map="0-7:2/4;8-15:1/2"), 2),  # ':' inside a list is the group syntax, not a rank
-        (PlanOptions(cpu_map="0-3"), 1),
-        (PlanOptions(gpus="0,1", cpu_map="0;1;2"), 2),  # --gpus first, as the planner pairs rank i with GPU i
+        (Options(), None),
+        (Options(gpus="3,1,2"), 3),
+        (Options(cpu_map="0-7:2/4;8-15:1/2"), 2),  # ':' inside a list is the group syntax, not a rank
+        (Options(cpu_map="0-3"), 1),
+        (Options(gpus="0,1", cpu_map="0;1;2"), 2),  # --gpus first, as the planner pairs rank i with GPU i
     ],
 )
-def test_rank_count(opts: PlanOptions, count: int | None) -> None:
+def test_rank_count(opts: Options, count: int | None) -> None:
     assert opts.rank_count() == count
 
 
 def test_gpus_with_no_gpu_is_refused() -> None:
     with refused_on_cli(ConfigError, r"--gpus .* --no-gpu"):
-        PlanOptions(gpus="0", no_gpu=True).request(1)
+        Options(gpus="0", no_gpu=True).request(1)
 
 
 # ============================================================================================= real machines

@@ -13,7 +13,7 @@ from hypothesis import given
 
 from launcher.base.cpulist import format_cpulist
 from launcher.errors import ConfigError, PlanError
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.comm import team_units
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
@@ -169,7 +169,7 @@ def test_none_is_the_default_and_a_wrong_choice_is_refused() -> None:
     with pytest.raises(PlanError, match="main_thread"):
         make_plan(topo, Request(nproc=1, main_thread="fastest"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as caught:
-        PlanOptions(main_thread="fastest").request(1)  # type: ignore[arg-type]
+        Options(main_thread="fastest").request(1)  # type: ignore[arg-type]
     assert "choose one of none, compute, priority" in str(caught.value)
 
 
@@ -268,7 +268,7 @@ def test_python_keywords_and_tuned_files_take_the_options() -> None:
         assert str(caught.value).startswith(f"{keyword}="), str(caught.value)
     opts = AffinityOptions.from_kwargs(main_thread="compute", rank_hooks="none")
     assert opts.to_argv() == ["--main-thread", "compute", "--rank-hooks", "none"]
-    assert opts.binding().plan.request(1).main_thread == "compute"
+    assert opts.request(1).main_thread == "compute"
     from launcher.options.tuned import parse_tuned
 
     tuned = parse_tuned("affrun-tuned: 1\noptions:\n  main-thread: compute\n", "t.yaml")

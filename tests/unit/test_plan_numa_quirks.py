@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.base.cpulist import format_cpulist
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -66,7 +66,7 @@ def test_memoryless_cpu_nodes_take_the_nearest_node_with_memory(tmp_path: Path) 
     # 4 CPU-only ranks, one per CPU node. By the distance rows the nearest memory of node 0 is node 5 (11), of
     # node 1 node 8 (11), of node 2 node 6 (11), of node 3 node 9 (11). The warnings say that, and blame no cpuset.
     topo = read(tmp_path, fakememinitiators())
-    plan = make_plan(topo, PlanOptions(spill="none").request(4))
+    plan = make_plan(topo, Options(spill="none").request(4))
     assert [(format_cpulist(r.cpus), r.numa_nodes, r.mem_nodes) for r in plan.ranks] == [
         ("0-1", (0,), (5,)), ("2-3", (1,), (8,)), ("4-5", (2,), (6,)), ("6-7", (3,), (9,)),
     ]
@@ -74,12 +74,12 @@ def test_memoryless_cpu_nodes_take_the_nearest_node_with_memory(tmp_path: Path) 
         in plan.warnings
     assert not any("cpuset" in w for w in plan.warnings)
     # The environment's numactl line follows: --preferred on the memory node, not the CPU node.
-    assert [r.mem_nodes for r in make_plan(topo, PlanOptions().request(4)).ranks] == [(5,), (8,), (6,), (9,)]
+    assert [r.mem_nodes for r in make_plan(topo, Options().request(4)).ranks] == [(5,), (8,), (6,), (9,)]
 
 
 def test_one_rank_on_a_memoryless_machine(tmp_path: Path) -> None:
     # 1 rank: home node 0 (memory on 5); nodes 1-3 host no rank and spill to it as loader cores.
-    plan = make_plan(read(tmp_path, fakememinitiators()), PlanOptions().request(1))
+    plan = make_plan(read(tmp_path, fakememinitiators()), Options().request(1))
     (r,) = plan.ranks
     assert (format_cpulist(r.compute_cpus), format_cpulist(r.loader_cpus), r.mem_nodes) == ("0-1", "2-7", (5,))
 
@@ -92,7 +92,7 @@ def test_overlapping_numa_cpusets_are_planned_as_one_node(tmp_path: Path) -> Non
     warning = ("the NUMA table is broken: node(s) 1-7 claim CPUs 0-7 of node(s) 0; ignoring them, as hwloc does; "
                "planning as one NUMA node")
     assert warning in topo.warnings
-    plan = make_plan(topo, PlanOptions().request(2))
+    plan = make_plan(topo, Options().request(2))
     assert [(format_cpulist(r.cpus), r.numa_nodes, r.mem_nodes) for r in plan.ranks] == [
         ("0-3", (0,), (0,)), ("4-7", (0,), (0,)),
     ]

@@ -23,8 +23,7 @@ from launcher.base.slurm_step import (
     tasks_on_node,
 )
 from launcher.errors import ConfigError
-from launcher.options.groups import ApplyOptions
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.slurm.script import TEMPLATE_VARIABLES, SbatchSpec, builtin_template, render
 from launcher.topology.gpus import resolve_visible
 from launcher.topology.model import GPU
@@ -60,8 +59,7 @@ def full_spec(style: str) -> SbatchSpec:
         setup=("module load cuda/12.4", "source ~/venvs/train/bin/activate"),
         rdzv_port=29500,
         affrun="affrun",
-        plan=PlanOptions(loader_cores=2),
-        apply=ApplyOptions(mem_policy="preferred"),
+        options=Options(loader_cores=2, mem_policy="preferred"),
     )
 
 
@@ -240,10 +238,10 @@ def test_rank_gets_cores_near_its_own_gpu_in_a_constrained_step(tmp_path: Path) 
     root = write_tree(tmp_path / "fs", m)
     env = {"CUDA_VISIBLE_DEVICES": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "1", "SLURM_LOCALID": "0"}
     topo = load_topology(fsroot=str(root), environ=env)
-    rank = make_plan(topo, PlanOptions(spill="none").request(1)).ranks[0]
+    rank = make_plan(topo, Options(spill="none").request(1)).ranks[0]
     assert rank.gpu == 0 and rank.gpu_pci == "0000:b1:00.0"
     assert set(rank.cpus) <= {4, 5, 6, 7}
     # By default node 0, which hosts no rank, adds its cores as loader cores; compute stays by GPU 1.
-    rank = make_plan(topo, PlanOptions().request(1)).ranks[0]
+    rank = make_plan(topo, Options().request(1)).ranks[0]
     assert (rank.gpu_pci, rank.compute_cpus, rank.loader_cpus) == ("0000:b1:00.0", (4, 5, 6, 7), (0, 1, 2, 3))
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from launcher.errors import TopologyError
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.snapshot import from_snapshot, to_snapshot
@@ -43,7 +43,7 @@ def edited(data: dict[str, Any], path: list[str | int], value: object) -> dict[s
 def test_the_machine_as_saved_loads_and_plans_on_its_own_nodes(saved: dict[str, Any]) -> None:
     topo = from_snapshot(saved, "node.json")
     assert [n.os_index for n in topo.numa_nodes] == [0, 1] and [g.index for g in topo.gpus] == [0, 1]
-    plan = make_plan(topo, PlanOptions().request(2))
+    plan = make_plan(topo, Options().request(2))
     assert [r.mem_nodes for r in plan.ranks] == [(0,), (1,)]
 
 

@@ -34,7 +34,7 @@ from launcher.cli import cli
 from launcher.env.omp_syntax import parse_places
 from launcher.env.policy import plan_json
 from launcher.errors import AffrunError, ConfigError, PlanError, TopologyError
-from launcher.options.plan_options import PlanOptions
+from launcher.options.record import Options
 from launcher.plan.planner import Plan, Request, make_plan
 from launcher.plan.threads import thread_plan
 from launcher.show.table import thread_plans
@@ -171,8 +171,8 @@ class Mix:
     user: dict[str, str]
     workers: int
 
-    def options(self) -> PlanOptions:
-        return PlanOptions(mode=self.mode, smt=self.smt, reserve=self.reserve, loader_cores=self.loader_cores,
+    def options(self) -> Options:
+        return Options(mode=self.mode, smt=self.smt, reserve=self.reserve, loader_cores=self.loader_cores,
                            spill=self.spill, comm_cores=self.comm_cores, main_thread=self.main_thread,
                            cpu_map=self.cpu_map)
 

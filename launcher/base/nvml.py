@@ -1,7 +1,7 @@
 """NVML through nvidia-ml-py's ``pynvml`` (the ``nvml`` extra): the one reader that ``affrun topology --nvml``,
 ``affrun doctor --pid`` and the meter in a rank use. :func:`start` gives NVML initialised or why not, in words;
-:func:`stop` never raises; the other calls raise NVML's errors for their caller to word. Standard library only:
-the meter imports it in its GPU thread. docs/doctor.md ("The GPU's side"), docs/tune.md ("How it works").
+:func:`stop` never raises; the other calls raise NVML's errors for their caller to word. Standard library only
+(the meter loads it in every metered rank). docs/doctor.md ("The GPU's side"), docs/tune.md ("How it works").
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ class Gpu:
     index: int  # NVML's index: PCI bus order, never a CUDA visible index
     pci: str  # as NVML writes it, lower case (00000000:17:00.0): compare spellings with pci_key
     uuid: str
+    name: str = ""
     handle: Any = None  # NVML's, while it is initialised
 
 
@@ -68,13 +69,21 @@ def gpus(nvml: Any) -> list[Gpu]:
     for i in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
         pci = text(nvml.nvmlDeviceGetPciInfo(handle).busId).strip().lower()
-        out.append(Gpu(i, pci, text(nvml.nvmlDeviceGetUUID(handle)), handle))
+        out.append(Gpu(i, pci, text(nvml.nvmlDeviceGetUUID(handle)), text(nvml.nvmlDeviceGetName(handle)), handle))
     return out
+
+
+def driver(nvml: Any) -> str:
+    return text(nvml.nvmlSystemGetDriverVersion())
 
 
 def busy(nvml: Any, handle: Any) -> int:
     """The share (percent) of NVML's last sample period in which a kernel of any process ran on the GPU."""
     return int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+
+def memory_used_mib(nvml: Any, handle: Any) -> int:
+    return int(nvml.nvmlDeviceGetMemoryInfo(handle).used) // (1 << 20)
 
 
 def processes(nvml: Any, handle: Any) -> set[int]:

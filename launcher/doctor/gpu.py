@@ -67,24 +67,19 @@ class GpuSampler:
         self._nvml, why = nvml.start()
         self._gpus: list[nvml.Gpu] = []
         self._seen: list[int] = []  # per GPU: the newest per-process sample's timestamp, read since it
-        self.report_data = GpuReport(False, f"not available ({why})")
-        if self._nvml is None:
-            return
-        try:
-            version = nvml.text(self._nvml.nvmlSystemGetDriverVersion())
-            found = nvml.gpus(self._nvml)
-            usages = [GpuUsage(g.index, g.pci, nvml.text(self._nvml.nvmlDeviceGetName(g.handle)), uuid=g.uuid)
-                      for g in found]
-        except Exception as exc:
-            self.report_data.reason = f"not available (NVML: {exc})"
+        usages: list[GpuUsage] = []
+        if self._nvml is not None:
+            try:
+                driver = nvml.driver(self._nvml)
+                self._gpus = nvml.gpus(self._nvml)
+                usages = [GpuUsage(g.index, g.pci, g.name, uuid=g.uuid) for g in self._gpus]
+                why = f"NVIDIA driver {driver}" if usages else "NVML found no GPU"
+            except Exception as exc:
+                why, usages = f"NVML: {exc}", []
+        self._seen = [nvml.now()] * len(usages)
+        self.report_data = GpuReport(bool(usages), why if usages else f"not available ({why})", usages)
+        if not usages:
             self._close()
-            return
-        if not found:
-            self.report_data.reason = "not available (NVML found no GPU)"
-            self._close()
-            return
-        self._gpus, self._seen = found, [nvml.now()] * len(found)
-        self.report_data = GpuReport(True, f"NVIDIA driver {version}", usages)
 
     def sample(self, job_pids: set[int]) -> None:
         lib = self._nvml
@@ -93,7 +88,7 @@ class GpuSampler:
         for i, (gpu, usage) in enumerate(zip(self._gpus, self.report_data.gpus)):
             try:
                 usage.utilisation.append(nvml.busy(lib, gpu.handle))
-                usage.memory_used_mib = int(lib.nvmlDeviceGetMemoryInfo(gpu.handle).used) // (1 << 20)
+                usage.memory_used_mib = nvml.memory_used_mib(lib, gpu.handle)
                 usage.pids |= nvml.processes(lib, gpu.handle) & job_pids
             except Exception:
                 pass

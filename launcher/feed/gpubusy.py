@@ -1,8 +1,7 @@
-"""The rank's GPU's busy share, for the meter: with NVML (``pynvml``, the ``nvml`` extra) a daemon thread samples
-the rank's GPU :data:`RATE` times a second, per process where NVML gives it, else per device. The loop's thread
-only starts it (at a write of the figures, once the rank's GPU is known) and reads one tuple. No NVML, no GPU: no
-figure, quietly; a failure of NVML: no figure and one warning, never an exception in the loop, never a wait at
-exit. Standard library only (``pynvml`` is imported in the thread). docs/tune.md ("How it works") has the rules.
+"""The rank's GPU's busy share, for the meter: a daemon thread samples the rank's GPU :data:`RATE` times a second
+through :mod:`launcher.base.nvml`, per process where NVML gives it, else per device; the loop's thread only starts
+it and reads one tuple. No NVML, no GPU: no figure, quietly; a failure of NVML: no figure and one warning, never an
+exception in the loop, never a wait at exit. docs/tune.md ("How it works") has the rules.
 """
 
 from __future__ import annotations
@@ -133,10 +132,8 @@ class GpuBusy:
                       f"{type(exc).__name__}: {str(exc)[:120]})")
 
     def _sample(self, lib: Any, handle: Any) -> None:
-        """Per process: the share of each NVML sample period in which this process ran a kernel, once NVML lists
-        this process on the GPU (a container whose PID namespace NVML does not share never is); a call that
-        finds no sample of it is 0. Per device (NVML cannot tell processes apart): the share of the last period
-        in which any kernel ran."""
+        """Per process once NVML lists this process on the GPU (a call with no sample of it is 0), else per
+        device."""
         pid, per_process, known, seen = os.getpid(), True, False, nvml.now()
         total, count = 0.0, 0
         while True:

@@ -26,7 +26,7 @@ class Unsupported(Exception):
     """NVML gives no per-process samples of this GPU; the text says why."""
 
 
-def text(value: Any) -> str:
+def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -68,13 +68,13 @@ def gpus(nvml: Any) -> list[Gpu]:
     out = []
     for i in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        pci = text(nvml.nvmlDeviceGetPciInfo(handle).busId).strip().lower()
-        out.append(Gpu(i, pci, text(nvml.nvmlDeviceGetUUID(handle)), text(nvml.nvmlDeviceGetName(handle)), handle))
+        pci = _text(nvml.nvmlDeviceGetPciInfo(handle).busId).strip().lower()
+        out.append(Gpu(i, pci, _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)), handle))
     return out
 
 
 def driver(nvml: Any) -> str:
-    return text(nvml.nvmlSystemGetDriverVersion())
+    return _text(nvml.nvmlSystemGetDriverVersion())
 
 
 def busy(nvml: Any, handle: Any) -> int:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
 
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
 
@@ -57,7 +64,8 @@ def _of(key, h, default):
     return values[h] if isinstance(values, list) and h < len(values) else default
 def _obj(name, **fields): return type(name, (), fields)()
 def nvmlInit(): pass
-def nvmlShutdown(): pass
+SHUTDOWNS = 0
+def nvmlShutdown(): globals()['SHUTDOWNS'] += 1
 def nvmlSystemGetDriverVersion(): return "575.57.08"
 def nvmlDeviceGetCount(): return len(GPUS)
 def nvmlDeviceGetHandleByIndex(i): return i
@@ -78,6 +86,25 @@ def nvmlDeviceGetProcessUtilization(h, lastSeenTimeStamp):
     return [_obj("Sample", pid=int(p), timeStamp=now, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
             for p, sm in util.items()]
 '''
+
+
+def fake_pynvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gpus: list[tuple[str, str]]) -> ModuleType:
+    """:data:`FAKE_PYNVML` as this process's ``pynvml`` until the test ends, idle until :func:`nvml_state`."""
+    path = tmp_path / "pynvml.py"
+    path.write_text(FAKE_PYNVML.format(gpus=gpus))
+    spec = importlib.util.spec_from_file_location("pynvml", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    monkeypatch.setenv("FAKE_NVML_STATE", str(tmp_path / "nvml.json"))
+    nvml_state(tmp_path, {})
+    return module
+
+
+def nvml_state(tmp_path: Path, state: dict[str, Any]) -> None:
+    """What the GPUs of :func:`fake_pynvml` do from now on (FAKE_PYNVML's docstring has the keys)."""
+    (tmp_path / "nvml.json").write_text(json.dumps(state))
 
 
 def tree(tmp_path: Path) -> Path:

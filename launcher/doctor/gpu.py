@@ -1,18 +1,14 @@
-"""GPU utilisation during a live audit, through NVML (``nvidia-ml-py``), when it and a GPU are present.
-
-NVML numbers GPUs in PCI bus order (like ``nvidia-smi``), not in CUDA's visible order: the report names each GPU
-by its PCI address. Each sample reads each GPU's busy share (``nvmlDeviceGetUtilizationRates``) and, where the
-driver gives them, the per-process samples NVML took since the last read (``nvmlDeviceGetProcessUtilization``;
-``NVML_ERROR_NOT_SUPPORTED`` in some VMs and under MIG: then only the device's share is known).
+"""GPU utilisation during a live audit, through :mod:`launcher.base.nvml` where nvidia-ml-py and a GPU are present:
+each GPU (named by its PCI address: NVML's order is PCI bus order, not CUDA's) with its busy share at each sample
+and its processes' own where the driver gives them. docs/doctor.md ("The GPU's side").
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+from launcher.base import nvml
 
 
 @dataclass
@@ -68,74 +64,46 @@ class GpuSampler:
     """Samples every GPU's utilisation; ``report()`` ends the sampling. Never raises: NVML problems become text."""
 
     def __init__(self) -> None:
-        self._nvml: Any = None
-        self._handles: list[Any] = []
-        self._seen: list[int] = []  # per GPU: the newest per-process sample's timestamp (us), read since it
-        self.report_data = GpuReport(False, "")
-        try:
-            import pynvml
-        except ImportError:
-            self.report_data.reason = "not available (nvidia-ml-py is not installed: pip install nvidia-ml-py)"
-            return
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # pynvml raises NVMLError subclasses (no driver, no library)
-            self.report_data.reason = f"not available (NVML: {exc})"
-            return
-        self._nvml = pynvml
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            version = pynvml.nvmlSystemGetDriverVersion()
-            for i in range(count):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-                pci = pynvml.nvmlDeviceGetPciInfo(handle).busId
-                name = pynvml.nvmlDeviceGetName(handle)
-                self._handles.append(handle)
-                self._seen.append(int(time.time() * 1e6))  # NVML's sample timestamps are CPU time in us
-                self.report_data.gpus.append(GpuUsage(i, _text(pci).lower(), _text(name), uuid=_uuid(pynvml, handle)))
-        except Exception as exc:
-            self.report_data.reason = f"not available (NVML: {exc})"
+        self._nvml, why = nvml.start()
+        self._gpus: list[nvml.Gpu] = []
+        self._seen: list[int] = []  # per GPU: the newest per-process sample's timestamp, read since it
+        usages: list[GpuUsage] = []
+        if self._nvml is not None:
+            try:
+                driver = nvml.driver(self._nvml)
+                self._gpus = nvml.gpus(self._nvml)
+                usages = [GpuUsage(g.index, g.pci, g.name, uuid=g.uuid) for g in self._gpus]
+                why = f"NVIDIA driver {driver}" if usages else "NVML found no GPU"
+            except Exception as exc:
+                why, usages = f"NVML: {exc}", []
+        self._seen = [nvml.now()] * len(usages)
+        self.report_data = GpuReport(bool(usages), why if usages else f"not available ({why})", usages)
+        if not usages:
             self._close()
-            return
-        if not count:
-            self.report_data.reason = "not available (NVML found no GPU)"
-            self._close()
-            return
-        self.report_data.available = True
-        self.report_data.reason = f"NVIDIA driver {_text(version)}"
 
     def sample(self, job_pids: set[int]) -> None:
-        if self._nvml is None:
+        lib = self._nvml
+        if lib is None:
             return
-        nvml = self._nvml
-        for i, (handle, usage) in enumerate(zip(self._handles, self.report_data.gpus)):
+        for i, (gpu, usage) in enumerate(zip(self._gpus, self.report_data.gpus)):
             try:
-                usage.utilisation.append(int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-                usage.memory_used_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).used) // (1 << 20)
-                for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if p.pid in job_pids:
-                        usage.pids.add(int(p.pid))
+                usage.utilisation.append(nvml.busy(lib, gpu.handle))
+                usage.memory_used_mib = nvml.memory_used_mib(lib, gpu.handle)
+                usage.pids |= nvml.processes(lib, gpu.handle) & job_pids
             except Exception:
                 pass
-            if not usage.per_process:
-                self._process_samples(i, handle, usage, job_pids)
-
-    def _process_samples(self, i: int, handle: Any, usage: GpuUsage, job_pids: set[int]) -> None:
-        """The per-process samples NVML took since the newest one read; none new is ``NVML_ERROR_NOT_FOUND``."""
-        try:
-            samples = self._nvml.nvmlDeviceGetProcessUtilization(handle, self._seen[i])
-        except AttributeError:
-            usage.per_process = "not in this nvidia-ml-py"
-            return
-        except Exception as exc:
-            if getattr(exc, "value", None) == NOT_SUPPORTED:
-                usage.per_process = f"not supported by this GPU or driver (NVML: {exc})"
-            return
-        for sample in samples or ():
-            stamp, pid = int(getattr(sample, "timeStamp", 0)), int(getattr(sample, "pid", 0))
-            self._seen[i] = max(self._seen[i], stamp)
-            if pid in job_pids:
-                usage.processes.setdefault(pid, []).append(int(getattr(sample, "smUtil", 0)))
+            if usage.per_process:
+                continue
+            try:
+                samples, self._seen[i] = nvml.process_samples(lib, gpu.handle, self._seen[i])
+            except nvml.Unsupported as exc:
+                usage.per_process = str(exc)
+                continue
+            except Exception:
+                continue
+            for pid, sm in samples:
+                if pid in job_pids:
+                    usage.processes.setdefault(pid, []).append(sm)
 
     def report(self) -> GpuReport:
         self._close()
@@ -143,19 +111,5 @@ class GpuSampler:
 
     def _close(self) -> None:
         if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
+            nvml.stop(self._nvml)
             self._nvml = None
-
-
-def _uuid(nvml: Any, handle: Any) -> str:
-    try:
-        return _text(nvml.nvmlDeviceGetUUID(handle))
-    except Exception:
-        return ""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

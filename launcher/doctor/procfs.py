@@ -1,5 +1,5 @@
-"""Read one process's threads from ``/proc``: allowed CPUs, the CPU each last ran on, CPU time, the wait for a CPU
-(``schedstat``), command line, and the files it has mapped.
+"""Read one process's threads from ``/proc``: allowed CPUs, the CPU each last ran on, CPU time, command line, and
+the files it has mapped (each thread's wait for a CPU: :mod:`launcher.base.schedstat`).
 
 Every reader returns ``None`` (or an empty result) when the process or thread has gone: a live job's processes
 come and go while it is sampled. Text is kept exactly: bytes that are not UTF-8 as Python keeps them in a path
@@ -85,16 +85,6 @@ def parse_stat(text: str, tid: int) -> ThreadStat | None:
 def thread_stat(pid: int, tid: int, proc: str = PROC) -> ThreadStat | None:
     text = _read(os.path.join(proc, str(pid), "task", str(tid), "stat"))
     return parse_stat(text, tid) if text else None
-
-
-def thread_schedstat(pid: int, tid: int, proc: str = PROC) -> tuple[int, int] | None:
-    """(ns on a CPU, ns runnable but waiting on a run queue) of a thread, from ``task/TID/schedstat`` (kernel
-    ``CONFIG_SCHED_INFO``); ``None`` when the thread is gone or the kernel has no such file."""
-    data = _read_bytes(os.path.join(proc, str(pid), "task", str(tid), "schedstat"), 256)
-    parts = (data or b"").split()
-    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    return int(parts[0]), int(parts[1])
 
 
 def allowed_cpus(pid: int, tid: int | None = None, proc: str = PROC) -> frozenset[int] | None:

@@ -20,6 +20,7 @@ import select
 import time
 from typing import Any, Literal
 
+from launcher.base.schedstat import thread_schedstat
 from launcher.base.untrusted import short
 from launcher.context.runtimes import runtimes_from_paths
 from launcher.doctor import procfs
@@ -120,7 +121,7 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
             thread = record.threads[tid] = ThreadRecord(tid, stat.comm, allowed or frozenset(), stat.processor)
         if not stat.exited:  # an exited thread runs nowhere: its stat keeps the CPU it last ran on, before
             thread.update(stat, allowed)
-        sched = procfs.thread_schedstat(record.pid, tid, proc)  # its wait for a CPU: one small read more
+        sched = thread_schedstat(record.pid, tid, proc)  # its wait for a CPU: one small read more
         if sched is not None:
             thread.note_sched(time.monotonic(), *sched)
 

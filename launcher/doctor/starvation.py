@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from launcher.base import nvml
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint
 from launcher.doctor.findings import Finding, Severity
@@ -30,13 +31,6 @@ def _ran_on(t: ThreadRecord, cpus: frozenset[int]) -> float:
     return share * len(t.allowed & cpus) / len(t.allowed)
 
 
-def _pci_key(pci: str) -> str:
-    """A PCI address as NVML (``00000000:18:00.0``) and sysfs (``0000:18:00.0``) write it, compared alike."""
-    domain, _, rest = pci.strip().lower().rpartition(":")
-    head, _, bus = domain.rpartition(":")
-    return f"{(head.lstrip('0') or '0')}:{bus}:{rest}" if head else pci.strip().lower()
-
-
 def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | None:
     """The GPU ``rank`` uses, and how that was told: NVML lists the rank or one of its children on it; else its
     ``AFFRUN_GPU_PCI``; else ``CUDA_VISIBLE_DEVICES``'s entry at its local rank (an index in CUDA's order, which is
@@ -51,7 +45,7 @@ def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | Non
             return gpu, "its process on the GPU (NVML)"
     pci = rank.environ.get("AFFRUN_GPU_PCI", "")
     if pci:
-        found = next((g for g in gpus if _pci_key(g.pci) == _pci_key(pci)), None)
+        found = next((g for g in gpus if nvml.pci_key(g.pci) == nvml.pci_key(pci)), None)
         if found is not None:
             return found, "AFFRUN_GPU_PCI"
     local = rank.rank if rank.rank is not None else 0 if len(audit.ranks()) == 1 else None  # a lone process: 0

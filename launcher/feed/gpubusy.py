@@ -1,8 +1,7 @@
-"""The rank's GPU's busy share, for the meter: with NVML (``pynvml``, the ``nvml`` extra) a daemon thread samples
-the rank's GPU :data:`RATE` times a second, per process where NVML gives it, else per device. The loop's thread
-only starts it (at a write of the figures, once the rank's GPU is known) and reads one tuple. No NVML, no GPU: no
-figure, quietly; a failure of NVML: no figure and one warning, never an exception in the loop, never a wait at
-exit. Standard library only (``pynvml`` is imported in the thread). docs/tune.md ("How it works") has the rules.
+"""The rank's GPU's busy share, for the meter: a daemon thread samples the rank's GPU :data:`RATE` times a second
+through :mod:`launcher.base.nvml`, per process where NVML gives it, else per device; the loop's thread only starts
+it and reads one tuple. No NVML, no GPU: no figure, quietly; a failure of NVML: no figure and one warning, never an
+exception in the loop, never a wait at exit. docs/tune.md ("How it works") has the rules.
 """
 
 from __future__ import annotations
@@ -10,27 +9,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from launcher.base import nvml
 
 RATE = 4.0  # samples a second
 PROCESS, DEVICE = "process", "device"
 NO_GPU = ("none", "")  # the environment says this rank has no GPU
-NOT_SUPPORTED, NOT_FOUND = 3, 6  # NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND (nvml.h)
 Choice = tuple[str, str]  # ("pci", address), ("index", NVML index), ("uuid", prefix), NO_GPU
-
-
-def pci_key(text: str) -> tuple[int, int, int, int] | None:
-    """``0000:17:00.0`` (sysfs) and ``00000000:17:00.0`` (NVML) as one key: domain, bus, device, function."""
-    parts = text.strip().lower().split(":")
-    try:
-        if len(parts) == 2:
-            parts.insert(0, "0")
-        device, function = parts[2].split(".")
-        return int(parts[0], 16), int(parts[1], 16), int(device, 16), int(function, 16)
-    except (ValueError, IndexError):
-        return None
 
 
 def environment_choice(environ: Mapping[str, str]) -> Choice | None:
@@ -77,23 +64,15 @@ def _importable(name: str) -> bool:
         return False
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def find_handle(nvml: Any, choice: Choice) -> Any:
-    """The NVML handle of ``choice`` (``None`` where NVML has no such GPU). NVML numbers GPUs in PCI order; a
-    visible index is CUDA's, which is the same order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``."""
+def find(found: list[nvml.Gpu], choice: Choice) -> nvml.Gpu | None:
+    """The GPU ``choice`` names. A visible index is CUDA's, which is NVML's order under
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; a UUID may be a prefix, as ``CUDA_VISIBLE_DEVICES`` takes it."""
     kind, value = choice
-    count = nvml.nvmlDeviceGetCount()
-    if kind == "index":
-        return nvml.nvmlDeviceGetHandleByIndex(int(value)) if int(value) < count else None
-    for i in range(count):
-        handle = nvml.nvmlDeviceGetHandleByIndex(i)
-        if kind == "pci" and pci_key(_text(nvml.nvmlDeviceGetPciInfo(handle).busId)) == pci_key(value):
-            return handle
-        if kind == "uuid" and _text(nvml.nvmlDeviceGetUUID(handle)).startswith(value):
-            return handle
+    key = nvml.pci_key(value)
+    for g in found:
+        if ((kind == "index" and g.index == int(value)) or (kind == "uuid" and g.uuid.startswith(value))
+                or (kind == "pci" and key is not None and nvml.pci_key(g.pci) == key)):
+            return g
     return None
 
 
@@ -136,59 +115,40 @@ class GpuBusy:
         self._stop.set()
 
     def _run(self, choice: Choice) -> None:
+        lib, _ = nvml.start()
         try:
-            import pynvml
-        except Exception:  # no nvml extra: the verdict says "no GPU signal"
-            return
+            gpu = None if lib is None else find(nvml.gpus(lib), choice)
+        except Exception:  # none NVML can see
+            gpu = None
         try:
-            pynvml.nvmlInit()
-            handle = find_handle(pynvml, choice)
-        except Exception:  # no driver: no GPU here, or none NVML can see
-            handle = None
-        named = choice[0] != "index"  # a GPU named by its address or UUID, not a number that may mean none
-        try:
-            if handle is None:
-                if named:
+            if gpu is None:
+                if choice[0] != "index":  # a GPU named by its address or UUID, not a number that may mean none
                     raise LookupError(f"NVML cannot reach the GPU {choice[1]}")
                 return
-            self._sample(pynvml, handle)
+            self._sample(lib, gpu.handle)
         except Exception as exc:
             self._sums = None
             self._say(f"affrun: warning: --feed-report: no GPU busy share for this rank (NVML: "
                       f"{type(exc).__name__}: {str(exc)[:120]})")
 
-    def _sample(self, nvml: Any, handle: Any) -> None:
-        """Per process: the share of each NVML sample period in which this process ran a kernel, once NVML lists
-        this process on the GPU (a container whose PID namespace NVML does not share never is); a call that
-        finds no sample of it is 0. Per device (NVML cannot tell processes apart: ``NOT_SUPPORTED``, MIG, some
-        VMs): the share of the last period in which any kernel ran."""
-        pid = os.getpid()
-        per_process, known = True, False
-        seen = int(time.time() * 1e6)  # NVML's timestamps: microseconds of the wall clock
+    def _sample(self, lib: Any, handle: Any) -> None:
+        """Per process once NVML lists this process on the GPU (a call with no sample of it is 0), else per
+        device."""
+        pid, per_process, known, seen = os.getpid(), True, False, nvml.now()
         total, count = 0.0, 0
         while True:
             value: float | None = None
-            if per_process and not known:
+            if per_process:
                 try:
-                    known = any(p.pid == pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+                    known = known or pid in nvml.processes(lib, handle)
+                    if known:
+                        samples, seen = nvml.process_samples(lib, handle, seen)
+                        mine = [sm for p, sm in samples if p == pid]
+                        value = sum(mine) / len(mine) if mine else 0.0
                 except Exception:
                     per_process = False
-            if per_process and known:
-                try:
-                    mine = []
-                    for s in nvml.nvmlDeviceGetProcessUtilization(handle, seen):
-                        seen = max(seen, int(s.timeStamp))
-                        if s.pid == pid:
-                            mine.append(float(s.smUtil))
-                    value = sum(mine) / len(mine) if mine else 0.0
-                except Exception as exc:
-                    if getattr(exc, "value", None) == NOT_FOUND:
-                        value = 0.0
-                    else:
-                        per_process = False
             if value is None:
-                value = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-                self.source = DEVICE
+                value, self.source = float(nvml.busy(lib, handle)), DEVICE
             else:
                 self.source = PROCESS
             total, count = total + min(max(value, 0.0), 100.0), count + 1

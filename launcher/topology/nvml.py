@@ -6,57 +6,27 @@ Used only when asked (``load_topology(..., nvml=True)``); never imported on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
+from launcher.base import nvml
 from launcher.topology.model import Topology
 from launcher.topology.pci import pci_address
 
 
-@dataclass(frozen=True)
-class NvmlGpu:
-    index: int  # NVML index (PCI bus order); never a CUDA visible index
-    pci: str  # dddd:bb:dd.f, lower case, as sysfs names it
-    uuid: str
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _sysfs_bdf(bus_id: str) -> str:
-    """NVML writes ``00000000:17:00.0`` (8-digit domain, upper case); sysfs writes ``0000:17:00.0``: both become
-    :func:`launcher.topology.pci.pci_address`'s spelling (a text that is no address is kept, lower-cased)."""
-    return pci_address(bus_id.strip()) or bus_id.strip().lower()
-
-
-def nvml_gpus() -> list[NvmlGpu] | None:
-    """Every GPU NVML sees, or ``None`` when NVML is unavailable (no pynvml, no driver, init failure)."""
-    try:
-        import pynvml
-    except ImportError:
+def nvml_gpus() -> list[nvml.Gpu] | None:
+    """Every GPU NVML sees, ``None`` where NVML is unavailable (no pynvml, no driver, an NVML error)."""
+    lib, _ = nvml.start()
+    if lib is None:
         return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # pynvml.NVMLError_LibraryNotFound, _DriverNotLoaded, ...: no NVML here
-        return None
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            pci = _sysfs_bdf(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
-            out.append(NvmlGpu(i, pci, _text(pynvml.nvmlDeviceGetUUID(handle))))
-        return out
+    try:  # NVML writes 00000000:17:00.0, sysfs 0000:17:00.0: both become pci_address's spelling
+        return [replace(g, pci=pci_address(g.pci) or g.pci, handle=None) for g in nvml.gpus(lib)]
     except Exception:
         return None
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        nvml.stop(lib)
 
 
-def with_nvml(topo: Topology, found: list[NvmlGpu] | None = None) -> Topology:
+def with_nvml(topo: Topology, found: list[nvml.Gpu] | None = None) -> Topology:
     """Fill missing NVIDIA UUIDs from NVML (matched by PCI address) and warn where NVML and sysfs disagree."""
     found = nvml_gpus() if found is None else found
     if not found:

@@ -28,6 +28,7 @@ from launcher.doctor.job_checks import collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from tests.conftest import need
 from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, run, torchrun_argv
+from tests.machines import fake_pynvml, nvml_state
 
 pytestmark = pytest.mark.slow
 CPUS = frozenset(os.sched_getaffinity(0))
@@ -384,49 +385,20 @@ def test_worker_init_fn_spread_is_not_a_collapse() -> None:
     assert format_cpulist(rank.mask) == "0-3"
 
 
-class _FakeNvml:
-    """NVML as nvidia-ml-py exposes it, for one GPU that this machine cannot have (no GPU here)."""
-
-    def __init__(self, utilisation: list[int], pids: list[int]) -> None:
-        self.utilisation = list(utilisation)
-        self.pids = pids
-        self.shut = False
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None:
-        self.shut = True
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return "575.57.08"
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-    def nvmlDeviceGetPciInfo(self, handle: int) -> Any:
-        return type("Pci", (), {"busId": b"00000000:18:00.0"})()
-    def nvmlDeviceGetName(self, handle: int) -> bytes:
-        return b"NVIDIA H200"
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
-        return type("U", (), {"gpu": self.utilisation.pop(0)})()
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return type("M", (), {"used": 3 << 30})()
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
-        return [type("P", (), {"pid": p})() for p in self.pids]
-
-
-def test_gpu_utilisation_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_utilisation_through_nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from launcher.doctor.gpu import GpuSampler, GpuUsage
     from launcher.doctor.job_checks import gpu_findings
 
-    fake = _FakeNvml([5, 10, 0, 15, 10, 0], pids=[10, 999])
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    fake = fake_pynvml(monkeypatch, tmp_path, [("00000000:18:00.0", "GPU-a")])
     sampler = GpuSampler()
-    for _ in range(6):
+    for util in (5, 10, 0, 15, 10, 0):
+        nvml_state(tmp_path, {"utilisation": [util], "processes": [[10, 999]]})
         sampler.sample({10, 11})
     report = sampler.report()
-    assert report.available and report.reason == "NVIDIA driver 575.57.08" and fake.shut
+    assert report.available and report.reason == "NVIDIA driver 575.57.08" and fake.SHUTDOWNS == 1
     (gpu,) = report.gpus
     assert (gpu.pci, gpu.name, gpu.pids, gpu.memory_used_mib) == ("00000000:18:00.0", "NVIDIA H200", {10}, 3072)
-    assert gpu.mean_utilisation == pytest.approx(40 / 6)
+    assert gpu.mean_utilisation == pytest.approx(40 / 6) and gpu.uuid == "GPU-a"
     job = JobAudit(10, 1.0, 0.05, 6, [], report, frozenset({0}))
     (f,) = gpu_findings(job)
     assert f.id == "gpu-low-utilisation" and "7% busy" in f.message

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.machines import fake_pynvml, nvml_state
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmarks import their siblings by name, as when run as scripts
 
@@ -103,48 +104,13 @@ def test_gpu_feed_starts_no_launch_its_budget_cannot_hold(tmp_path: Path) -> Non
     assert all(s["reason"].startswith("out of budget") and "a launch takes 30 s" in s["reason"] for s in skipped)
 
 
-class FakeNvml:
-    """The part of nvidia-ml-py that affrun doctor's GPU sampler calls (NVML cannot exist here): one GPU whose
-    utilisation reads 20, 40, 60, ... percent, one value per sample."""
-
-    def __init__(self) -> None:
-        self.reads = 0
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return "580.00"
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def nvmlDeviceGetPciInfo(self, handle: int) -> argparse.Namespace:
-        return argparse.Namespace(busId=b"00000000:17:00.0")
-
-    def nvmlDeviceGetName(self, handle: int) -> bytes:
-        return b"NVIDIA H200"
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> argparse.Namespace:
-        self.reads += 1
-        return argparse.Namespace(gpu=20 * self.reads)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> argparse.Namespace:
-        return argparse.Namespace(used=1 << 30)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[object]:
-        return []
-
-
-def test_the_ceilings_nvml_sample_is_the_mean_of_its_readings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ceilings_nvml_sample_is_the_mean_of_its_readings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from device_check_run import nvml_utilisation
 
-    fake = FakeNvml()
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    fake_pynvml(monkeypatch, tmp_path, [("00000000:17:00.0", "GPU-a")])
+    nvml_state(tmp_path, {"utilisation": [20]})
     util, said = nvml_utilisation(0.0)  # one reading: 20%
-    assert util == [20.0] and said == "NVIDIA driver 580.00"
+    assert util == [20.0] and said == "NVIDIA driver 575.57.08"
     monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
     util, said = nvml_utilisation(0.0)
     assert util is None and "nvidia-ml-py is not installed" in said

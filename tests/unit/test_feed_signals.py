@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from launcher.base.nvml import pci_key
+from launcher.base.schedstat import thread_schedstat
 from launcher.feed import files
-from launcher.feed.cpuwait import CpuWait, run_delay_ns
+from launcher.feed.cpuwait import CpuWait
 from launcher.feed.figures import figures_of
-from launcher.feed.gpubusy import NO_GPU, environment_choice, pci_key
+from launcher.feed.gpubusy import NO_GPU, environment_choice
 from launcher.feed.meter import feed_line
 from launcher.feed.verdict import Signals, judge
 from launcher.tune.candidates import DEFAULT, Candidate
@@ -46,8 +48,9 @@ def test_without_schedstat_the_cpu_wait_is_absent(tmp_path: Path) -> None:
     wait = CpuWait(str(tmp_path))
     wait.start(1.0)
     assert wait.read(5.0) is None
-    (tmp_path / "bad").write_text("not numbers")
-    assert run_delay_ns(str(tmp_path / "bad")) is None and run_delay_ns(str(tmp_path / "gone")) is None
+    (tmp_path / "1" / "task" / "2").mkdir(parents=True)
+    (tmp_path / "1" / "task" / "2" / "schedstat").write_text("not numbers")
+    assert thread_schedstat(1, 2, str(tmp_path)) is None and thread_schedstat(1, 3, str(tmp_path)) is None
 
 
 @pytest.mark.parametrize(("environ", "choice"), [

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.nvml import Gpu
 from launcher.topology import load_topology
-from launcher.topology.nvml import NvmlGpu, nvml_gpus, with_nvml
+from launcher.topology.nvml import nvml_gpus, with_nvml
 from launcher.topology.sysfs import read_sysfs
 from tests.fakesys import FakeGPU, uniform, write_tree
 from tests.machines import four_gpu_tree, two_node_machine
@@ -168,9 +169,9 @@ def test_nvml_fills_uuids_by_pci_and_reports_mismatches(tmp_path: Path) -> None:
     m.gpus = [FakeGPU(pci="0000:17:00.0", numa_node=0), FakeGPU(pci="0000:3a:00.0", numa_node=1, uuid="GPU-proc")]
     topo = read_sysfs(str(write_tree(tmp_path, m)))
     found = [
-        NvmlGpu(0, "0000:17:00.0", "GPU-from-nvml-0"),
-        NvmlGpu(1, "0000:3a:00.0", "GPU-from-nvml-1"),
-        NvmlGpu(2, "0000:ff:00.0", "GPU-elsewhere"),
+        Gpu(0, "0000:17:00.0", "GPU-from-nvml-0"),
+        Gpu(1, "0000:3a:00.0", "GPU-from-nvml-1"),
+        Gpu(2, "0000:ff:00.0", "GPU-elsewhere"),
     ]
     checked = with_nvml(topo, found)
     assert [g.uuid for g in checked.gpus] == ["GPU-from-nvml-0", "GPU-proc"]

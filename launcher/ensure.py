@@ -9,7 +9,8 @@ It runs ``affrun doctor``'s per-process checks on this process's environment and
 ``safe`` (default) replaces dangerous values in ``os.environ`` and keeps safe ones, ``keep`` only reports, and
 ``strict`` raises :class:`UnsafeEnvironment` on any warning or error. When a runtime that reads these variables at
 load is already loaded, the report says the fix cannot take effect in this process, and what to do instead.
-Standard library only, plus affrun's pure core: no click, psutil or torch. The rules: docs/python-api.md.
+It imports affrun's pure core and threadpoolctl (to ask the loaded runtimes): no click, psutil or torch. The
+rules: docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
 from launcher.base.untrusted import shown
-from launcher.context.runtimes import LoadedRuntime, controller_named
+from launcher.context.runtimes import BY_NAME, LoadedRuntime
 from launcher.doctor.findings import Finding, worst_first
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def ensure_affinity(
             isinstance(k, str) and isinstance(v, str) for k, v in environ.items())):
         raise ConfigError(f"ensure_affinity: environ={short(environ)}: expected a mutable mapping of str to str "
                           "(os.environ, or a dict like it)")
-    from launcher.context.runtimes import loaded_runtimes, openmp_names
+    from launcher.context.runtimes import in_process, openmp_names
     from launcher.doctor.diagnose import diagnose
     from launcher.doctor.facts import launch_cpus
 
@@ -129,8 +130,8 @@ def ensure_affinity(
     started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
     machine = _machine(env, started_with)
     try:
-        runtimes = loaded_runtimes()
-    except OSError:
+        runtimes = [runtime for runtime, _ in in_process()]
+    except OSError:  # no /proc/self/maps
         runtimes = []
     loaded_openmp = openmp_names(runtimes)
     _, findings = diagnose(env, machine, nproc=nproc_per_node, probe_host=False, openmp=loaded_openmp or None,
@@ -182,13 +183,11 @@ def ensure_affinity(
 def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -> list[str]:
     out: list[str] = []
     for runtime in runtimes:
-        controller = controller_named(runtime.name)
-        if controller is None:
-            continue
-        read = [v for v in dict.fromkeys(variables) if controller.reads(v)]
+        row = BY_NAME[runtime.name]
+        read = [v for v in dict.fromkeys(variables) if v in row.variables]
         if not read:
             continue
-        when = ("read them when it was loaded" if controller.reads_at == "load"
+        when = ("read them when it was loaded" if row.reads_at == "load"
                 else "reads them at its first parallel region, which may already have run")
         out.append(f"{runtime.name} ({runtime.path}) is loaded and {when}: {', '.join(read)}")
     return out

@@ -87,25 +87,6 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> tuple[Job, boo
         raise
 
 
-def _bind_threads(cpus: tuple[int, ...]) -> tuple[int, list[str]]:
-    """Move every thread of this process into ``cpus``; (threads moved, problems)."""
-    problems: list[str] = []
-    moved = 0
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        tids = [0]
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cpus)
-            moved += 1
-        except OSError as exc:
-            if tid == os.getpid() or tid == 0:
-                raise LaunchError(f"bind_rank: cannot bind to CPUs {format_cpulist(cpus)}: {exc.strerror}") from None
-            problems.append(f"thread {tid}: {exc.strerror}")
-    return moved, problems
-
-
 def _pin_main_thread(cpus: tuple[int, ...], before: frozenset[int],
                      runtimes: Sequence[LoadedRuntime]) -> tuple[list[str], list[str]]:
     """The main thread (its thread id is the process id) on its core, ``cpus`` (``--main-thread``); (applied, not
@@ -139,7 +120,8 @@ def _pin_main_thread(cpus: tuple[int, ...], before: frozenset[int],
 def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
     """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
     from launcher.bind.apply import bind_running
-    from launcher.context.runtimes import OPENMP, controller_named, loaded_runtimes
+    from launcher.bind.pools import pin_threads
+    from launcher.context.runtimes import BY_NAME, OPENMP, in_process
     from launcher.options.keywords import check_argument, check_rank_keywords
 
     check_rank_keywords("bind_rank", nproc_per_node, local_rank)
@@ -153,12 +135,15 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     mem = bind_running(job, rank, os.environ, inherited=not planned_here)  # its own mask, policy and environ
     applied: list[str] = []
     not_applied: list[str] = []
-    moved, problems = _bind_threads(rank.cpus)
+    moved, failed = pin_threads(rank.cpus)
+    if os.getpid() in failed or 0 in failed:
+        raise LaunchError(f"bind_rank: cannot bind to CPUs {format_cpulist(rank.cpus)}: "
+                          f"{failed.get(os.getpid(), failed.get(0))}")
     applied.append(f"CPU mask {format_cpulist(rank.cpus)} on {moved} thread(s)")
-    not_applied += problems
-    runtimes = loaded_runtimes()
+    not_applied += [f"thread {tid}: {error}" for tid, error in failed.items()]
+    runtimes = in_process()  # threadpoolctl's controllers, which set the counts below
     if rank.main_cpus:
-        pinned, missed = _pin_main_thread(rank.main_cpus, main_before, runtimes)
+        pinned, missed = _pin_main_thread(rank.main_cpus, main_before, [r for r, _ in runtimes])
         applied += pinned
         not_applied += missed
     if mem.policy != "none":
@@ -172,10 +157,13 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     if torch is not None and hasattr(torch, "set_num_threads"):
         torch.set_num_threads(count)
         applied.append(f"torch.set_num_threads({count})")
-    for runtime in runtimes:
-        controller = controller_named(runtime.name)
-        if controller is not None and controller.set_threads_in_process(runtime.path, count):
-            applied.append(f"{runtime.name}: {controller.set_symbols[0]}({count})")
+    for runtime, lib in runtimes:
+        lib.set_num_threads(count)
+        call = f"{runtime.name}: {BY_NAME[runtime.name].setter}({count})"
+        if lib.num_threads == count:  # read back: a setter that did nothing is not said to be applied
+            applied.append(call)
+        else:
+            not_applied.append(f"{call}: it still reports {lib.num_threads} thread(s)")
         if runtime.name == "libgomp":
             not_applied.append(f"per-thread places (OMP_PLACES={rank.set.get('OMP_PLACES', '')}, "
                                f"OMP_PROC_BIND={rank.set.get('OMP_PROC_BIND', '')}): libgomp read them when it was "

@@ -113,22 +113,21 @@ def _count(name: str, text: str) -> int | None:
     return ascii_uint((text.split(",")[0] if name in THREAD_VARIABLES else text).strip())
 
 
-def pin_threads(cpus: Sequence[int]) -> bool:
+def pin_threads(cpus: Sequence[int]) -> tuple[int, dict[int, str]]:
     """Every thread of this process onto ``cpus`` (``sched_setaffinity`` is per thread on Linux), the main thread
-    first; ``False`` when not even the calling thread could be."""
+    first: (the threads pinned, the error of each thread that was not, by thread id; 0: the calling thread)."""
     me = os.getpid()
     try:
         tids = [me, *sorted(int(t) for t in os.listdir("/proc/self/task") if t.isdigit() and int(t) != me)]
     except OSError:
         tids = [0]
-    pinned = False
+    failed: dict[int, str] = {}
     for tid in tids:
         try:
             os.sched_setaffinity(tid, cpus)
-            pinned = True
-        except OSError:  # a thread that has ended, or none of the CPUs allowed (the cpuset moved)
-            continue
-    return pinned
+        except OSError as exc:  # a thread that has ended, or none of the CPUs allowed (the cpuset moved)
+            failed[tid] = exc.strerror or str(exc)
+    return len(tids) - len(failed), failed
 
 
 def spawned() -> bool:
@@ -149,7 +148,7 @@ def fit_worker(cpus: Sequence[int], environ: MutableMapping[str, str] | None = N
     if not home:
         return None
     notes: list[str] = []
-    if not pin_threads(home):
+    if not pin_threads(home)[0]:
         notes.append(f"none of CPU(s) {','.join(map(str, home))} is allowed here: the worker keeps the CPUs it has")
     try:
         count = min(len(home), len(os.sched_getaffinity(0)))
@@ -239,18 +238,12 @@ def _numexpr(fit: Fit, lower: bool) -> list[str]:
 
 
 def _runtimes(fit: Fit, lower: bool) -> list[str]:
-    """The BLAS and OpenMP runtimes this process has loaded, found and sized by threadpoolctl (it finds them by
-    the libraries loaded, and loads none)."""
-    import warnings
+    """The BLAS and OpenMP runtimes this process has loaded, found and sized by threadpoolctl."""
+    from launcher.context.runtimes import controllers
 
-    with warnings.catch_warnings():  # its notes on two OpenMP runtimes in one process are doctor's to say
-        warnings.simplefilter("ignore")
-        from threadpoolctl import ThreadpoolController
-
-        controller = ThreadpoolController()
     found: list[str] = []
     stuck: list[str] = []
-    for lib in controller.lib_controllers:
+    for lib in controllers():
         name = CONTROLLED.get(lib.internal_api)
         size = fit.sizes.get(name) if name else None
         before = int(lib.num_threads)

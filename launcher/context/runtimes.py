@@ -1,25 +1,21 @@
 """Which OpenMP/BLAS runtimes a process has loaded, and how many threads each one runs.
 
-Written in the spirit of threadpoolctl: each runtime is a small registered controller (:func:`register`) that
-knows its file names, the variables it reads and how to ask it for its thread count. The libraries are found
-in ``/proc/PID/maps``, so any process can be inspected without loading anything into it.
+Another process (``affrun doctor --pid``, :mod:`launcher.context.inherited_mask`): its libraries are listed from
+``/proc/PID/maps`` and named by :data:`RUNTIMES`, one row per runtime (its file name, the variables it reads and
+when). It cannot be asked, so its count is the one its environment configures (the variable the runtime reads
+first, else one thread per CPU of its mask). Nothing is loaded into it, and threadpoolctl is not imported.
 
-Thread counts: in this process the library is asked directly (``omp_get_max_threads``,
-``openblas_get_num_threads``, ``MKL_Get_Max_Threads``, through ``dlopen(RTLD_NOLOAD)``, which never loads a
-library). Another process cannot be asked, so its count is the one its environment configures (the variable the
-runtime reads first, else the runtime's default: one thread per CPU in the process's mask).
-
-Standard library only (``ctypes`` is imported when a library is asked): ``launcher.ensure`` uses this module at
-the top of training scripts.
+This process (``ensure_affinity``, ``bind_rank``, a worker's pools): :func:`controllers` is threadpoolctl, which
+finds the same libraries, asks and sets each one's count through its own functions, and loads none.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, NamedTuple
 
 from launcher.env.omp_syntax import thread_count
 
@@ -31,7 +27,7 @@ BLAS = "blas"
 class LoadedRuntime:
     """One runtime found in a process."""
 
-    name: str  # controller name: libgomp, libiomp5, libomp, openblas, mkl
+    name: str  # a row of RUNTIMES: libgomp, libiomp5, libomp, openblas, mkl
     user_api: str  # "openmp" or "blas"
     path: str
     threads: int | None
@@ -39,187 +35,45 @@ class LoadedRuntime:
     detail: str = ""  # e.g. MKL's threading layer
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "user_api": self.user_api,
-            "path": self.path,
-            "threads": self.threads,
-            "threads_from": self.threads_from,
-            "detail": self.detail,
-        }
+        return {"name": self.name, "user_api": self.user_api, "path": self.path, "threads": self.threads,
+                "threads_from": self.threads_from, "detail": self.detail}
 
 
-class RuntimeController:
-    """Base class of a runtime. Subclasses set the class attributes and may override the two hooks."""
+class Runtime(NamedTuple):
+    """One row of :data:`RUNTIMES`."""
 
-    name: ClassVar[str]
-    user_api: ClassVar[str]
-    pattern: ClassVar[re.Pattern[str]]  # matched against the library's file name
-    thread_variables: ClassVar[tuple[str, ...]]  # read in this order; the first valid one wins
-    variables: ClassVar[tuple[str, ...]]  # every variable the runtime reads (thread counts and binding)
-    reads_at: ClassVar[str]  # when it reads them: "load" or "first parallel region"
-    count_symbols: ClassVar[tuple[str, ...]] = ()  # functions returning the thread count, tried in order
-    set_symbols: ClassVar[tuple[str, ...]] = ()  # functions void(int) setting it (threadpoolctl's), tried in order
-
-    @classmethod
-    def matches(cls, filename: str) -> bool:
-        return cls.pattern.match(filename) is not None
-
-    @classmethod
-    def reads(cls, variable: str) -> bool:
-        return variable in cls.variables
-
-    @classmethod
-    def default_threads(cls, cpus: int) -> int:
-        """Threads the runtime starts when no variable sets them (OpenMP: one per CPU of the mask)."""
-        return cpus
-
-    @classmethod
-    def configured_threads(cls, environ: Mapping[str, str], cpus: int) -> tuple[int, str]:
-        """The thread count ``environ`` gives this runtime in a process allowed ``cpus`` CPUs, and its source."""
-        for name in cls.thread_variables:
-            count = thread_count(environ.get(name))
-            if count is not None:
-                return count, name
-        return cls.default_threads(cpus), f"default ({cpus} CPUs)"
-
-    @classmethod
-    def threads_in_process(cls, path: str) -> int | None:
-        """Ask the library loaded in *this* process (never loads it). ``None`` when it cannot be asked."""
-        func = _loaded_symbol(path, cls.count_symbols)
-        if func is None:
-            return None
-        func.restype = _c_int()
-        func.argtypes = []
-        value = int(func())
-        return value if value > 0 else None
-
-    @classmethod
-    def set_threads_in_process(cls, path: str, threads: int) -> bool:
-        """Set the thread count of the library loaded in *this* process (never loads it); False when it cannot."""
-        func = _loaded_symbol(path, cls.set_symbols)
-        if func is None:
-            return False
-        func.restype = None
-        func.argtypes = [_c_int()]
-        func(threads)
-        return True
-
-    @classmethod
-    def describe(cls, paths: Sequence[str]) -> str:
-        """Extra detail from the other libraries of the process (MKL's threading layer)."""
-        return ""
+    name: str
+    user_api: str
+    pattern: re.Pattern[str]  # matched against the library's file name
+    thread_variables: tuple[str, ...]  # read in this order; the first valid one wins
+    variables: tuple[str, ...]  # every variable it reads (thread counts and binding)
+    reads_at: str  # when it reads them: "load" or "first parallel region"
+    setter: str  # the function that sets its count (threadpoolctl calls it), as bind_rank's report names it
 
 
-def _c_int() -> Any:
-    import ctypes
-
-    return ctypes.c_int
-
-
-def _loaded_symbol(path: str, symbols: Sequence[str]) -> Any:
-    """The first of ``symbols`` that the library at ``path``, already loaded in this process, exports; else None."""
-    lib = _open_loaded(path)
-    if lib is None:
-        return None
-    return next((f for f in (getattr(lib, s, None) for s in symbols) if f is not None), None)
-
-
-def _open_loaded(path: str) -> Any:
-    import ctypes
-
-    try:
-        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    except OSError:
-        return None
-
-
-CONTROLLERS: list[type[RuntimeController]] = []
-
-
-def register(cls: type[RuntimeController]) -> type[RuntimeController]:
-    """Add a runtime controller (usable as a class decorator). Later registrations are tried first."""
-    CONTROLLERS.insert(0, cls)
-    return cls
-
-
-OMP_VARIABLES = ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND", "OMP_WAIT_POLICY", "OMP_DYNAMIC",
-                 "OMP_DISPLAY_AFFINITY", "OMP_THREAD_LIMIT")
-
-
-@register
-class GnuOpenMP(RuntimeController):
-    """GNU libgomp: PyTorch's Linux pip wheels bundle it as ``torch/lib/libgomp*.so.1``."""
-
-    name = "libgomp"
-    user_api = OPENMP
-    pattern = re.compile(r"^libgomp(-[0-9a-f]+)?\.so")
-    thread_variables = ("OMP_NUM_THREADS",)
-    variables = (*OMP_VARIABLES, "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT")
-    reads_at = "load"
-    count_symbols = ("omp_get_max_threads",)
-    set_symbols = ("omp_set_num_threads",)
-
-
-@register
-class IntelOpenMP(RuntimeController):
-    """Intel libiomp5 (the ``intel-openmp`` wheel, MKL's ``intel`` threading layer)."""
-
-    name = "libiomp5"
-    user_api = OPENMP
-    pattern = re.compile(r"^libiomp5(md)?(-[0-9a-f]+)?\.so")
-    thread_variables = ("OMP_NUM_THREADS",)
-    variables = (*OMP_VARIABLES, "GOMP_CPU_AFFINITY", "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET",
-                 "KMP_INIT_AT_FORK")
-    reads_at = "first parallel region"
-    count_symbols = ("omp_get_max_threads",)
-    set_symbols = ("omp_set_num_threads",)
-
-
-@register
-class LLVMOpenMP(IntelOpenMP):
-    """LLVM libomp (clang ``-fopenmp``, conda's ``llvm-openmp``): Intel's runtime under another name, which reads
-    the same variables (``KMP_*`` included) at the same moment."""
-
-    name = "libomp"
-    pattern = re.compile(r"^libomp(-[0-9a-f]+)?\.so")  # not libomptarget
-
-
-@register
-class OpenBLAS(RuntimeController):
-    """OpenBLAS, including numpy/scipy's ``libscipy_openblas64_`` builds (symbols with a prefix and suffix)."""
-
-    name = "openblas"
-    user_api = BLAS
-    pattern = re.compile(r"^lib(scipy_)?openblas")
-    thread_variables = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
-    variables = thread_variables
-    reads_at = "load"
-    count_symbols = ("openblas_get_num_threads", "openblas_get_num_threads64_",
-                     "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
-    set_symbols = tuple(s.replace("_get_", "_set_") for s in count_symbols)
-
-
+_OMP = ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND", "OMP_WAIT_POLICY", "OMP_DYNAMIC", "OMP_DISPLAY_AFFINITY",
+        "OMP_THREAD_LIMIT", "GOMP_CPU_AFFINITY")
+_KMP = (*_OMP, "KMP_AFFINITY", "KMP_BLOCKTIME", "KMP_HW_SUBSET", "KMP_INIT_AT_FORK")
+_OPENBLAS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+_COUNT = ("OMP_NUM_THREADS",)
+RUNTIMES = (
+    # GNU libgomp: PyTorch's Linux pip wheels bundle it as torch/lib/libgomp*.so.1.
+    Runtime("libgomp", OPENMP, re.compile(r"^libgomp(-[0-9a-f]+)?\.so"), _COUNT, (*_OMP, "GOMP_SPINCOUNT"), "load",
+            "omp_set_num_threads"),
+    # Intel libiomp5 (the intel-openmp wheel, MKL's intel threading layer), and LLVM libomp (clang -fopenmp,
+    # conda's llvm-openmp; not libomptarget): Intel's runtime under another name, reading the same variables.
+    Runtime("libiomp5", OPENMP, re.compile(r"^libiomp5(md)?(-[0-9a-f]+)?\.so"), _COUNT, _KMP,
+            "first parallel region", "omp_set_num_threads"),
+    Runtime("libomp", OPENMP, re.compile(r"^libomp(-[0-9a-f]+)?\.so"), _COUNT, _KMP, "first parallel region",
+            "omp_set_num_threads"),
+    # OpenBLAS, numpy/scipy's libscipy_openblas64_ builds included; MKL through its one library libmkl_rt.
+    Runtime("openblas", BLAS, re.compile(r"^lib(scipy_)?openblas"), _OPENBLAS, _OPENBLAS, "load",
+            "openblas_set_num_threads"),
+    Runtime("mkl", BLAS, re.compile(r"^libmkl_rt\.so"), ("MKL_NUM_THREADS", *_COUNT),
+            ("MKL_NUM_THREADS", "MKL_THREADING_LAYER", "MKL_DYNAMIC", *_COUNT), "load", "MKL_Set_Num_Threads"),
+)
+BY_NAME = {row.name: row for row in RUNTIMES}
 _MKL_LAYERS = re.compile(r"^libmkl_(intel_thread|gnu_thread|tbb_thread|pgi_thread|sequential)\.so")
-
-
-@register
-class MKL(RuntimeController):
-    """Intel MKL through its single dynamic library ``libmkl_rt`` (as threadpoolctl finds it)."""
-
-    name = "mkl"
-    user_api = BLAS
-    pattern = re.compile(r"^libmkl_rt\.so")
-    thread_variables = ("MKL_NUM_THREADS", "OMP_NUM_THREADS")
-    variables = ("MKL_NUM_THREADS", "MKL_THREADING_LAYER", "MKL_DYNAMIC", "OMP_NUM_THREADS")
-    reads_at = "load"
-    count_symbols = ("MKL_Get_Max_Threads",)
-    set_symbols = ("MKL_Set_Num_Threads",)
-
-    @classmethod
-    def describe(cls, paths: Sequence[str]) -> str:
-        layers = sorted({m.group(1) for p in paths if (m := _MKL_LAYERS.match(os.path.basename(p)))})
-        return f"threading layer {', '.join(layers)}" if layers else ""
 
 
 def mapped_libraries(pid: int | None = None, proc: str = "/proc") -> list[str]:
@@ -248,84 +102,64 @@ def libraries_in_maps(text: str) -> list[str]:
     return list(seen)
 
 
-def identify(paths: Iterable[str]) -> list[tuple[type[RuntimeController], str]]:
-    """(controller, path) for each library a registered controller recognises, one entry per path."""
-    out: list[tuple[type[RuntimeController], str]] = []
+def identify(paths: Iterable[str]) -> list[tuple[Runtime, str]]:
+    """(row, path) for each library a row of :data:`RUNTIMES` names, one entry per path."""
+    out: list[tuple[Runtime, str]] = []
     for path in paths:
         filename = os.path.basename(path)
-        for controller in CONTROLLERS:
-            if controller.matches(filename):
-                out.append((controller, path))
-                break
+        row = next((r for r in RUNTIMES if r.pattern.match(filename)), None)
+        if row is not None:
+            out.append((row, path))
     return out
 
 
-def runtimes_from_paths(
-    paths: Sequence[str],
-    environ: Mapping[str, str],
-    cpus: int,
-    *,
-    ask: Callable[[type[RuntimeController], str], int | None] | None = None,
-) -> list[LoadedRuntime]:
-    """The runtimes among ``paths``. ``ask`` queries a library for its thread count (in-process only);
-    without it, or when it cannot answer, the count is the one ``environ`` configures for ``cpus`` CPUs."""
+def _detail(row: Runtime, paths: Sequence[str]) -> str:
+    """MKL's threading layer, from the other libraries of the process."""
+    layers = sorted({m.group(1) for p in paths if (m := _MKL_LAYERS.match(os.path.basename(p)))})
+    return f"threading layer {', '.join(layers)}" if row.name == "mkl" and layers else ""
+
+
+def runtimes_from_paths(paths: Sequence[str], environ: Mapping[str, str], cpus: int) -> list[LoadedRuntime]:
+    """The runtimes among ``paths``, each with the count ``environ`` configures in a process of ``cpus`` CPUs."""
     out: list[LoadedRuntime] = []
-    for controller, path in identify(paths):
-        threads: int | None = None
-        source = ""
-        if ask is not None:
-            threads = ask(controller, path)
-            source = "runtime"
-        if threads is None:
-            threads, source = controller.configured_threads(environ, cpus)
-        out.append(LoadedRuntime(controller.name, controller.user_api, path, threads, source,
-                                 controller.describe(paths)))
+    for row, path in identify(paths):
+        found = ((count, name) for name in row.thread_variables if (count := thread_count(environ.get(name))))
+        threads, source = next(found, (cpus, f"default ({cpus} CPUs)"))
+        out.append(LoadedRuntime(row.name, row.user_api, path, threads, source, _detail(row, paths)))
     return out
 
 
-def loaded_runtimes(
-    pid: int | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    cpus: int | None = None,
-    proc: str = "/proc",
-) -> list[LoadedRuntime]:
-    """The OpenMP/BLAS runtimes loaded in ``pid`` (default: this process, whose libraries are asked directly).
+def controllers() -> list[Any]:
+    """threadpoolctl's controller of each BLAS or OpenMP library loaded in this process (it loads none). Its
+    warning about two OpenMP runtimes in one process is ``affrun doctor``'s to give; the
+    ``KMP_DUPLICATE_LIB_OK=True`` its import puts in ``os.environ`` is taken out again: the user's to set."""
+    import sys
+    import warnings
 
-    For another process, ``environ`` and ``cpus`` default to what ``/proc/PID/environ`` and its affinity say.
-    """
-    paths = mapped_libraries(pid, proc)
-    if pid is None or pid == os.getpid():
-        env = os.environ if environ is None else environ
-        ncpu = len(os.sched_getaffinity(0)) if cpus is None else cpus
-        return runtimes_from_paths(paths, env, ncpu, ask=lambda c, p: c.threads_in_process(p))
-    env = read_environ(pid, proc) if environ is None else environ
-    ncpu = len(os.sched_getaffinity(pid)) if cpus is None else cpus
-    return runtimes_from_paths(paths, env, ncpu)
+    fresh = "threadpoolctl" not in sys.modules and "KMP_DUPLICATE_LIB_OK" not in os.environ
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from threadpoolctl import ThreadpoolController
+
+        if fresh:
+            os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
+        return list(ThreadpoolController().lib_controllers)
 
 
-ENVIRON_LIMIT = 16 << 20  # as a command line: the kernel takes at most a quarter of the stack for both
-
-
-def read_environ(pid: int, proc: str = "/proc") -> dict[str, str]:
-    """The environment ``pid`` was started with (``/proc/PID/environ``; later ``setenv`` calls are not in it), at
-    most :data:`ENVIRON_LIMIT` of it. A name given twice has its first value, as ``getenv`` finds; a byte that
-    is not UTF-8 reads as U+FFFD."""
-    with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
-        data = fh.read(ENVIRON_LIMIT)
-    env: dict[str, str] = {}
-    for item in data.split(b"\0"):
-        if b"=" in item:
-            key, _, value = item.partition(b"=")
-            env.setdefault(key.decode(errors="replace"), value.decode(errors="replace"))
-    return env
-
-
-def controller_named(name: str) -> type[RuntimeController] | None:
-    for controller in CONTROLLERS:
-        if controller.name == name:
-            return controller
-    return None
+def in_process() -> list[tuple[LoadedRuntime, Any]]:
+    """The runtimes of :data:`RUNTIMES` loaded in this process, each with its count asked from the library and its
+    threadpoolctl controller, in the order ``/proc/self/maps`` lists them (as ``doctor --pid`` shows them)."""
+    paths = mapped_libraries()
+    order = {path: i for i, path in enumerate(paths)}
+    out: list[tuple[LoadedRuntime, Any]] = []
+    for lib in sorted(controllers(), key=lambda lib: order.get(lib.filepath, len(order))):
+        key = lib.prefix if lib.internal_api == OPENMP else lib.internal_api  # threadpoolctl's libiomp: libiomp5
+        row = BY_NAME.get("libiomp5" if key == "libiomp" else key)
+        if row is not None:
+            threads = lib.num_threads
+            out.append((LoadedRuntime(row.name, row.user_api, lib.filepath, threads if threads else None, "runtime",
+                                      _detail(row, paths)), lib))
+    return out
 
 
 def openmp_names(runtimes: Iterable[LoadedRuntime]) -> tuple[str, ...]:

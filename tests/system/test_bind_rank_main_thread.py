@@ -48,7 +48,8 @@ threading.Thread(target=idle, args=("later",), daemon=True).start()
 started.wait()
 out = {"main": mask(os.getpid()), "before": mask(box["before"]), "later": mask(box["later"]),
        "cpus": os.environ["AFFRUN_CPUS"], "main_cpus": os.environ["AFFRUN_MAIN_CPUS"],
-       "places": os.environ["OMP_PLACES"], "applied": list(report.applied), "not_applied": list(report.not_applied)}
+       "places": os.environ["OMP_PLACES"], "applied": list(report.applied), "not_applied": list(report.not_applied),
+       "count": report.threads, "torch_count": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else 0}
 if sys.argv[1] == "torch-after":
     known = tids_now()
     import torch
@@ -99,6 +100,8 @@ def test_torch_imported_before_keeps_the_main_thread_on_the_rank() -> None:
     cpus = parse_cpulist(out["cpus"])
     assert parse_cpulist(out["main"]) == cpus and parse_cpulist(out["later"]) == cpus
     assert any("libgomp was loaded before bind_rank" in n for n in out["not_applied"]), out["not_applied"]
+    # the loaded runtimes' counts set, in the report's words, and the one torch's libgomp gives read back
+    assert f"libgomp: omp_set_num_threads({out['count']})" in out["applied"] and out["torch_count"] == out["count"]
 
 
 UNDER_RUN = r"""

@@ -305,7 +305,7 @@ raise SystemExit(f"execve failed: {os.strerror(ctypes.get_errno())}")
 def test_a_name_given_twice_reads_as_getenv_finds_it() -> None:
     """``execve`` with an environment that names a variable twice: ``getenv`` (and Python) find the first value;
     the doctor read the last. A byte that is not UTF-8 reads as U+FFFD."""
-    from launcher.context.runtimes import read_environ
+    from launcher.doctor.target_environ import read_target_environ
 
     proc = subprocess.Popen([sys.executable, "-c", DUPLICATE_ENV])
     try:
@@ -313,7 +313,7 @@ def test_a_name_given_twice_reads_as_getenv_finds_it() -> None:
         while not Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"/bin/sleep"):
             assert proc.poll() is None and time.monotonic() < deadline, "the probe did not exec sleep"
             time.sleep(0.02)
-        assert read_environ(proc.pid) == {"AFFRUN_PROBE": "first", "ODD": "\ufffd"}
+        assert read_target_environ(proc.pid) == {"AFFRUN_PROBE": "first", "ODD": "\ufffd"}
     finally:
         proc.kill()
         proc.wait()

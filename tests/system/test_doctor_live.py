@@ -444,7 +444,7 @@ def test_ancestors_are_the_real_parent_chain() -> None:
         shell.wait()
 
 
-def test_runtime_controllers_recognise_library_names() -> None:
+def test_runtimes_recognised_by_library_name() -> None:
     from launcher.context.runtimes import identify, runtimes_from_paths
 
     paths = ["/x/torch/lib/libgomp-a34b3233.so.1", "/usr/lib/libgomp.so.1", "/p/lib/libiomp5.so",
@@ -464,15 +464,34 @@ def test_runtime_controllers_recognise_library_names() -> None:
 
 
 def test_thread_counts_asked_from_the_loaded_libraries() -> None:
-    """In-process counts come from the libraries themselves (numpy's OpenBLAS, torch's libgomp)."""
+    """ensure_affinity's report: in-process counts come from the libraries themselves (numpy's OpenBLAS, torch's
+    libgomp), in the order /proc/self/maps lists them."""
     require_torch()
-    code = ("import json, numpy, torch; torch.set_num_threads(1); from launcher.context.runtimes import loaded_runtimes; "
-            "print(json.dumps({r.name: [r.threads, r.threads_from] for r in loaded_runtimes()}))")
+    code = ("import json, numpy, torch; torch.set_num_threads(1); from launcher import ensure_affinity; "
+            "from launcher.context.runtimes import mapped_libraries; paths = mapped_libraries(); "
+            "found = ensure_affinity(policy='keep', warn=False).runtimes; "
+            "assert [r.path for r in found] == sorted((r.path for r in found), key=paths.index), found; "
+            "print(json.dumps({r.name: [r.threads, r.threads_from] for r in found}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=clean_env(OPENBLAS_NUM_THREADS="1"))
     counts = json.loads(done.stdout)
     assert counts["libgomp"] == [1, "runtime"]  # torch.set_num_threads(1) went to libgomp
     assert counts["openblas"] == [1, "runtime"]
+
+
+def test_another_process_is_read_from_its_maps_without_threadpoolctl() -> None:
+    """doctor --pid names another process's runtimes from its /proc/PID/maps, with the count its environment
+    configures: it imports no threadpoolctl, which can only ask the doctor's own process."""
+    job = "import numpy, os, time; os.write(1, f'READY {os.getpid()}\\n'.encode()); time.sleep(600)"
+    probe = ("import sys; from launcher.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print('threadpoolctl' in sys.modules, file=sys.stderr)")
+    with running([sys.executable, "-c", job], job_env(OPENBLAS_NUM_THREADS="1")) as (_proc, lines):
+        argv = ["doctor", "--pid", lines[-1].split()[1], "--duration", "0.2", "--json"]
+        done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert done.stderr.splitlines()[-1] == "False", done.stderr[-3000:]
+    found = [(r["name"], r["threads"], r["threads_from"]) for p in json.loads(done.stdout)["processes"]
+             for r in p["runtimes"]]
+    assert found == [("openblas", 1, "OPENBLAS_NUM_THREADS")]
 
 
 # ------------------------------------------------------------------ hostile --pid targets and durations

@@ -310,3 +310,13 @@ def test_a_count_with_spaces_reaches_no_pool_that_would_refuse_or_ignore_it() ->
     seen = json.loads(done.stdout)
     assert seen["OPENCV_FOR_THREADS_NUM"] == seen["RAYON_NUM_THREADS"] == seen["AFFRUN_THREADS"]
     assert seen["BLIS_NUM_THREADS"] == " 1" and seen["AFFRUN_USER_POOLS"] == "BLIS_NUM_THREADS"
+
+
+def test_a_worker_s_environment_is_the_rank_s_pool_sizes_aside() -> None:
+    """Sizing a worker's runtimes (threadpoolctl) leaves its environment as the rank gave it, pool sizes aside:
+    threadpoolctl's import set ``KMP_DUPLICATE_LIB_OK=True``, which hides libiomp5's abort on a second copy."""
+    script = ("import os, torch; from torch.utils.data import DataLoader; "
+              "print([os.environ.get('KMP_DUPLICATE_LIB_OK'), *DataLoader(range(1), num_workers=1, collate_fn="
+              "lambda _: os.environ.get('KMP_DUPLICATE_LIB_OK'))])")
+    done = run(affrun_argv("exec", "--", sys.executable, "-c", script), env=clean_env())
+    assert done.returncode == 0 and done.stdout.split() == ["[None,", "None]"], done.stderr[-3000:]

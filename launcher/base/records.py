@@ -49,7 +49,10 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 def _hints(cls: type) -> dict[str, Any]:
     if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
+        found = {f.name: f.type for f in dataclasses.fields(cls)}
+        if any(isinstance(tp, str) for tp in found.values()):  # postponed annotations: evaluated here
+            found = typing.get_type_hints(cls, include_extras=True)
+        _HINTS[cls] = found
     return _HINTS[cls]
 
 

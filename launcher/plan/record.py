@@ -2,9 +2,8 @@
 (with each rank's :class:`NicChoice`), and :class:`Handoff`, what ``AFFRUN_PLAN`` carries (the plan, how to apply
 it, each rank's :class:`RankEnv`), ``"schema": 1``. Written by :func:`launcher.base.records.to_dict`, read back
 and checked by type by :func:`launcher.base.records.from_dict`. A rank under a parent plan imports this module,
-never the planner or the topology. The JSON: docs/json.md."""
-
-from __future__ import annotations
+never the planner or the topology. The JSON: docs/json.md. Annotations are evaluated as the classes are made (no
+``from __future__ import annotations``): the reader takes each field's type as it is."""
 
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -45,6 +44,8 @@ class NicChoice:
 
 @dataclass(frozen=True)
 class RankPlan:
+    """One rank of a plan: its CPUs and their roles, its GPU, NUMA and memory nodes, NIC and thread count."""
+
     local_rank: CpuId
     cpus: tuple[CpuId, ...]  # every PU the rank may use (compute + loader + comm)
     compute_cores: tuple[tuple[CpuId, ...], ...]  # cores (PU tuples) for OpenMP threads
@@ -74,6 +75,8 @@ class RankPlan:
 
 @dataclass(frozen=True)
 class Plan:
+    """Every local rank of a job, and what shaped them (``affrun plan --json``)."""
+
     mode: Mode
     smt: bool
     gpu_order: GpuOrder

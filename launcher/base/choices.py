@@ -35,7 +35,6 @@ SPILLS: tuple[SpillChoice, ...] = get_args(SpillChoice)
 BIND_MODES: tuple[OmpBind, ...] = get_args(OmpBind)
 ENV_POLICIES: tuple[EnvPolicy, ...] = get_args(EnvPolicy)
 MEM_POLICIES: tuple[MemPolicy, ...] = get_args(MemPolicy)
-APPLIED_MEM_POLICIES: tuple[AppliedMemPolicy, ...] = get_args(AppliedMemPolicy)
 MEM_BACKENDS: tuple[MemBackend, ...] = get_args(MemBackend)
 NIC_KINDS: tuple[NicKind, ...] = get_args(NicKind)
 RDMA_KINDS: tuple[str, ...] = ("infiniband", "roce")  # the NIC kinds that are RDMA devices
@@ -44,5 +43,3 @@ NIC_DISTANCES: tuple[NicDistance, ...] = get_args(NicDistance)
 NIC_ENVS: tuple[NicEnv, ...] = get_args(NicEnv)
 MAIN_THREADS: tuple[MainThread, ...] = get_args(MainThread)
 RANK_HOOKS: tuple[RankHooks, ...] = get_args(RankHooks)
-# Modes whose ranks may share CPUs: every rank of the GPU's NUMA node or package shares them.
-SHARED_MODES: tuple[str, ...] = ("numa", "socket")

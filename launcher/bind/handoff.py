@@ -94,11 +94,6 @@ class ParentPlan:
                               "plan fewer ranks")
         return value
 
-    def identity(self) -> str:
-        """What every binding made from this plan records in ``AFFRUN_PLAN_ID`` (:func:`launcher.bind.wire.identity`
-        of the JSON the ranks read)."""
-        return identity(self.to_json())
-
     def job(self) -> Job:
         """The :class:`~launcher.bind.wire.Job` the ranks read from :meth:`to_env`, for a process that plans for
         itself (``affrun exec`` under srun, ``bind_rank``): it applies its binding as a rank of ``affrun

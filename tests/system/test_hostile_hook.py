@@ -327,6 +327,22 @@ def test_a_plan_no_planner_could_make_is_refused(change: Callable[[dict[str, Any
     refused(affrun("exec", "--", "true", env=exec_env), "AFFRUN_PLAN")  # affrun exec under torchrun
 
 
+# What only the planner decides is not re-derived by the rank: a plan that says otherwise is applied as written.
+AS_WRITTEN: dict[str, Callable[[dict[str, Any]], object]] = {
+    "spill CPUs with spill none": lambda d: (d["plan"].update(spill="none"), _rank0(d).update(spill_nodes=[0])),
+    "reserved CPU in a rank": lambda d: d["plan"].update(reserved=[_rank0(d)["cpus"][0]]),
+    "a NCCL_PROXY_CPUSET of the user's": lambda d: d["env"][0]["set"].update(NCCL_PROXY_CPUSET="0"),
+}
+
+
+@pytest.mark.parametrize("change", list(AS_WRITTEN.values()), ids=list(AS_WRITTEN))
+def test_a_plan_with_other_planner_choices_is_applied_as_written(change: Callable[[dict[str, Any]], object]) -> None:
+    env = mutate(run_env("--nproc-per-node", "1"), change)
+    proc = python(PROBE, env)  # the hook binds it as rank 0
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rank"] == "0"
+
+
 def test_bind_rank_refuses_an_impossible_plan_and_applies_nothing() -> None:
     """Under affrun run, bind_rank reads AFFRUN_PLAN too: a refused plan leaves the mask and variables as they were."""
     env = mutate(two_ranks(), _one_cpu_rank)

@@ -351,6 +351,8 @@ PLAN_DAMAGE: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
     ("no ranks", lambda d: d["plan"].update(ranks=[]), "plan.ranks"),
     ("plan not an object", lambda d: d.update(plan=[1]), "plan must be an object"),
     ("missing key", lambda d: rank0(d).pop("cpus"), "missing \"cpus\""),
+    ("another schema", lambda d: d.update(schema=2), "\"schema\" is 2, not 1"),
+    ("no schema", lambda d: d.pop("schema"), "\"schema\" is None, not 1"),
 ]
 
 

@@ -9,8 +9,10 @@
    generation costs this rank about 45 ms for its 22 classes (cProfile), against the rank's own ``import torch``
    of about a second
 3. the same with ``AFFRUN_PLAN`` set, as under ``affrun torchrun``/``affrun run``: the rank reads its parent's
-   record of it (launcher.bind.wire) and plans nothing, vs the least any such rank must do, a ``python -c`` that
-   imports re, json and os, parses the plan, sets its mask and execs ``true``                   (goal <= 1.3x)
+   record (launcher.plan.record, checked by type: launcher.bind.wire) and plans nothing, vs the least any such rank
+   must do, a ``python -c`` that imports re, json and os, parses the plan, sets its mask and execs ``true``
+   (goal <= 2.5x: 1.3x until issue 42 let the rank spend up to 20 ms more on one typed record, the standard
+   library's dataclasses and typing, against its own ``import torch`` of about a second)
 
 Usage: python benchmarks/launch_overhead.py [--repeats N]
 """
@@ -65,7 +67,7 @@ def main() -> None:
     rows = [
         ("affrun exec -- true", exec_times["affrun exec -- true"], "python -c pass", exec_times["python -c pass"], None),
         ("affrun exec -- true, AFFRUN_PLAN set", exec_times["parent plan"], "python -c: json, mask, exec",
-         exec_times["minimal rank"], 1.3),
+         exec_times["minimal rank"], 2.5),
     ]
     if not args.exec_only:
         rows += torchrun_rows(nproc, args.repeats)

@@ -61,10 +61,10 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
                           f"({job.size} ranks): give affrun run --nproc-per-node to match the launcher")
     rank = job.ranks[rank_index]
     mem = bind_running(job, rank, environ, inherited=True)
-    notes = [*mem.warnings, *rank.notes]
-    if job.mem_backend == "numactl" and mem.policy != "none":
+    notes = [*mem.warnings, *job.env(rank).notes]
+    if job.handoff.mem_backend == "numactl" and mem.policy != "none":
         notes.append("--mem-backend numactl: applied with set_mempolicy instead (the process is already running)")
-    if job.verbose:
+    if job.handoff.verbose:
         from launcher.base.untrusted import shown  # notes echo the user's values
 
         host = os.uname().nodename

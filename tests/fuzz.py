@@ -23,7 +23,7 @@ from launcher.plan.planner import Plan, Request, make_plan
 from launcher.topology import Topology
 from launcher.topology.snapshot import from_snapshot, to_snapshot
 from tests.conftest import FIXTURES, extract_tarball, link_tree, need
-from tests.launch import job_matches
+from tests.plan_check import check_handoff
 
 LONG = int(os.environ.get("AFFRUN_FUZZ_EXAMPLES", "0"))
 
@@ -60,8 +60,7 @@ def check_plan(topo: Topology, plan: Plan) -> None:
             assert owner.setdefault(cpu, rank.local_rank) == rank.local_rank, (
                 f"CPU {cpu} in ranks {owner[cpu]} and {rank.local_rank} ({plan.mode})")
     # What affrun torchrun writes, every worker's affrun exec accepts, unchanged.
-    parent = ParentPlan(plan, "rank", "safe", "none", "auto", {}, False)
-    assert job_matches(parent.job(), plan)
+    check_handoff(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False))
 
 
 def check_topology(topo: Topology) -> None:

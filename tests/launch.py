@@ -249,15 +249,3 @@ def thread_bindings(text: str) -> dict[int, dict[int, frozenset[int]]]:
     for m in AFFINITY_LINE.finditer(text):
         out.setdefault(int(m["pid"]), {})[int(m["thread"])] = parse_cpulist(m["cpus"])
     return out
-
-
-RANK_FIELDS = ("local_rank", "cpus", "compute_cores", "loader_cpus", "gpu", "gpu_pci", "numa_nodes", "mem_nodes", "threads",
-               "shared", "warnings", "spill_cpus", "spill_nodes", "comm_cpus", "main_cpus")
-PLAN_FIELDS = ("mode", "smt", "gpu_order", "spill", "reserved", "warnings")
-
-
-def job_matches(job: Any, plan: Any) -> bool:
-    """A rank's reading of AFFRUN_PLAN (launcher.bind.wire.Job) holds what the parent planned (a Plan), field for field."""
-    return (len(job.ranks) == len(plan.ranks)
-            and all(getattr(job, f) == getattr(plan, f) for f in PLAN_FIELDS)
-            and all(getattr(r, f) == getattr(p, f) for r, p in zip(job.ranks, plan.ranks) for f in RANK_FIELDS))

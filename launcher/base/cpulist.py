@@ -5,9 +5,10 @@ Pure functions, standard library only: this module sits on the ``affrun exec`` f
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.base.untrusted import ascii_hex, ascii_uint
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -9,7 +9,8 @@ Slurm or CUDA writes; and an error message never repeats more than a few dozen c
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
 from launcher.errors import LaunchError, error_line
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping, Sequence
 
     from launcher.bind.mempolicy import MemResult
-    from launcher.bind.wire import Job, RankRecord
+    from launcher.bind.wire import Job
+    from launcher.plan.record import RankPlan
 
 
 def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str,
-                 inherited: RankRecord | None = None) -> MemResult:
+                 inherited: RankPlan | None = None) -> MemResult:
     """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children).
 
     The kernel takes a mask partly outside the process's cpuset and keeps only the part inside it, without an
@@ -77,20 +78,25 @@ def exec_or_status(argv: Sequence[str], env: Mapping[str, str],
     return 0  # pragma: no cover - execvpe does not return
 
 
-def rank_variables(job: Job, rank: RankRecord) -> dict[str, str]:
-    """Every variable affrun sets for ``rank``: the OpenMP/BLAS ones its parent decided, ``AFFRUN_*``, and
-    ``AFFRUN_PLAN_ID``, the proof of this binding that the startup hook asks of the rank's children."""
-    from launcher.env.variables import PLAN_ID_VARIABLE
+def rank_variables(job: Job, rank: RankPlan) -> dict[str, str]:
+    """Every variable affrun sets for ``rank``: the OpenMP/BLAS ones its parent decided, ``AFFRUN_*`` written
+    from its fields, and ``AFFRUN_PLAN_ID``, the proof of this binding that the startup hook asks of the rank's
+    children."""
+    from launcher.env.variables import PLAN_ID_VARIABLE, affrun_variables
 
-    return {**job.variables(rank), PLAN_ID_VARIABLE: job.identity}
+    env, handoff = job.env(rank), job.handoff
+    return {**env.set, **affrun_variables(rank, job.size, handoff.bind, policy=handoff.env_policy,
+                                          hooks=handoff.rank_hooks, user_pools=env.user_pools),
+            PLAN_ID_VARIABLE: job.identity}
 
 
-def rank_environ(job: Job, rank: RankRecord, environ: Mapping[str, str]) -> dict[str, str]:
+def rank_environ(job: Job, rank: RankPlan, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment ``rank``'s command is exec'd with: ``environ`` without what the policy removes and without
     ``AFFRUN_PLAN`` (the rank's binding is applied: its children need no plan), plus :func:`rank_variables`."""
     from launcher.bind.wire import PLAN_VARIABLE
 
-    env = {k: v for k, v in environ.items() if k not in rank.unset and k != PLAN_VARIABLE}
+    unset = job.env(rank).unset
+    env = {k: v for k, v in environ.items() if k not in unset and k != PLAN_VARIABLE}
     env.update(rank_variables(job, rank))
     return env
 
@@ -101,14 +107,15 @@ def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str]
     environ.update(set_)
 
 
-def bind_running(job: Job, rank: RankRecord, environ: MutableMapping[str, str], inherited: bool) -> MemResult:
+def bind_running(job: Job, rank: RankPlan, environ: MutableMapping[str, str], inherited: bool) -> MemResult:
     """Bind the running process as ``rank`` (the startup hook, ``bind_rank``): its mask, its memory policy with
     the system call (numactl cannot wrap a process that is already running), and its variables in ``environ``,
     ``AFFRUN_MEM`` recording the policy that took. ``inherited``: ``job`` came from ``AFFRUN_PLAN``."""
     from launcher.env.rank_line import MEM_VARIABLE, mem_text
 
-    backend = "syscall" if job.mem_backend in ("auto", "numactl") else job.mem_backend
-    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, backend, rank if inherited else None)
+    handoff = job.handoff
+    backend = "syscall" if handoff.mem_backend in ("auto", "numactl") else handoff.mem_backend
+    mem = bind_process(rank.cpus, handoff.mem_policy, rank.mem_nodes, backend, rank if inherited else None)
     apply_environment(environ, {**rank_variables(job, rank), MEM_VARIABLE: mem_text(mem.policy, mem.nodes)},
-                      rank.unset)
+                      job.env(rank).unset)
     return mem

@@ -1,7 +1,8 @@
 """The parent's side of the plan's trip to each rank: :func:`plan_job` makes the plan once (``affrun torchrun``,
 ``affrun run``, ``affrun exec`` on its own, ``bind_rank``), and :class:`ParentPlan` computes every rank's final
-environment and writes it all into ``AFFRUN_PLAN`` (:meth:`ParentPlan.to_env`), which each rank reads with
-:func:`launcher.bind.wire.read_job` and nothing of the planner. :func:`rank_line` is the one summary line of a
+environment and writes it all into ``AFFRUN_PLAN`` (:meth:`ParentPlan.to_env`: a
+:class:`launcher.plan.record.Handoff`), which each rank reads with :func:`launcher.bind.wire.read_job` and nothing
+of the planner. :func:`rank_line` is the one summary line of a
 rank that the planning front ends print (:mod:`launcher.env.rank_line` formats it).
 """
 
@@ -11,17 +12,17 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import EnvPolicy, MemBackend, NicEnv, OmpBind, RankHooks
-from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity, read_job
+from launcher.base.choices import AppliedMemPolicy, EnvPolicy, MemBackend, NicEnv, OmpBind, RankHooks
+from launcher.base.records import to_dict
+from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity
 from launcher.context.run_role import BOOT
 from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
 from launcher.errors import ConfigError, LaunchError
 from launcher.options.record import Options
-from launcher.plan.planner import Plan, RankPlan
+from launcher.plan.record import SCHEMA, Handoff, Plan, RankEnv, RankPlan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
 
     from launcher.topology.model import Topology
 
@@ -46,44 +47,29 @@ class ParentPlan:
     plan: Plan
     bind: OmpBind
     env_policy: EnvPolicy
-    mem_policy: str  # already resolved (no "auto")
+    mem_policy: AppliedMemPolicy  # already resolved (no "auto")
     mem_backend: MemBackend
     user_env: dict[str, str]  # the user's own values of the variables affrun sets, before torchrun touched them
     verbose: bool
     nic_env: NicEnv = "none"  # which NIC variables the ranks get besides AFFRUN_NIC (--nic-env)
     rank_hooks: RankHooks = "auto"  # what affrun patches inside the ranks (--rank-hooks): AFFRUN_RANK_HOOKS
 
-    def to_json(self) -> str:
-        import json  # the planning parent's, not the rank's
+    def handoff(self) -> Handoff:
+        """What ``AFFRUN_PLAN`` carries: the plan, how to apply it, and each rank's variables but its ``AFFRUN_*``
+        ones, which the rank writes from its fields (:func:`launcher.bind.apply.rank_variables`)."""
+        envs = tuple(RankEnv({k: v for k, v in e.set.items() if not k.startswith("AFFRUN_")}, e.unset, e.notes,
+                             e.user_pools) for e in map(self.environment, self.plan.ranks))
+        return Handoff(SCHEMA, self.plan, self.bind, self.env_policy, self.mem_policy, self.mem_backend,
+                       self.user_env, self.verbose, self.rank_hooks, envs)
 
-        return json.dumps(
-            {
-                "plan": self.plan.to_dict(),
-                "bind": self.bind,
-                "env_policy": self.env_policy,
-                "mem_policy": self.mem_policy,
-                "mem_backend": self.mem_backend,
-                "user_env": self.user_env,
-                "verbose": self.verbose,
-                "rank_hooks": self.rank_hooks,
-                "env": [self._environment(rank) for rank in self.plan.ranks],
-            },
-            separators=(",", ":"),
-        )
+    def to_json(self) -> str:
+        return _json(self.handoff())
 
     def environment(self, rank: RankPlan) -> RankEnvironment:
         """The variables ``rank`` gets, as the env policy judges the user's own values (:attr:`user_env`):
         computed here, once, for ``AFFRUN_PLAN`` and for ``affrun plan --json``."""
         return rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
                                 smt=self.plan.smt, policy=self.env_policy, nic_env=self.nic_env, hooks=self.rank_hooks)
-
-    def _environment(self, rank: RankPlan) -> dict[str, Any]:
-        """A rank's entry of ``AFFRUN_PLAN``'s ``env``: its OpenMP/BLAS and pool variables, and which counts are the
-        user's. Its ``AFFRUN_*`` variables are written by the rank from its fields
-        (:meth:`launcher.bind.wire.Job.variables`)."""
-        renv = self.environment(rank)
-        return {"set": {k: v for k, v in renv.set.items() if not k.startswith("AFFRUN_")},
-                "unset": list(renv.unset), "notes": list(renv.notes), "user_pools": list(renv.user_pools)}
 
     def to_env(self) -> str:
         """The value of ``AFFRUN_PLAN``: the JSON itself, or, above :data:`INLINE_PLAN_LIMIT`, the JSON compressed.
@@ -108,16 +94,18 @@ class ParentPlan:
                               "plan fewer ranks")
         return value
 
-    def identity(self) -> str:
-        """What every binding made from this plan records in ``AFFRUN_PLAN_ID`` (:func:`launcher.bind.wire.identity`
-        of the JSON the ranks read)."""
-        return identity(self.to_json())
-
     def job(self) -> Job:
-        """The :class:`~launcher.bind.wire.Job` the ranks read from :meth:`to_env`: read back from the same JSON, so
-        that a process that plans for itself (``affrun exec`` under srun, ``bind_rank``) applies its binding
-        exactly as a rank of ``affrun torchrun`` does, checks included."""
-        return read_job(self.to_json())
+        """The :class:`~launcher.bind.wire.Job` the ranks read from :meth:`to_env`, for a process that plans for
+        itself (``affrun exec`` under srun, ``bind_rank``): it applies its binding as a rank of ``affrun
+        torchrun`` does."""
+        handoff = self.handoff()
+        return Job(handoff, identity(_json(handoff)))
+
+
+def _json(handoff: Handoff) -> str:
+    import json  # the planning parent's, not the rank's
+
+    return json.dumps(to_dict(handoff), separators=(",", ":"))
 
 
 def plan_job(

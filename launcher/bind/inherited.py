@@ -14,24 +14,9 @@ from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import clip
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable
-    from typing import Protocol
+    from collections.abc import Iterable
 
-    class BindingFields(Protocol):
-        """A rank's binding as a check reads it: a record of ``AFFRUN_PLAN``, or its ``AFFRUN_*`` variables read."""
-
-        @property
-        def cpus(self) -> Collection[int]: ...
-        @property
-        def compute_cpus(self) -> Collection[int]: ...
-        @property
-        def loader_cpus(self) -> Collection[int]: ...
-        @property
-        def comm_cpus(self) -> Collection[int]: ...
-        @property
-        def main_cpus(self) -> Collection[int]: ...
-        @property
-        def threads(self) -> int: ...
+    from launcher.plan.threads import RankFields
 
 # How a fault names the CPUs a binding may not have, by who judges (a process of itself, or an audit of the
 # machine's online CPUs).
@@ -43,7 +28,7 @@ def _list(cpus: Iterable[int]) -> str:
     return clip(format_cpulist(cpus), 60)
 
 
-def binding_fault(fields: BindingFields, usable: frozenset[int] | None = None,
+def binding_fault(fields: RankFields, usable: frozenset[int] | None = None,
                   lacking: str = MAY_NOT_RUN) -> str | None:
     """Why ``fields`` (a rank's CPUs, compute, loader, comm and main CPUs and thread count) cannot be a binding
     affrun made here, in the words of its ``AFFRUN_*`` variables; ``None`` when it can be. With ``usable`` (the

@@ -127,10 +127,10 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     check_rank_keywords("bind_rank", nproc_per_node, local_rank)
     quiet = check_argument("bind_rank", "quiet", quiet, "flag")
     job, planned_here = _job(local_rank, nproc_per_node, options)
-    rank = job.ranks[local_rank]
-    said = job.warnings if planned_here and local_rank == 0 else ()  # once for the job, as affrun exec says them
+    rank, env = job.ranks[local_rank], job.env(job.ranks[local_rank])
+    said = job.plan.warnings if planned_here and local_rank == 0 else ()  # once for the job, as affrun exec says them
     ranks = {f"rank {r.local_rank}: {w}" for r in job.ranks for w in r.warnings}
-    warnings = (*(w for w in job.warnings if w not in ranks), *rank.warnings) if planned_here else ()
+    warnings = (*(w for w in job.plan.warnings if w not in ranks), *rank.warnings) if planned_here else ()
     main_before = frozenset(os.sched_getaffinity(os.getpid()))  # libgomp may have put it on its core at load
     mem = bind_running(job, rank, os.environ, inherited=not planned_here)  # its own mask, policy and environ
     applied: list[str] = []
@@ -151,7 +151,7 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
     not_applied += mem.warnings
     applied.append("OMP/KMP/MKL/OPENBLAS and AFFRUN_* variables in os.environ (for runtimes not started yet "
                    "and for child processes)")
-    threads = rank.set.get("OMP_NUM_THREADS", str(rank.threads))
+    threads = env.set.get("OMP_NUM_THREADS", str(rank.threads))
     count = thread_count(threads) or rank.threads
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "set_num_threads"):
@@ -165,16 +165,16 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
         else:
             not_applied.append(f"{call}: it still reports {lib.num_threads} thread(s)")
         if runtime.name == "libgomp":
-            not_applied.append(f"per-thread places (OMP_PLACES={rank.set.get('OMP_PLACES', '')}, "
-                               f"OMP_PROC_BIND={rank.set.get('OMP_PROC_BIND', '')}): libgomp read them when it was "
+            not_applied.append(f"per-thread places (OMP_PLACES={env.set.get('OMP_PLACES', '')}, "
+                               f"OMP_PROC_BIND={env.set.get('OMP_PROC_BIND', '')}): libgomp read them when it was "
                                f"loaded ({runtime.path}); its threads stay inside the mask, unpinned")
         elif runtime.user_api == OPENMP:
             not_applied.append(f"{runtime.name} reads OMP_PLACES/KMP_AFFINITY at its first parallel region: applied "
                                "only if none has run in this process yet")
-    if job.mem_backend == "numactl" and mem.policy != "none":
+    if job.handoff.mem_backend == "numactl" and mem.policy != "none":
         not_applied.append("--mem-backend numactl cannot wrap a running process: set_mempolicy was used")
     report = BindReport(local_rank, nproc_per_node, rank.cpus, count, tuple(applied), tuple(not_applied),
-                        rank.notes, warnings)
+                        env.notes, warnings)
     if not quiet:
         for item in said:
             print(shown(f"affrun: warning: bind_rank({local_rank}): {item}"), file=sys.stderr)

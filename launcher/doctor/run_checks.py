@@ -32,30 +32,17 @@ class Process(Protocol):
     def label(self) -> str: ...
 
 
-def target_plan(process: Process) -> str:
-    """The target's ``AFFRUN_PLAN`` as :func:`launcher.bind.wire.read_job` takes it: ``@FILE`` relative to the
-    target's working directory (``/proc/PID/cwd``), where its hook read it, not the doctor's."""
-    import os
-
-    from launcher.bind.wire import PLAN_VARIABLE
-
-    text = process.environ.get(PLAN_VARIABLE) or ""
-    if text.startswith("@") and not os.path.isabs(text[1:]):
-        return "@" + os.path.join(f"/proc/{process.pid}/cwd", text[1:])
-    return text
-
-
 def planned_cpus(process: Process) -> tuple[int, frozenset[int]] | None:
     """The local rank and CPUs ``affrun run``'s hook binds ``process`` to (``None``: it binds none: no plan, a
     launcher, a worker or helper of a bound rank, a plan that cannot be read)."""
-    from launcher.bind.wire import read_job
+    from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import PROBE, RUN_VARIABLE, BoundCheck, decide
     from launcher.errors import AffrunError
 
     if not process.environ.get(RUN_VARIABLE) or process.environ.get(RUN_VARIABLE) == PROBE:
         return None
     try:
-        job = read_job(target_plan(process))  # refused (no plan): the hook said so and ended it
+        job = read_job(process.environ.get(PLAN_VARIABLE) or "")  # refused (no plan): the hook said so and ended it
         # What the hook decided at the process's start: its environment then (/proc/PID/environ), and its mask
         check = BoundCheck(job.identity, tuple(frozenset(r.cpus) for r in job.ranks), process.mask)
         decision = decide(process.environ, process.cmdline, check, pid=process.pid)

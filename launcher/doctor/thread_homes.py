@@ -46,15 +46,15 @@ ENV_SOURCE = "its AFFRUN_* variables"
 def run_fields(process: ProcessRecord) -> LiveFields | None:
     """The fields of the rank ``affrun run``'s hook made ``process`` (its variables are not in
     ``/proc/PID/environ``: the hook wrote them in-process); ``None`` when the plan makes it no rank."""
-    from launcher.bind.wire import read_job
-    from launcher.doctor.run_checks import planned_cpus, target_plan
+    from launcher.bind.wire import PLAN_VARIABLE, read_job
+    from launcher.doctor.run_checks import planned_cpus
     from launcher.errors import AffrunError
 
     planned = planned_cpus(process)
     if planned is None:
         return None
     try:
-        record = read_job(target_plan(process)).ranks[planned[0]]
+        record = read_job(process.environ.get(PLAN_VARIABLE) or "").ranks[planned[0]]
     except (AffrunError, IndexError):
         return None
     compute = sorted_cpus(c for core in record.compute_cores for c in core) or sorted_cpus(record.cpus)

@@ -16,8 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import BIND_MODES, ENV_POLICIES, NIC_ENVS, RANK_HOOKS, EnvPolicy, NicEnv, OmpBind, RankHooks
+from launcher.base.choices import (
+    BIND_MODES,
+    ENV_POLICIES,
+    NIC_ENVS,
+    RANK_HOOKS,
+    AppliedMemPolicy,
+    EnvPolicy,
+    MemPolicy,
+    NicEnv,
+    OmpBind,
+    RankHooks,
+)
 from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
+from launcher.base.records import to_dict
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
@@ -321,7 +333,7 @@ def numactl_args(rank: RankPlan, mem_policy: str, *, bind_cpus: bool = True) -> 
     return args + numactl_memory_args(mem_policy, rank.mem_nodes)
 
 
-def effective_mem_policy(requested: str, nodes_with_cpus: int) -> str:
+def effective_mem_policy(requested: MemPolicy, nodes_with_cpus: int) -> AppliedMemPolicy:
     """``auto`` means ``preferred`` on a machine with several NUMA nodes with CPUs, else ``none``."""
     if requested == "auto":
         return "preferred" if nodes_with_cpus > 1 else "none"
@@ -332,7 +344,7 @@ def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str,
               threads: Sequence[ThreadPlan] = ()) -> dict[str, object]:
     """The documented ``affrun plan --json`` contract: the plan plus each rank's environment, and its thread plan
     (``thread_plan``, when ``threads`` gives them)."""
-    out: dict[str, Any] = plan.to_dict()
+    out: dict[str, Any] = to_dict(plan)
     ranks = []
     for i, (rank, entry, env) in enumerate(zip(plan.ranks, out["ranks"], envs)):
         if i < len(threads):

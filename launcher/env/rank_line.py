@@ -11,13 +11,14 @@ Standard library only: ``affrun exec`` and the training process import it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import format_cpulist
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from launcher.env.variables import RankFields
+    from launcher.plan.record import RankPlan
 
 # The memory policy in effect for the rank, as the rank line writes it (membind:0, none): exported by whatever
 # bound the process (affrun exec, the affrun run hook, bind_rank), after the policy was applied.
@@ -41,9 +42,9 @@ def rank_summary(local_rank: int, size: int, host: str, cpus: Iterable[int], num
             f"mem {mem}")
 
 
-def rank_line(rank: RankFields, size: int, mem: str, host: str) -> str:
+def rank_line(rank: RankPlan, size: int, mem: str, host: str) -> str:
     """The documented, parseable one-line summary of a rank (``--verbose``, ``affrun torchrun``), after
-    ``affrun:``: of a plan's entry in the planning parent, of a rank's record in the rank."""
+    ``affrun:``."""
     return "affrun: " + rank_summary(rank.local_rank, size, host, rank.cpus, rank.numa_nodes, rank.gpu,
                                      rank.gpu_pci, rank.threads, rank.loader_cpus, mem, rank.nic_device,
                                      rank.comm_cpus, rank.main_cpus)

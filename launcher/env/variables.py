@@ -1,44 +1,17 @@
 """The variables affrun manages, by name, and affrun's own ``AFFRUN_*`` variables of a rank, written from the
-rank's fields. Pure, standard library only: a rank imports this module (docs/design.md §11)."""
+rank's fields. Pure."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.base.cpulist import format_cpulist
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import Protocol
 
+    from launcher.plan.record import RankPlan
     from launcher.plan.threads import PoolName
-
-    class RankFields(Protocol):
-        """What affrun's variables are written from: a plan's entry (RankPlan) or a rank's record (RankRecord)."""
-
-        @property
-        def local_rank(self) -> int: ...
-        @property
-        def cpus(self) -> tuple[int, ...]: ...
-        @property
-        def compute_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def loader_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def comm_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def main_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def numa_nodes(self) -> tuple[int, ...]: ...
-        @property
-        def mem_nodes(self) -> tuple[int, ...]: ...
-        @property
-        def gpu(self) -> int | None: ...
-        @property
-        def gpu_pci(self) -> str | None: ...
-        @property
-        def threads(self) -> int: ...
-        @property
-        def nic_device(self) -> str | None: ...
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 # The pools beyond OpenMP that a process sizes from its environment when it first uses them (docs/threads.md):
@@ -75,7 +48,7 @@ COMM_VARIABLE = "NCCL_PROXY_CPUSET"
 USER_VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES, *BINDING_VARIABLES, *NIC_VARIABLES, COMM_VARIABLE)
 # The rank's NIC (launcher.plan.nics): mlx5_0:1 (an RDMA device and port) or eth0 (an interface); empty: none.
 NIC_VARIABLE = "AFFRUN_NIC"
-# Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.Job):
+# Written by every binding: the local rank, and the identity of the plan it came from (launcher.bind.wire.identity):
 # a process is "already bound" only when it carries the identity of the plan it reads (launcher.context.run_role).
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
 PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
@@ -84,7 +57,7 @@ PLAN_ID_VARIABLE = "AFFRUN_PLAN_ID"
 SUBJOB_VARIABLE = "AFFRUN_SUBJOB_OF"
 
 
-def affrun_variables(rank: RankFields, local_world_size: int, bind: str, *, policy: str = "safe",
+def affrun_variables(rank: RankPlan, local_world_size: int, bind: str, *, policy: str = "safe",
                      hooks: str = "auto", user_pools: Sequence[str] = ()) -> dict[str, str]:
     """``AFFRUN_LOCAL_RANK``, ``AFFRUN_CPUS``... of ``rank``: what :func:`launcher.bind.readback.current_binding`
     reads back in the training process, and what the rank's hooks read: its main core, the counts whose value is

@@ -9,17 +9,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from launcher.bind.wire import RankRecord
+    from launcher.bind.wire import Job
+    from launcher.plan.record import RankPlan
 
 
-def rank_notes(rank: RankRecord, named: bool, before: Sequence[str] = (), after: Sequence[str] = ()) -> list[str]:
+def rank_notes(job: Job, rank: RankPlan, named: bool, before: Sequence[str] = (),
+               after: Sequence[str] = ()) -> list[str]:
     """The ``note:`` lines of ``rank``: ``before``, its environment notes (a value of the user's kept or replaced,
     ``--rank-hooks none`` with a main core...), then ``after``; each after ``rank N:`` where ``named`` (a dry
     run of several ranks)."""
     from launcher.base.untrusted import shown
 
     prefix = f"rank {rank.local_rank}: " if named else ""
-    return [shown(f"note: {prefix}{note}") for note in (*before, *rank.notes, *after)]
+    return [shown(f"note: {prefix}{note}") for note in (*before, *job.env(rank).notes, *after)]
 
 
 def job_notes(plan: str) -> list[str]:
@@ -28,4 +30,4 @@ def job_notes(plan: str) -> list[str]:
     from launcher.bind.wire import read_job
 
     job = read_job(plan)
-    return [line for rank in job.ranks for line in rank_notes(rank, len(job.ranks) > 1)]
+    return [line for rank in job.ranks for line in rank_notes(job, rank, job.size > 1)]

@@ -4,8 +4,7 @@ A thin front end: the plan comes from the parent (:mod:`launcher.bind.handoff`, 
 (:func:`launcher.bind.handoff.plan_job`), the environment from :mod:`launcher.env.policy`, and :mod:`launcher.bind.apply` binds
 and execs. This module is the hot path: it runs before every rank. It imports the pure core and as little of
 the standard library as it can: argparse only when there are options to parse, json only to read
-``AFFRUN_PLAN``, no typing or dataclasses (docs/design.md §11), and no click, psutil, yaml, cpuinfo, submitit
-or torch.
+``AFFRUN_PLAN``, and no click, psutil, yaml, cpuinfo, submitit or torch.
 tests/system/test_light_imports.py holds that.
 """
 
@@ -13,20 +12,22 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.base.untrusted import note_line, shell_join, short, shown, warning_line
 from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank_variables
-from launcher.bind.wire import PLAN_VARIABLE, Job, RankRecord, read_job
+from launcher.bind.wire import PLAN_VARIABLE, Job, read_job
 from launcher.context.local_rank import LocalRank
 from launcher.env.rank_line import MEM_VARIABLE, mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError, LaunchError, error_line
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping, Sequence
     from types import SimpleNamespace
+
+    from launcher.plan.record import RankPlan
 
     Args = argparse.Namespace | SimpleNamespace
 
@@ -98,7 +99,7 @@ def given_options(before: Sequence[str]) -> list[str]:
 
 
 def _job_and_rank(args: Args, environ: Mapping[str, str],
-                  given: Sequence[str] = ()) -> tuple[Job, RankRecord, LocalRank | None]:
+                  given: Sequence[str] = ()) -> tuple[Job, RankPlan, LocalRank | None]:
     """The job this rank belongs to, its record, and the launcher's rank variables (when they were read): the
     parent's ``AFFRUN_PLAN`` (no planner is imported), or a plan made here (srun, mpirun, submitit). Options of
     the table ``given`` on the command line plan here even under a parent's plan (docs/launchers.md)."""
@@ -121,7 +122,7 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
             if not 0 <= rank < job.size:
                 raise LaunchError(f"local rank {rank} is not in the plan ({job.size} ranks)")
             return job, job.ranks[rank], detected
-        user_env = job.user_env  # the user's own values, before the parent set any (torchrun's OMP_NUM_THREADS)
+        user_env = job.handoff.user_env  # the user's own values, before the parent set any (torchrun's OMP_NUM_THREADS)
     from launcher.bind.handoff import plan_job
     from launcher.options.record import Options
 
@@ -150,7 +151,7 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
         _, parent = plan_tuned(tuned, args, lambda a: plan_job(Options.from_args(a), nproc, environ=environ,
                                                                 user_env=user_env, loaded=loaded))
     job = parent.job()
-    for warning in job.warnings if rank == 0 else ():  # planned here: nobody above printed them
+    for warning in job.plan.warnings if rank == 0 else ():  # planned here: nobody above printed them
         _warn(warning)
     return job, job.ranks[rank], detected
 
@@ -231,11 +232,12 @@ def main(argv: Sequence[str]) -> int:
     job, rank, detected = _job_and_rank(args, environ, given)
     here = [f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside"] if (
         given and PLAN_VARIABLE in environ) else []
-    notes = [*here, *rank.notes]
-    verbose = args.verbose or job.verbose
+    notes = [*here, *job.env(rank).notes]
+    verbose = args.verbose or job.handoff.verbose
+    mem_policy = job.handoff.mem_policy
     env = rank_environ(job, rank, environ)
     _mark_subjob(env, environ, rank.local_rank, job.size)
-    env[MEM_VARIABLE] = mem_text(job.mem_policy, rank.mem_nodes)  # as planned; what took is written below
+    env[MEM_VARIABLE] = mem_text(mem_policy, rank.mem_nodes)  # as planned; what took is written below
     feed: dict[str, str] = {}
     if hasattr(args, "feed_report"):  # options were parsed (default_args() has none): --feed-*, --loader-workers
         from launcher.feed.variables import feed_variables
@@ -250,14 +252,14 @@ def main(argv: Sequence[str]) -> int:
             env.setdefault(name, value)
     host = os.uname().nodename  # gethostname() without importing socket on the per-rank path
     if args.dry_run:  # every line shown: values, notes and the command may hold a newline or an escape sequence
-        print(shown(rank_line(rank, job.size, mem_text(job.mem_policy, rank.mem_nodes), host)))
+        print(shown(rank_line(rank, job.size, mem_text(mem_policy, rank.mem_nodes), host)))
         for name in sorted({*rank_variables(job, rank), MEM_VARIABLE, *feed}):
             print(shown(f"{name}={env[name]}"))
-        for name in rank.unset:
+        for name in job.env(rank).unset:
             print(shown(f"unset {name}"))
         from launcher.launch.dry_run import rank_notes
 
-        for line in rank_notes(rank, False, before=here, after=rank.warnings):
+        for line in rank_notes(job, rank, False, before=here, after=rank.warnings):
             print(line)
         if command:
             print("exec " + shell_join(command))
@@ -268,7 +270,7 @@ def main(argv: Sequence[str]) -> int:
 
         start_afresh(feed)  # the job's only rank: an old --feed-json file goes, as under torchrun and run
     inherited = rank if environ.get(PLAN_VARIABLE) and not given else None  # the parent's plan: true here, or refused
-    mem = bind_process(rank.cpus, job.mem_policy, rank.mem_nodes, job.mem_backend, inherited)
+    mem = bind_process(rank.cpus, mem_policy, rank.mem_nodes, job.handoff.mem_backend, inherited)
     env[MEM_VARIABLE] = mem_text(mem.policy, mem.nodes)
     for warning in mem.warnings:
         _warn(f"rank {rank.local_rank}: {warning}")

@@ -14,7 +14,7 @@ no other rank holds. A rank that would be left without a compute core keeps none
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from launcher.base.cpulist import format_cpulist
 from launcher.plan.kinds import plan_kinds
@@ -22,38 +22,10 @@ from launcher.plan.kinds import plan_kinds
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from launcher.plan.record import RankPlan
     from launcher.topology.model import Topology
 
 Unit = tuple[int, ...]  # a core, as the PUs of a RankPlan's compute_cores
-
-
-class RankPlan(Protocol):
-    """What is read of a planned rank (:class:`launcher.plan.planner.RankPlan`, which imports this module)."""
-
-    @property
-    def local_rank(self) -> int: ...
-    @property
-    def cpus(self) -> tuple[int, ...]: ...
-    @property
-    def compute_cores(self) -> tuple[Unit, ...]: ...
-    @property
-    def spill_cpus(self) -> tuple[int, ...]: ...
-    @property
-    def main_cpus(self) -> tuple[int, ...]: ...
-    @property
-    def gpu(self) -> int | None: ...
-    @property
-    def gpu_pci(self) -> str | None: ...
-    @property
-    def numa_nodes(self) -> tuple[int, ...]: ...
-    @property
-    def threads(self) -> int: ...
-    @property
-    def shared(self) -> bool: ...
-    @property
-    def reasons(self) -> tuple[str, ...]: ...
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
 
 
 def keep_comm_cores(topo: Topology, ranks: Sequence[RankPlan], k: int, smt: bool,

@@ -8,18 +8,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
-from launcher.base.memnodes import memory_nodes
 
 if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
 
 def rank_memory_nodes(topo: Topology, nodes: tuple[int, ...], rank_warnings: list[str]) -> tuple[int, ...]:
-    """The nodes the rank's memory policy names, in the normal form every rank checks
-    (:func:`launcher.base.memnodes.memory_nodes`) of each home node's stand-ins (:func:`stand_ins_of`)."""
+    """The nodes the rank's memory policy names: the sorted union of each home node's stand-ins
+    (:func:`stand_ins_of`)."""
     stand_ins = {n: stand_ins_of(topo, n, rank_warnings) for n in nodes}
     forbidden = [n for n in nodes if stand_ins[n] == () and _has_memory(topo, n)]
-    out = memory_nodes(nodes, stand_ins)
+    out = tuple(sorted({m for n in nodes for m in stand_ins[n]}))
     if forbidden and not out:
         rank_warnings.append(f"memory of node(s) {','.join(map(str, forbidden))} is not allowed by the cpuset; no memory policy")
     return out

@@ -10,42 +10,19 @@ written in ``AFFRUN_NIC`` or ``UCX_NET_DEVICES`` is given to no rank: a rank it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import NIC_DISTANCES
 from launcher.base.untrusted import short
+from launcher.plan.record import NicChoice
 from launcher.topology.nics_names import device_problem
 from launcher.topology.pci import pci_order
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
-    from launcher.base.choices import NicDistance, NicKind
+    from launcher.base.choices import NicDistance
     from launcher.topology.model import GPU, NIC, NicPort, Topology
-
-
-@dataclass(frozen=True)
-class NicChoice:
-    """The NIC a rank is given: ``port`` is the RDMA port (None for an interface)."""
-
-    name: str
-    port: int | None
-    pci: str
-    kind: NicKind
-    distance: NicDistance
-    rate_gbps: float | None = None
-
-    @property
-    def device(self) -> str:
-        """``mlx5_0:1`` for an RDMA port, ``eth0`` for an interface: ``AFFRUN_NIC``'s and ``UCX_NET_DEVICES``'s
-        spelling."""
-        return self.name if self.port is None else f"{self.name}:{self.port}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "port": self.port, "device": self.device, "pci": self.pci, "kind": self.kind,
-                "distance": self.distance, "rate_gbps": self.rate_gbps}
 
 
 def usable_nics(topo: Topology) -> list[tuple[NIC, NicPort]]:
@@ -118,6 +95,7 @@ def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]
             continue
         nic, port = min(named, key=lambda np: (uses.get(np[0], 0), pci_order(np[0].pci), np[0].name))
         uses[nic] = uses.get(nic, 0) + 1
-        out.append(NicChoice(nic.name, port.number if nic.rdma else None, nic.pci, nic.kind,
-                             NIC_DISTANCES[best[0]], port.rate_gbps))
+        number = port.number if nic.rdma else None
+        out.append(NicChoice(nic.name, number, nic.name if number is None else f"{nic.name}:{number}", nic.pci,
+                             nic.kind, NIC_DISTANCES[best[0]], port.rate_gbps))
     return out, why

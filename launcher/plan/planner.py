@@ -11,10 +11,10 @@ How it decides, step by step: docs/how-it-decides.md; the facts and their source
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode, SpillChoice
+from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode
 from launcher.base.cpulist import format_cpulist
 from launcher.errors import Opt, PlanError
 from launcher.plan.comm import keep_comm_cores
@@ -22,8 +22,9 @@ from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus
 from launcher.plan.kinds import kind_roles, plan_kinds, priority_chunks
 from launcher.plan.memory import rank_memory_nodes
-from launcher.plan.nics import NicChoice, choose_nics
+from launcher.plan.nics import choose_nics
 from launcher.plan.priority import choose_main_cores, priority_cpus, priority_first
+from launcher.plan.record import Plan, RankPlan
 from launcher.plan.request import Request, validate_request
 from launcher.plan.spill import Spill, spill_cores
 from launcher.topology.kinds import CoreKinds
@@ -31,7 +32,6 @@ from launcher.topology.model import GPU, Core, Topology
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
 # The request side (what may be asked, and what is refused before planning) is launcher.plan.request's;
 # these names are the planner's interface too.
@@ -39,78 +39,6 @@ __all__ = [
     "GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "quota_threads",
     "validate_request",
 ]
-
-@dataclass(frozen=True)
-class RankPlan:
-    local_rank: int
-    cpus: tuple[int, ...]  # every PU the rank may use (compute + loader)
-    compute_cores: tuple[tuple[int, ...], ...]  # cores (PU tuples) for OpenMP threads
-    loader_cpus: tuple[int, ...]
-    gpu: int | None  # visible index (torch.cuda.set_device)
-    gpu_pci: str | None
-    numa_nodes: tuple[int, ...]
-    mem_nodes: tuple[int, ...]
-    threads: int
-    shared: bool = False  # numa/socket modes: other ranks use the same CPUs
-    reasons: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    spill_cpus: tuple[int, ...] = ()  # PUs of cpus that come from nodes hosting no rank (loader or compute)
-    spill_nodes: tuple[int, ...] = ()  # the nodes they come from
-    nic: NicChoice | None = None  # the nearest NIC (launcher.plan.nics)
-    comm_cpus: tuple[int, ...] = ()  # PUs of cpus kept for NCCL's threads (--comm-cores): no compute, no loader
-    main_cpus: tuple[int, ...] = ()  # PUs of the main thread's core, one of compute_cores (--main-thread); ()
-
-    @property
-    def compute_cpus(self) -> tuple[int, ...]:
-        return tuple(sorted(p for core in self.compute_cores for p in core))
-
-    @property
-    def nic_device(self) -> str | None:
-        return self.nic.device if self.nic else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "local_rank": self.local_rank,
-            "cpus": list(self.cpus),
-            "compute_cores": [list(c) for c in self.compute_cores],
-            "loader_cpus": list(self.loader_cpus),
-            "gpu": self.gpu,
-            "gpu_pci": self.gpu_pci,
-            "numa_nodes": list(self.numa_nodes),
-            "mem_nodes": list(self.mem_nodes),
-            "threads": self.threads,
-            "shared": self.shared,
-            "reasons": list(self.reasons),
-            "warnings": list(self.warnings),
-            "spill_cpus": list(self.spill_cpus),
-            "spill_nodes": list(self.spill_nodes),
-            "nic": self.nic.to_dict() if self.nic else None,
-            "comm_cpus": list(self.comm_cpus),
-            "main_cpus": list(self.main_cpus),
-        }
-
-
-@dataclass(frozen=True)
-class Plan:
-    ranks: tuple[RankPlan, ...]
-    mode: Mode
-    smt: bool
-    gpu_order: GpuOrder
-    warnings: tuple[str, ...] = field(default=())
-    reserved: tuple[int, ...] = field(default=())  # PUs of the cores taken out by --reserve (whole cores)
-    spill: SpillChoice = "none"  # what the cores of nodes without ranks became: loader | compute | none
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "smt": self.smt,
-            "gpu_order": self.gpu_order,
-            "spill": self.spill,
-            "ranks": [r.to_dict() for r in self.ranks],
-            "warnings": list(self.warnings),
-            "reserved": list(self.reserved),
-        }
-
 
 def _reserved_pus(topo: Topology, req: Request) -> set[int]:
     """A reserved CPU takes its whole core out, even when only a sibling of it is allowed."""
@@ -169,10 +97,8 @@ def make_plan(topo: Topology, req: Request) -> Plan:
         ranks.append(
             _rank_plan(topo, req, rank, chunk, spills.get(rank), gpu, gpu_obj, shared, sharers, reasons, warnings)
         )
-    return Plan(
-        _finish_ranks(topo, req, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
-        tuple(sorted(reserved_pus)), req.spill,
-    )
+    return Plan(req.mode, req.smt, req.gpu_order, req.spill, _finish_ranks(topo, req, ranks, warnings), tuple(warnings),
+                tuple(sorted(reserved_pus)))
 
 
 def _cut_chunks(
@@ -352,7 +278,5 @@ def _plan_map(topo: Topology, req: Request, cores: list[Core], warnings: list[st
         gpu = req.gpus[rank] if req.gpus is not None else (rank if rank < len(visible) else None)
         gpu_obj = visible[gpu] if gpu is not None else None
         ranks.append(_rank_plan(topo, req, rank, chunk, None, gpu, gpu_obj, False, 1, ["explicit --map"], warnings))
-    return Plan(
-        _finish_ranks(topo, req, ranks, warnings), req.mode, req.smt, req.gpu_order, tuple(warnings),
-        tuple(sorted(_reserved_pus(topo, req))), "none",
-    )
+    return Plan(req.mode, req.smt, req.gpu_order, "none", _finish_ranks(topo, req, ranks, warnings), tuple(warnings),
+                tuple(sorted(_reserved_pus(topo, req))))

@@ -16,12 +16,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from launcher.base.cpulist import format_cpulist
-from launcher.plan.comm import RankPlan, Unit, gpu_local, team_units
+from launcher.plan.comm import Unit, gpu_local, team_units
 from launcher.plan.kinds import plan_kinds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from launcher.plan.record import RankPlan
     from launcher.plan.request import Request
     from launcher.topology.model import Core, Topology
     from launcher.topology.priority import PriorityCores

@@ -10,46 +10,34 @@ hooks apply and ``affrun doctor --pid`` checks each live thread against. The rul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.split import worker_split
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
-    from typing import Any, Protocol
+    from typing import Any
 
-    class RankCpus(Protocol):
-        """A rank's CPU lists, in any collection: a plan's entry, a rank's record or binding, a live rank's."""
 
-        @property
-        def cpus(self) -> Collection[int]: ...
-        @property
-        def compute_cpus(self) -> Collection[int]: ...
-        @property
-        def loader_cpus(self) -> Collection[int]: ...
-        @property
-        def comm_cpus(self) -> Collection[int]: ...
-        @property
-        def main_cpus(self) -> Collection[int]: ...
+class RankFields(Protocol):
+    """A rank's CPU lists, in any collection, and its thread count: a plan's entry (RankPlan), a rank's binding
+    read back (TaskBinding) or a live rank's variables (LiveFields)."""
 
-    class RankThreadFields(Protocol):
-        """What a thread plan is made from: a RankPlan, a RankRecord or a live rank's variables."""
-
-        @property
-        def local_rank(self) -> int: ...
-        @property
-        def cpus(self) -> tuple[int, ...]: ...
-        @property
-        def compute_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def loader_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def comm_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def main_cpus(self) -> tuple[int, ...]: ...
-        @property
-        def threads(self) -> int: ...
+    @property
+    def local_rank(self) -> int: ...
+    @property
+    def cpus(self) -> Collection[int]: ...
+    @property
+    def compute_cpus(self) -> Collection[int]: ...
+    @property
+    def loader_cpus(self) -> Collection[int]: ...
+    @property
+    def comm_cpus(self) -> Collection[int]: ...
+    @property
+    def main_cpus(self) -> Collection[int]: ...
+    @property
+    def threads(self) -> int: ...
 
 
 ThreadRole = Literal["main", "omp", "interop", "pin_memory", "nccl_proxy", "worker"]
@@ -114,7 +102,7 @@ def _minus(cpus: Sequence[int], taken: Sequence[int]) -> tuple[int, ...]:
     return left or tuple(sorted(cpus))
 
 
-def working_cpus(rank: RankCpus) -> tuple[int, ...]:
+def working_cpus(rank: RankFields) -> tuple[int, ...]:
     """The CPUs the rank computes on: its compute and loader CPUs, never a comm core. Its mask holds its own comm
     cores (NCCL pins its threads there) and, in ``numa`` and ``socket`` modes, those of the ranks it shares CPUs
     with; neither is in these. The main thread's first OpenMP place, and the CPUs its DataLoader workers share
@@ -125,13 +113,13 @@ def working_cpus(rank: RankCpus) -> tuple[int, ...]:
     return tuple(sorted((compute | set(rank.loader_cpus)) - comm)) or tuple(sorted(rank.cpus))
 
 
-def worker_pool(rank: RankCpus) -> tuple[int, ...]:
+def worker_pool(rank: RankFields) -> tuple[int, ...]:
     """The CPUs a rank's DataLoader workers share out where it has no loader CPUs: :func:`working_cpus` off the
     main core (all of them when that leaves none)."""
     return _minus(working_cpus(rank), tuple(rank.main_cpus))
 
 
-def thread_plan(rank: RankThreadFields, workers: int, cores: Iterable[Iterable[int]] = ()) -> ThreadPlan:
+def thread_plan(rank: RankFields, workers: int, cores: Iterable[Iterable[int]] = ()) -> ThreadPlan:
     """The homes of ``rank``'s threads with ``workers`` DataLoader workers; ``cores``: the machine's PU groups,
     which the workers are cut by (docs/threads.md, "The thread plan").
 

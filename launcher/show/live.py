@@ -59,7 +59,7 @@ class LiveModel(Model):
 
     def __init__(self, topo: Topology, use: Use) -> None:
         self.use = use
-        super().__init__(topo, Plan((), "exclusive", False, "rank"))
+        super().__init__(topo, Plan("exclusive", False, "rank", "none", ()))
 
     def _mark(self, core: Core) -> tuple[str, Style, CoreInfo]:
         counts: dict[tuple[int, str, bool], int] = {}

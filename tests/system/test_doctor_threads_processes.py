@@ -370,21 +370,3 @@ def test_a_rank_under_affrun_run_is_judged_by_the_plan_it_carries() -> None:
     assert rank["plan_source"] == "affrun run's plan (AFFRUN_PLAN)" and rank["thread_plan"]["main"]["cpus"] == str(a)
     main = thread(data, pid, pid)
     assert (main["role"], main["home"], main["verdict"], main["allowed"]) == ("main", str(a), "home", str(a))
-
-
-def test_a_plan_file_named_relative_to_the_rank_is_read_where_the_rank_runs(tmp_path: Path) -> None:
-    """``AFFRUN_PLAN=@plan.json`` is relative to the rank's working directory, where its hook read it: the doctor,
-    run from elsewhere, read its own directory's file (none here: no thread plan)."""
-    a, _ = two_cpus()
-    dump = "import os, sys; sys.stdout.write('PLAN ' + os.environ['AFFRUN_PLAN'] + '\\n')"
-    done = run(affrun_argv("run", "--map", str(a), "--", sys.executable, "-c", dump), env=clean_env(), timeout=120)
-    plan = next(x for x in done.stdout.splitlines() if x.startswith("PLAN "))[len("PLAN "):]
-    (tmp_path / "plan.json").write_text(plan)
-    job = "import os, time; os.write(1, f'READY {os.getpid()}\\n'.encode()); time.sleep(600)"
-    env = clean_env(AFFRUN_RUN="rank0", AFFRUN_PLAN="@plan.json")
-    argv = ["sh", "-c", 'cd "$0" && exec "$1" -c "$2"', str(tmp_path), sys.executable, job]
-    with running(argv, env) as (_proc, lines):
-        pid = int(lines[-1].split()[1])
-        _, data = audit(pid, 0.3)
-    rank = process(data, pid)
-    assert rank["plan_source"] == "affrun run's plan (AFFRUN_PLAN)" and rank["thread_plan"]["main"]["cpus"] == str(a)

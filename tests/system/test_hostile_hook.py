@@ -24,8 +24,9 @@ from launcher.bind.handoff import ParentPlan
 from launcher.bind.wire import read_job
 from launcher.errors import LaunchError
 from tests.conftest import ROOT, need
-from tests.launch import clean_env, job_matches
+from tests.launch import clean_env
 from tests.plan_cases import SETTINGS, cases, plan_or_error
+from tests.plan_check import check_handoff
 from tests.system.test_hostile_input import affrun, refused
 
 ALLOWED = frozenset(os.sched_getaffinity(0))
@@ -296,52 +297,21 @@ def _loader_overlaps_compute(d: dict[str, Any]) -> None:
     rank.update(loader_cpus=[rank["cpus"][0]])
 
 
-def _shared_exclusive(d: dict[str, Any]) -> None:
-    ranks = d["plan"]["ranks"]
-    ranks[1].update(cpus=ranks[0]["cpus"], compute_cores=ranks[0]["compute_cores"], shared=True)
-    ranks[0].update(shared=True)
-
-
-def _shared_alone(d: dict[str, Any]) -> None:
-    d["plan"].update(mode="numa")
-    _rank0(d).update(shared=True)
-
-
-def _foreign_mem_node(d: dict[str, Any]) -> None:
-    rank = _rank0(d)  # a node of its own and one more, standing in for none of its nodes
-    rank.update(mem_nodes=sorted({*rank["numa_nodes"], max(rank["numa_nodes"], default=0) + 7}))
-    d.update(mem_policy="membind")
-
-
-def _threads_of_smt_without_smt(d: dict[str, Any]) -> None:
-    ranks = d["plan"]["ranks"]  # one core of two PUs: without smt it runs one thread
-    ranks[0].update(cpus=sorted(ranks[0]["cpus"] + ranks[1]["cpus"]),
-                    compute_cores=[sorted(ranks[0]["cpus"] + ranks[1]["cpus"])], threads=2)
-    del ranks[1]
-
-
 def _cpus_outside_cores(d: dict[str, Any]) -> None:
     ranks = d["plan"]["ranks"]  # a CPU in the mask that is neither compute nor loader
     ranks[0].update(cpus=sorted(ranks[0]["cpus"] + ranks[1]["cpus"]))
-    del ranks[1]
+    del ranks[1], d["env"][1]
 
 
-def _spill_without_spill(d: dict[str, Any]) -> None:
-    d["plan"].update(spill="none")
-    _rank0(d).update(spill_cpus=list(_rank0(d)["cpus"]), spill_nodes=[0])
-
-
-def _reserved_in_a_rank(d: dict[str, Any]) -> None:
-    d["plan"].update(reserved=list(_rank0(d)["cpus"]))
+def _unshared_overlap(d: dict[str, Any]) -> None:
+    ranks = d["plan"]["ranks"]  # rank 1 on rank 0's CPUs, neither of them shared
+    ranks[1].update({k: ranks[0][k] for k in ("cpus", "compute_cores", "loader_cpus", "threads")})
 
 
 IMPOSSIBLE: dict[str, Callable[[dict[str, Any]], None]] = {
     "65536 threads on one CPU": _one_cpu_rank, "loader CPUs are all CPUs": _loader_is_everything,
     "no compute core": _no_compute, "an empty core": _empty_core, "loader overlaps compute": _loader_overlaps_compute,
-    "shared in exclusive mode": _shared_exclusive,
-    "shared with no one": _shared_alone, "memory node not the rank's": _foreign_mem_node,
-    "threads of SMT without smt": _threads_of_smt_without_smt, "CPU neither compute nor loader": _cpus_outside_cores,
-    "spill CPUs with spill none": _spill_without_spill, "reserved CPU in a rank": _reserved_in_a_rank,
+    "CPU neither compute nor loader": _cpus_outside_cores, "two unshared ranks on one CPU": _unshared_overlap,
 }
 
 
@@ -355,6 +325,22 @@ def test_a_plan_no_planner_could_make_is_refused(change: Callable[[dict[str, Any
     assert proc.stdout == ""
     exec_env = {"AFFRUN_PLAN": env["AFFRUN_PLAN"], "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
     refused(affrun("exec", "--", "true", env=exec_env), "AFFRUN_PLAN")  # affrun exec under torchrun
+
+
+# What only the planner decides is not re-derived by the rank: a plan that says otherwise is applied as written.
+AS_WRITTEN: dict[str, Callable[[dict[str, Any]], object]] = {
+    "spill CPUs with spill none": lambda d: (d["plan"].update(spill="none"), _rank0(d).update(spill_nodes=[0])),
+    "reserved CPU in a rank": lambda d: d["plan"].update(reserved=[_rank0(d)["cpus"][0]]),
+    "a NCCL_PROXY_CPUSET of the user's": lambda d: d["env"][0]["set"].update(NCCL_PROXY_CPUSET="0"),
+}
+
+
+@pytest.mark.parametrize("change", list(AS_WRITTEN.values()), ids=list(AS_WRITTEN))
+def test_a_plan_with_other_planner_choices_is_applied_as_written(change: Callable[[dict[str, Any]], object]) -> None:
+    env = mutate(run_env("--nproc-per-node", "1"), change)
+    proc = python(PROBE, env)  # the hook binds it as rank 0
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rank"] == "0"
 
 
 def test_bind_rank_refuses_an_impossible_plan_and_applies_nothing() -> None:
@@ -371,7 +357,7 @@ def test_bind_rank_refuses_an_impossible_plan_and_applies_nothing() -> None:
                           timeout=120, env=clean_env(), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    assert "AFFRUN_PLAN" in got["err"] and "threads" in got["err"], got
+    assert "AFFRUN_PLAN" in got["err"] and "AFFRUN_THREADS=65536" in got["err"], got
     assert frozenset(got["mask"]) == ALLOWED and got["omp"] is None, got
 
 
@@ -398,4 +384,4 @@ def test_every_plan_the_planner_makes_passes_the_check(case: Any) -> None:
     machine, request = case
     plan = plan_or_error(machine.topo, request)
     if plan is not None:
-        assert job_matches(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False).job(), plan)
+        check_handoff(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False))

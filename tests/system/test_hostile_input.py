@@ -337,20 +337,22 @@ PLAN_DAMAGE: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
     ("user_env", lambda d: d.update(user_env={"OMP_NUM_THREADS": 4}), "user_env"),
     ("user_env list", lambda d: d.update(user_env=["x"]), "user_env"),
     ("verbose", lambda d: d.update(verbose="yes"), "verbose"),
-    ("negative cpu", lambda d: rank0(d).update(cpus=[-1]), "cpus[]"),
-    ("huge cpu", lambda d: rank0(d).update(cpus=[99999999999]), "cpus[]"),
-    ("cpu above cap", lambda d: rank0(d).update(cpus=[70000]), "cpus[]"),
-    ("bool cpu", lambda d: rank0(d).update(cpus=[True]), "cpus[]"),
-    ("negative node", lambda d: rank0(d).update(numa_nodes=[-1]), "numa_nodes[]"),
-    ("node above cap", lambda d: rank0(d).update(mem_nodes=[5000]), "mem_nodes[]"),
+    ("negative cpu", lambda d: rank0(d).update(cpus=[-1]), "cpus[0]"),
+    ("huge cpu", lambda d: rank0(d).update(cpus=[99999999999]), "cpus[0]"),
+    ("cpu above cap", lambda d: rank0(d).update(cpus=[70000]), "cpus[0]"),
+    ("bool cpu", lambda d: rank0(d).update(cpus=[True]), "cpus[0]"),
+    ("negative node", lambda d: rank0(d).update(numa_nodes=[-1]), "numa_nodes[0]"),
+    ("node above cap", lambda d: rank0(d).update(mem_nodes=[5000]), "mem_nodes[0]"),
     ("threads", lambda d: rank0(d).update(threads=0), "threads"),
     ("gpu", lambda d: rank0(d).update(gpu=-1), "gpu"),
-    ("compute outside cpus", lambda d: rank0(d).update(compute_cores=[[12345]]), "compute_cores"),
+    ("compute outside cpus", lambda d: rank0(d).update(compute_cores=[[12345]]), "COMPUTE_CPUS=12345"),
     ("two ranks one cpu", lambda d: d["plan"]["ranks"][1]["cpus"].append(rank0(d)["cpus"][0]), "both have CPU"),
     ("mode", lambda d: d["plan"].update(mode="turbo"), "plan.mode"),
     ("no ranks", lambda d: d["plan"].update(ranks=[]), "plan.ranks"),
     ("plan not an object", lambda d: d.update(plan=[1]), "plan must be an object"),
     ("missing key", lambda d: rank0(d).pop("cpus"), "missing \"cpus\""),
+    ("another schema", lambda d: d.update(schema=2), "\"schema\" is 2, not 1"),
+    ("no schema", lambda d: d.pop("schema"), "\"schema\" is None, not 1"),
 ]
 
 
@@ -413,7 +415,6 @@ NAMED_FILES: dict[str, tuple[list[str], dict[str, str]]] = {
     "sbatch --config": (["sbatch", "--config", LONG, "--", "train.py"], {}),
     "sbatch --template": (["sbatch", "--template", LONG, "--", "train.py"], {}),
     "AFFRUN_CONFIG": (["sbatch", "--", "train.py"], {"AFFRUN_CONFIG": LONG}),
-    "AFFRUN_PLAN=@": (["exec", "--local-rank", "0", "--nproc-per-node", "1", "--", "true"], {"AFFRUN_PLAN": "@" + LONG}),
 }
 
 
@@ -490,8 +491,7 @@ def test_fifo_and_devices_as_named_files(tmp_path: Path) -> None:
     refused(affrun("sbatch", "--config", str(pipe), "--", "train.py"), "not a regular file")
     refused(affrun("sbatch", "--config", "/dev/zero", "--", "train.py"), "not a regular file")
     refused(affrun("sbatch", "--template", str(pipe), "--", "train.py"), "--template", "not a regular file")
-    refused(dry_exec("--local-rank", "0", "--nproc-per-node", "1", env={"AFFRUN_PLAN": f"@{pipe}"}), "not a regular")
-    refused(dry_exec("--local-rank", "0", "--nproc-per-node", "1", env={"AFFRUN_PLAN": "@/dev/zero"}), "not a regular")
+    refused(dry_exec("--local-rank", "0", "--nproc-per-node", "1", env={"AFFRUN_PLAN": f"@{pipe}"}), "no longer reads")
     assert stat.S_ISFIFO(os.stat(pipe).st_mode)
 
 

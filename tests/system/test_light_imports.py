@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -46,9 +45,6 @@ def test_core_modules_load_no_heavy_package(module: str) -> None:
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
 
 
-# What the exec path left behind to get under 2x `python -c pass` (benchmarks/launch_overhead.py; docs/design.md §11
-# has the measurements). argparse is imported only where exec has options, json only for a plan it refuses.
-SLOW_STDLIB = ("typing", "dataclasses", "inspect", "argparse", "json", "re", "enum", "shutil", "shlex", "collections")
 RANK_PROBE = """
 import os, sys
 sys.argv = ["affrun"] + {argv!r}
@@ -109,11 +105,12 @@ def _modules_of_a_rank_under_a_parent_plan() -> set[str]:
 
 
 def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> None:
-    """The one channel (launcher.bind.wire): a rank applies its parent's record and re-derives nothing."""
+    """The one channel (launcher.bind.wire): a rank applies its parent's record (launcher.plan.record) and
+    re-derives nothing."""
     modules = _modules_of_a_rank_under_a_parent_plan()
-    assert "launcher.bind.wire" in modules
-    heavy = {m for m in modules if m.startswith(("launcher.plan", "launcher.topology", "launcher.options",
-                                                  "launcher.bind.handoff", "launcher.env.policy"))}
+    assert {"launcher.bind.wire", "launcher.plan.record"} <= modules
+    heavy = {m for m in modules - {"launcher.plan", "launcher.plan.record"} if m.startswith((
+        "launcher.plan", "launcher.topology", "launcher.options", "launcher.bind.handoff", "launcher.env.policy"))}
     assert not heavy, sorted(heavy)
 
 
@@ -132,43 +129,6 @@ def test_a_standalone_rank_reads_no_cpu_identity() -> None:
     assert "launcher.topology.sysfs" in modules  # it did read the topology
     assert not modules & {"launcher.topology.cpu_identity", "cpuinfo"}
 
-LIGHT_TRICK = re.compile(r"^TYPE_CHECKING = False|^else:\n(?:    \w+ = )+str$", re.M)
-
-
-def test_light_import_tricks_only_in_the_modules_a_rank_imports() -> None:
-    """`TYPE_CHECKING = False` and run-time `str` stand-ins for Literal types save a rank `import typing`; in a
-    module no rank imports under a parent plan they only cost the reader (docs/design.md §11)."""
-    rank = _modules_of_a_rank_under_a_parent_plan()
-    package = os.path.join(ROOT, "launcher")
-    tricked = set()
-    for folder, _, names in os.walk(package):
-        for name in names:
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                with open(path, encoding="utf-8") as f:
-                    if LIGHT_TRICK.search(f.read()):
-                        module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                        tricked.add(module.removesuffix(".__init__"))
-    assert tricked, "the pattern no longer finds the trick where it belongs"
-    assert tricked <= rank, sorted(tricked - rank)
-
-
-def test_a_rank_under_a_parent_plan_imports_only_json_of_them() -> None:
-    """affrun torchrun / affrun run: the rank reads AFFRUN_PLAN with json (and what json imports, read off a bare
-    interpreter here), plans nothing and parses no options."""
-    from launcher.bind.handoff import plan_job
-    from launcher.options.record import Options
-
-    _, parent = plan_job(Options(), 1)
-    loaded = _loaded_by_exec(["exec", "--", "/nonexistent/affrun-probe"], {"AFFRUN_PLAN": parent.to_json(),
-                                                                           "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
-    probe = "import sys; before = set(sys.modules); import json; print(sorted(set(sys.modules) - before))"
-    by_json = {m.split(".")[0] for m in ast.literal_eval(subprocess.run(
-        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, check=True).stdout)}
-    assert "launcher" in loaded and "json" in loaded
-    assert loaded & set(SLOW_STDLIB) <= by_json, sorted(loaded & set(SLOW_STDLIB) - by_json)
-
-
 def test_exec_without_options_takes_the_parsers_defaults() -> None:
     """exec skips argparse when no option comes before `--`: what it uses instead must be what argparse gives."""
     from launcher.launch.exec_cmd import build_parser, default_args
@@ -181,31 +141,3 @@ def test_exec_without_options_takes_the_parsers_defaults() -> None:
     # the feed options left out are no variable (launcher.feed.variables), as their defaults give none
     assert {k: v for k, v in parsed.items() if k not in given} == {
         s.dest: False if s.is_flag else s.default for s in (*BINDING_OPTIONS, *FEED_OPTIONS)}
-
-
-HOT_LITERALS = ("launcher.base.choices",)
-
-
-@pytest.mark.parametrize("module", HOT_LITERALS)
-def test_each_literal_type_lists_the_values_of_its_tuple(module: str) -> None:
-    """On the exec path a Literal type is defined for mypy only (typing costs ~10 ms) and its values are also
-    spelled out in the tuple annotated with it (`MODES: tuple[Mode, ...]`): the two must stay equal."""
-    import importlib
-
-    mod = importlib.import_module(module)
-    tree = ast.parse(open(mod.__file__, encoding="utf-8").read())  # type: ignore[arg-type]
-    literals: dict[str, tuple[str, ...]] = {}
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript)
-                and isinstance(node.value.value, ast.Name) and node.value.value.id == "Literal"):
-            values = node.value.slice.elts if isinstance(node.value.slice, ast.Tuple) else [node.value.slice]
-            literals[node.targets[0].id] = tuple(v.value for v in values)  # type: ignore[attr-defined]
-    checked = 0
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.annotation, ast.Subscript):
-            ann = ast.unparse(node.annotation)
-            for alias, values in literals.items():
-                if ann == f"tuple[{alias}, ...]":
-                    assert getattr(mod, node.target.id) == values, (node.target.id, alias)  # type: ignore[attr-defined]
-                    checked += 1
-    assert checked, f"no Literal tuple found in {module}"

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.bind.handoff import ParentPlan
-from launcher.bind.wire import read_job
 from launcher.env.omp_syntax import parse_places
 from launcher.env.policy import rank_environment
 from launcher.plan.planner import Plan, Request
 from launcher.topology.model import Topology
 from tests.plan_cases import SETTINGS, Machine, comm_cases, machines, plan_or_error
+from tests.plan_check import check_handoff
 
 BINDS = ("rank", "core")
 
@@ -71,9 +71,9 @@ def check_comm(topo: Topology, req: Request, plan: Plan, without: Plan) -> None:
             holders = [o.local_rank for o in plan.ranks if o is not r and p in o.cpus and not (o.shared and r.shared)]
             assert not holders, f"CPU {p}: comm CPU of rank {r.local_rank}, in the mask of ranks {holders}"
         check_environment(r, len(plan.ranks), req.smt)
-    # the plan every rank reads back and checks (AFFRUN_PLAN): a rank refuses a plan no planner makes
+    # the plan every rank reads back (AFFRUN_PLAN), and its environments, are what a planner makes
     for bind in BINDS:
-        read_job(ParentPlan(plan, bind, "safe", "none", "auto", {}, False).to_json())
+        check_handoff(ParentPlan(plan, bind, "safe", "none", "auto", {}, False))
     if req.mode in ("exclusive", "l3"):
         for r in plan.ranks:
             for o in plan.ranks:

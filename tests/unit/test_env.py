@@ -23,7 +23,7 @@ from launcher.env.policy import (
 from launcher.plan.planner import Plan, RankPlan, Request, make_plan
 from launcher.topology import load_topology
 from tests.fakesys import uniform, write_tree
-from tests.launch import job_matches
+from tests.plan_check import check_handoff
 
 # A rank of a machine whose SMT siblings are c and c+64: cores 0-3, the last one kept for DataLoader workers.
 RANK = RankPlan(
@@ -385,7 +385,7 @@ def test_effective_mem_policy() -> None:
 
 
 def test_plan_json_adds_env_per_rank() -> None:
-    plan = Plan((RANK,), "exclusive", False, "rank")
+    plan = Plan("exclusive", False, "rank", "none", (RANK,))
     envs = [rank_environment(RANK, local_world_size=1, user_env={"OMP_PLACES": "cores"})]
     out = plan_json(plan, envs, "preferred")
     ranks: list[dict[str, Any]] = out["ranks"]  # type: ignore[assignment]
@@ -395,8 +395,8 @@ def test_plan_json_adds_env_per_rank() -> None:
     assert any("OMP_PLACES=cores replaced" in n for n in rank["notes"])
     assert rank["mem_policy"] == "preferred"
     # The hand-off reader checks what it reads: rank i of a plan is local rank i (RANK above is local rank 1).
-    whole = Plan((replace(RANK, local_rank=0),), "exclusive", False, "rank")
-    assert job_matches(ParentPlan(whole, "rank", "safe", "none", "auto", {}, False).job(), whole)
+    whole = Plan("exclusive", False, "rank", "none", (replace(RANK, local_rank=0),))
+    check_handoff(ParentPlan(whole, "rank", "safe", "none", "auto", {}, False))
 
 
 @pytest.mark.parametrize(

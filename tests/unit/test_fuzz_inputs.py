@@ -168,7 +168,7 @@ def test_corrupted_affrun_plan(trees: dict[str, Path], data: st.DataObject, tree
         except AffrunError as exc:
             one_line(exc)
             return
-        check_plan_alone(job)
+        check_plan_alone(job.plan)
 
     bounded(read_back)
 

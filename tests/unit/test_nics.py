@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from launcher.base.records import to_dict
+from launcher.bind.apply import rank_variables
 from launcher.bind.handoff import ParentPlan
 from launcher.env.policy import rank_environment
 from launcher.errors import TopologyError
@@ -186,7 +188,7 @@ def test_ethernet_counts_only_when_it_is_all_there_is(tmp_path: Path) -> None:
     assert nic is not None and (nic.device, nic.port, nic.kind, nic.distance) == ("eth0", None, "ethernet", "switch")
     down = (FakeNIC("eth0", "0000:15:00.0", 0, "ethernet", (("down", "-1"),)), behind_switch(2))
     _, plan = plan_on(tmp_path / "c", machine(gpu, [down]))
-    assert nics_of(plan) == [None] and plan.to_dict()["ranks"][0]["nic"] is None
+    assert nics_of(plan) == [None] and to_dict(plan)["ranks"][0]["nic"] is None
 
 
 def test_hwloc_xml_nics_and_the_nearest_per_rank() -> None:
@@ -303,5 +305,5 @@ def test_the_nic_reaches_the_rank_through_the_plan(tmp_path: Path) -> None:
     parent = ParentPlan(plan, "rank", "safe", "none", "auto", {"UCX_NET_DEVICES": "mine"}, False, "ucx")
     job = parent.job()
     assert [r.nic_device for r in job.ranks] == nics_of(plan)
-    variables = job.variables(job.ranks[3])
+    variables = rank_variables(job, job.ranks[3])
     assert variables["AFFRUN_NIC"] == "mlx5_4:1" and variables["UCX_NET_DEVICES"] == "mine"

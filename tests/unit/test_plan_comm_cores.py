@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
+from launcher.base.records import to_dict
 from launcher.env.omp_syntax import omp_places, parse_places
 from launcher.env.policy import rank_environment
 from launcher.plan.planner import Plan, Request, make_plan
@@ -48,7 +49,7 @@ def test_dgx_a100_comm_core_is_the_last_compute_core_next_to_the_loaders(tmp_pat
     assert places is not None and not {53, 181} & {p for place in places for p in place}
     # rank 7: GPU 7 on node 5, cores 88-95: loaders 94-95, comm 93 (+221)
     assert comm(plan)[7] == "93,221"
-    assert plan.to_dict()["ranks"][0]["comm_cpus"] == [53, 181]
+    assert to_dict(plan)["ranks"][0]["comm_cpus"] == [53, 181]
 
 
 def test_numa_mode_sharers_keep_one_comm_core_each(tmp_path: Path) -> None:
@@ -172,14 +173,14 @@ def test_comm_cpus_are_apart_inside_and_out_of_the_openmp_team(case: tuple[objec
 
 
 # ----------------------------------------------------------------------------------------------- the rank's record
-def test_the_rank_reads_its_comm_cpus_and_refuses_a_plan_no_planner_made(tmp_path: Path) -> None:
+def test_the_rank_reads_its_comm_cpus_and_refuses_comm_cpus_that_do_not_split_its_cpus(tmp_path: Path) -> None:
     # What a rank reads from AFFRUN_PLAN: its comm CPUs, NCCL_PROXY_CPUSET among the variables affrun sets; a
-    # plan whose comm CPUs are also compute CPUs, or outside the rank, or whose NCCL_PROXY_CPUSET is neither the
-    # comm CPUs nor the user's value, is refused.
+    # plan whose comm CPUs are also compute CPUs, or outside the rank, is refused.
     import json
 
     import pytest
 
+    from launcher.bind.apply import rank_variables
     from launcher.bind.handoff import ParentPlan
     from launcher.bind.wire import read_job
     from launcher.errors import LaunchError
@@ -188,17 +189,13 @@ def test_the_rank_reads_its_comm_cpus_and_refuses_a_plan_no_planner_made(tmp_pat
     value = json.loads(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False).to_json())
     job = read_job(json.dumps(value))
     assert job.ranks[0].comm_cpus == (53, 181)
-    assert job.variables(job.ranks[0])["NCCL_PROXY_CPUSET"] == "53,181"
+    assert rank_variables(job, job.ranks[0])["NCCL_PROXY_CPUSET"] == "53,181"
     from launcher.env.rank_line import rank_line
 
     assert " comm 53,181 mem none" in rank_line(job.ranks[0], 8, "none", "h")
-    for field, bad, message in (("comm_cpus", [52, 180], "must split"), ("comm_cpus", [100], "comm_cpus must be CPUs"),
-                                ("env", "1", "NCCL_PROXY_CPUSET='1' is neither")):
+    for bad, message in (([52, 180], "must split"), ([100], "AFFRUN_COMM_CPUS=100 names CPUs that are not the rank's")):
         broken = json.loads(json.dumps(value))
-        if field == "env":
-            broken["env"][0]["set"]["NCCL_PROXY_CPUSET"] = bad
-        else:
-            broken["plan"]["ranks"][0][field] = bad
+        broken["plan"]["ranks"][0]["comm_cpus"] = bad
         with pytest.raises(LaunchError, match=message):
             read_job(json.dumps(broken))
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.records import to_dict
 from launcher.errors import ConfigError, PlanError
 from launcher.options.record import Options
 from launcher.plan.comm import team_units
@@ -66,7 +67,7 @@ def test_a_node_s_priority_cores_are_shared_out_before_its_chunks_are_cut() -> N
     assert [r.threads for r in plan.ranks] == [4, 4, 4, 4]
     assert "main thread on CPU(s) 6,22, a priority core local to its GPU" in plan.ranks[0].reasons
     assert plan.warnings == ()
-    assert plan.to_dict()["ranks"][0]["main_cpus"] == [6, 22]
+    assert to_dict(plan)["ranks"][0]["main_cpus"] == [6, 22]
 
 
 def test_fewer_priority_cores_than_ranks_on_a_node() -> None:

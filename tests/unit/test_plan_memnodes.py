@@ -1,5 +1,5 @@
-"""A rank's memory nodes: the planner writes them and the rank checks them by one normal form
-(:mod:`launcher.base.memnodes`), over generated machines with memory-less nodes (hypothesis).
+"""A rank's memory nodes as the planner writes them (sorted, each once, only nodes with memory the cpuset allows),
+over generated machines with memory-less nodes (hypothesis).
 
 The machines are test_plan_properties' generated ones, with some nodes made memory-less, memory-only nodes that
 the initiator table makes local to CPU nodes (some of them equally near, as CXL and HBM are), and a cpuset that
@@ -14,13 +14,12 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launcher.base.memnodes import memory_nodes, memory_nodes_fault
 from launcher.bind.handoff import ParentPlan
 from launcher.errors import PlanError
 from launcher.plan.planner import Request, make_plan
 from launcher.topology.model import NumaNode, Topology
-from tests.launch import job_matches
 from tests.plan_cases import SETTINGS, Machine, machines, requests
+from tests.plan_check import check_handoff
 
 
 @st.composite
@@ -66,39 +65,9 @@ def test_every_plan_on_memoryless_nodes_is_accepted_by_its_ranks(case: tuple[Top
     except PlanError:
         return
     for rank in plan.ranks:
-        assert memory_nodes_fault(rank.numa_nodes, rank.mem_nodes) == ""
+        assert list(rank.mem_nodes) == sorted(set(rank.mem_nodes))
         for m in rank.mem_nodes:  # the memory policy names only nodes with memory that the cpuset allows
             node = topo.node(m)
             assert node is not None and node.memory_kb != 0
             assert topo.allowed_mems is None or m in topo.allowed_mems
-    assert job_matches(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False).job(), plan)
-
-
-@st.composite
-def stand_ins(draw: st.DrawFn) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
-    """A rank's nodes and what each takes, by the rule of :func:`memory_nodes`: itself, nothing, or (memory-less)
-    nodes with memory, never memory-less ones."""
-    ids = draw(st.lists(st.integers(0, 12), min_size=1, max_size=6, unique=True))
-    memoryless = set(draw(st.lists(st.sampled_from(ids), max_size=len(ids))))
-    with_memory = [i for i in range(13) if i not in memoryless]
-    takes: dict[int, tuple[int, ...]] = {}
-    for n in ids:
-        if n in memoryless:
-            takes[n] = tuple(draw(st.lists(st.sampled_from(with_memory), max_size=3)))
-        else:
-            takes[n] = draw(st.sampled_from([(n,), ()]))
-    return tuple(sorted(ids)), takes
-
-
-@SETTINGS
-@given(stand_ins())
-def test_the_normal_form_passes_its_own_check(case: tuple[tuple[int, ...], dict[int, tuple[int, ...]]]) -> None:
-    nodes, takes = case
-    assert memory_nodes_fault(nodes, memory_nodes(nodes, takes)) == ""
-
-
-def test_what_no_planner_writes_is_named() -> None:
-    assert memory_nodes_fault((0, 1), (1, 1)) == "lists a node twice"
-    assert memory_nodes_fault((0, 1), (1, 0)) == "is not in increasing order"
-    assert memory_nodes_fault((0,), (0, 3)) == "names node(s) 3, which stand in for none of its numa_nodes"
-    assert memory_nodes_fault((0, 1), (1, 2, 3)) == ""  # node 0 is memory-less: 2 and 3 stand in for it
+    check_handoff(ParentPlan(plan, "rank", "safe", "none", "auto", {}, False))

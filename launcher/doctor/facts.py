@@ -16,12 +16,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from launcher.base.procfs import ancestors, parent_pid, threads_union
 from launcher.base.slurm_step import parse_version
 from launcher.bind.readback import exported_cpus
 from launcher.context.binders import OtherBinder, other_binders
 from launcher.context.inherited_mask import Collapse, read_collapse
-from launcher.context.runtimes import OPENMP, identify
-from launcher.doctor.procfs import ancestors, parent_pid, threads_union
+from launcher.context.runtimes import OPENMP, identify, openmp_names
 from launcher.topology._files import read_text
 from launcher.topology.fsroot import within
 from launcher.topology.model import Topology
@@ -72,10 +72,6 @@ def rank_view(
     return process_cpus, max(local_size, 1), local_size <= 1
 
 
-def openmp_from_paths(paths: Sequence[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(c.name for c, _ in identify(paths) if c.user_api == OPENMP))
-
-
 _NUMA_FLAG = re.compile(r"--numa[-_]binding(=|\s+)?(\S+)?")
 
 
@@ -109,17 +105,16 @@ def torch_openmp() -> tuple[tuple[str, ...], str]:
         names = sorted(os.listdir(lib_dir))
     except OSError:
         return (), ""
-    paths = [os.path.join(lib_dir, n) for n in names]
-    found = openmp_from_paths(paths)
+    found = [(row, path) for row, path in identify(os.path.join(lib_dir, n) for n in names) if row.user_api == OPENMP]
     if not found:
         return (), ""
-    bundled = [p for c, p in identify(paths) if c.user_api == OPENMP]
-    return found, f"the installed torch bundles {', '.join(bundled)}"
+    bundled = [path for _, path in found]
+    return openmp_names(row for row, _ in found), f"the installed torch bundles {', '.join(bundled)}"
 
 
 def preloaded_openmp(environ: Mapping[str, str]) -> tuple[str, ...]:
     value = environ.get("LD_PRELOAD", "")
-    return openmp_from_paths([p for p in re.split(r"[\s:]+", value) if p])
+    return openmp_names(row for row, _ in identify(p for p in re.split(r"[\s:]+", value) if p))
 
 
 def intel_openmp_version() -> str | None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from launcher.base import procfs
 from launcher.bind.readback import exported_cpus
 from launcher.context.runtimes import LoadedRuntime
-from launcher.doctor import procfs
 from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport

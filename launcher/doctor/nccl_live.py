@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import printable_ascii
 from launcher.bind.readback import exported_cpus
-from launcher.doctor import procfs
 from launcher.doctor.findings import Finding
 
 if TYPE_CHECKING:

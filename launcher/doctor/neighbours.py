@@ -8,13 +8,12 @@ neighbour; its mask (``status``) says which CPUs it may take. A process born dur
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
-from launcher.doctor import procfs
 
 MAX_PROCESSES = 16384  # pids read a pass: /proc/PID/stat costs about 10 us; more are left out
 BUSY_SHARE = 0.05  # of a CPU over the sample
@@ -44,19 +43,7 @@ class Neighbour:
 
 def _ticks(proc: str) -> dict[int, tuple[int, str]]:
     """pid -> (CPU time in clock ticks, name) of every process but zombies, at most :data:`MAX_PROCESSES`."""
-    out: dict[int, tuple[int, str]] = {}
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
-    for name in names:
-        if len(out) >= MAX_PROCESSES:
-            break
-        if name.isascii() and name.isdigit():
-            stat = procfs.process_stat(int(name), proc)
-            if stat is not None and not stat.exited:
-                out[int(name)] = stat.ticks, stat.comm
-    return out
+    return {pid: (s.ticks, s.comm) for pid, s in procfs.processes(proc, MAX_PROCESSES, exited=False).items()}
 
 
 class NeighbourWatch:

@@ -18,12 +18,12 @@ import math
 import os
 import select
 import time
-from typing import Any, Literal
+from typing import Literal
 
+from launcher.base import procfs
 from launcher.base.schedstat import thread_schedstat
 from launcher.base.untrusted import short
 from launcher.context.runtimes import runtimes_from_paths
-from launcher.doctor import procfs
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.job_checks import job_findings
@@ -44,22 +44,17 @@ DUTY = 0.05  # the sampler's CPU time is at most this share of one CPU: a sample
 SETUP_S = 0.1  # CPU seconds of the first reads of each process (its maps, its environment) the duty leaves out
 
 
-def _tree(root: Any) -> list[Any]:
-    """``root`` and its descendants, less this process and its own children where ``root`` is an ancestor of it
-    (``--pid $$`` from a shell: the audit is of the job, not of the doctor)."""
-    import psutil
-
-    try:
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
+def _tree(pid: int, start: int, proc: str) -> list[int]:
+    """``pid`` (while it is the process that started at ``start``) and its descendants, less this process and its
+    own where ``pid`` is an ancestor of it (``--pid $$`` from a shell: the audit is of the job, not the doctor)."""
+    table = procfs.processes(proc)
+    if pid not in table or table[pid].start != start:
         return []
+    tree = [pid, *procfs.descendants(pid, table)]
     me = os.getpid()
-    if root.pid != me and any(p.pid == me for p in tree):
-        try:
-            mine = {me, *(c.pid for c in psutil.Process(me).children(recursive=True))}
-        except psutil.Error:
-            mine = {me}
-        tree = [p for p in tree if p.pid not in mine]
+    if pid != me and me in tree:
+        mine = {me, *procfs.descendants(me, table)}
+        tree = [p for p in tree if p not in mine]
     return tree
 
 
@@ -127,10 +122,8 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:
-    from launcher.context.runtimes import mapped_libraries
-
     try:
-        record.libraries = mapped_libraries(record.pid, proc)
+        record.libraries = procfs.libraries(record.pid, proc)
     except OSError:
         return  # gone, or not ours: keep what was read before
 
@@ -149,17 +142,19 @@ def timing_problem(name: Literal["duration", "interval"], value: object) -> str 
     return None
 
 
-def _target(pid: int, proc: str) -> None:
+def _target(pid: int, proc: str) -> procfs.ThreadStat:
     """Refuse a ``pid`` that is not a process of a job: a thread of another process, a kernel thread."""
     group = procfs.thread_group(pid, proc)
-    if group is None:
+    stat = procfs.thread_stat(pid, pid, proc)
+    if group is None or (group == pid and stat is None):
         raise AffrunError(f"--pid {pid}: no such process")
     if group != pid:
         raise AffrunError(f"--pid {pid} is a thread of process {group}, not a process: give --pid {group}")
-    stat = procfs.thread_stat(pid, pid, proc)
-    if stat is not None and stat.kernel_thread:
+    assert stat is not None
+    if stat.kernel_thread:
         raise AffrunError(f"--pid {pid} is a kernel thread ({short(stat.comm, 40)}), not a job: give the pid of a "
                           "training process or of its launcher")
+    return stat
 
 
 def _readable(pid: int, proc: str) -> None:
@@ -206,19 +201,11 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
     Raises :class:`ConfigError` for a ``duration``/``interval`` that is not a number of seconds in range, and
     :class:`AffrunError` when ``pid`` is not a process that can be read (gone, a thread, a kernel thread)."""
-    import psutil
-
     for name, value in (("duration", duration), ("interval", interval)):
         problem = timing_problem(name, value)  # type: ignore[arg-type]
         if problem:
             raise ConfigError(f"{name}={short(value)}: {problem}")
-    _target(pid, proc)
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        raise AffrunError(f"--pid {pid}: no such process") from None
-    except psutil.AccessDenied:
-        raise AffrunError(f"--pid {pid}: permission denied") from None
+    root = _target(pid, proc)
     _readable(pid, proc)
     records: dict[int, ProcessRecord] = {}
     gpus = GpuSampler()
@@ -231,17 +218,17 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         while True:
             seen: set[int] = set()
             unions: dict[int, frozenset[int]] = {}
-            for p in _tree(root):
-                record = records.get(p.pid)
+            for p in _tree(pid, root.start, proc):
+                record = records.get(p)
                 if record is None:
-                    record = _new_record(p.pid, proc, unions)
+                    record = _new_record(p, proc, unions)
                     if record is None:
                         continue
-                    records[p.pid] = record
+                    records[p] = record
                     record.seen = (samples, samples)
                     _read_libraries(record, proc)
-                    throttle.add(p.pid)
-                seen.add(p.pid)
+                    throttle.add(p)
+                seen.add(p)
                 _sample_process(record, proc)
                 if record.alive:  # the samples that found it running (DataLoaders one after another: thread_homes)
                     record.seen = (record.seen[0], samples)
@@ -298,12 +285,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
 def _mine() -> set[int]:
     """This process and its children: the doctor is not a neighbour of the job it audits."""
-    import psutil
-
-    try:
-        return {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
-    except psutil.Error:
-        return {os.getpid()}
+    return {os.getpid(), *procfs.descendants(os.getpid(), procfs.processes())}
 
 
 def _reference(audit: JobAudit, root: ProcessRecord, proc: str) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
 from launcher.context.runtimes import runtimes_from_paths
-from launcher.doctor import procfs
 from launcher.doctor.binder_evidence import likely_binders, pinning_ancestor, tensorrt_llm
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles

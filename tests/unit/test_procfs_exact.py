@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.doctor import procfs
+from launcher.base import procfs
 from launcher.doctor.nccl_live import is_nccl_library, is_nccl_thread, version_in_name
 
 MAPS = (b"7f0000001000-7f0000002000 r--p 00000000 fe:00 11   /usr/lib/libc.so.6\n"

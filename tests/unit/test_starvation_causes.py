@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.base import procfs
 from launcher.context.runtimes import runtimes_from_paths
-from launcher.doctor import procfs
 from launcher.doctor.gpu import GpuReport, GpuUsage
 from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles

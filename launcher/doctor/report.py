@@ -13,8 +13,8 @@ from typing import Any
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
+from launcher.doctor.collapse import span_of
 from launcher.doctor.findings import Finding, worst_first
-from launcher.doctor.job_collapse import span_of
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.thread_homes import thread_summary
 from launcher.topology.model import Topology

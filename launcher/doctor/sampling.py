@@ -24,10 +24,10 @@ from launcher.base import procfs
 from launcher.base.schedstat import thread_schedstat
 from launcher.base.untrusted import short
 from launcher.context.runtimes import runtimes_from_paths
+from launcher.doctor.collapse import job_collapse_findings
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.job_checks import job_findings
-from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.nccl_live import rank_nccl_findings
 from launcher.doctor.neighbours import NeighbourWatch

@@ -11,12 +11,11 @@ from collections.abc import Mapping
 from launcher.base import nvml
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint
+from launcher.doctor.collapse import confined
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.gpu import GpuUsage
-from launcher.doctor.job_collapse import confined
-from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
+from launcher.doctor.live import JobAudit, ProcessRecord, RankGpu, RankStarvation, ThreadRecord
 from launcher.doctor.neighbours import BUSY_SHARE
-from launcher.doctor.rank_verdict import RankGpu, RankStarvation
 from launcher.feed import verdict as v
 
 BUSY_PERCENT = 5.0  # a thread that ran at least this share of a CPU over the sample is busy

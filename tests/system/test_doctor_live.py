@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
+from launcher.doctor.collapse import collapse_findings
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.job_checks import collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from tests.conftest import need
 from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, run, torchrun_argv

@@ -10,8 +10,8 @@ import pytest
 
 from launcher.base import procfs
 from launcher.context.runtimes import runtimes_from_paths
+from launcher.doctor.collapse import job_collapse_findings
 from launcher.doctor.gpu import GpuReport, GpuUsage
-from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.neighbours import Neighbour
 from launcher.doctor.starvation import judge_ranks, rank_gpu, starvation_findings

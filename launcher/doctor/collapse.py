@@ -1,10 +1,7 @@
-"""``job-collapsed``: a live job judged against what it was given, not against its own masks. Pure.
-
-The reference is what the job could use: the audited process's cgroup cpuset and the online CPUs (sampling fills
-``JobAudit.reference``), with its parent's mask as the mask the launcher started from. When every thread of every
-process of the job (the launcher included) is confined to fewer CPUs, the finding names the CPUs, the processes
-and the cause: a binding variable the launcher's own OpenMP runtime read, or, with none, a ``taskset``, ``numactl
---physcpubind`` or ``sched_setaffinity`` around it. Rules and measurements: docs/doctor.md "The whole job".
+"""A live job confined to fewer CPUs than it was given, judged against what it was given, not against its own
+masks. Pure. ``collapse``: a rank's children (its DataLoader workers) all on one CPU of the rank's.
+``job-collapsed``: every process of the job, its launcher included, on fewer CPUs than the reference (the
+audited process's cgroup cpuset within the online CPUs), with the cause. docs/doctor.md "The whole job".
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from launcher.doctor.live import JobAudit, ProcessRecord
 from launcher.doctor.main_place import KMP_BINDING_TYPES
 from launcher.doctor.run_checks import planned_cpus
 from launcher.env.omp_syntax import kmp_type
+from launcher.env.variables import BINDING_VARIABLES
 from launcher.topology.model import Topology
 
 LISTED = 6  # processes named in the message; more are counted
@@ -162,6 +160,37 @@ def _named(processes: Sequence[ProcessRecord]) -> str:
     shown = ", ".join(p.label() for p in processes[:LISTED])
     more = len(processes) - LISTED
     return shown + (f" and {more} more" if more > 0 else "")
+
+
+def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
+    """``collapse``: the rank's children are all confined to one CPU while the rank owns several, and no plan put
+    them there (affrun's loader CPUs, the one CPU the thread plan gives every worker)."""
+    children = [c for c in audit.children_of(rank) if c.threads]
+    union = span_of(children)
+    if not children or len(rank.owned) < 2 or len(union) != 1:
+        return []
+    loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
+    plan = rank.thread_plan
+    if (loader and union <= loader) or (plan is not None and plan.workers
+                                        and union == {c for w in plan.workers for c in w.cpus}):
+        return []
+    cpu = next(iter(union))
+    names = sorted({c.comm for c in children})
+    main_too = rank.main_mask == union
+    causes = [f"{n}={rank.environ[n]}" for n in BINDING_VARIABLES if rank.environ.get(n)]
+    return [Finding(
+        "collapse", "error",
+        f"the rank owns CPUs {format_cpulist(rank.owned)}, but its {len(children)} child process(es) "
+        f"({', '.join(names)}: pids {', '.join(str(c.pid) for c in children)}) are all confined to CPU {cpu}"
+        + (" together with its main thread" if main_too else "")
+        + (f" ({' '.join(causes)})" if causes else ""),
+        "the workers inherited the one-CPU mask of the main thread, which the OpenMP runtime pinned at startup: "
+        "data loading runs on one core and the GPU waits, without any error",
+        "unset " + (", ".join(n.split("=")[0] for n in causes) if causes else "the OpenMP binding variables")
+        + " and launch with `affrun torchrun` / `affrun exec` (one place per rank), or pass "
+        "worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
+        rank.label(),
+    )]
 
 
 def job_collapse_findings(audit: JobAudit, topology: Topology, chain: Sequence[tuple[int, str]]) -> list[Finding]:

@@ -1,11 +1,7 @@
-"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows.
-
-The evidence (docs/doctor.md, "mask-changed-after-start"): a library in ``/proc/PID/maps`` known to set masks from
-inside the process (TensorRT-LLM's ``configure_cpu_affinity()``; NCCL 2.29.2 to 2.29.7, which leaks the GPU's
-mask), accelerate's and DeepSpeed's binders and torchrun's ``--numa-binding`` (:mod:`launcher.context.binders`,
-:mod:`launcher.doctor.facts`), a ``numactl`` or ``taskset`` among the ancestors, and OpenMP binding variables that
-pin threads (``KMP_AFFINITY`` with a type, ``GOMP_CPU_AFFINITY``) in a runtime that reads them. Reading NCCL's version may read its mapped file.
-"""
+"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows: a
+library known to set masks from inside (TensorRT-LLM, a leaky NCCL), another binder (accelerate, DeepSpeed,
+torchrun ``--numa-binding``), a ``numactl`` or ``taskset`` among the ancestors, OpenMP variables that pin threads.
+docs/doctor.md ("mask-changed-after-start")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What the doctor's checks need to know besides the environment and the topology, and how it is found out.
-
-:class:`Facts` is plain data, so the checks stay pure and tests can state any situation. :func:`gather_facts`
-finds the facts of this host: which OpenMP runtime the program will use (the libraries loaded in a process, or
-the one the installed torch bundles, read from its files without importing it), the local rank count, whether
-numactl exists and the memory policy is allowed, the Slurm version, GPU models, and torchrun's ``--numa-binding``.
-No click, psutil or torch here.
+"""What the doctor's checks know besides the environment and the topology (:class:`Facts`, plain data, so that the
+checks stay pure), and :func:`gather_facts`, which finds them on this host: the OpenMP runtime in use, the local
+rank count, numactl, the memory policy, Slurm's version, GPU models, other binders. No click or torch.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``affrun doctor --pid PID``: what the sampled records of a job mean (:func:`job_findings`): each rank's
 environment against its runtimes, the collapse, migrations, core kinds, the feed, ranks sharing CPUs, unbound
-processes and GPUs that wait. Pure; the records: :mod:`launcher.doctor.live`; every finding: docs/doctor.md."""
+processes, idle GPUs. Pure."""
 
 from __future__ import annotations
 

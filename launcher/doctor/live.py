@@ -1,12 +1,6 @@
-"""``affrun doctor --pid PID``: what was seen of a running job (the records) and what it means (the analysis).
-
-:mod:`launcher.doctor.sampling` fills the records (:class:`JobAudit`, :class:`ProcessRecord`,
-:class:`ThreadRecord`) from ``/proc``; the analysis (:func:`assign_roles` here, :func:`launcher.doctor.job_checks.job_findings`) is pure.
-
-Roles: a *rank* is a process with a local-rank variable (``LOCAL_RANK``, ``SLURM_LOCALID``..., or affrun's
-``AFFRUN_LOCAL_RANK`` with its plan's identity) whose parent does not carry the same rank and that started no
-ranks; without any, the audited process is the one rank. A rank's descendants are its *children* (DataLoader
-workers are named ``pt_data_worker``). The rest is the *launcher* (torchrun's agent).
+"""``affrun doctor --pid PID``: the records of what was seen of a running job (:class:`JobAudit`,
+:class:`ProcessRecord`, :class:`ThreadRecord`, a rank's :class:`RankStarvation`), and each process's role
+(:func:`assign_roles`, pure): *rank*, *child* of a rank, *launcher*. docs/doctor.md says how roles are told.
 """
 
 from __future__ import annotations
@@ -19,13 +13,12 @@ from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
 from launcher.bind.readback import exported_cpus
 from launcher.context.runtimes import LoadedRuntime
+from launcher.doctor.contention import Neighbour, Throttling
 from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.neighbours import Neighbour
 from launcher.doctor.rank_fields import binding_problem
 from launcher.doctor.run_checks import planned_cpus
-from launcher.doctor.throttling import Throttling
 from launcher.feed.figures import FeedFigures
 from launcher.feed.verdict import Verdict
 from launcher.plan.threads import ThreadPlan, WorkerHome

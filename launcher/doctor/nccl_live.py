@@ -1,11 +1,6 @@
-"""``affrun doctor --pid``: NCCL in a live rank (docs/doctor.md). Which NCCL is loaded (``/proc/PID/maps``: the
-version in ``libnccl.so.2.X.Y``, else the ``NCCL version`` string in the mapped file), warned on 2.29.2 to
-2.29.7 (NVIDIA/nccl #2033); and NCCL's threads, known by their names (``NCCL ...``, as ``NCCL_SET_THREAD_NAME=1``
-names them: printable ASCII only), where they ran, and whether on a core of the rank's OpenMP team or of its
-DataLoader workers.
-
-The version read is I/O (:func:`loaded_nccl`); the analysis (:func:`nccl_findings`) reads only the records.
-"""
+"""``affrun doctor --pid``: NCCL in a live rank: which version is loaded (its mapped library's name, else the
+``NCCL version`` string in the file), and where NCCL's threads (named ``NCCL ...``) ran against the rank's OpenMP
+team and DataLoader workers. docs/doctor.md."""
 
 from __future__ import annotations
 

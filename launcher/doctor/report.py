@@ -1,10 +1,6 @@
-"""Text and JSON output of ``affrun doctor``: one finding per line, the live job as a table.
-
-Every line of a text report passes through :func:`launcher.base.untrusted.shown`: the findings and the table echo
-environment values, command lines and process names, which may hold a newline or an escape sequence. JSON keeps
-the exact values. A process's threads get at most :data:`THREAD_LINES` lines (strayed ones first); the rest are
-counted by role and verdict, so a rank with thousands of threads stays a screenful.
-"""
+"""Text and JSON output of ``affrun doctor``: one finding per line, the live job as a table (at most
+:data:`THREAD_LINES` thread lines a process). Every text line passes through
+:func:`launcher.base.untrusted.shown`; JSON keeps the exact values (docs/json.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Is each rank of a live job starved, and by what: its main thread's wait for a CPU (``schedstat``), the CPU its
-threads want against the CPUs they may use, its cgroup's throttling, busy processes outside the job on its CPUs,
-its GPU's busy share (NVML) and its loop's data wait (``--feed-report``), judged by
-:func:`launcher.feed.verdict.judge` as the meter and ``affrun tune`` judge them. Pure: the sampler measured it
-all. The findings ``cpu-starved`` and ``cpu-throttled``; the rules: docs/doctor.md "Verdicts"."""
+"""Is each rank of a live job starved, and by what: its main thread's wait for a CPU and its cause, its supply,
+its GPU, judged by :func:`launcher.feed.verdict.judge` as the meter and ``affrun tune`` judge them; the findings
+``cpu-starved`` and ``cpu-throttled``. Pure. docs/doctor.md ("Starved by what")."""
 
 from __future__ import annotations
 
@@ -12,22 +10,14 @@ from launcher.base import nvml
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint
 from launcher.doctor.collapse import confined
+from launcher.doctor.contention import BUSY_SHARE, spread
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.gpu import GpuUsage
-from launcher.doctor.live import JobAudit, ProcessRecord, RankGpu, RankStarvation, ThreadRecord
-from launcher.doctor.neighbours import BUSY_SHARE
+from launcher.doctor.live import JobAudit, ProcessRecord, RankGpu, RankStarvation
 from launcher.feed import verdict as v
 
 BUSY_PERCENT = 5.0  # a thread that ran at least this share of a CPU over the sample is busy
 THROTTLED_SHARE = 0.05  # cpu-throttled: the share of the sample (or of its quota periods) held back
-
-
-def _ran_on(t: ThreadRecord, cpus: frozenset[int]) -> float:
-    """The CPUs' worth ``t`` ran on ``cpus``, its time spread evenly over its mask."""
-    share = t.cpu_share()
-    if share is None or not t.allowed:
-        return 0.0
-    return share * len(t.allowed & cpus) / len(t.allowed)
 
 
 def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | None:
@@ -121,7 +111,7 @@ def rank_starvation(audit: JobAudit, rank: ProcessRecord, collapsed: frozenset[i
         s.main_ran, s.main_allowed = frozenset(main.ran), main.allowed
         everyone = [t for p in audit.processes for t in p.threads.values()]
         if main.cpu_share() is not None:
-            s.used_on_main = sum(_ran_on(t, main.allowed) for t in everyone if t is not main)
+            s.used_on_main = sum(spread(t.cpu_share() or 0.0, t.allowed, main.allowed) for t in everyone if t is not main)
         near = [n for n in audit.neighbours if n.share_on(main.allowed) >= BUSY_SHARE]
         s.neighbours = sorted(near, key=lambda n: (-n.share_on(main.allowed), n.pid))
     if s.main_cpu_wait is not None and s.main_cpu_wait >= v.STARVED_WAIT:

@@ -1,10 +1,6 @@
-"""A live target's environment as ``affrun doctor --pid`` reads it: ``/proc/PID/environ``, with each value whose
-ranges span more CPU ids than a CPU list can name replaced by a note, so that no parser expands it.
-
-The readers of CPU lists, ``OMP_PLACES``, ``GOMP_CPU_AFFINITY`` and ``KMP_AFFINITY``'s proclist expand every
-range they meet: a 128 KiB value of ``0-65535,`` repeated asks for a billion CPU ids (minutes of CPU, or gigabytes).
-A CPU list names each CPU once, so its ranges span at most :data:`MAX_COUNT` ids; :data:`SPAN_LIMIT` allows twice
-that. The scan is linear in the value's length. docs/doctor.md says what the report shows for such a value.
+"""A live target's environment as ``affrun doctor --pid`` reads it, each value whose ranges span more CPU ids than
+a CPU list can name (more than :data:`SPAN_LIMIT`) replaced by a note, so that no parser expands it. The scan is
+linear in the value's length. docs/doctor.md ("Hostile targets") says why.
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ def judge(
     srun bound (``SLURM_CPU_BIND_TYPE``) has a one-CPU mask on purpose."""
     if len(mask) != 1 or local_ranks < 2 or cpuset is None or not mask < cpuset:
         return None
-    if environ.get("SLURM_CPU_BIND_TYPE", "none").split(",")[0].strip() not in ("", "none", "none:"):
+    from launcher.base.slurm_step import slurm_bound
+
+    if slurm_bound(environ):
         return None
     variables = tuple(f"{n}={environ[n]}" for n in BINDING_VARIABLES if environ.get(n))
     if not variables and parent is None:

@@ -10,16 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.slurm_step import slurm_bound
 from launcher.bind.readback import exported_cpus
 from launcher.context.local_rank import SOURCES
 from launcher.context.runtimes import openmp_names
 from launcher.doctor.binder_evidence import pinning_ancestor
-from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.live import JobAudit, ProcessRecord
-from launcher.doctor.main_place import KMP_BINDING_TYPES
+from launcher.doctor.main_place import pinning_variables
 from launcher.doctor.run_checks import planned_cpus
-from launcher.env.omp_syntax import kmp_type
 from launcher.env.variables import BINDING_VARIABLES
 from launcher.topology.model import Topology
 
@@ -92,22 +91,6 @@ def confined(audit: JobAudit) -> frozenset[int] | None:
     return found[2] if found else None
 
 
-def _variables(p: ProcessRecord) -> list[tuple[str, str]]:
-    """The binding variables of ``p`` that its loaded OpenMP runtimes act on."""
-    runtimes = set(openmp_names(p.runtimes))
-    env = p.environ
-    out = []
-    bind = env.get("OMP_PROC_BIND", "").strip().lower()
-    if runtimes and bind.split(",")[0] != "false":
-        out += [(n, env[n]) for n in ("OMP_PLACES", "OMP_PROC_BIND") if env.get(n)]
-    if "libgomp" in runtimes and env.get("GOMP_CPU_AFFINITY") and not bind:
-        out.append(("GOMP_CPU_AFFINITY", env["GOMP_CPU_AFFINITY"]))
-    kmp = env.get("KMP_AFFINITY", "")
-    if kmp and kmp_type(kmp) in KMP_BINDING_TYPES and runtimes & {"libiomp5", "libomp"}:
-        out.append(("KMP_AFFINITY", kmp))
-    return out
-
-
 def _runtime_words(p: ProcessRecord, names: Sequence[str]) -> str:
     runtimes = openmp_names(p.runtimes)
     if "KMP_AFFINITY" in names:
@@ -132,7 +115,7 @@ def cause_of(audit: JobAudit, top: ProcessRecord, span: frozenset[int], chain: S
     variable its OpenMP runtime read, else a binder around it that left no trace but an ancestor's command line
     (``chain``: its ancestors, nearest first)."""
     parent = _parent(audit, top)
-    variables = _variables(top)
+    variables = pinning_variables(top.environ, openmp_names(top.runtimes))
     if parent is not None and parent[2] and parent[2] <= span:
         where = f"its parent, pid {parent[0]} ({parent[1][:80]}), runs on CPUs {format_cpulist(parent[2])} too"
         tool = pinning_ancestor(chain)

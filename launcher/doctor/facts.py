@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from launcher.base.procfs import ancestors, parent_pid, threads_union
-from launcher.base.slurm_step import parse_version
+from launcher.base.slurm_step import parse_version, slurm_bound
 from launcher.bind.readback import exported_cpus
 from launcher.context.binders import OtherBinder, other_binders
 from launcher.context.inherited_mask import Collapse, read_collapse
@@ -164,12 +164,6 @@ def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
             if text is not None:
                 out[gpu.pci] = text
     return out
-
-
-def slurm_bound(environ: Mapping[str, str]) -> bool:
-    """srun bound this task (``--cpu-bind`` other than none): its mask is its own, narrower than its parent's."""
-    kind = environ.get("SLURM_CPU_BIND_TYPE", "").split(",")[0].strip()
-    return kind not in ("", "none", "none:")
 
 
 def launch_cpus(environ: Mapping[str, str], pid: int | None = None, proc: str = "/proc") -> frozenset[int]:

@@ -11,10 +11,10 @@ from typing import Any
 
 from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
+from launcher.base.slurm_step import slurm_bound
 from launcher.bind.readback import exported_cpus
 from launcher.context.runtimes import LoadedRuntime
 from launcher.doctor.contention import Neighbour, Throttling
-from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.rank_fields import binding_problem

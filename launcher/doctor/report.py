@@ -32,7 +32,6 @@ def findings_lines(findings: Sequence[Finding]) -> list[str]:
     return [finding_line(f) for f in worst_first(findings)]
 
 
-
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
     return {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
 
@@ -43,11 +42,8 @@ def environment_json(findings: Sequence[Finding], context: dict[str, Any]) -> di
 
 
 def job_json(audit: JobAudit) -> dict[str, Any]:
-    """The documented ``affrun doctor --pid --json`` contract (docs/doctor.md): ``findings`` first. Every thread is
-    listed, however many (the text report summarises)."""
-    return {
-        "findings": [f.to_json() for f in worst_first(audit.findings)],
-        "summary": summary(audit.findings),
+    """The documented ``affrun doctor --pid --json`` contract: ``findings`` first; every thread is listed."""
+    return environment_json(audit.findings, {
         "pid": audit.pid,
         "duration_s": round(audit.duration, 3),
         "interval_s": audit.interval,
@@ -62,7 +58,7 @@ def job_json(audit: JobAudit) -> dict[str, Any]:
         "neighbours": [n.to_json() for n in audit.neighbours],
         "processes": [_process_json(p, audit) for p in audit.processes],
         "gpus": audit.gpus.to_json(),
-    }
+    })
 
 
 def _demand(audit: JobAudit) -> float | None:

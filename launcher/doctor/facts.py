@@ -54,12 +54,8 @@ def rank_view(
     local_size: int,
     in_rank: bool,
 ) -> tuple[frozenset[int], int, bool]:
-    """(CPUs of one rank, ranks sharing them, per-rank mask?) for a process allowed ``process_cpus``.
-
-    Under affrun the rank's CPUs are ``AFFRUN_CPUS``. Inside a rank whose mask is narrower than the machine's
-    allowed CPUs (srun ``--cpu-bind``, taskset), the mask is per rank. Otherwise every local rank gets the same
-    mask and ``local_size`` ranks share it.
-    """
+    """(CPUs of one rank, ranks sharing them, per-rank mask?) for a process allowed ``process_cpus``:
+    ``AFFRUN_CPUS``; a rank's own mask where it is narrower than the machine's; else one mask for every rank."""
     cpus = exported_cpus(environ)
     if cpus:
         return cpus, 1, True
@@ -72,10 +68,8 @@ _NUMA_FLAG = re.compile(r"--numa[-_]binding(=|\s+)?(\S+)?")
 
 
 def numa_binding_source(environ: Mapping[str, str], ancestors: Sequence[tuple[int, str]]) -> str | None:
-    """Where torchrun's ``--numa-binding`` applies: ``PET_NUMA_BINDING`` or an ancestor torchrun's command line.
-
-    ``ancestors`` are (pid, command line with spaces) of the parent chain.
-    """
+    """Where torchrun's ``--numa-binding`` applies: ``PET_NUMA_BINDING``, or the command line of a torchrun among
+    the ``ancestors`` ((pid, command line), nearest first)."""
     value = environ.get("PET_NUMA_BINDING")
     if value:
         return f"PET_NUMA_BINDING={value} (torchrun reads it as --numa-binding)"
@@ -114,10 +108,7 @@ def preloaded_openmp(environ: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def intel_openmp_version() -> str | None:
-    """The installed ``intel-openmp`` distribution's version, from its ``.dist-info`` directory name.
-
-    (``importlib.metadata`` would cost 15 ms of imports at the top of every training script.)
-    """
+    """The installed ``intel-openmp`` distribution's version, from its ``.dist-info`` directory's name."""
     import sys
 
     for entry in sys.path:
@@ -167,11 +158,8 @@ def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
 
 
 def launch_cpus(environ: Mapping[str, str], pid: int | None = None, proc: str = "/proc") -> frozenset[int]:
-    """The CPUs a process was started with, even after its OpenMP runtime pinned the main thread to one.
-
-    The union of its threads' masks and, unless srun bound the task, of its parent's threads' masks (the mask
-    the process inherited). Falls back to the main thread's mask.
-    """
+    """The CPUs a process was started with, even after its OpenMP runtime pinned the main thread: the union of its
+    threads' masks and, unless srun bound the task, its parent's; else the main thread's mask."""
     me = os.getpid() if pid is None else pid
     cpus = threads_union(me, proc)
     parent = parent_pid(me, proc)
@@ -221,13 +209,9 @@ def gather_facts(
     fsroot: str = "/",
     process_cpus: frozenset[int] | None = None,
 ) -> Facts:
-    """The facts for auditing ``environ`` on ``topology``.
-
-    ``live``: the topology is this machine (``/``), so this process's mask and host probes apply. ``openmp``:
-    the runtimes known to be in use (e.g. read from a process); by default the installed torch's, plus any
-    ``LD_PRELOAD``-ed one. ``probe_host``: look for numactl, try the memory policy and ask Slurm its version.
-    ``process_cpus``: the CPUs the audited process was given (default: this process's mask on a live machine).
-    """
+    """The facts for auditing ``environ`` on ``topology``. ``live``: it is this machine (its mask and host probes
+    apply). ``openmp``: the runtimes in use (default: the installed torch's and ``LD_PRELOAD``'s). ``probe_host``:
+    numactl, the memory policy, Slurm's version. ``process_cpus``: the audited process's CPUs (default: ours)."""
     size, size_source, in_rank = local_size(environ, nproc, topology)
     process_cpus_given = process_cpus
     if process_cpus is None:

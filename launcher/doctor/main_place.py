@@ -64,11 +64,8 @@ def abstract_places(name: str, cpus: frozenset[int], topology: Topology) -> list
 def main_thread_place(
     environ: Mapping[str, str], cpus: frozenset[int], topology: Topology, facts: Facts
 ) -> tuple[str, frozenset[int]] | None:
-    """The variables that bind the initial thread, and the CPUs of the first place it is bound to (``None``: unbound).
-
-    libgomp binds it when it loads (``import torch``); libiomp5/libomp at their first parallel region. A type in
-    ``KMP_AFFINITY`` wins over ``OMP_PLACES`` in libiomp5/libomp; ``OMP_PROC_BIND`` wins over ``GOMP_CPU_AFFINITY``.
-    """
+    """The variables that bind the initial thread, and the CPUs of the first place it is bound to (``None``:
+    unbound), by each runtime's precedence (docs/design.md §2)."""
     if not cpus:
         return None
     gnu, intel = gnu_possible(facts), intel_in_process(facts)

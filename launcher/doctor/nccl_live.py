@@ -83,9 +83,9 @@ def nccl_version(path: str) -> Version | None:
 
 
 def loaded_nccl(p: ProcessRecord, proc: str = "/proc") -> LoadedNccl | None:
-    """The NCCL ``p`` maps now (``/proc/PID/maps``, its path exact), else (the process has gone) the one among the
-    libraries read while sampling. The version: from the name, else from the mapped file itself
-    (``/proc/PID/map_files``, which root can open), else from the file at the path, unless it was deleted since."""
+    """The NCCL ``p`` maps now, else (the process has gone) the one among the libraries read while sampling; its
+    version from the name, else from the mapped file (``map_files``), else from the file at the path if not
+    deleted since."""
     mapped = procfs.mapped_file(p.pid, is_nccl_library, proc)
     if mapped is None:
         path = nccl_library(p.libraries)

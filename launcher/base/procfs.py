@@ -168,21 +168,24 @@ def ancestors(pid: int, proc: str = PROC, limit: int = 32) -> list[tuple[int, st
     return out
 
 
+def pids(proc: str = PROC) -> list[int]:
+    """Every process this user can see."""
+    try:
+        return [int(name) for name in os.listdir(proc) if name.isascii() and name.isdigit()]
+    except OSError:
+        return []
+
+
 def processes(proc: str = PROC, limit: int | None = None, exited: bool = True) -> dict[int, ThreadStat]:
     """pid -> ``stat`` of every process this user can see (at most ``limit``; zombies unless ``exited`` is
     false)."""
     out: dict[int, ThreadStat] = {}
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
-    for name in names:
+    for pid in pids(proc):
         if limit is not None and len(out) >= limit:
             break
-        if name.isascii() and name.isdigit():
-            stat = process_stat(int(name), proc)
-            if stat is not None and (exited or not stat.exited):
-                out[int(name)] = stat
+        stat = process_stat(pid, proc)
+        if stat is not None and (exited or not stat.exited):
+            out[pid] = stat
     return out
 
 

@@ -43,17 +43,15 @@ def marked(marker: str) -> set[Member]:
     needle = f"{MARKER}={marker}".encode()
     whole = not marker.endswith("-")
     out: set[Member] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
+    for pid in procfs.pids():
         try:
-            entries = procfs.environ_entries(int(name))
+            entries = procfs.environ_entries(pid) if pid != os.getpid() else []
         except OSError:
             continue
         found = needle in entries if whole else any(e.startswith(needle) for e in entries)
-        p = procfs.process_stat(int(name)) if found else None
+        p = procfs.process_stat(pid) if found else None
         if p is not None:
-            out.add((int(name), p.start))
+            out.add((pid, p.start))
     return out
 
 

@@ -69,9 +69,8 @@ def _planned(p: ProcessRecord) -> bool:
 
 
 def collapse_point(audit: JobAudit) -> tuple[ProcessRecord, list[ProcessRecord], frozenset[int]] | None:
-    """The topmost launcher of the job (the audited process, or a process that started the ranks: a wrapper's
-    torchrun) whose processes all run on fewer CPUs than the reference, with those processes and their CPUs;
-    ``None`` when there is none. A rank is never one: binding each rank is a launcher's per-rank plan."""
+    """The topmost launcher of the job (never a rank) whose processes all run on fewer CPUs than the reference,
+    with those processes and their CPUs; ``None`` when there is none."""
     root = next((p for p in audit.processes if p.pid == audit.pid), None)
     if root is None or not audit.reference:
         return None
@@ -111,9 +110,8 @@ def _parent(audit: JobAudit, top: ProcessRecord) -> tuple[int, str, frozenset[in
 
 
 def cause_of(audit: JobAudit, top: ProcessRecord, span: frozenset[int], chain: Sequence[tuple[int, str]]) -> Cause:
-    """What pinned the launcher ``top``: its parent already on the mask (older than the launcher), a binding
-    variable its OpenMP runtime read, else a binder around it that left no trace but an ancestor's command line
-    (``chain``: its ancestors, nearest first)."""
+    """What pinned the launcher ``top``: its parent on the mask already, a binding variable its OpenMP runtime
+    read, else a binder around it (``chain``: its ancestors, nearest first)."""
     parent = _parent(audit, top)
     variables = pinning_variables(top.environ, openmp_names(top.runtimes))
     if parent is not None and parent[2] and parent[2] <= span:
@@ -177,9 +175,8 @@ def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
 
 
 def job_collapse_findings(audit: JobAudit, topology: Topology, chain: Sequence[tuple[int, str]]) -> list[Finding]:
-    """``job-collapsed``: an error when the collapsed processes share one core, a warning for one process on one
-    core, info when they are narrower than the reference but span more than a core. ``chain``: the audited
-    process's ancestors, nearest first."""
+    """``job-collapsed`` (its severity: docs/doctor.md). ``chain``: the audited process's ancestors, nearest
+    first."""
     found = collapse_point(audit)
     if found is None:
         return []

@@ -172,9 +172,8 @@ STARVED = 0.20
 def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], loader: frozenset[int],
                  worker_masks: Sequence[frozenset[int]], omp_threads: int,
                  loader_cores: int | None = None) -> list[Finding]:
-    """The finding for one rank: ``owned`` its CPUs, ``loader`` its loader CPUs (``--loader-cores``, in
-    ``loader_cores`` cores: one per CPU when not given), ``worker_masks`` the CPU masks of its child processes (the
-    DataLoader workers), ``omp_threads`` the size of its OpenMP team. Pure."""
+    """``feed-starved`` for one rank: ``owned`` its CPUs, ``loader`` its loader CPUs (in ``loader_cores`` cores),
+    ``worker_masks`` its children's masks, ``omp_threads`` its OpenMP team's size."""
     if feed is None or feed.batches == 0 or feed.data_wait_fraction <= STARVED:
         return []
     workers = sum(feed.num_workers)

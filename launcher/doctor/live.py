@@ -270,10 +270,8 @@ class RankStarvation:
 
 # --------------------------------------------------------------------------- analysis (pure)
 def _rank_key(p: ProcessRecord) -> tuple[str, int] | None:
-    """Which local rank ``p`` is, and by what: a launcher's variable (``LOCAL_RANK``, ``SLURM_LOCALID``...); else
-    affrun's binding (``AFFRUN_LOCAL_RANK`` with the plan's identity ``AFFRUN_PLAN_ID``, which every binding
-    writes: ``affrun exec`` sets no ``LOCAL_RANK`` outside srun and mpirun), or the rank ``affrun run``'s hook
-    made it, whose variables are not in ``/proc/PID/environ``."""
+    """Which local rank ``p`` is, and by what: a launcher's variable; else affrun's binding (``AFFRUN_LOCAL_RANK``
+    with ``AFFRUN_PLAN_ID``), or the rank ``affrun run``'s hook made it."""
     from launcher.base.untrusted import ascii_uint
     from launcher.context.local_rank import LocalRankError, detect_local_rank
     from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE
@@ -292,9 +290,8 @@ def _rank_key(p: ProcessRecord) -> tuple[str, int] | None:
 
 
 def assign_roles(audit: JobAudit) -> None:
-    """Mark ranks, their children and the launcher, and work out the CPUs each rank owns. A process that started
-    ranks of its own (``affrun exec -- torchrun``, whose agent carries the binding its workers inherit) is their
-    launcher, not a rank."""
+    """Mark ranks (a process that started ranks of its own is their launcher), their children and the launcher,
+    and the CPUs each rank owns."""
     by_pid = {p.pid: p for p in audit.processes}
     keys = {p.pid: _rank_key(p) for p in audit.processes}
     ranks = [p for p in audit.processes if keys[p.pid] is not None and keys.get(p.ppid) != keys[p.pid]]
@@ -330,11 +327,8 @@ def _descends(p: ProcessRecord, ancestor: int, by_pid: Mapping[int, ProcessRecor
 
 
 def owned_cpus(rank: ProcessRecord, online: frozenset[int] = frozenset()) -> frozenset[int]:
-    """The CPUs a rank was given: ``AFFRUN_CPUS`` (where it names only CPUs of ``online``, when known), or its
-    rank's in the plan of ``affrun run``; else what its threads and its launcher's threads span.
-
-    The launcher's mask is left out under Slurm CPU binding, where srun binds each task below its parent's mask.
-    """
+    """The CPUs a rank was given: ``AFFRUN_CPUS`` (naming only CPUs of ``online``), or its rank's in ``affrun
+    run``'s plan; else what its threads and, unless srun bound it, its launcher's threads span."""
     if binding_problem(rank.environ, online) is None and (planned := exported_cpus(rank.environ)):
         return planned
     under_run = planned_cpus(rank)  # affrun run's hook binds in-process: AFFRUN_CPUS is not in /proc's environ

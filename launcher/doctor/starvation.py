@@ -21,10 +21,8 @@ THROTTLED_SHARE = 0.05  # cpu-throttled: the share of the sample (or of its quot
 
 
 def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | None:
-    """The GPU ``rank`` uses, and how that was told: NVML lists the rank or one of its children on it; else its
-    ``AFFRUN_GPU_PCI``; else ``CUDA_VISIBLE_DEVICES``'s entry at its local rank (an index in CUDA's order, which is
-    NVML's under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, or a GPU's UUID; a job of one process without a local rank
-    takes the first)."""
+    """The GPU ``rank`` uses, and how that was told: NVML lists the rank or a child on it; else ``AFFRUN_GPU_PCI``;
+    else ``CUDA_VISIBLE_DEVICES``'s entry at its local rank (an index or a UUID)."""
     gpus = audit.gpus.gpus
     if not audit.gpus.available or not gpus:
         return None
@@ -133,9 +131,8 @@ def judge_ranks(audit: JobAudit) -> dict[int, RankStarvation]:
 
 
 def starvation_findings(audit: JobAudit, judged: Mapping[int, RankStarvation]) -> list[Finding]:
-    """``cpu-starved`` for each rank whose main thread waited for a CPU at least :data:`STARVED_WAIT` of the
-    sample (a warning; info when the CPUs are taken by processes outside the job), and ``cpu-throttled`` for each
-    cgroup of the job throttled at least :data:`THROTTLED_SHARE` of the sample."""
+    """``cpu-starved`` for each rank whose main thread waited for a CPU, ``cpu-throttled`` for each cgroup of the
+    job throttled at least :data:`THROTTLED_SHARE` of the sample."""
     out: list[Finding] = []
     for rank in audit.ranks():
         s = judged.get(rank.pid)

@@ -19,14 +19,11 @@ import os
 import warnings
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 from launcher.base.untrusted import shown
 from launcher.context.runtimes import BY_NAME, LoadedRuntime
 from launcher.doctor.findings import Finding, worst_first
-
-if TYPE_CHECKING:
-    from launcher.doctor.diagnose import Audited
 
 EnsurePolicy = Literal["safe", "keep", "strict"]
 ENSURE_POLICIES: tuple[EnsurePolicy, ...] = get_args(EnsurePolicy)
@@ -123,12 +120,12 @@ def ensure_affinity(
         raise ConfigError(f"ensure_affinity: environ={short(environ)}: expected a mutable mapping of str to str "
                           "(os.environ, or a dict like it)")
     from launcher.context.runtimes import in_process, openmp_names
-    from launcher.doctor.diagnose import diagnose
+    from launcher.doctor.diagnose import audited_machine, diagnose
     from launcher.doctor.facts import launch_cpus
 
     env = os.environ if environ is None else environ
     started_with = launch_cpus(env)  # what this process was given, even if libgomp already pinned the main thread
-    machine = _machine(env, started_with)
+    machine = audited_machine(environ=env, allowed=started_with)
     try:
         runtimes = [runtime for runtime, _ in in_process()]
     except OSError:  # no /proc/self/maps
@@ -191,23 +188,3 @@ def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -
                 else "reads them at its first parallel region, which may already have run")
         out.append(f"{runtime.name} ({runtime.path}) is loaded and {when}: {', '.join(read)}")
     return out
-
-
-def _machine(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Audited:
-    """This machine, allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
-    from dataclasses import replace
-
-    from launcher.doctor.diagnose import Audited
-    from launcher.errors import AffrunError
-    from launcher.topology import load_topology
-    from launcher.topology.model import Core, Topology
-
-    try:
-        topology = load_topology(environ=environ)
-        if topology.source == "live" and allowed & topology.online:
-            topology = replace(topology, allowed=allowed & topology.online)
-        return Audited(topology, live=True)
-    except AffrunError:
-        mask = allowed
-        cores = tuple(Core(cpu, (cpu,), 0, None, None) for cpu in sorted(mask))
-        return Audited(Topology((), (), (), cores, mask, frozenset(), mask, source="affinity mask"), live=True)

@@ -35,16 +35,9 @@ def _parent_cpus() -> list[int]:
     A parent whose main thread was pinned to one CPU at ``import torch`` (the collapse) still has OpenMP
     threads on the other CPUs; when even that union is one CPU, fall back to the cgroup's cpuset.
     """
-    cpus: set[int] = set(os.sched_getaffinity(0))
-    task_dir = f"/proc/{os.getppid()}/task"
-    try:
-        for tid in os.listdir(task_dir):
-            try:
-                cpus |= os.sched_getaffinity(int(tid))
-            except OSError:
-                continue
-    except OSError:
-        pass
+    from launcher.base.procfs import threads_union
+
+    cpus = set(os.sched_getaffinity(0)) | threads_union(os.getppid())
     if len(cpus) <= 1:
         from launcher.topology._files import read_cpulist
         from launcher.topology.cgroup import find_cpuset

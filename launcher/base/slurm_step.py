@@ -178,6 +178,11 @@ def slurm_global_visible(value: str, environ: Mapping[str, str], pool_size: int)
     return ",".join(str(slurm_ids[p]) for p in positions)
 
 
+def slurm_bound(environ: Mapping[str, str]) -> bool:
+    """srun bound this task (``--cpu-bind`` other than none): its mask is its own, narrower than its parent's."""
+    return environ.get("SLURM_CPU_BIND_TYPE", "").split(",")[0].strip() not in ("", "none", "none:")
+
+
 def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
     """The per-task CPU masks ``task/affinity`` gave the tasks of this node (``SLURM_CPU_BIND_LIST``).
 

@@ -64,7 +64,9 @@ def judge(
     srun bound (``SLURM_CPU_BIND_TYPE``) has a one-CPU mask on purpose."""
     if len(mask) != 1 or local_ranks < 2 or cpuset is None or not mask < cpuset:
         return None
-    if environ.get("SLURM_CPU_BIND_TYPE", "none").split(",")[0].strip() not in ("", "none", "none:"):
+    from launcher.base.slurm_step import slurm_bound
+
+    if slurm_bound(environ):
         return None
     variables = tuple(f"{n}={environ[n]}" for n in BINDING_VARIABLES if environ.get(n))
     if not variables and parent is None:
@@ -75,19 +77,19 @@ def judge(
 def parent_openmp(pid: int, mask: frozenset[int], proc: str = "/proc") -> str | None:
     """``"PID N (comm) has libgomp loaded and is bound to CPU C"`` when the parent of this process is on ``mask``
     and has an OpenMP runtime mapped; ``None`` otherwise (or when it cannot be read)."""
-    from launcher.context.runtimes import OPENMP, identify, mapped_libraries
+    from launcher.base import procfs
+    from launcher.context.runtimes import identify, openmp_names
 
     try:
         if frozenset(os.sched_getaffinity(pid)) != mask:
             return None
-        names = list(dict.fromkeys(c.name for c, _ in identify(mapped_libraries(pid, proc)) if c.user_api == OPENMP))
-        with open(os.path.join(proc, str(pid), "comm"), encoding="utf-8", errors="replace") as fh:
-            comm = fh.read().strip()
+        names = openmp_names(row for row, _ in identify(procfs.libraries(pid, proc)))
     except OSError:
         return None
-    if not names:
+    stat = procfs.process_stat(pid, proc)
+    if not names or stat is None:
         return None
-    return f"PID {pid} ({comm}), has {', '.join(names)} loaded and is bound to CPU {format_cpulist(mask)}"
+    return f"PID {pid} ({stat.comm}), has {', '.join(names)} loaded and is bound to CPU {format_cpulist(mask)}"
 
 
 def read_collapse(environ: Mapping[str, str], local_ranks: Callable[[], int]) -> Collapse | None:

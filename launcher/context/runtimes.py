@@ -76,32 +76,6 @@ BY_NAME = {row.name: row for row in RUNTIMES}
 _MKL_LAYERS = re.compile(r"^libmkl_(intel_thread|gnu_thread|tbb_thread|pgi_thread|sequential)\.so")
 
 
-def mapped_libraries(pid: int | None = None, proc: str = "/proc") -> list[str]:
-    """Paths of the shared libraries mapped into ``pid`` (default: this process), in first-mapped order.
-
-    Raises ``OSError`` (``FileNotFoundError`` for a process that is gone, ``PermissionError``) as the read does.
-    """
-    where = "self" if pid is None else str(pid)
-    with open(os.path.join(proc, where, "maps"), encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    return libraries_in_maps(text)
-
-
-def libraries_in_maps(text: str) -> list[str]:
-    """The distinct ``.so`` paths in the text of a ``/proc/PID/maps`` file."""
-    seen: dict[str, None] = {}
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6:
-            continue
-        path = parts[5].strip()
-        if path.endswith(" (deleted)"):
-            path = path[: -len(" (deleted)")]
-        if path.startswith("/") and ".so" in os.path.basename(path):
-            seen.setdefault(path, None)
-    return list(seen)
-
-
 def identify(paths: Iterable[str]) -> list[tuple[Runtime, str]]:
     """(row, path) for each library a row of :data:`RUNTIMES` names, one entry per path."""
     out: list[tuple[Runtime, str]] = []
@@ -149,7 +123,9 @@ def controllers() -> list[Any]:
 def in_process() -> list[tuple[LoadedRuntime, Any]]:
     """The runtimes of :data:`RUNTIMES` loaded in this process, each with its count asked from the library and its
     threadpoolctl controller, in the order ``/proc/self/maps`` lists them (as ``doctor --pid`` shows them)."""
-    paths = mapped_libraries()
+    from launcher.base.procfs import libraries
+
+    paths = libraries()
     order = {path: i for i, path in enumerate(paths)}
     out: list[tuple[LoadedRuntime, Any]] = []
     for lib in sorted(controllers(), key=lambda lib: order.get(lib.filepath, len(order))):
@@ -162,6 +138,6 @@ def in_process() -> list[tuple[LoadedRuntime, Any]]:
     return out
 
 
-def openmp_names(runtimes: Iterable[LoadedRuntime]) -> tuple[str, ...]:
-    """The OpenMP runtime names among ``runtimes``, without repeats, in order."""
+def openmp_names(runtimes: Iterable[LoadedRuntime | Runtime]) -> tuple[str, ...]:
+    """The OpenMP runtime names among ``runtimes`` (found, or rows of :data:`RUNTIMES`), without repeats, in order."""
     return tuple(dict.fromkeys(r.name for r in runtimes if r.user_api == OPENMP))

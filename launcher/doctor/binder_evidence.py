@@ -1,11 +1,7 @@
-"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows.
-
-The evidence (docs/doctor.md, "mask-changed-after-start"): a library in ``/proc/PID/maps`` known to set masks from
-inside the process (TensorRT-LLM's ``configure_cpu_affinity()``; NCCL 2.29.2 to 2.29.7, which leaks the GPU's
-mask), accelerate's and DeepSpeed's binders and torchrun's ``--numa-binding`` (:mod:`launcher.context.binders`,
-:mod:`launcher.doctor.facts`), a ``numactl`` or ``taskset`` among the ancestors, and OpenMP binding variables that
-pin threads (``KMP_AFFINITY`` with a type, ``GOMP_CPU_AFFINITY``) in a runtime that reads them. Reading NCCL's version may read its mapped file.
-"""
+"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows: a
+library known to set masks from inside (TensorRT-LLM, a leaky NCCL), another binder (accelerate, DeepSpeed,
+torchrun ``--numa-binding``), a ``numactl`` or ``taskset`` among the ancestors, OpenMP variables that pin threads.
+docs/doctor.md ("mask-changed-after-start")."""
 
 from __future__ import annotations
 
@@ -16,9 +12,8 @@ from dataclasses import dataclass, field
 from launcher.context.binders import other_binders
 from launcher.doctor.facts import numa_binding_source
 from launcher.doctor.live import ProcessRecord
-from launcher.doctor.main_place import KMP_BINDING_TYPES
+from launcher.doctor.main_place import pinning_variables
 from launcher.doctor.nccl_live import LEAKY, loaded_nccl
-from launcher.env.omp_syntax import kmp_type
 
 TRT_VARIABLE = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
 PINNING_TOOLS = ("numactl", "taskset")
@@ -61,20 +56,6 @@ def pinning_ancestor(chain: Sequence[tuple[int, str]]) -> Binder | None:
     return None
 
 
-def openmp_pinning(environ: Mapping[str, str], runtimes: Sequence[str]) -> list[Binder]:
-    """OpenMP variables that pin threads but are not affrun's places, where a runtime that reads them is loaded
-    (``runtimes``: their names): ``KMP_AFFINITY`` with a binding type (libiomp5, libomp; affrun's own
-    ``granularity=fine`` binds nothing) and ``GOMP_CPU_AFFINITY`` (libgomp) bind each thread of the team."""
-    out = []
-    kmp, gomp = environ.get("KMP_AFFINITY", ""), environ.get("GOMP_CPU_AFFINITY", "")
-    if kmp and kmp_type(kmp) in KMP_BINDING_TYPES and {"libiomp5", "libomp"} & set(runtimes):
-        out.append(("KMP_AFFINITY", kmp))
-    if gomp and "libgomp" in runtimes:
-        out.append(("GOMP_CPU_AFFINITY", gomp))
-    return [Binder(f"{name}={value[:80]} (the OpenMP runtime binds its threads to it)",
-                   f"unset {name}: affrun's OMP_PLACES places the team", {name: None}) for name, value in out]
-
-
 def likely_binders(p: ProcessRecord, chain: Sequence[tuple[int, str]]) -> list[Binder]:
     """Every binder the evidence of ``p`` names (its libraries, its environment, ``chain``: its ancestors)."""
     found = [b for b in (tensorrt_llm(p.libraries, p.environ),) if b is not None]
@@ -91,4 +72,7 @@ def likely_binders(p: ProcessRecord, chain: Sequence[tuple[int, str]]) -> list[B
     ancestor = pinning_ancestor(chain)
     if ancestor is not None:
         found.append(ancestor)
-    return found + openmp_pinning(p.environ, [r.name for r in p.runtimes])
+    pinning = pinning_variables(p.environ, [r.name for r in p.runtimes])
+    return found + [Binder(f"{name}={value[:80]} (the OpenMP runtime binds its threads to it)",
+                           f"unset {name}: affrun's OMP_PLACES places the team", {name: None})
+                    for name, value in pinning if name in ("KMP_AFFINITY", "GOMP_CPU_AFFINITY")]

@@ -1,7 +1,5 @@
-"""What every doctor check shares: the check's type, the questions about the runtimes a process runs
-(libgomp, libiomp5/libomp), core counting, and one rank's share of its CPUs when no plan gives it. The checks are in
-:mod:`launcher.doctor.omp_checks` (process) and :mod:`launcher.doctor.host_checks` (host); the list of those that
-run is :mod:`launcher.doctor.checks`."""
+"""What the doctor's checks share: their type, the questions about the runtimes a process runs (libgomp,
+libiomp5/libomp), core counting, and one rank's share of its CPUs when no plan gives it."""
 
 from __future__ import annotations
 

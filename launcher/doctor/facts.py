@@ -1,10 +1,6 @@
-"""What the doctor's checks need to know besides the environment and the topology, and how it is found out.
-
-:class:`Facts` is plain data, so the checks stay pure and tests can state any situation. :func:`gather_facts`
-finds the facts of this host: which OpenMP runtime the program will use (the libraries loaded in a process, or
-the one the installed torch bundles, read from its files without importing it), the local rank count, whether
-numactl exists and the memory policy is allowed, the Slurm version, GPU models, and torchrun's ``--numa-binding``.
-No click, psutil or torch here.
+"""What the doctor's checks know besides the environment and the topology (:class:`Facts`, plain data, so that the
+checks stay pure), and :func:`gather_facts`, which finds them on this host: the OpenMP runtime in use, the local
+rank count, numactl, the memory policy, Slurm's version, GPU models, other binders. No click or torch.
 """
 
 from __future__ import annotations
@@ -16,12 +12,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from launcher.base.slurm_step import parse_version
+from launcher.base.procfs import ancestors, parent_pid, threads_union
+from launcher.base.slurm_step import parse_version, slurm_bound
 from launcher.bind.readback import exported_cpus
 from launcher.context.binders import OtherBinder, other_binders
 from launcher.context.inherited_mask import Collapse, read_collapse
-from launcher.context.runtimes import OPENMP, identify
-from launcher.doctor.procfs import ancestors, parent_pid, threads_union
+from launcher.context.runtimes import OPENMP, identify, openmp_names
 from launcher.topology._files import read_text
 from launcher.topology.fsroot import within
 from launcher.topology.model import Topology
@@ -58,12 +54,8 @@ def rank_view(
     local_size: int,
     in_rank: bool,
 ) -> tuple[frozenset[int], int, bool]:
-    """(CPUs of one rank, ranks sharing them, per-rank mask?) for a process allowed ``process_cpus``.
-
-    Under affrun the rank's CPUs are ``AFFRUN_CPUS``. Inside a rank whose mask is narrower than the machine's
-    allowed CPUs (srun ``--cpu-bind``, taskset), the mask is per rank. Otherwise every local rank gets the same
-    mask and ``local_size`` ranks share it.
-    """
+    """(CPUs of one rank, ranks sharing them, per-rank mask?) for a process allowed ``process_cpus``:
+    ``AFFRUN_CPUS``; a rank's own mask where it is narrower than the machine's; else one mask for every rank."""
     cpus = exported_cpus(environ)
     if cpus:
         return cpus, 1, True
@@ -72,18 +64,12 @@ def rank_view(
     return process_cpus, max(local_size, 1), local_size <= 1
 
 
-def openmp_from_paths(paths: Sequence[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(c.name for c, _ in identify(paths) if c.user_api == OPENMP))
-
-
 _NUMA_FLAG = re.compile(r"--numa[-_]binding(=|\s+)?(\S+)?")
 
 
 def numa_binding_source(environ: Mapping[str, str], ancestors: Sequence[tuple[int, str]]) -> str | None:
-    """Where torchrun's ``--numa-binding`` applies: ``PET_NUMA_BINDING`` or an ancestor torchrun's command line.
-
-    ``ancestors`` are (pid, command line with spaces) of the parent chain.
-    """
+    """Where torchrun's ``--numa-binding`` applies: ``PET_NUMA_BINDING``, or the command line of a torchrun among
+    the ``ancestors`` ((pid, command line), nearest first)."""
     value = environ.get("PET_NUMA_BINDING")
     if value:
         return f"PET_NUMA_BINDING={value} (torchrun reads it as --numa-binding)"
@@ -109,24 +95,20 @@ def torch_openmp() -> tuple[tuple[str, ...], str]:
         names = sorted(os.listdir(lib_dir))
     except OSError:
         return (), ""
-    paths = [os.path.join(lib_dir, n) for n in names]
-    found = openmp_from_paths(paths)
+    found = [(row, path) for row, path in identify(os.path.join(lib_dir, n) for n in names) if row.user_api == OPENMP]
     if not found:
         return (), ""
-    bundled = [p for c, p in identify(paths) if c.user_api == OPENMP]
-    return found, f"the installed torch bundles {', '.join(bundled)}"
+    bundled = [path for _, path in found]
+    return openmp_names(row for row, _ in found), f"the installed torch bundles {', '.join(bundled)}"
 
 
 def preloaded_openmp(environ: Mapping[str, str]) -> tuple[str, ...]:
     value = environ.get("LD_PRELOAD", "")
-    return openmp_from_paths([p for p in re.split(r"[\s:]+", value) if p])
+    return openmp_names(row for row, _ in identify(p for p in re.split(r"[\s:]+", value) if p))
 
 
 def intel_openmp_version() -> str | None:
-    """The installed ``intel-openmp`` distribution's version, from its ``.dist-info`` directory name.
-
-    (``importlib.metadata`` would cost 15 ms of imports at the top of every training script.)
-    """
+    """The installed ``intel-openmp`` distribution's version, from its ``.dist-info`` directory's name."""
     import sys
 
     for entry in sys.path:
@@ -175,18 +157,9 @@ def gpu_device_ids(root: str, topology: Topology) -> dict[str, str]:
     return out
 
 
-def slurm_bound(environ: Mapping[str, str]) -> bool:
-    """srun bound this task (``--cpu-bind`` other than none): its mask is its own, narrower than its parent's."""
-    kind = environ.get("SLURM_CPU_BIND_TYPE", "").split(",")[0].strip()
-    return kind not in ("", "none", "none:")
-
-
 def launch_cpus(environ: Mapping[str, str], pid: int | None = None, proc: str = "/proc") -> frozenset[int]:
-    """The CPUs a process was started with, even after its OpenMP runtime pinned the main thread to one.
-
-    The union of its threads' masks and, unless srun bound the task, of its parent's threads' masks (the mask
-    the process inherited). Falls back to the main thread's mask.
-    """
+    """The CPUs a process was started with, even after its OpenMP runtime pinned the main thread: the union of its
+    threads' masks and, unless srun bound the task, its parent's; else the main thread's mask."""
     me = os.getpid() if pid is None else pid
     cpus = threads_union(me, proc)
     parent = parent_pid(me, proc)
@@ -236,13 +209,9 @@ def gather_facts(
     fsroot: str = "/",
     process_cpus: frozenset[int] | None = None,
 ) -> Facts:
-    """The facts for auditing ``environ`` on ``topology``.
-
-    ``live``: the topology is this machine (``/``), so this process's mask and host probes apply. ``openmp``:
-    the runtimes known to be in use (e.g. read from a process); by default the installed torch's, plus any
-    ``LD_PRELOAD``-ed one. ``probe_host``: look for numactl, try the memory policy and ask Slurm its version.
-    ``process_cpus``: the CPUs the audited process was given (default: this process's mask on a live machine).
-    """
+    """The facts for auditing ``environ`` on ``topology``. ``live``: it is this machine (its mask and host probes
+    apply). ``openmp``: the runtimes in use (default: the installed torch's and ``LD_PRELOAD``'s). ``probe_host``:
+    numactl, the memory policy, Slurm's version. ``process_cpus``: the audited process's CPUs (default: ours)."""
     size, size_source, in_rank = local_size(environ, nproc, topology)
     process_cpus_given = process_cpus
     if process_cpus is None:

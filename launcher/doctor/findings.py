@@ -24,11 +24,8 @@ def severity_named(value: str) -> Severity:
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: what is wrong (``message``), why it matters (``why``) and the exact fix (``fix``).
-
-    ``env_fix`` is the same fix as environment changes (``None`` unsets), where the fix is one:
-    ``launcher.ensure_affinity`` applies it. ``subject`` says where the problem was seen (``rank 0 pid 4242``).
-    """
+    """One problem: what is wrong, why it matters, the exact fix, where it was seen (``subject``), and the fix as
+    variables to set where it is one (``env_fix``, ``None`` unsets: what ``ensure_affinity`` applies)."""
 
     id: str
     severity: Severity

@@ -1,7 +1,5 @@
-"""GPU utilisation during a live audit, through :mod:`launcher.base.nvml` where nvidia-ml-py and a GPU are present:
-each GPU (named by its PCI address: NVML's order is PCI bus order, not CUDA's) with its busy share at each sample
-and its processes' own where the driver gives them. docs/doctor.md ("The GPU's side").
-"""
+"""GPU utilisation during a live audit, through :mod:`launcher.base.nvml`: each GPU (by PCI address, NVML's
+order) with its busy share at each sample and its processes' own where the driver gives them (docs/doctor.md)."""
 
 from __future__ import annotations
 

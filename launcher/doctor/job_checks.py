@@ -1,6 +1,6 @@
 """``affrun doctor --pid PID``: what the sampled records of a job mean (:func:`job_findings`): each rank's
 environment against its runtimes, the collapse, migrations, core kinds, the feed, ranks sharing CPUs, unbound
-processes and GPUs that wait. Pure; the records: :mod:`launcher.doctor.live`; every finding: docs/doctor.md."""
+processes, idle GPUs. Pure."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from launcher.base.cpulist import format_cpulist
 from launcher.bind.readback import exported_cpus
 from launcher.context.binders import other_binders
 from launcher.context.runtimes import openmp_names
-from launcher.doctor.checks import check_environment
+from launcher.doctor.collapse import collapse_findings
+from launcher.doctor.diagnose import check_environment
 from launcher.doctor.facts import Facts, intel_openmp_version, numa_binding_source
-from launcher.doctor.feed_checks import feed_finding
 from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.live import JobAudit, ProcessRecord
 from launcher.doctor.run_checks import unbound_findings
-from launcher.env.variables import BINDING_VARIABLES
+from launcher.feed.figures import FeedFigures
 from launcher.plan.kinds import plan_kinds
 from launcher.topology.model import Topology
 
@@ -64,41 +64,6 @@ def job_findings(audit: JobAudit, topology: Topology, ancestors_of: Any = None) 
 
 def _with_subject(f: Finding, subject: str) -> Finding:
     return Finding(f.id, f.severity, f.message, f.why, f.fix, subject, f.env_fix)
-
-
-def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
-    """The rank's children are all confined to one CPU while the rank owns several (docs/design.md §2)."""
-    children = [c for c in audit.children_of(rank) if c.threads]
-    if not children or len(rank.owned) < 2:
-        return []
-    union: set[int] = set()
-    for child in children:
-        union |= child.mask
-    if len(union) != 1:
-        return []
-    loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
-    if loader and union <= loader:
-        return []  # affrun --loader-cores planned it
-    plan = rank.thread_plan  # the workers' homes (launcher.doctor.thread_homes): off a main core and comm cores
-    if plan is not None and plan.workers and union == {c for w in plan.workers for c in w.cpus}:
-        return []  # the one CPU the thread plan gives every worker (a small rank with a main core of its own)
-    cpu = next(iter(union))
-    names = sorted({c.comm for c in children})
-    main_too = rank.main_mask == frozenset(union)
-    causes = [f"{n}={rank.environ[n]}" for n in BINDING_VARIABLES if rank.environ.get(n)]
-    return [Finding(
-        "collapse", "error",
-        f"the rank owns CPUs {format_cpulist(rank.owned)}, but its {len(children)} child process(es) "
-        f"({', '.join(names)}: pids {', '.join(str(c.pid) for c in children)}) are all confined to CPU {cpu}"
-        + (" together with its main thread" if main_too else "")
-        + (f" ({' '.join(causes)})" if causes else ""),
-        "the workers inherited the one-CPU mask of the main thread, which the OpenMP runtime pinned at startup: "
-        "data loading runs on one core and the GPU waits, without any error",
-        "unset " + (", ".join(n.split("=")[0] for n in causes) if causes else "the OpenMP binding variables")
-        + " and launch with `affrun torchrun` / `affrun exec` (one place per rank), or pass "
-        "worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
-        rank.label(),
-    )]
 
 
 MIGRATION_RATE = 1.0  # per second, for a busy thread
@@ -199,3 +164,44 @@ def gpu_findings(audit: JobAudit) -> list[Finding]:
             "look at the other findings; check the DataLoader workers' CPUs and the rank's OMP_NUM_THREADS",
         ))
     return out
+
+
+STARVED = 0.20
+
+
+def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], loader: frozenset[int],
+                 worker_masks: Sequence[frozenset[int]], omp_threads: int,
+                 loader_cores: int | None = None) -> list[Finding]:
+    """``feed-starved`` for one rank: ``owned`` its CPUs, ``loader`` its loader CPUs (in ``loader_cores`` cores),
+    ``worker_masks`` its children's masks, ``omp_threads`` its OpenMP team's size."""
+    if feed is None or feed.batches == 0 or feed.data_wait_fraction <= STARVED:
+        return []
+    workers = sum(feed.num_workers)
+    union = frozenset().union(*worker_masks) if worker_masks else frozenset()
+    compute = owned - loader
+    causes: list[str] = []
+    pool = loader or owned  # where the workers may run: the loader CPUs, else the rank's
+    if worker_masks and len(union) == 1 and len(pool) > 1:
+        causes.append(f"workers on one core: its {len(worker_masks)} worker process(es) all run on CPU "
+                      f"{format_cpulist(union)} of {format_cpulist(pool)}")
+    if worker_masks and union & compute and omp_threads > 1:
+        causes.append(f"loader threads compete with the OpenMP team: the workers may run on CPUs "
+                      f"{format_cpulist(union & compute)}, where the rank's {omp_threads} OpenMP threads compute")
+    cores = len(loader) if loader_cores is None else loader_cores
+    if loader and workers < cores:  # affrun's own count is one worker per loader core (launcher.feed.workers)
+        causes.append(f"too few workers for the loader CPUs: {workers} worker(s) for {cores} loader core(s) "
+                      f"(CPUs {format_cpulist(loader)})")
+    elif workers == 0:
+        causes.append("no workers: the training process loads every batch itself (num_workers=0)")
+    if not causes:
+        causes.append(f"its {workers} worker(s) prepare batches more slowly than the loop uses them")
+    return [Finding(
+        "feed-starved", "warning",
+        f"the training loop waited for data {100 * feed.data_wait_fraction:.0f}% of its time "
+        f"({feed.batches} batches in {feed.seconds:.1f} s, {feed.batches_per_s:.1f} batches/s so far)",
+        "; ".join(causes),
+        "measure the splits of loader cores and workers on this script and take the fastest: `affrun tune "
+        "[affrun torchrun options] SCRIPT [ARGS...]` (it prints the options to use, e.g. --loader-cores 2 "
+        "--loader-workers 4)",
+        subject,
+    )]

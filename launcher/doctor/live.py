@@ -1,31 +1,26 @@
-"""``affrun doctor --pid PID``: what was seen of a running job (the records) and what it means (the analysis).
-
-:mod:`launcher.doctor.sampling` fills the records (:class:`JobAudit`, :class:`ProcessRecord`,
-:class:`ThreadRecord`) from ``/proc``; the analysis (:func:`assign_roles` here, :func:`launcher.doctor.job_checks.job_findings`) is pure.
-
-Roles: a *rank* is a process with a local-rank variable (``LOCAL_RANK``, ``SLURM_LOCALID``..., or affrun's
-``AFFRUN_LOCAL_RANK`` with its plan's identity) whose parent does not carry the same rank and that started no
-ranks; without any, the audited process is the one rank. A rank's descendants are its *children* (DataLoader
-workers are named ``pt_data_worker``). The rest is the *launcher* (torchrun's agent).
+"""``affrun doctor --pid PID``: the records of what was seen of a running job (:class:`JobAudit`,
+:class:`ProcessRecord`, :class:`ThreadRecord`, a rank's :class:`RankStarvation`), and each process's role
+(:func:`assign_roles`, pure): *rank*, *child* of a rank, *launcher*. docs/doctor.md says how roles are told.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from launcher.base import procfs
+from launcher.base.cpulist import format_cpulist
+from launcher.base.slurm_step import slurm_bound
 from launcher.bind.readback import exported_cpus
 from launcher.context.runtimes import LoadedRuntime
-from launcher.doctor import procfs
-from launcher.doctor.facts import slurm_bound
+from launcher.doctor.contention import Neighbour, Throttling
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.neighbours import Neighbour
 from launcher.doctor.rank_fields import binding_problem
-from launcher.doctor.rank_verdict import RankStarvation
 from launcher.doctor.run_checks import planned_cpus
-from launcher.doctor.throttling import Throttling
 from launcher.feed.figures import FeedFigures
+from launcher.feed.verdict import Verdict
 from launcher.plan.threads import ThreadPlan, WorkerHome
 
 
@@ -170,7 +165,7 @@ class JobAudit:
     machine_cpus: frozenset[int]
     findings: list[Finding] = field(default_factory=list)
     online: frozenset[int] = frozenset()  # the CPUs online: a binding to any other CPU cannot have been made here
-    # what the job could use (launcher.doctor.job_collapse): the audited process's cgroup cpuset and the online
+    # what the job could use (launcher.doctor.collapse): the audited process's cgroup cpuset and the online
     # CPUs, said in words; and its parent (pid, command line, mask): the mask the launcher started with
     reference: frozenset[int] = frozenset()
     reference_source: str = ""
@@ -187,12 +182,96 @@ class JobAudit:
         return [p for p in self.processes if p.role == "child" and p.rank_pid == rank.pid]
 
 
+def _pct(value: float | None) -> str:
+    return "?" if value is None else f"{100 * value:.0f}%"
+
+
+@dataclass(frozen=True)
+class RankGpu:
+    """The GPU a rank uses and how busy it was over the sample (a share, ``None`` when NVML gave no figure)."""
+
+    index: int  # NVML's (PCI bus order)
+    pci: str
+    busy: float | None
+    measured: str  # "process": the rank's own processes' share (nvmlDeviceGetProcessUtilization); "device"
+    mapped_by: str  # how the rank was matched to it: "process", "AFFRUN_GPU_PCI", "CUDA_VISIBLE_DEVICES"...
+
+    def text(self) -> str:
+        return (f"gpu {self.index} ({self.pci}) {_pct(self.busy)} busy ({'its processes' if self.measured == 'process' else 'the whole device'}; "
+                f"matched by {self.mapped_by})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "pci": self.pci, "busy_fraction": None if self.busy is None else round(self.busy, 3),
+                "measured": self.measured, "mapped_by": self.mapped_by}
+
+
+@dataclass
+class RankStarvation:
+    main_tid: int | None = None
+    main_cpu_percent: float = 0.0
+    main_cpu_wait: float | None = None  # the share of the sample the main thread waited on a run queue
+    main_ran: frozenset[int] = frozenset()
+    main_allowed: frozenset[int] = frozenset()
+    demand: float | None = None  # CPUs' worth its threads (its children's too) wanted: on a CPU or waiting
+    used: float | None = None  # CPUs' worth they ran
+    busy_threads: int = 0  # of them, those that ran at least 5% of a CPU
+    supply: frozenset[int] = frozenset()  # the CPUs they may use (the union of their masks)
+    used_on_main: float | None = None  # CPUs' worth the job's other threads ran on the main thread's CPUs
+    throttling: Throttling | None = None  # its cgroup's
+    neighbours: list[Neighbour] = field(default_factory=list)  # busy outside processes that may run on its CPUs
+    gpu: RankGpu | None = None
+    cause: str | None = None  # launcher.feed.verdict's COLLAPSE, THROTTLED, OVERSUBSCRIBED, NEIGHBOURS
+    cause_text: str = ""
+    verdict: Verdict | None = None
+
+    def main_line(self) -> str:
+        return (f"main thread {self.main_tid}: CPU {self.main_cpu_percent:.0f}%, waited {_pct(self.main_cpu_wait)} "
+                f"for a CPU, ran on CPUs {format_cpulist(self.main_ran) or '-'} (allowed "
+                f"{format_cpulist(self.main_allowed) or '-'})")
+
+    def supply_line(self) -> str:
+        demand = "?" if self.demand is None else f"{self.demand:.1f}"
+        used = "?" if self.used is None else f"{self.used:.1f}"
+        on_main = "" if self.used_on_main is None else (
+            f"; the job's other threads ran {self.used_on_main:.1f} CPUs' worth on the main thread's "
+            f"{len(self.main_allowed)} CPU(s)")
+        throttled = ""
+        if self.throttling is not None and self.throttling.periods:
+            t = self.throttling
+            throttled = (f"; cgroup throttled in {t.throttled_periods} of {t.periods} quota periods "
+                         f"({t.throttled_s:.2f} s)")
+        return (f"CPU demand {demand} CPUs (ran {used}; {self.busy_threads} busy thread(s)) on {len(self.supply)} "
+                f"CPU(s) {format_cpulist(self.supply) or '-'}{on_main}{throttled}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "main_thread": {"tid": self.main_tid, "cpu_percent": round(self.main_cpu_percent, 1),
+                            "cpu_wait_fraction": None if self.main_cpu_wait is None else round(self.main_cpu_wait, 3),
+                            "ran": format_cpulist(self.main_ran), "allowed": format_cpulist(self.main_allowed)},
+            "cpu_demand": None if self.demand is None else round(self.demand, 2),
+            "cpu_used": None if self.used is None else round(self.used, 2),
+            "busy_threads": self.busy_threads,
+            "supply_cpus": format_cpulist(self.supply),
+            "job_used_on_main_cpus": None if self.used_on_main is None else round(self.used_on_main, 2),
+            "throttling": self.throttling.to_json() if self.throttling else None,
+            "neighbours": [n.to_json() for n in self.neighbours],
+            "gpu": self.gpu.to_json() if self.gpu else None,
+            "cpu_cause": self.cause,
+        }
+
+    def verdict_line(self) -> str:
+        if self.verdict is None:
+            return "verdict: -"
+        v = self.verdict
+        kind = v.kind + (f" (likely {v.likely}{f', {v.cause}' if v.cause else ''})" if v.likely else
+                         f" ({v.cause})" if v.cause else "")
+        return f"verdict: {kind}: {v.evidence}" + (f" -- fix: {v.fix}" if v.fix else "")
+
+
 # --------------------------------------------------------------------------- analysis (pure)
 def _rank_key(p: ProcessRecord) -> tuple[str, int] | None:
-    """Which local rank ``p`` is, and by what: a launcher's variable (``LOCAL_RANK``, ``SLURM_LOCALID``...); else
-    affrun's binding (``AFFRUN_LOCAL_RANK`` with the plan's identity ``AFFRUN_PLAN_ID``, which every binding
-    writes: ``affrun exec`` sets no ``LOCAL_RANK`` outside srun and mpirun), or the rank ``affrun run``'s hook
-    made it, whose variables are not in ``/proc/PID/environ``."""
+    """Which local rank ``p`` is, and by what: a launcher's variable; else affrun's binding (``AFFRUN_LOCAL_RANK``
+    with ``AFFRUN_PLAN_ID``), or the rank ``affrun run``'s hook made it."""
     from launcher.base.untrusted import ascii_uint
     from launcher.context.local_rank import LocalRankError, detect_local_rank
     from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE
@@ -211,9 +290,8 @@ def _rank_key(p: ProcessRecord) -> tuple[str, int] | None:
 
 
 def assign_roles(audit: JobAudit) -> None:
-    """Mark ranks, their children and the launcher, and work out the CPUs each rank owns. A process that started
-    ranks of its own (``affrun exec -- torchrun``, whose agent carries the binding its workers inherit) is their
-    launcher, not a rank."""
+    """Mark ranks (a process that started ranks of its own is their launcher), their children and the launcher,
+    and the CPUs each rank owns."""
     by_pid = {p.pid: p for p in audit.processes}
     keys = {p.pid: _rank_key(p) for p in audit.processes}
     ranks = [p for p in audit.processes if keys[p.pid] is not None and keys.get(p.ppid) != keys[p.pid]]
@@ -249,11 +327,8 @@ def _descends(p: ProcessRecord, ancestor: int, by_pid: Mapping[int, ProcessRecor
 
 
 def owned_cpus(rank: ProcessRecord, online: frozenset[int] = frozenset()) -> frozenset[int]:
-    """The CPUs a rank was given: ``AFFRUN_CPUS`` (where it names only CPUs of ``online``, when known), or its
-    rank's in the plan of ``affrun run``; else what its threads and its launcher's threads span.
-
-    The launcher's mask is left out under Slurm CPU binding, where srun binds each task below its parent's mask.
-    """
+    """The CPUs a rank was given: ``AFFRUN_CPUS`` (naming only CPUs of ``online``), or its rank's in ``affrun
+    run``'s plan; else what its threads and, unless srun bound it, its launcher's threads span."""
     if binding_problem(rank.environ, online) is None and (planned := exported_cpus(rank.environ)):
         return planned
     under_run = planned_cpus(rank)  # affrun run's hook binds in-process: AFFRUN_CPUS is not in /proc's environ

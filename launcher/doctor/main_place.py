@@ -4,9 +4,9 @@ with ``OMP_PROC_BIND``, or ``GOMP_CPU_AFFINITY``, as each runtime reads them. Pu
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from launcher.doctor.check_base import gnu_possible, intel_in_process
+from launcher.doctor.check_base import INTEL_RUNTIMES, gnu_possible, intel_in_process
 from launcher.doctor.facts import Facts
 from launcher.env.omp_syntax import (
     ABSTRACT_PLACES,
@@ -20,6 +20,21 @@ from launcher.topology.model import Topology
 
 # every KMP_AFFINITY type binds the threads but these two (logical and physical are old names of compact)
 KMP_BINDING_TYPES = tuple(t for t in KMP_TYPES if t not in ("none", "disabled"))
+
+
+def pinning_variables(environ: Mapping[str, str], runtimes: Collection[str]) -> list[tuple[str, str]]:
+    """(name, value) of the binding variables a loaded OpenMP runtime (``runtimes``: their names) acts on:
+    ``OMP_PLACES``/``OMP_PROC_BIND`` unless it is false, ``GOMP_CPU_AFFINITY`` (libgomp, without
+    ``OMP_PROC_BIND``), ``KMP_AFFINITY`` with a binding type (libiomp5, libomp)."""
+    bind = environ.get("OMP_PROC_BIND", "").strip().lower()
+    out = [(n, environ[n]) for n in ("OMP_PLACES", "OMP_PROC_BIND")
+           if environ.get(n) and {"libgomp", *INTEL_RUNTIMES} & set(runtimes) and bind.split(",")[0] != "false"]
+    if "libgomp" in runtimes and environ.get("GOMP_CPU_AFFINITY") and not bind:
+        out.append(("GOMP_CPU_AFFINITY", environ["GOMP_CPU_AFFINITY"]))
+    kmp = environ.get("KMP_AFFINITY", "")
+    if kmp and kmp_type(kmp) in KMP_BINDING_TYPES and set(INTEL_RUNTIMES) & set(runtimes):
+        out.append(("KMP_AFFINITY", kmp))
+    return out
 
 
 def kmp_tokens(value: str) -> list[str]:
@@ -49,11 +64,8 @@ def abstract_places(name: str, cpus: frozenset[int], topology: Topology) -> list
 def main_thread_place(
     environ: Mapping[str, str], cpus: frozenset[int], topology: Topology, facts: Facts
 ) -> tuple[str, frozenset[int]] | None:
-    """The variables that bind the initial thread, and the CPUs of the first place it is bound to (``None``: unbound).
-
-    libgomp binds it when it loads (``import torch``); libiomp5/libomp at their first parallel region. A type in
-    ``KMP_AFFINITY`` wins over ``OMP_PLACES`` in libiomp5/libomp; ``OMP_PROC_BIND`` wins over ``GOMP_CPU_AFFINITY``.
-    """
+    """The variables that bind the initial thread, and the CPUs of the first place it is bound to (``None``:
+    unbound), by each runtime's precedence (docs/design.md §2)."""
     if not cpus:
         return None
     gnu, intel = gnu_possible(facts), intel_in_process(facts)

@@ -1,11 +1,6 @@
-"""``affrun doctor --pid``: NCCL in a live rank (docs/doctor.md). Which NCCL is loaded (``/proc/PID/maps``: the
-version in ``libnccl.so.2.X.Y``, else the ``NCCL version`` string in the mapped file), warned on 2.29.2 to
-2.29.7 (NVIDIA/nccl #2033); and NCCL's threads, known by their names (``NCCL ...``, as ``NCCL_SET_THREAD_NAME=1``
-names them: printable ASCII only), where they ran, and whether on a core of the rank's OpenMP team or of its
-DataLoader workers.
-
-The version read is I/O (:func:`loaded_nccl`); the analysis (:func:`nccl_findings`) reads only the records.
-"""
+"""``affrun doctor --pid``: NCCL in a live rank: which version is loaded (its mapped library's name, else the
+``NCCL version`` string in the file), and where NCCL's threads (named ``NCCL ...``) ran against the rank's OpenMP
+team and DataLoader workers. docs/doctor.md."""
 
 from __future__ import annotations
 
@@ -15,10 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import printable_ascii
 from launcher.bind.readback import exported_cpus
-from launcher.doctor import procfs
 from launcher.doctor.findings import Finding
 
 if TYPE_CHECKING:
@@ -88,9 +83,9 @@ def nccl_version(path: str) -> Version | None:
 
 
 def loaded_nccl(p: ProcessRecord, proc: str = "/proc") -> LoadedNccl | None:
-    """The NCCL ``p`` maps now (``/proc/PID/maps``, its path exact), else (the process has gone) the one among the
-    libraries read while sampling. The version: from the name, else from the mapped file itself
-    (``/proc/PID/map_files``, which root can open), else from the file at the path, unless it was deleted since."""
+    """The NCCL ``p`` maps now, else (the process has gone) the one among the libraries read while sampling; its
+    version from the name, else from the mapped file (``map_files``), else from the file at the path if not
+    deleted since."""
     mapped = procfs.mapped_file(p.pid, is_nccl_library, proc)
     if mapped is None:
         path = nccl_library(p.libraries)

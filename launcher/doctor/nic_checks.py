@@ -1,13 +1,5 @@
-"""The network side of a rank, checked from its environment and the machine (docs/doctor.md, docs/nics.md):
-
-- ``nccl-ib-hca-prefix``: ``NCCL_IB_HCA`` / ``NCCL_SOCKET_IFNAME`` entries are prefixes unless the list starts
-  with ``=``; an entry that names a device and also selects others (``mlx5_1`` selects ``mlx5_10``...).
-- ``nic-far``: the NIC the rank was told to use (``UCX_NET_DEVICES``, ``AFFRUN_NIC``) is farther from its GPU than
-  the nearest NIC, by NCCL's path ranking (:mod:`launcher.plan.nics`).
-- ``rank-off-gpu-node``: the rank's CPUs hold no CPU of its GPU's NUMA node (or local CPUs).
-
-Pure functions of (environ, topology, facts), like every check.
-"""
+"""The network side of a rank, from its environment and the machine: ``nccl-ib-hca-prefix``, ``nic-far``,
+``rank-off-gpu-node`` (docs/doctor.md, docs/nics.md). Pure functions of (environ, topology, facts)."""
 
 from __future__ import annotations
 

@@ -205,10 +205,7 @@ def check_collapse_risk(environ: Mapping[str, str], topology: Topology, facts: F
 
 def _binding_runtime(cause: str, facts: Facts) -> tuple[str, str]:
     """(when the runtime that reads ``cause`` binds the main thread, what the processes started afterwards
-    inherit), as measured here with torch 2.13 (docs/design.md §3): libgomp at
-    ``import torch``, every child keeping the place; libiomp5 at its first parallel region, a ``fork()``ed child
-    getting its full mask back (``KMP_INIT_AT_FORK``); LLVM libomp under torch at ``import torch``, every child
-    keeping the place."""
+    inherit), as measured with torch 2.13 (docs/doctor.md, docs/design.md §3)."""
     libgomp = ("at `import torch`", "DataLoader workers, multiprocessing children and subprocesses started "
                "afterwards inherit that single place (libgomp)")
     iomp5 = ("at its first parallel region", "subprocesses and spawn or forkserver workers started afterwards "
@@ -224,9 +221,8 @@ def _binding_runtime(cause: str, facts: Facts) -> tuple[str, str]:
 
 
 def _main_core_risk(environ: Mapping[str, str], cause: str, place: frozenset[int], when: str) -> list[Finding]:
-    """The first place is the rank's main core (``AFFRUN_MAIN_CPUS``, ``--main-thread``): the plan. Its workers
-    inherit that core unless the rank's hooks re-home them (``AFFRUN_RANK_HOOKS`` auto, the startup hook's
-    default when it is unset); with any other value nothing does (docs/threads.md)."""
+    """The first place is the rank's main core (``AFFRUN_MAIN_CPUS``): the plan, a risk only where the rank's hooks
+    do not re-home its workers (``AFFRUN_RANK_HOOKS`` other than auto)."""
     hooks = environ.get(HOOKS_VARIABLE) or "auto"
     if hooks == "auto":
         return []
@@ -296,9 +292,8 @@ def check_mixed_runtimes(environ: Mapping[str, str], topology: Topology, facts: 
 
 
 def check_core_kinds_mixed(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
-    """On a hybrid CPU, the rank's OpenMP team must span kinds: more threads than the fastest kind's cores in the
-    rank's CPUs (``OMP_NUM_THREADS``, or one per CPU when unset), or explicit places past the main thread's that
-    hold CPUs of two kinds. A parallel region ends when its slowest thread does (docs/planner.md "Core kinds")."""
+    """On a hybrid CPU, a team that must span core kinds: more threads than the fastest kind's cores in the rank's
+    CPUs, or places past the main thread's on two kinds (docs/planner.md "Core kinds")."""
     planned = plan_kinds(topology)  # the planner's kinds: none where they are priority classes (SST-BF)
     kinds = planned.restricted(facts.rank_cpus) if planned else None
     if kinds is None or not kinds.hybrid:

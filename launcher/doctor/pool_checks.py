@@ -1,8 +1,6 @@
-"""Process check: the pool variables of one rank's environment (``OPENCV_FOR_THREADS_NUM``, ``RAYON_NUM_THREADS``,
-``NUMEXPR_NUM_THREADS``, ``BLIS_NUM_THREADS``, and ``OPENBLAS_NUM_THREADS`` where a main core narrows its pool),
-judged as the env policy judges a user's value (:func:`launcher.env.policy.variable_problem`) against the size
-the rank's thread plan gives each pool; without a plan, against the rank's share of the cores. ``affrun doctor``
-runs it on its own environment, ``affrun doctor --pid`` on each rank's (docs/doctor.md)."""
+"""Process check: the pool variables of one rank's environment (OpenCV's, Rayon's, numexpr's, BLIS's; OpenBLAS's
+with a main core), judged as the env policy judges a user's value against the size the rank's thread plan gives
+each pool, else against the rank's share of the cores (docs/doctor.md, "Pool variables")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """A rank's fields, as :func:`launcher.plan.threads.thread_plan` reads them, from the ``AFFRUN_*`` variables of an
-environment it audits (a live rank's ``/proc/PID/environ``, or the environment ``affrun doctor`` runs in), read by
-the one strict reader every consumer uses (:func:`launcher.bind.readback.read_binding`). Values that cannot be
-the binding affrun made (malformed, no plan's shape, CPUs the machine lacks) are no plan: the audit reports why
-(:func:`binding_problem`) rather than judge the rank against them."""
+environment the doctor audits, read by the one strict reader (:func:`launcher.bind.readback.read_binding`); values
+that cannot be a binding made here are no plan (:func:`binding_problem` says why)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Text and JSON output of ``affrun doctor``: one finding per line, the live job as a table.
-
-Every line of a text report passes through :func:`launcher.base.untrusted.shown`: the findings and the table echo
-environment values, command lines and process names, which may hold a newline or an escape sequence. JSON keeps
-the exact values. A process's threads get at most :data:`THREAD_LINES` lines (strayed ones first); the rest are
-counted by role and verdict, so a rank with thousands of threads stays a screenful.
-"""
+"""Text and JSON output of ``affrun doctor``: one finding per line, the live job as a table (at most
+:data:`THREAD_LINES` thread lines a process). Every text line passes through
+:func:`launcher.base.untrusted.shown`; JSON keeps the exact values (docs/json.md)."""
 
 from __future__ import annotations
 
@@ -13,8 +9,8 @@ from typing import Any
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
+from launcher.doctor.collapse import span_of
 from launcher.doctor.findings import Finding, worst_first
-from launcher.doctor.job_collapse import span_of
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
 from launcher.doctor.thread_homes import thread_summary
 from launcher.topology.model import Topology
@@ -36,7 +32,6 @@ def findings_lines(findings: Sequence[Finding]) -> list[str]:
     return [finding_line(f) for f in worst_first(findings)]
 
 
-
 def summary(findings: Sequence[Finding]) -> dict[str, int]:
     return {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
 
@@ -47,11 +42,8 @@ def environment_json(findings: Sequence[Finding], context: dict[str, Any]) -> di
 
 
 def job_json(audit: JobAudit) -> dict[str, Any]:
-    """The documented ``affrun doctor --pid --json`` contract (docs/doctor.md): ``findings`` first. Every thread is
-    listed, however many (the text report summarises)."""
-    return {
-        "findings": [f.to_json() for f in worst_first(audit.findings)],
-        "summary": summary(audit.findings),
+    """The documented ``affrun doctor --pid --json`` contract: ``findings`` first; every thread is listed."""
+    return environment_json(audit.findings, {
         "pid": audit.pid,
         "duration_s": round(audit.duration, 3),
         "interval_s": audit.interval,
@@ -66,7 +58,7 @@ def job_json(audit: JobAudit) -> dict[str, Any]:
         "neighbours": [n.to_json() for n in audit.neighbours],
         "processes": [_process_json(p, audit) for p in audit.processes],
         "gpus": audit.gpus.to_json(),
-    }
+    })
 
 
 def _demand(audit: JobAudit) -> float | None:

@@ -1,65 +1,49 @@
-"""``affrun doctor --pid PID``'s sampling: read a running job from ``/proc`` into the records of
-:mod:`launcher.doctor.live`, then analyse them there.
-
-:func:`sample_job` reads ``/proc`` every ``interval`` seconds for ``duration`` seconds: each thread's allowed CPUs
-and the CPU it last ran on (``stat`` field 39), its CPU time and its wait for a CPU (``schedstat``), and each
-process's libraries and environment; each new process's cgroups once (:mod:`launcher.doctor.throttling`), the other
-processes of the machine at the start and the end (:mod:`launcher.doctor.neighbours`). A change of CPU between two
-samples counts as a migration, so the rate is a lower bound. Sampling stops early when the audited process exits
-(a zombie counts as exited): the report holds what was seen until then. A process that ran another program
-meanwhile is read again at the end. Then each thread gets its role, home and verdict
-(:mod:`launcher.doctor.thread_homes`), each rank its supply and verdict (:mod:`launcher.doctor.starvation`), and
-the findings. A process this user may not read is refused.
+"""``affrun doctor --pid PID``: sample a running job from ``/proc`` into the records of :mod:`launcher.doctor.live`
+every ``interval`` seconds until ``duration`` has passed or the audited process exits, then judge them: each
+thread's role, home and verdict, each rank's supply and verdict, and the findings. docs/doctor.md says what is
+read and what it costs.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import time
-from typing import Any, Literal
 
+from launcher.base import procfs
 from launcher.base.schedstat import thread_schedstat
 from launcher.base.untrusted import short
 from launcher.context.runtimes import runtimes_from_paths
-from launcher.doctor import procfs
+from launcher.doctor.collapse import job_collapse_findings
+from launcher.doctor.contention import NeighbourWatch, ThrottleWatch
 from launcher.doctor.findings import merge_subjects
 from launcher.doctor.gpu import GpuSampler
 from launcher.doctor.job_checks import job_findings
-from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.nccl_live import rank_nccl_findings
-from launcher.doctor.neighbours import NeighbourWatch
 from launcher.doctor.starvation import judge_ranks, starvation_findings
 from launcher.doctor.target_environ import read_target_environ
 from launcher.doctor.thread_checks import thread_findings
 from launcher.doctor.thread_homes import assign_homes
-from launcher.doctor.throttling import ThrottleWatch
-from launcher.errors import AffrunError, ConfigError
+from launcher.errors import AffrunError
 
-MAX_SECONDS = 86400.0  # --duration and --interval: a day; more is a typo (and time.sleep refuses 1e300)
-MIN_INTERVAL = 0.005  # seconds between samples: one sample of a big job takes longer than that anyway
+MAX_SECONDS = 86400.0  # --duration and --interval: a day at most
+MIN_INTERVAL = 0.005  # seconds between samples
 DUTY = 0.05  # the sampler's CPU time is at most this share of one CPU: a sample that costs more waits longer
 SETUP_S = 0.1  # CPU seconds of the first reads of each process (its maps, its environment) the duty leaves out
 
 
-def _tree(root: Any) -> list[Any]:
-    """``root`` and its descendants, less this process and its own children where ``root`` is an ancestor of it
-    (``--pid $$`` from a shell: the audit is of the job, not of the doctor)."""
-    import psutil
-
-    try:
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
+def _tree(pid: int, start: int, proc: str) -> list[int]:
+    """``pid`` (while it is the process that started at ``start``) and its descendants, less this process and its
+    own where ``pid`` is an ancestor of it (``--pid $$`` from a shell: the audit is of the job, not the doctor)."""
+    table = procfs.processes(proc)
+    if pid not in table or table[pid].start != start:
         return []
+    tree = [pid, *procfs.descendants(pid, table)]
     me = os.getpid()
-    if root.pid != me and any(p.pid == me for p in tree):
-        try:
-            mine = {me, *(c.pid for c in psutil.Process(me).children(recursive=True))}
-        except psutil.Error:
-            mine = {me}
-        tree = [p for p in tree if p.pid not in mine]
+    if pid != me and me in tree:
+        mine = {me, *procfs.descendants(me, table)}
+        tree = [p for p in tree if p not in mine]
     return tree
 
 
@@ -67,8 +51,7 @@ UNREADABLE = "its environment cannot be read ({}: another user's process, or one
 
 
 def _new_record(pid: int, proc: str, unions: dict[int, frozenset[int]]) -> ProcessRecord | None:
-    """The record of a process first seen; ``unions``: the masks of the parents read in this sample, by pid (a rank
-    with hundreds of threads and as many children is read once, not once per child)."""
+    """The record of a process first seen; ``unions``: the parents' masks read in this sample, by pid."""
     stat = procfs.thread_stat(pid, pid, proc)
     if stat is None:
         return None
@@ -88,9 +71,8 @@ def _new_record(pid: int, proc: str, unions: dict[int, frozenset[int]]) -> Proce
 
 
 def _refresh(record: ProcessRecord, proc: str) -> None:
-    """Read the libraries again at the end, and what the process is where it ran another program (``execve``)
-    during the sample: that program's command line, environment and name. A new program is told by where its code
-    and stack lie, not by its command line or environment, which ``setproctitle`` overwrites in place."""
+    """Read the libraries again at the end, and, where the process ran another program during the sample (where
+    its code and stack lie changed), that program's command line, environment and name."""
     stat = procfs.thread_stat(record.pid, record.pid, proc)
     if stat is not None and any(stat.image) and stat.image != record.image:
         line = procfs.cmdline(record.pid, proc)
@@ -127,44 +109,30 @@ def _sample_process(record: ProcessRecord, proc: str) -> None:
 
 
 def _read_libraries(record: ProcessRecord, proc: str) -> None:
-    from launcher.context.runtimes import mapped_libraries
-
     try:
-        record.libraries = mapped_libraries(record.pid, proc)
+        record.libraries = procfs.libraries(record.pid, proc)
     except OSError:
         return  # gone, or not ours: keep what was read before
 
 
-def timing_problem(name: Literal["duration", "interval"], value: object) -> str | None:
-    """What is wrong with ``value`` as the sampling's ``duration`` or ``interval`` in seconds, or ``None``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "not a number of seconds"
-    if not math.isfinite(value):
-        return "not a finite number of seconds"
-    low = MIN_INTERVAL if name == "interval" else 0.0
-    if value < low:
-        return f"below {low:g} s" if low else "negative"
-    if value > MAX_SECONDS:
-        return f"over {MAX_SECONDS:g} s (a day)"
-    return None
-
-
-def _target(pid: int, proc: str) -> None:
+def _target(pid: int, proc: str) -> procfs.ThreadStat:
     """Refuse a ``pid`` that is not a process of a job: a thread of another process, a kernel thread."""
     group = procfs.thread_group(pid, proc)
-    if group is None:
+    stat = procfs.thread_stat(pid, pid, proc)
+    if group is None or (group == pid and stat is None):
         raise AffrunError(f"--pid {pid}: no such process")
     if group != pid:
         raise AffrunError(f"--pid {pid} is a thread of process {group}, not a process: give --pid {group}")
-    stat = procfs.thread_stat(pid, pid, proc)
-    if stat is not None and stat.kernel_thread:
+    assert stat is not None
+    if stat.kernel_thread:
         raise AffrunError(f"--pid {pid} is a kernel thread ({short(stat.comm, 40)}), not a job: give the pid of a "
                           "training process or of its launcher")
+    return stat
 
 
 def _readable(pid: int, proc: str) -> None:
-    """Refuse a process whose environment or memory maps this user may not read: the kernel checks that right when
-    the file is opened (ptrace's read mode; a zombie's open fails with ESRCH), and ``access(2)`` does not ask it."""
+    """Refuse a process whose environment or memory maps this user may not open (a zombie's fails with ESRCH:
+    reported as exited)."""
     for name in ("environ", "maps"):
         path = os.path.join(proc, str(pid), name)
         try:
@@ -202,23 +170,10 @@ def _pause(seconds: float, pid: int, pidfd: int | None, proc: str) -> None:
 
 
 def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: str = "/proc") -> JobAudit:
-    """Sample the process ``pid`` and its descendants until ``duration`` seconds have passed or ``pid`` exits.
-
-    Raises :class:`ConfigError` for a ``duration``/``interval`` that is not a number of seconds in range, and
-    :class:`AffrunError` when ``pid`` is not a process that can be read (gone, a thread, a kernel thread)."""
-    import psutil
-
-    for name, value in (("duration", duration), ("interval", interval)):
-        problem = timing_problem(name, value)  # type: ignore[arg-type]
-        if problem:
-            raise ConfigError(f"{name}={short(value)}: {problem}")
-    _target(pid, proc)
-    try:
-        root = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        raise AffrunError(f"--pid {pid}: no such process") from None
-    except psutil.AccessDenied:
-        raise AffrunError(f"--pid {pid}: permission denied") from None
+    """Sample the process ``pid`` and its descendants for ``duration`` seconds (checked by the caller), or until
+    ``pid`` exits. :class:`AffrunError` when ``pid`` is not a process that can be read (gone, a thread, a kernel
+    thread, another user's)."""
+    root = _target(pid, proc)
     _readable(pid, proc)
     records: dict[int, ProcessRecord] = {}
     gpus = GpuSampler()
@@ -231,17 +186,17 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
         while True:
             seen: set[int] = set()
             unions: dict[int, frozenset[int]] = {}
-            for p in _tree(root):
-                record = records.get(p.pid)
+            for p in _tree(pid, root.start, proc):
+                record = records.get(p)
                 if record is None:
-                    record = _new_record(p.pid, proc, unions)
+                    record = _new_record(p, proc, unions)
                     if record is None:
                         continue
-                    records[p.pid] = record
+                    records[p] = record
                     record.seen = (samples, samples)
                     _read_libraries(record, proc)
-                    throttle.add(p.pid)
-                seen.add(p.pid)
+                    throttle.add(p)
+                seen.add(p)
                 _sample_process(record, proc)
                 if record.alive:  # the samples that found it running (DataLoaders one after another: thread_homes)
                     record.seen = (record.seen[0], samples)
@@ -252,8 +207,7 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
             elapsed = time.monotonic() - start
             if elapsed >= duration or pid not in records or not records[pid].alive:
                 break  # the time is up, or the job has ended: what was seen is the report
-            # A bounded cost to the job: the sampler's CPU time stays within DUTY of one CPU, whatever the interval
-            # asked for (a job of hundreds of threads costs 25 ms a sample: docs/doctor.md, "What it costs")
+            # the sampler's CPU time stays within DUTY of one CPU, whatever the interval (docs/doctor.md)
             wait = max(interval, (time.process_time() - spent - SETUP_S) / DUTY - elapsed)
             slowed = slowed or wait > interval
             _pause(min(wait, duration - elapsed), pid, pidfd, proc)
@@ -298,17 +252,12 @@ def sample_job(pid: int, duration: float = 2.0, interval: float = 0.05, proc: st
 
 def _mine() -> set[int]:
     """This process and its children: the doctor is not a neighbour of the job it audits."""
-    import psutil
-
-    try:
-        return {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
-    except psutil.Error:
-        return {os.getpid()}
+    return {os.getpid(), *procfs.descendants(os.getpid(), procfs.processes())}
 
 
 def _reference(audit: JobAudit, root: ProcessRecord, proc: str) -> None:
-    """What the job could use: the audited process's cgroup cpuset within the online CPUs (the online CPUs where
-    it has none), and its parent's mask, the mask the launcher started from."""
+    """What the job could use: the audited process's cgroup cpuset within the online CPUs (else the online CPUs),
+    and its parent's mask, the mask the launcher started from."""
     from launcher.topology.cgroup import find_cpuset
 
     cpuset = find_cpuset(os.path.dirname(os.path.normpath(proc)) or "/", str(root.pid))

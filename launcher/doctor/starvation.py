@@ -1,8 +1,6 @@
-"""Is each rank of a live job starved, and by what: its main thread's wait for a CPU (``schedstat``), the CPU its
-threads want against the CPUs they may use, its cgroup's throttling, busy processes outside the job on its CPUs,
-its GPU's busy share (NVML) and its loop's data wait (``--feed-report``), judged by
-:func:`launcher.feed.verdict.judge` as the meter and ``affrun tune`` judge them. Pure: the sampler measured it
-all. The findings ``cpu-starved`` and ``cpu-throttled``; the rules: docs/doctor.md "Verdicts"."""
+"""Is each rank of a live job starved, and by what: its main thread's wait for a CPU and its cause, its supply,
+its GPU, judged by :func:`launcher.feed.verdict.judge` as the meter and ``affrun tune`` judge them; the findings
+``cpu-starved`` and ``cpu-throttled``. Pure. docs/doctor.md ("Starved by what")."""
 
 from __future__ import annotations
 
@@ -11,31 +9,20 @@ from collections.abc import Mapping
 from launcher.base import nvml
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint
+from launcher.doctor.collapse import confined
+from launcher.doctor.contention import BUSY_SHARE, spread
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.gpu import GpuUsage
-from launcher.doctor.job_collapse import confined
-from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord
-from launcher.doctor.neighbours import BUSY_SHARE
-from launcher.doctor.rank_verdict import RankGpu, RankStarvation
+from launcher.doctor.live import JobAudit, ProcessRecord, RankGpu, RankStarvation
 from launcher.feed import verdict as v
 
 BUSY_PERCENT = 5.0  # a thread that ran at least this share of a CPU over the sample is busy
 THROTTLED_SHARE = 0.05  # cpu-throttled: the share of the sample (or of its quota periods) held back
 
 
-def _ran_on(t: ThreadRecord, cpus: frozenset[int]) -> float:
-    """The CPUs' worth ``t`` ran on ``cpus``, its time spread evenly over its mask."""
-    share = t.cpu_share()
-    if share is None or not t.allowed:
-        return 0.0
-    return share * len(t.allowed & cpus) / len(t.allowed)
-
-
 def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | None:
-    """The GPU ``rank`` uses, and how that was told: NVML lists the rank or one of its children on it; else its
-    ``AFFRUN_GPU_PCI``; else ``CUDA_VISIBLE_DEVICES``'s entry at its local rank (an index in CUDA's order, which is
-    NVML's under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, or a GPU's UUID; a job of one process without a local rank
-    takes the first)."""
+    """The GPU ``rank`` uses, and how that was told: NVML lists the rank or a child on it; else ``AFFRUN_GPU_PCI``;
+    else ``CUDA_VISIBLE_DEVICES``'s entry at its local rank (an index or a UUID)."""
     gpus = audit.gpus.gpus
     if not audit.gpus.available or not gpus:
         return None
@@ -122,7 +109,7 @@ def rank_starvation(audit: JobAudit, rank: ProcessRecord, collapsed: frozenset[i
         s.main_ran, s.main_allowed = frozenset(main.ran), main.allowed
         everyone = [t for p in audit.processes for t in p.threads.values()]
         if main.cpu_share() is not None:
-            s.used_on_main = sum(_ran_on(t, main.allowed) for t in everyone if t is not main)
+            s.used_on_main = sum(spread(t.cpu_share() or 0.0, t.allowed, main.allowed) for t in everyone if t is not main)
         near = [n for n in audit.neighbours if n.share_on(main.allowed) >= BUSY_SHARE]
         s.neighbours = sorted(near, key=lambda n: (-n.share_on(main.allowed), n.pid))
     if s.main_cpu_wait is not None and s.main_cpu_wait >= v.STARVED_WAIT:
@@ -144,9 +131,8 @@ def judge_ranks(audit: JobAudit) -> dict[int, RankStarvation]:
 
 
 def starvation_findings(audit: JobAudit, judged: Mapping[int, RankStarvation]) -> list[Finding]:
-    """``cpu-starved`` for each rank whose main thread waited for a CPU at least :data:`STARVED_WAIT` of the
-    sample (a warning; info when the CPUs are taken by processes outside the job), and ``cpu-throttled`` for each
-    cgroup of the job throttled at least :data:`THROTTLED_SHARE` of the sample."""
+    """``cpu-starved`` for each rank whose main thread waited for a CPU, ``cpu-throttled`` for each cgroup of the
+    job throttled at least :data:`THROTTLED_SHARE` of the sample."""
     out: list[Finding] = []
     for rank in audit.ranks():
         s = judged.get(rank.pid)

@@ -1,19 +1,15 @@
-"""A live target's environment as ``affrun doctor --pid`` reads it: ``/proc/PID/environ``, with each value whose
-ranges span more CPU ids than a CPU list can name replaced by a note, so that no parser expands it.
-
-The readers of CPU lists, ``OMP_PLACES``, ``GOMP_CPU_AFFINITY`` and ``KMP_AFFINITY``'s proclist expand every
-range they meet: a 128 KiB value of ``0-65535,`` repeated asks for a billion CPU ids (minutes of CPU, or gigabytes).
-A CPU list names each CPU once, so its ranges span at most :data:`MAX_COUNT` ids; :data:`SPAN_LIMIT` allows twice
-that. The scan is linear in the value's length. docs/doctor.md says what the report shows for such a value.
+"""A live target's environment as ``affrun doctor --pid`` reads it, each value whose ranges span more CPU ids than
+a CPU list can name (more than :data:`SPAN_LIMIT`) replaced by a note, so that no parser expands it. The scan is
+linear in the value's length. docs/doctor.md ("Hostile targets") says why.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
 
+from launcher.base import procfs
 from launcher.base.cpulist import MAX_COUNT
 
 SPAN_LIMIT = 2 * MAX_COUNT
@@ -56,18 +52,6 @@ def screened(environ: Mapping[str, str]) -> dict[str, str]:
             for key, value in environ.items()}
 
 
-ENVIRON_LIMIT = 16 << 20  # as a command line: the kernel takes at most a quarter of the stack for both
-
-
 def read_target_environ(pid: int, proc: str = "/proc") -> dict[str, str]:
-    """The screened environment ``pid`` was started with (``/proc/PID/environ``: later ``setenv`` calls are not in
-    it), at most :data:`ENVIRON_LIMIT` of it. A name given twice has its first value, as ``getenv`` finds; a byte
-    that is not UTF-8 reads as U+FFFD. Raises ``OSError``: gone, or not readable (another user's process)."""
-    with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
-        data = fh.read(ENVIRON_LIMIT)
-    env: dict[str, str] = {}
-    for item in data.split(b"\0"):
-        if b"=" in item:
-            key, _, value = item.partition(b"=")
-            env.setdefault(key.decode(errors="replace"), value.decode(errors="replace"))
-    return screened(env)
+    """:func:`screened` :func:`launcher.base.procfs.environ` of ``pid``. Raises ``OSError`` as it does."""
+    return screened(procfs.environ(pid, proc))

@@ -1,12 +1,7 @@
-"""``affrun doctor --pid``: the findings of each thread against its home (docs/doctor.md, "Every thread's home").
-
-``thread-strayed`` (a thread ran outside its home), ``mask-changed-after-start`` (a mask that neither affrun nor
-the rank's OpenMP places explain, with the binder the evidence names: :mod:`launcher.doctor.binder_evidence`),
-``pool-oversubscribed`` (more busy threads of a pool than its CPUs; a pool variable above them is
-:mod:`launcher.doctor.pool_checks`') and
-``main-off-priority`` (a main thread given a core of its own that ran or may run elsewhere). Each reads the
-records :func:`launcher.doctor.thread_homes.assign_homes` filled; only the binder's evidence reads files.
-"""
+"""``affrun doctor --pid``: the findings of each thread against its home, from the records
+:func:`launcher.doctor.thread_homes.assign_homes` filled: ``thread-strayed``, ``mask-changed-after-start`` (with
+the binder the evidence names), ``pool-oversubscribed`` (busy threads of a pool), ``main-off-priority``.
+docs/doctor.md ("Every thread's home")."""
 
 from __future__ import annotations
 

@@ -16,7 +16,9 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+from launcher.base import procfs
+from launcher.base.procfs import ThreadStat
 
 MARKER = "AFFRUN_TUNE_TRIAL"  # in every process of a trial that keeps its environment
 GRACE = 5.0
@@ -24,54 +26,15 @@ PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 Member = tuple[int, int]  # (pid, start time in clock ticks since boot): one process, never a later one of its pid
 
 
-@dataclass(frozen=True)
-class Proc:
-    ppid: int
-    pgid: int
-    sid: int
-    start: int
-    state: str
-
-
-def _proc(pid: int) -> Proc | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            f = fh.read().rpartition(")")[2].split()
-        return Proc(int(f[1]), int(f[2]), int(f[3]), int(f[19]), f[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def processes() -> dict[int, Proc]:
-    """Every process this user can see, from /proc."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            found = _proc(int(name))
-            if found is not None:
-                out[int(name)] = found
-    return out
-
-
 def boot_ticks() -> int:
     """Now, in the clock of /proc's start times (clock ticks since boot), one tick early."""
-    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")) - 1
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * procfs.CLOCK_TICKS) - 1
 
 
-def descendants(root: int, table: dict[int, Proc] | None = None, since: int = 0) -> set[Member]:
+def descendants(root: int, table: dict[int, ThreadStat] | None = None, since: int = 0) -> set[Member]:
     """Every descendant of ``root`` (zombies included) started at ``since`` or later."""
-    table = processes() if table is None else table
-    out: set[Member] = set()
-    for pid, p in table.items():
-        parent, hops = p.ppid, 0
-        while parent and hops < 4096:
-            if parent == root:
-                if p.start >= since:
-                    out.add((pid, p.start))
-                break
-            parent = table[parent].ppid if parent in table else 0
-            hops += 1
-    return out
+    table = procfs.processes() if table is None else table
+    return {(pid, table[pid].start) for pid in procfs.descendants(root, table) if table[pid].start >= since}
 
 
 def marked(marker: str) -> set[Member]:
@@ -80,18 +43,15 @@ def marked(marker: str) -> set[Member]:
     needle = f"{MARKER}={marker}".encode()
     whole = not marker.endswith("-")
     out: set[Member] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
+    for pid in procfs.pids():
         try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                entries = fh.read().split(b"\0")
-            found = needle in entries if whole else any(e.startswith(needle) for e in entries)
+            entries = procfs.environ_entries(pid) if pid != os.getpid() else []
         except OSError:
             continue
-        p = _proc(int(name)) if found else None
+        found = needle in entries if whole else any(e.startswith(needle) for e in entries)
+        p = procfs.process_stat(pid) if found else None
         if p is not None:
-            out.add((int(name), p.start))
+            out.add((pid, p.start))
     return out
 
 
@@ -99,7 +59,7 @@ def alive(members: set[Member]) -> set[Member]:
     """The members still running as the same process (same start time; a zombie counts as gone)."""
     out = set()
     for pid, start in members:
-        p = _proc(pid)
+        p = procfs.process_stat(pid)
         if p is not None and p.start == start and p.state not in ("Z", "X"):
             out.add((pid, start))
     return out
@@ -129,11 +89,11 @@ def subreaping() -> Iterator[bool]:
             _prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(0))
 
 
-def reap(since: int, table: dict[int, Proc] | None = None, keep: int = 0) -> None:
+def reap(since: int, table: dict[int, ThreadStat] | None = None, keep: int = 0) -> None:
     """Wait for this process's zombie children started at ``since`` or later (orphans re-parented to it), but
     ``keep`` (a child whose status its owner still reads)."""
     me = os.getpid()
-    for pid, p in (processes() if table is None else table).items():
+    for pid, p in (procfs.processes() if table is None else table).items():
         if p.ppid == me and p.state == "Z" and p.start >= since and pid != keep:
             try:
                 os.waitpid(pid, os.WNOHANG)
@@ -141,31 +101,19 @@ def reap(since: int, table: dict[int, Proc] | None = None, keep: int = 0) -> Non
                 pass
 
 
-def _children() -> list[int] | None:
-    """This process's children, from /proc/self/task/*/children (``None`` where the kernel has no such file)."""
-    out: list[int] = []
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as fh:
-                out += [int(word) for word in fh.read().split()]
-    except (OSError, ValueError):
-        return None
-    return out
-
-
 def watch(job: int, family: set[Member], since: int, subreaper: bool) -> None:
     """The sweep's part of each poll of a running trial: reap the orphans re-parented to tune that have exited (a
     process that forks and exits in a loop must not use up the pids), reading tune's own children only; without
     the subreaper, note the job's descendants instead from the whole of /proc (an orphan of the job would go to
     init, out of sight)."""
-    kids = _children() if subreaper else None
+    kids = procfs.children() if subreaper else None
     if kids is None:
-        table = processes()
+        table = procfs.processes()
         family.update(descendants(job, table))
         reap(since, table, keep=job)
         return
     for pid in kids:
-        p = _proc(pid) if pid != job else None
+        p = procfs.process_stat(pid) if pid != job else None
         if p is not None and p.state == "Z" and p.start >= since:
             try:
                 os.waitpid(pid, os.WNOHANG)
@@ -178,7 +126,7 @@ def kill(member: Member) -> None:
     process that forks and exits to change its pid is stopped with its group at once); by pidfd where the kernel
     has them, so that a pid reused meanwhile is never hit."""
     pid, start = member
-    p = _proc(pid)
+    p = procfs.process_stat(pid)
     if p is None or p.start != start:
         return
     if p.sid != os.getsid(0) and p.pgid > 1:
@@ -191,7 +139,7 @@ def kill(member: Member) -> None:
     except OSError:
         fd = -1
     try:
-        again = _proc(pid)
+        again = procfs.process_stat(pid)
         if again is None or again.start != start:
             return
         if fd >= 0:
@@ -211,7 +159,7 @@ def sweep(marker: str, family: set[Member], since: int) -> int:
     deadline = time.monotonic() + GRACE
 
     def found() -> set[Member]:
-        table = processes()
+        table = procfs.processes()
         reap(since, table)
         return alive(family | marked(marker) | descendants(os.getpid(), table, since))
 

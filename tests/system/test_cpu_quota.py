@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.doctor.checks import check_environment
+from launcher.doctor.diagnose import check_environment
 from launcher.doctor.facts import Facts
 from launcher.env.policy import rank_environment
 from launcher.options.record import Options

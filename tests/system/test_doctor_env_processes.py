@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from launcher.base.slurm_step import parse_version, srun_inherits_cpus_per_task
-from launcher.context.runtimes import libraries_in_maps
 from launcher.doctor.facts import (
     torch_openmp,
 )
@@ -27,9 +26,10 @@ def test_torch_bundled_runtime_is_what_import_torch_loads() -> None:
     except ImportError:
         need(False, "torch is not installed")
     names, source = torch_openmp()
-    maps = subprocess.run([sys.executable, "-c", "import torch; print(open('/proc/self/maps').read())"],
-                          capture_output=True, text=True, check=True, env=clean_env()).stdout
-    loaded = [p for p in libraries_in_maps(maps) if "omp" in os.path.basename(p)]
+    code = "import torch; from launcher.base.procfs import libraries; print('\\n'.join(libraries()))"
+    paths = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=clean_env()).stdout.splitlines()
+    loaded = [p for p in paths if "omp" in os.path.basename(p)]
     assert names == ("libgomp",)
     assert any(os.path.realpath(p) in {os.path.realpath(x) for x in loaded} for p in source.split()[-1:]), (
         source, loaded)

@@ -268,7 +268,7 @@ def test_names_that_are_not_text_stay_escaped_in_every_output(tmp_path: Path) ->
 def test_many_children_of_a_many_threaded_rank_cost_one_read_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank with 200 threads and 30 children: one sample reads each thread's mask once, and its parent's once
     more, not once for each child (figures in docs/doctor.md)."""
-    from launcher.doctor import procfs
+    from launcher.base import procfs
     from launcher.doctor.sampling import sample_job
 
     code = ("import os, threading, time\nfor _ in range(30):\n    if os.fork() == 0:\n        time.sleep(600)\n"

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
+from launcher.doctor.collapse import collapse_findings
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.job_checks import collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from tests.conftest import need
 from tests.launch import STALLS, affrun_argv, clean_env, communicate, compile_omp, require_torch, run, torchrun_argv
@@ -425,7 +425,7 @@ def test_gpu_not_available_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None
 # ----------------------------------------------------------------------------- runtime controllers
 def test_ancestors_are_the_real_parent_chain() -> None:
     """procfs.ancestors walks a real chain: python child <- sh <- this test process, nearest first, no init."""
-    from launcher.doctor.procfs import ancestors
+    from launcher.base.procfs import ancestors
 
     child = "import os, time; print(os.getpid(), flush=True); time.sleep(30)"
     shell = subprocess.Popen(["sh", "-c", '"$0" -c "$1"; :', sys.executable, child],
@@ -468,7 +468,7 @@ def test_thread_counts_asked_from_the_loaded_libraries() -> None:
     libgomp), in the order /proc/self/maps lists them."""
     require_torch()
     code = ("import json, numpy, torch; torch.set_num_threads(1); from launcher import ensure_affinity; "
-            "from launcher.context.runtimes import mapped_libraries; paths = mapped_libraries(); "
+            "from launcher.base.procfs import libraries; paths = libraries(); "
             "found = ensure_affinity(policy='keep', warn=False).runtimes; "
             "assert [r.path for r in found] == sorted((r.path for r in found), key=paths.index), found; "
             "print(json.dumps({r.name: [r.threads, r.threads_from] for r in found}))")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.base.slurm_step import parse_version, srun_inherits_cpus_per_task, version_text
-from launcher.doctor.checks import check_environment
+from launcher.doctor.diagnose import check_environment
 from launcher.doctor.facts import (
     Facts,
     gather_facts,

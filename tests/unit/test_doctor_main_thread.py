@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.doctor.checks import check_environment
+from launcher.doctor.collapse import collapse_findings
+from launcher.doctor.diagnose import check_environment
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.doctor.gpu import GpuReport
-from launcher.doctor.job_checks import collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
 from launcher.doctor.thread_homes import assign_homes
 from launcher.env.policy import RankEnvironment, rank_environment

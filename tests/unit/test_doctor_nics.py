@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.doctor.checks import check_environment
+from launcher.doctor.diagnose import check_environment
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.doctor.nic_checks import parse_nccl_list

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher.base import procfs
 from launcher.base.cpulist import format_cpulist
 from launcher.context.runtimes import runtimes_from_paths
-from launcher.doctor import procfs
 from launcher.doctor.binder_evidence import likely_binders, pinning_ancestor, tensorrt_llm
 from launcher.doctor.gpu import GpuReport
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
@@ -209,7 +209,8 @@ def test_tensorrt_llm_is_named_by_its_library_and_its_variable() -> None:
     ({"KMP_AFFINITY": "granularity=fine"}, "/opt/intel/lib/libiomp5.so"),  # affrun's own value: no type, no binding
     ({"KMP_AFFINITY": "compact"}, "/venv/torch/lib/libgomp.so.1"),  # libgomp reads no KMP_* at all
     ({"GOMP_CPU_AFFINITY": "0-3"}, "/usr/lib/llvm-16/lib/libomp.so.5"),  # nor libomp GOMP_CPU_AFFINITY
-    ({"KMP_AFFINITY": "compact"}, "/usr/lib/libc.so.6")])  # no OpenMP runtime loaded
+    ({"KMP_AFFINITY": "compact"}, "/usr/lib/libc.so.6"),  # no OpenMP runtime loaded
+    ({"GOMP_CPU_AFFINITY": "0-3", "OMP_PROC_BIND": "close"}, "/venv/torch/lib/libgomp.so.1")])  # OMP_PROC_BIND wins
 def test_an_openmp_variable_is_a_binder_only_in_a_runtime_it_binds(environ: dict[str, str], library: str) -> None:
     """Every affrun rank carries KMP_AFFINITY=granularity=fine; a thread that moved itself in a torch (libgomp)
     rank was blamed on it, with 'unset KMP_AFFINITY' as the fix."""

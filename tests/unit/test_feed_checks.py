@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.doctor.feed_checks import STARVED, feed_finding
+from launcher.doctor.job_checks import STARVED, feed_finding
 from launcher.feed.figures import FeedFigures, figures_of
 
 RANK = frozenset(range(8))

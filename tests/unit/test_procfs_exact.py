@@ -1,12 +1,15 @@
 """``/proc`` read exactly and within bounds (issue 34, class 7), on files written as the kernel writes them: a
 ``maps`` line's path with spaces, the kernel's ``\\012`` for a newline, `` (deleted)``, bytes that are not UTF-8;
-a ``stat`` line whose name holds ``)``, ``\\r`` and such bytes. The live processes: tests/system/test_nccl_hostile_names.py."""
+a ``stat`` line whose name holds ``)``, ``\\r`` and such bytes; the process table's descendants. The live processes:
+tests/system/test_nccl_hostile_names.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.doctor import procfs
+import pytest
+
+from launcher.base import procfs
 from launcher.doctor.nccl_live import is_nccl_library, is_nccl_thread, version_in_name
 
 MAPS = (b"7f0000001000-7f0000002000 r--p 00000000 fe:00 11   /usr/lib/libc.so.6\n"
@@ -27,6 +30,28 @@ def test_the_first_matching_mapping_exactly(tmp_path: Path) -> None:
     assert found == procfs.MappedFile("/opt/a b \nc\udcff/libnccl.so.2", True, "400000-401000")
     assert procfs.mapped_file(7, lambda name: name == "nothing", proc) is None
     assert procfs.mapped_file(8, is_nccl_library, proc) is None  # gone
+
+
+def test_libraries_are_their_exact_paths_within_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each library once, in first-mapped order, its path as the kernel has it: before, the libraries a runtime is
+    named from were read with U+FFFD for a byte that is not UTF-8, the kernel's ``\\012`` left as it is, and no
+    bound on the read."""
+    proc = fake_proc(tmp_path, 7, maps=MAPS + MAPS)
+    assert procfs.libraries(7, proc) == ["/usr/lib/libc.so.6", "/opt/a b \nc\udcff/libnccl.so.2",
+                                         "/opt/later/libnccl.so.2.30.1"]
+    monkeypatch.setattr(procfs, "MAPS_LIMIT", len(MAPS.splitlines(True)[0]))
+    assert procfs.libraries(7, proc) == ["/usr/lib/libc.so.6"]
+
+
+def test_descendants_are_below_the_root_and_never_older() -> None:
+    """A pid reused by a process older than the root (its start time earlier) is no descendant."""
+    def stat(pid: int, ppid: int, start: int) -> procfs.ThreadStat:
+        return procfs.ThreadStat(pid, "x", "S", ppid, 0, 0, start=start)
+
+    table = {10: stat(10, 1, 100), 11: stat(11, 10, 101), 12: stat(12, 11, 102), 13: stat(13, 10, 50),
+             14: stat(14, 13, 103), 20: stat(20, 1, 100)}
+    assert procfs.descendants(10, table) == [11, 12]
+    assert procfs.descendants(99, table) == []
 
 
 def test_a_stat_line_keeps_the_name_exactly(tmp_path: Path) -> None:

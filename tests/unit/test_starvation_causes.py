@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from launcher.base import procfs
 from launcher.context.runtimes import runtimes_from_paths
-from launcher.doctor import procfs
+from launcher.doctor.collapse import job_collapse_findings
+from launcher.doctor.contention import Neighbour, ThrottleWatch, Throttling
 from launcher.doctor.gpu import GpuReport, GpuUsage
-from launcher.doctor.job_collapse import job_collapse_findings
 from launcher.doctor.live import JobAudit, ProcessRecord, ThreadRecord, assign_roles
-from launcher.doctor.neighbours import Neighbour
 from launcher.doctor.starvation import judge_ranks, rank_gpu, starvation_findings
-from launcher.doctor.throttling import ThrottleWatch, Throttling
 from launcher.feed import verdict as v
 from launcher.topology import load_topology
 from launcher.topology.cgroup import cpu_cgroups

@@ -1,18 +1,24 @@
-"""How long a live job's cgroups were throttled by their CPU quota during the sample (``cpu.stat``).
-
-:class:`ThrottleWatch` finds each process's cgroups of the cpu controller once, when the sampler first sees it
-(:func:`launcher.topology.cgroup.cpu_cgroups`: v2 and v1, its own and every parent up to the mount, since a parent's
-quota throttles its children), reads their counters then and once more at the end. A cgroup throttled by a
-parent's quota counts nothing itself: the level that counted most is the one reported.
+"""What competes with a live job for its CPUs over the sample, read when the sample starts and when it ends: its
+cgroups' CPU quota (:class:`ThrottleWatch`, ``cpu.stat``) and the busy processes outside it
+(:class:`NeighbourWatch`, every process's ``stat``). docs/doctor.md "Throttling" and "Busy processes outside
+the job" say what is read and how it is counted.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from launcher.base import procfs
+from launcher.base.cpulist import format_cpulist
 from launcher.topology.cgroup import CpuCgroup, CpuStat, cpu_cgroups, find_cpu_quota, read_cpu_stat
+
+
+def spread(share: float, allowed: frozenset[int], cpus: frozenset[int]) -> float:
+    """The part of ``share`` (CPUs' worth of time) spent on ``cpus``, spread evenly over the mask ``allowed``."""
+    return share * len(allowed & cpus) / len(allowed) if allowed else 0.0
 
 
 @dataclass
@@ -94,3 +100,61 @@ class ThrottleWatch:
                 best.quota = group.quota
                 out.append(best)
         return out
+
+
+MAX_PROCESSES = 16384  # pids read a pass: /proc/PID/stat costs about 10 us; more are left out
+BUSY_SHARE = 0.05  # of a CPU over the sample
+KEPT = 32  # the busiest neighbours kept
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    pid: int
+    comm: str
+    cpu_share: float  # CPUs' worth of time over the sample (a process of several busy threads may use more than 1)
+    allowed: frozenset[int]  # its main thread's mask
+
+    def share_on(self, cpus: frozenset[int]) -> float:
+        return spread(self.cpu_share, self.allowed, cpus)
+
+    def text(self) -> str:
+        return f"pid {self.pid} ({self.comm}, {100 * self.cpu_share:.0f}% of a CPU on CPUs {format_cpulist(self.allowed)})"
+
+    def to_json(self) -> dict[str, object]:
+        return {"pid": self.pid, "comm": self.comm, "cpu_share": round(self.cpu_share, 3),
+                "allowed": format_cpulist(self.allowed)}
+
+
+def _ticks(proc: str) -> dict[int, tuple[int, str]]:
+    """pid -> (CPU time in clock ticks, name) of every process but zombies, at most :data:`MAX_PROCESSES`."""
+    return {pid: (s.ticks, s.comm) for pid, s in procfs.processes(proc, MAX_PROCESSES, exited=False).items()}
+
+
+class NeighbourWatch:
+    """Two passes over ``/proc``: :meth:`finish` returns the busy processes that are not ``job`` or ``mine``."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self._proc = proc
+        self._start = time.monotonic()
+        self._first = _ticks(proc)
+
+    def finish(self, job: Iterable[int], mine: Iterable[int]) -> list[Neighbour]:
+        seconds = time.monotonic() - self._start
+        if seconds <= 0:
+            return []
+        skip = {*job, *mine}
+        busy: list[tuple[float, int, str]] = []
+        for pid, (ticks, comm) in _ticks(self._proc).items():
+            known = pid in self._first
+            start = self._first[pid][0] if known else 0  # a process born during the sample counts from zero
+            if pid in skip or (not known and len(self._first) >= MAX_PROCESSES) or ticks < start:
+                continue  # of the job; not read at the start (the pass was full); a pid given to a new process
+            share = (ticks - start) / procfs.CLOCK_TICKS / seconds
+            if share >= BUSY_SHARE:
+                busy.append((share, pid, comm))
+        found = []
+        for share, pid, comm in sorted(busy, key=lambda b: (-b[0], b[1]))[:KEPT]:  # the busiest: one read each
+            allowed = procfs.allowed_cpus(pid, None, self._proc)
+            if allowed:
+                found.append(Neighbour(pid, comm, share, allowed))
+        return found

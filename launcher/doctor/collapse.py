@@ -1,10 +1,7 @@
-"""``job-collapsed``: a live job judged against what it was given, not against its own masks. Pure.
-
-The reference is what the job could use: the audited process's cgroup cpuset and the online CPUs (sampling fills
-``JobAudit.reference``), with its parent's mask as the mask the launcher started from. When every thread of every
-process of the job (the launcher included) is confined to fewer CPUs, the finding names the CPUs, the processes
-and the cause: a binding variable the launcher's own OpenMP runtime read, or, with none, a ``taskset``, ``numactl
---physcpubind`` or ``sched_setaffinity`` around it. Rules and measurements: docs/doctor.md "The whole job".
+"""A live job confined to fewer CPUs than it was given, judged against what it was given, not against its own
+masks. Pure. ``collapse``: a rank's children (its DataLoader workers) all on one CPU of the rank's.
+``job-collapsed``: every process of the job, its launcher included, on fewer CPUs than the reference (the
+audited process's cgroup cpuset within the online CPUs), with the cause. docs/doctor.md "The whole job".
 """
 
 from __future__ import annotations
@@ -13,16 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.slurm_step import slurm_bound
 from launcher.bind.readback import exported_cpus
 from launcher.context.local_rank import SOURCES
 from launcher.context.runtimes import openmp_names
 from launcher.doctor.binder_evidence import pinning_ancestor
-from launcher.doctor.facts import slurm_bound
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.live import JobAudit, ProcessRecord
-from launcher.doctor.main_place import KMP_BINDING_TYPES
+from launcher.doctor.main_place import pinning_variables
 from launcher.doctor.run_checks import planned_cpus
-from launcher.env.omp_syntax import kmp_type
+from launcher.env.variables import BINDING_VARIABLES
 from launcher.topology.model import Topology
 
 LISTED = 6  # processes named in the message; more are counted
@@ -72,9 +69,8 @@ def _planned(p: ProcessRecord) -> bool:
 
 
 def collapse_point(audit: JobAudit) -> tuple[ProcessRecord, list[ProcessRecord], frozenset[int]] | None:
-    """The topmost launcher of the job (the audited process, or a process that started the ranks: a wrapper's
-    torchrun) whose processes all run on fewer CPUs than the reference, with those processes and their CPUs;
-    ``None`` when there is none. A rank is never one: binding each rank is a launcher's per-rank plan."""
+    """The topmost launcher of the job (never a rank) whose processes all run on fewer CPUs than the reference,
+    with those processes and their CPUs; ``None`` when there is none."""
     root = next((p for p in audit.processes if p.pid == audit.pid), None)
     if root is None or not audit.reference:
         return None
@@ -92,22 +88,6 @@ def confined(audit: JobAudit) -> frozenset[int] | None:
     """The CPUs of the collapsed part of the job (:func:`collapse_point`), or ``None``."""
     found = collapse_point(audit)
     return found[2] if found else None
-
-
-def _variables(p: ProcessRecord) -> list[tuple[str, str]]:
-    """The binding variables of ``p`` that its loaded OpenMP runtimes act on."""
-    runtimes = set(openmp_names(p.runtimes))
-    env = p.environ
-    out = []
-    bind = env.get("OMP_PROC_BIND", "").strip().lower()
-    if runtimes and bind.split(",")[0] != "false":
-        out += [(n, env[n]) for n in ("OMP_PLACES", "OMP_PROC_BIND") if env.get(n)]
-    if "libgomp" in runtimes and env.get("GOMP_CPU_AFFINITY") and not bind:
-        out.append(("GOMP_CPU_AFFINITY", env["GOMP_CPU_AFFINITY"]))
-    kmp = env.get("KMP_AFFINITY", "")
-    if kmp and kmp_type(kmp) in KMP_BINDING_TYPES and runtimes & {"libiomp5", "libomp"}:
-        out.append(("KMP_AFFINITY", kmp))
-    return out
 
 
 def _runtime_words(p: ProcessRecord, names: Sequence[str]) -> str:
@@ -130,11 +110,10 @@ def _parent(audit: JobAudit, top: ProcessRecord) -> tuple[int, str, frozenset[in
 
 
 def cause_of(audit: JobAudit, top: ProcessRecord, span: frozenset[int], chain: Sequence[tuple[int, str]]) -> Cause:
-    """What pinned the launcher ``top``: its parent already on the mask (older than the launcher), a binding
-    variable its OpenMP runtime read, else a binder around it that left no trace but an ancestor's command line
-    (``chain``: its ancestors, nearest first)."""
+    """What pinned the launcher ``top``: its parent on the mask already, a binding variable its OpenMP runtime
+    read, else a binder around it (``chain``: its ancestors, nearest first)."""
     parent = _parent(audit, top)
-    variables = _variables(top)
+    variables = pinning_variables(top.environ, openmp_names(top.runtimes))
     if parent is not None and parent[2] and parent[2] <= span:
         where = f"its parent, pid {parent[0]} ({parent[1][:80]}), runs on CPUs {format_cpulist(parent[2])} too"
         tool = pinning_ancestor(chain)
@@ -164,10 +143,40 @@ def _named(processes: Sequence[ProcessRecord]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+def collapse_findings(audit: JobAudit, rank: ProcessRecord) -> list[Finding]:
+    """``collapse``: the rank's children are all confined to one CPU while the rank owns several, and no plan put
+    them there (affrun's loader CPUs, the one CPU the thread plan gives every worker)."""
+    children = [c for c in audit.children_of(rank) if c.threads]
+    union = span_of(children)
+    if not children or len(rank.owned) < 2 or len(union) != 1:
+        return []
+    loader = exported_cpus(rank.environ, "AFFRUN_LOADER_CPUS")
+    plan = rank.thread_plan
+    if (loader and union <= loader) or (plan is not None and plan.workers
+                                        and union == {c for w in plan.workers for c in w.cpus}):
+        return []
+    cpu = next(iter(union))
+    names = sorted({c.comm for c in children})
+    main_too = rank.main_mask == union
+    causes = [f"{n}={rank.environ[n]}" for n in BINDING_VARIABLES if rank.environ.get(n)]
+    return [Finding(
+        "collapse", "error",
+        f"the rank owns CPUs {format_cpulist(rank.owned)}, but its {len(children)} child process(es) "
+        f"({', '.join(names)}: pids {', '.join(str(c.pid) for c in children)}) are all confined to CPU {cpu}"
+        + (" together with its main thread" if main_too else "")
+        + (f" ({' '.join(causes)})" if causes else ""),
+        "the workers inherited the one-CPU mask of the main thread, which the OpenMP runtime pinned at startup: "
+        "data loading runs on one core and the GPU waits, without any error",
+        "unset " + (", ".join(n.split("=")[0] for n in causes) if causes else "the OpenMP binding variables")
+        + " and launch with `affrun torchrun` / `affrun exec` (one place per rank), or pass "
+        "worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
+        rank.label(),
+    )]
+
+
 def job_collapse_findings(audit: JobAudit, topology: Topology, chain: Sequence[tuple[int, str]]) -> list[Finding]:
-    """``job-collapsed``: an error when the collapsed processes share one core, a warning for one process on one
-    core, info when they are narrower than the reference but span more than a core. ``chain``: the audited
-    process's ancestors, nearest first."""
+    """``job-collapsed`` (its severity: docs/doctor.md). ``chain``: the audited process's ancestors, nearest
+    first."""
     found = collapse_point(audit)
     if found is None:
         return []

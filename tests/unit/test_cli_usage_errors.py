@@ -13,10 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import COMMANDS, OWN_WORDS, cli
+from launcher.cli import COMMANDS, cli
+from launcher.options.click import Verbatim
 
-# Not click's to parse: exec, run and torchrun parse their words with argparse, tune hands them to torchrun's parser.
-CLICK_COMMANDS = sorted(name for name in COMMANDS if name not in OWN_WORDS)
 LINE = re.compile(r"^affrun: error: unknown (option|command) (\S+)(?:: did you mean (\S+)\?)? "
                   r"\((affrun(?: \S+)?) --help gives the full usage\)$")
 
@@ -25,6 +24,10 @@ def command(name: str) -> click.Command:
     found = cli.get_command(click.Context(cli), name)
     assert found is not None, name
     return found
+
+
+# Not click's to parse: torchrun parses its words with torchrun's argparse, tune hands them to that parser.
+CLICK_COMMANDS = sorted(name for name in COMMANDS if not isinstance(command(name), Verbatim))
 
 
 def long_names(name: str) -> list[str]:

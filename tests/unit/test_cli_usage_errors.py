@@ -90,3 +90,12 @@ def test_every_usage_error_is_one_line_naming_where_the_usage_is(args: list[str]
 def test_help_is_still_help() -> None:
     result = CliRunner().invoke(cli, ["plan", "--help"], prog_name="affrun")
     assert result.exit_code == 0 and result.stdout.startswith("Usage: affrun plan")
+
+
+@pytest.mark.parametrize("name", ["exec", "run"])
+def test_exec_and_run_help_is_clicks_with_every_launch_option(name: str) -> None:
+    from launcher.options.table import LAUNCH_OPTIONS
+
+    result = CliRunner().invoke(cli, [name, "--help"], prog_name="affrun")
+    assert result.exit_code == 0 and result.stdout.startswith(f"Usage: affrun {name} [OPTIONS] -- COMMAND [ARGS...]")
+    assert all(spec.flag in result.stdout for spec in LAUNCH_OPTIONS), result.stdout

@@ -32,9 +32,10 @@ def install_affrun(directory: str) -> tuple[str, str]:
 
     The development venv is an editable install: every interpreter started there, ``python -c pass`` included,
     first imports the editable finder, which makes any baseline slow and any ratio to it look good. The wheel is
-    built offline with this interpreter's setuptools; affrun's dependencies are not installed (``affrun exec``
-    imports none of them).
+    built offline with this interpreter's setuptools; of affrun's dependencies only click, ``affrun exec``'s parser
+    and the one it imports, is there, copied from this interpreter's install.
     """
+    import click
     wheels = os.path.join(directory, "wheels")
     venv = os.path.join(directory, "venv")
     quiet = {"check": True, "stdout": subprocess.DEVNULL}
@@ -43,6 +44,9 @@ def install_affrun(directory: str) -> tuple[str, str]:
     python = os.path.join(venv, "bin", "python")
     wheel = [os.path.join(wheels, name) for name in os.listdir(wheels) if name.startswith("affrun-")]
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", *wheel], **quiet)
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    shutil.copytree(os.path.dirname(click.__file__), os.path.join(site, "click"))
     print(f"(affrun installed from a wheel into {venv}, as the README's install does)")
     return python, os.path.join(venv, "bin", "affrun")
 

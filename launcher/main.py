@@ -1,8 +1,6 @@
 """The ``affrun`` console script.
 
-A dispatcher only: ``affrun exec`` runs before every rank, so it goes to its front end
-(:mod:`launcher.launch.exec_cmd`) before click, whose import costs about 30 ms, is imported (and ``affrun run``,
-whose options are exec's); every other command goes to the click group in :mod:`launcher.cli`.
+The click group in :mod:`launcher.cli` runs every command; this module keeps the standard streams.
 
 The standard streams, for every command (:func:`main`): a closed one (``>&-``) reads as ``/dev/null``, opened
 close-on-exec, so a command affrun ``exec``\\ s still finds it closed; a full or broken stderr never stops a
@@ -31,7 +29,9 @@ def main(argv: list[str] | None = None) -> None:
     status: str | int | None = 0
     try:
         try:
-            status = _dispatch(args)
+            from launcher.cli import cli
+
+            cli.main(args=args, prog_name="affrun")
         except SystemExit as exc:
             status = exc.code
         out.flush()  # here, not in the interpreter's last flush, whose failure is a message and exit 120
@@ -49,27 +49,6 @@ def main(argv: list[str] | None = None) -> None:
         _quiet_stdout()
         status = 1
     sys.exit(status)
-
-
-def _dispatch(args: list[str]) -> int:
-    if args and args[0] in ("exec", "run"):  # argparse, not click: run's options are exec's, from the same table
-        if args[0] == "exec":
-            from launcher.launch.exec_cmd import main as command_main
-        else:
-            from launcher.launch.run_cmd import main as command_main
-        from launcher.errors import AffrunError, error_line
-
-        try:
-            return command_main(args[1:])
-        except AffrunError as exc:
-            from launcher.options.table import spell_error
-
-            print(error_line(spell_error(exc)), file=sys.stderr)
-            return exc.exit_code
-    from launcher.cli import main as cli_main
-
-    cli_main(args)
-    return 0
 
 
 def _open_closed_streams() -> None:

@@ -12,9 +12,9 @@ import click
 
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import seconds, shown
-from launcher.cli.options import COUNT, PID, topology_options
 from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
 from launcher.errors import ConfigError
+from launcher.options.click import PID, Choice, nproc_option, topology_options
 
 SHOWN_VARIABLES = re.compile(
     r"^(OMP_|KMP_|GOMP_|MKL_|OPENBLAS_|GOTO_|LOCAL_|AFFRUN_CPUS|AFFRUN_LOADER|AFFRUN_OMP|SLURM_CPUS|SRUN_CPUS|"
@@ -28,8 +28,7 @@ def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
 
 @click.command()
 @topology_options
-@click.option("--nproc-per-node", "--nproc_per_node", "nproc", type=COUNT, default=None,
-              help="Local ranks the job will run (default: from LOCAL_WORLD_SIZE/SLURM/..., else one per GPU, else 1).")
+@nproc_option("Local ranks the job will run (default: from LOCAL_WORLD_SIZE/SLURM/..., else one per GPU, else 1).")
 @click.option("--pid", type=PID, default=None,
               help="Audit this running job instead: the process, its children and all their threads.")
 @click.option("--duration", default=None, metavar="SECONDS",
@@ -37,7 +36,7 @@ def _exit_status(findings: list[Finding], fail_on: Severity) -> int:
 @click.option("--interval", default="0.05", show_default=True, metavar="SECONDS",
               help="With --pid: seconds between samples (at least 0.005).")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
-@click.option("--fail-on", type=click.Choice(SEVERITIES[::-1]), default="warning", show_default=True,
+@click.option("--fail-on", type=Choice(SEVERITIES[::-1]), default="warning", show_default=True,
               help="Exit 1 when a finding is at least this severe (the CI guard is --fail-on error).")
 @click.option("--ids", "list_ids", is_flag=True, help="List every finding id and what it means, then exit.")
 def doctor(

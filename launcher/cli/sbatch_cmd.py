@@ -12,8 +12,8 @@ from click.core import ParameterSource
 
 from launcher.base.outpath import checked, marked, written
 from launcher.base.untrusted import note_line, short, shown
-from launcher.cli.options import click_options, env_options, plan_options
 from launcher.errors import AffrunError, ConfigError, LaunchError
+from launcher.options.click import click_options, env_options, plan_options
 from launcher.options.record import Options
 from launcher.options.table import TUNED_OPTION, OptionSpec, spell_error
 from launcher.slurm.options import SBATCH_OPTIONS, spec_values, this_affrun

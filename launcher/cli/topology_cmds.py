@@ -12,9 +12,9 @@ import click
 from launcher.base.outpath import checked, marked, written
 from launcher.base.untrusted import shown
 from launcher.bind.handoff import ParentPlan, plan_job
-from launcher.cli.options import COUNT, PID, env_options, plan_options, topology_options
 from launcher.env.policy import plan_json
 from launcher.env.variables import user_values
+from launcher.options.click import PID, env_options, nproc_option, plan_options, topology_options
 from launcher.options.record import Options
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -90,15 +90,13 @@ def _plan(kwargs: dict[str, Any]) -> tuple[Topology, ParentPlan]:
     return plan_job(Options.from_values(kwargs), nproc, user_env=user_values(os.environ), default_nproc=1)
 
 
-nproc_option = click.option(
-    "--nproc-per-node", "--nproc_per_node", "nproc_per_node", type=COUNT, default=None,
-    help="Local ranks (default: one per --gpus/--map entry, else per visible GPU unless --no-gpu, else 1).",
-)
+nproc = nproc_option("Local ranks (default: one per --gpus/--map entry, else per visible GPU unless --no-gpu, else 1).",
+                     "nproc_per_node")
 
 
 @click.command()
 @topology_options
-@nproc_option
+@nproc
 @plan_options
 @env_options
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON contract.")
@@ -119,7 +117,7 @@ def plan(**kwargs: Any) -> None:
 
 @click.command()
 @topology_options
-@nproc_option
+@nproc
 @plan_options
 @click.option("--svg", metavar="FILE", help="Also write the map as SVG (or HTML when FILE ends in .html).")
 @click.option("--color/--no-color", default=None, help="Force colours on or off (default: when stdout is a terminal).")

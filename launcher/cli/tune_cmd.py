@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from launcher.options.click import Verbatim
+
 if TYPE_CHECKING:
     from launcher.options.record import Options
     from launcher.topology.model import Topology
@@ -18,12 +20,8 @@ if TYPE_CHECKING:
     from launcher.tune.signals import Interrupts
 
 
-@click.command(
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
-    add_help_option=False,
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def tune(args: tuple[str, ...]) -> None:
+@click.command(cls=Verbatim)  # its words are affrun torchrun's: torchrun's argparse parser reads them
+def tune(words: list[str]) -> None:
     """Find the loader cores and DataLoader workers that feed your script fastest (affrun tune --help)."""
     from launcher.launch.torchrun import import_torch_unbound
     from launcher.tune.command import help_text, rank_cores, split
@@ -34,7 +32,7 @@ def tune(args: tuple[str, ...]) -> None:
         except ImportError:
             click.echo("affrun: error: affrun tune needs torch (pip install torch)", err=True)
             sys.exit(2)
-        parsed = split(list(args))
+        parsed = split(words)
         if parsed is None:
             click.echo(help_text(), nl=False)
             return

@@ -2,100 +2,45 @@
 
 A thin front end: the plan comes from the parent (:mod:`launcher.bind.handoff`, ``AFFRUN_PLAN``) or is made here
 (:func:`launcher.bind.handoff.plan_job`), the environment from :mod:`launcher.env.policy`, and :mod:`launcher.bind.apply` binds
-and execs. This module is the hot path: it runs before every rank. It imports the pure core and as little of
-the standard library as it can: argparse only when there are options to parse, json only to read
-``AFFRUN_PLAN``, and no click, psutil, yaml, cpuinfo, submitit or torch.
-tests/system/test_light_imports.py holds that.
+and execs. This module runs before every rank: it imports no psutil, yaml, cpuinfo, submitit or torch
+(tests/system/test_light_imports.py holds that). Its options are click's, from the option table
+(:mod:`launcher.options.click`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from launcher.base.untrusted import note_line, shell_join, short, shown, warning_line
+import click
+
+from launcher.base.untrusted import note_line, shell_join, shown, warning_line
 from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank_variables
 from launcher.bind.wire import PLAN_VARIABLE, Job, read_job
 from launcher.context.local_rank import LocalRank
 from launcher.env.rank_line import MEM_VARIABLE, mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError, LaunchError, error_line
+from launcher.options.click import COMMAND, COUNT, Launch, given, launch_options, nproc_option
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Mapping, Sequence
-    from types import SimpleNamespace
+    from types import SimpleNamespace as Args
+    from typing import Any
 
     from launcher.plan.record import RankPlan
 
-    Args = argparse.Namespace | SimpleNamespace
 
-
-def build_parser() -> argparse.ArgumentParser:
-    import argparse
-
-    from launcher.options.table import LAUNCH_OPTIONS, add_arguments, add_run_flags, non_negative
-    from launcher.options.usage import one_line_errors
-
-    p = argparse.ArgumentParser(
-        prog="affrun exec",
-        description="Bind this rank (local rank from LOCAL_RANK, SLURM_LOCALID, OMPI_..., MPI_..., PMI_...), "
-        "set its OpenMP/BLAS environment and memory policy, then exec CMD in place.",
-        usage="affrun exec [OPTIONS] -- CMD [ARGS...]",
-    )
-    p.add_argument("--local-rank", type=non_negative, help="This process's local rank (default: from the launcher's variables).")
-    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
-                   help="Local ranks on this node (default: from the launcher's variables).")
-    add_arguments(p, LAUNCH_OPTIONS)
-    add_run_flags(p, verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    return one_line_errors(p, "affrun exec")
-
-
-def default_args() -> SimpleNamespace:
-    """What ``build_parser().parse_args([])`` gives for exec's own options, without importing argparse or the
-    option table: a rank started with no options (every ``affrun torchrun`` worker, most srun tasks) skips them.
-    The binding options are left out: :func:`launcher.bind.handoff.plan_job` takes the table's default for each
-    one missing (a test holds the two equal)."""
-    from types import SimpleNamespace
-
-    return SimpleNamespace(local_rank=None, nproc=None, verbose=False, dry_run=False, command=[], tuned=None)
-
-
-def parse_args(before: Sequence[str]) -> Args:
-    if not before:
-        return default_args()
-    parser = build_parser()
-    args = parser.parse_args(before)
-    if args.tuned is not None:  # affrun tune --save's options, under the flags given here
-        from launcher.options.tuned import apply_tuned
-
-        args, args.tuned_file = apply_tuned(parser, list(before), args)
-    return args
-
-
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """``OPTIONS -- COMMAND ARGS``: the words before the first ``--`` and those after it (affrun exec and run)."""
-    if "--" in argv:
-        i = list(argv).index("--")
-        return list(argv[:i]), list(argv[i + 1 :])
-    return list(argv), []
-
-
-def given_options(before: Sequence[str]) -> list[str]:
-    """The options of the one option table (every binding option, and the rank count) that ``before`` gives
-    explicitly, as flags in the table's order: an explicit default counts (``--mode exclusive``)."""
-    if not before:
-        return []
-    from launcher.options.table import BINDING_OPTIONS, NPROC_OPTION
-
-    specs = (*BINDING_OPTIONS, NPROC_OPTION)
-    unset = object()
-    parser = build_parser()
-    parser.set_defaults(**{spec.dest: unset for spec in specs})
-    values = vars(parser.parse_args(before))
-    return [spec.flag for spec in specs if values.get(spec.dest, unset) is not unset]
+@click.command("exec", cls=Launch, help="Bind this rank (local rank from LOCAL_RANK, SLURM_LOCALID, OMPI_..., "
+               "MPI_..., PMI_...), set its OpenMP/BLAS environment and memory policy, then exec COMMAND in place.")
+@click.option("--local-rank", type=COUNT, help="This process's local rank (default: from the launcher's variables).")
+@nproc_option("Local ranks on this node (default: from the launcher's variables).")
+@launch_options(verbose="Print one line per rank on stderr.", dry_run="Print what would be applied and exit 0.")
+@click.pass_context
+def command(ctx: click.Context, /, **values: Any) -> None:
+    sys.exit(main(ctx.meta[COMMAND], values, given(ctx)))
 
 
 def _job_and_rank(args: Args, environ: Mapping[str, str],
@@ -129,7 +74,7 @@ def _job_and_rank(args: Args, environ: Mapping[str, str],
     nproc = args.nproc if args.nproc is not None else (detected.size if detected else None)
     if rank is None or nproc is None:
         if rank is None and nproc is None:
-            # one rank, or one per --gpus/--map entry (default_args() has no binding options: none were given)
+            # one rank, or one per --gpus/--map entry
             rank, nproc = 0, Options.from_args(args).rank_count() or 1
         else:
             raise LaunchError("give both --local-rank and --nproc-per-node, or neither (then LOCAL_RANK, "
@@ -215,11 +160,16 @@ def _local_ranks(args: Args, environ: Mapping[str, str]) -> int:
     return detected.size if detected else 1
 
 
-def main(argv: Sequence[str]) -> int:
-    before, command = split_command(argv)
-    args = parse_args(before)
-    if args.command:
-        raise ConfigError(f"unexpected argument {short(args.command[0])}: put the command after --")
+def main(command: list[str], values: dict[str, Any], on_line: set[str]) -> int:
+    """``affrun exec``: the options' ``values`` by ``dest`` (those the command line gave: ``on_line``), COMMAND."""
+    from launcher.options.table import BINDING_OPTIONS, FEED_OPTIONS, NPROC_OPTION
+
+    tuned = None
+    if values["tuned"] is not None:  # affrun tune --save's options, under the flags given here
+        from launcher.options.tuned import apply_tuned
+
+        tuned = apply_tuned(values, on_line)
+    args = SimpleNamespace(**values, tuned_file=tuned)
     if not command and not args.dry_run:
         raise ConfigError("no command: use affrun exec [OPTIONS] -- CMD [ARGS...]")
     environ = os.environ
@@ -228,7 +178,7 @@ def main(argv: Sequence[str]) -> int:
     collapse = read_collapse(environ, lambda: _local_ranks(args, environ))
     if collapse is not None:
         _warn(f"{collapse.message()}. Fix: {collapse.fix()}")
-    given = given_options(before)
+    given = [spec.flag for spec in (*BINDING_OPTIONS, NPROC_OPTION) if spec.dest in on_line]
     job, rank, detected = _job_and_rank(args, environ, given)
     here = [f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside"] if (
         given and PLAN_VARIABLE in environ) else []
@@ -239,7 +189,7 @@ def main(argv: Sequence[str]) -> int:
     _mark_subjob(env, environ, rank.local_rank, job.size)
     env[MEM_VARIABLE] = mem_text(mem_policy, rank.mem_nodes)  # as planned; what took is written below
     feed: dict[str, str] = {}
-    if hasattr(args, "feed_report"):  # options were parsed (default_args() has none): --feed-*, --loader-workers
+    if any(values[spec.dest] not in (None, False) for spec in FEED_OPTIONS):  # --feed-*, --loader-workers
         from launcher.feed.variables import feed_variables
 
         feed = feed_variables(args)

@@ -16,11 +16,14 @@ that runs ``affrun run``: they travel, with what identifies that task, in ``AFFR
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 from launcher.base.untrusted import shell_join, shown, warning_line
 from launcher.bind.apply import exec_or_status
@@ -32,39 +35,33 @@ from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARI
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
 from launcher.errors import ConfigError, LaunchError
-from launcher.launch.exec_cmd import split_command
 from launcher.launch.run_target import check_command
 from launcher.launch.shebang import exec_failure
+from launcher.options.click import COMMAND, Choice, Launch, given, launch_options, nproc_option
 from launcher.options.record import Options
-from launcher.options.table import LAUNCH_OPTIONS, add_arguments, add_run_flags, non_negative
-from launcher.options.usage import one_line_errors
 from launcher.plan.request import check_rank_count
 
 TOP_CHOICES = ("auto", "rank0", "launcher")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="affrun run",
-        description="Plan once, then run COMMAND (accelerate launch, deepspeed, python train.py with Lightning or "
-        "torch.multiprocessing.spawn...): every Python process it starts binds itself to its local rank at "
-        "interpreter start (affrun's startup hook).",
-        usage="affrun run [OPTIONS] -- COMMAND [ARGS...]",
-    )
-    p.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=non_negative,
-                   help="Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU, "
-                   "else 1).")
-    p.add_argument("--top", choices=TOP_CHOICES, default="auto",
-                   help="The first Python process without a rank variable: rank0 (the script is rank 0, as "
-                   "Lightning's is), launcher (left unbound), or auto (launcher for torchrun, accelerate, "
-                   "deepspeed, mpirun, srun; rank0 otherwise).")
-    add_arguments(p, LAUNCH_OPTIONS)
-    add_run_flags(p, verbose="Every process the hook binds prints its rank line (with its pid and why) on stderr.",
-                  dry_run="Print the plan and the environment; start nothing.")
-    p.add_argument("--strict", action="store_true",
-                   help="When COMMAND's Python interpreter does not load affrun's startup hook, exit 2 with an "
-                   "error and run nothing, instead of a warning (for CI).")
-    return one_line_errors(p, "affrun run")
+@click.command("run", cls=Launch, help="Plan once, then run COMMAND (accelerate launch, deepspeed, python train.py "
+               "with Lightning or torch.multiprocessing.spawn...): every Python process it starts binds itself to its "
+               "local rank at interpreter start (affrun's startup hook).")
+@nproc_option("Local ranks the launcher starts (default: one per --gpus/--map entry, else per visible GPU, else 1).")
+@click.option("--top", type=Choice(TOP_CHOICES), default="auto", show_default=True,
+              help="The first Python process without a rank variable: rank0 (the script is rank 0, as Lightning's "
+              "is), launcher (left unbound), or auto (launcher for torchrun, accelerate, deepspeed, mpirun, srun; "
+              "rank0 otherwise).")
+@launch_options(verbose="Every process the hook binds prints its rank line (with its pid and why) on stderr.",
+                dry_run="Print the plan and the environment; start nothing.")
+@click.option("--strict", is_flag=True, help="When COMMAND's Python interpreter does not load affrun's startup hook, "
+              "exit 2 with an error and run nothing, instead of a warning (for CI).")
+@click.pass_context
+def command(ctx: click.Context, /, **values: Any) -> None:
+    from launcher.options.tuned import apply_tuned
+
+    tuned = apply_tuned(values, given(ctx))  # affrun tune --save's options, under the flags given here
+    sys.exit(main(ctx.meta[COMMAND], SimpleNamespace(**values, tuned_file=tuned)))
 
 
 def top_role(command: Sequence[str]) -> str:
@@ -72,7 +69,7 @@ def top_role(command: Sequence[str]) -> str:
     return "launcher" if command_is_launcher(command) else "rank0"
 
 
-def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
+def prepare(args: SimpleNamespace, environ: dict[str, str]) -> ParentPlan:
     if args.nproc is not None:
         check_rank_count(args.nproc)
     user_env = user_values(environ)
@@ -81,7 +78,7 @@ def prepare(args: argparse.Namespace, environ: dict[str, str]) -> ParentPlan:
     tuned = getattr(args, "tuned_file", None)
     loaded = None if tuned is None else foreign_check(tuned, Options.from_args(args), environ, _warn)
 
-    def plan(values: argparse.Namespace) -> ParentPlan:
+    def plan(values: SimpleNamespace) -> ParentPlan:
         return plan_job(Options.from_args(values), values.nproc, environ=environ, user_env=user_env,
                         default_nproc=1, loaded=loaded)[1]
 
@@ -92,14 +89,7 @@ def _warn(text: str) -> None:
     print(warning_line(text), file=sys.stderr)
 
 
-def main(argv: Sequence[str]) -> int:
-    before, command = split_command(argv)
-    parser = build_parser()
-    args = parser.parse_args(before)
-    if args.tuned is not None:  # affrun tune --save's options, under the flags given here
-        from launcher.options.tuned import apply_tuned
-
-        args, args.tuned_file = apply_tuned(parser, before, args)
+def main(command: list[str], args: SimpleNamespace) -> int:
     if not command and not args.dry_run:
         raise ConfigError("no command: use affrun run [OPTIONS] -- COMMAND [ARGS...]")
     environ = dict(os.environ)

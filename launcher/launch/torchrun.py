@@ -4,8 +4,8 @@ torchrun's own parser reads the arguments (affrun's options are added to it: arg
 parser), the plan is computed once, and torchrun then runs in this process, unchanged, with each worker command
 rewritten to ``affrun exec -- <the original worker command>`` (started by this interpreter, see
 ``launcher.bind.handoff.exec_prefix``). The plan reaches the workers as JSON in ``AFFRUN_PLAN``. Exit status,
-signal forwarding and logs are torchrun's own. ``affrun --help`` lists it through :mod:`launcher.cli`, which hands
-it every word after ``torchrun`` (:func:`main`).
+signal forwarding and logs are torchrun's own. Its click command (:data:`command`) hands every word after
+``torchrun`` to :func:`main` untouched.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+import click
+
 from launcher.base.untrusted import shell_join, shown, warning_line
 from launcher.bind.handoff import exec_prefix, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import BINDING_VARIABLES, user_values
 from launcher.errors import ConfigError
+from launcher.options.click import Verbatim
 from launcher.options.record import Options
-from launcher.options.table import LAUNCH_OPTIONS, add_arguments, add_run_flags
+from launcher.options.table import LAUNCH_OPTIONS, add_arguments
 from launcher.options.usage import argparse_line
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for --signals-to-handle
@@ -34,9 +37,11 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
     add_arguments(group, LAUNCH_OPTIONS, prefix="affrun_")
-    add_run_flags(group, verbose="Each rank also prints its line and env notes from inside the worker.",
-                  dry_run="Print the plan and the rewritten worker command, start nothing.", prefix="affrun_",
-                  short=False)
+    # exec's and run's --verbose and --dry-run (launcher.options.click.launch_options), under their old names too
+    group.add_argument("--verbose", "--affrun-verbose", dest="affrun_verbose", action="store_true",
+                       help="Each rank also prints its line and env notes from inside the worker.")
+    group.add_argument("--dry-run", "--affrun-dry-run", dest="affrun_dry_run", action="store_true",
+                       help="Print the plan and the rewritten worker command, start nothing.")
 
 
 # torchrun's options that affrun refuses (check_args): kept in the parser, so that they are refused by name, but
@@ -76,9 +81,13 @@ def parse(argv: Sequence[str], refuse: bool = False, command: str = "affrun torc
     args = parser.parse_args(head)
     args.affrun_tuned_file = None
     if args.affrun_tuned is not None:  # affrun tune --save's options, under the flags given here
-        from launcher.options.tuned import apply_tuned
+        from launcher.options.tuned import apply_tuned, tunable
 
-        args, args.affrun_tuned_file = apply_tuned(parser, head, args, prefix="affrun_")
+        unset = object()  # what the command line gave: parsed again, with no defaults
+        parser.set_defaults(**{f"affrun_{spec.dest}": unset for spec in tunable()})
+        again = vars(parser.parse_args(head))
+        given = {spec.dest for spec in tunable() if again[f"affrun_{spec.dest}"] is not unset}
+        args.affrun_tuned_file = apply_tuned(vars(args), given, prefix="affrun_")
     if script_args:
         args.training_script_args = script_args
     return args
@@ -192,6 +201,12 @@ def import_torch_unbound() -> None:
         os.environ.update(hidden)
     if os.sched_getaffinity(0) != before:
         os.sched_setaffinity(0, before)
+
+
+@click.command("torchrun", cls=Verbatim,
+               help="torchrun with each local rank bound by affrun (affrun's options go before the script).")
+def command(words: list[str]) -> None:
+    sys.exit(main(words))
 
 
 def main(argv: Sequence[str]) -> int:

@@ -2,10 +2,11 @@
 
 The binding options (:data:`BINDING_OPTIONS`), the feed meter's, the rank count and ``--tuned`` are here;
 ``affrun sbatch``'s own rows are in :mod:`launcher.slurm.options` and ``affrun tune``'s in
-:mod:`launcher.tune.command`, of the same type. argparse (``exec``, ``run``, ``torchrun``, ``tune``) builds its
-arguments from the rows (:func:`add_arguments`), click its options (:mod:`launcher.cli.options`), docs/cli.md its
-tables (:mod:`launcher.cli.reference`); :class:`launcher.options.record.Options` is their one record, and
-:mod:`launcher.options.values` the one reader of their values. Standard library only: ``affrun exec`` imports it.
+:mod:`launcher.tune.command`, of the same type. click builds every command's options from the rows
+(:mod:`launcher.options.click`), argparse those of ``torchrun`` and ``tune``, which extend torchrun's own parser
+(:func:`add_arguments`), docs/cli.md its tables (:mod:`launcher.cli.reference`);
+:class:`launcher.options.record.Options` is their one record, and :mod:`launcher.options.values` the one reader of
+their values. Standard library only.
 """
 
 from __future__ import annotations
@@ -235,9 +236,6 @@ def argparse_type(spec: OptionSpec) -> Callable[[str], Any]:
     return convert
 
 
-non_negative = argparse_type(NPROC_OPTION)  # a rank count or a local rank
-
-
 def add_arguments(group: argparse._ActionsContainer, specs: Sequence[OptionSpec], prefix: str = "") -> None:
     """The options ``specs``, argparse side: each value lands in ``prefix + dest`` (torchrun's namespace holds its own
     options too: ``affrun_``), read by :func:`argparse_type` where its kind is a number."""
@@ -249,14 +247,3 @@ def add_arguments(group: argparse._ActionsContainer, specs: Sequence[OptionSpec]
             kwargs.update(default=spec.default, metavar=spec.metavar, choices=spec.choices,
                           type=argparse_type(spec) if spec.kind in ("count", "seconds") else None)
         group.add_argument(*spec.flags, **kwargs)
-
-
-def add_run_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, verbose: str, dry_run: str,
-                  prefix: str = "", short: bool = True) -> None:
-    """``--verbose`` and ``--dry-run``, one spelling for ``affrun exec``, ``run`` and ``torchrun``; ``--affrun-verbose``
-    and ``--affrun-dry-run`` (torchrun's spelling before) are kept as aliases. ``prefix`` goes before the ``dest``
-    (torchrun's namespace holds its own options too); ``short`` adds ``-v`` (not beside torchrun's options)."""
-    flags = ["-v"] if short else []
-    parser.add_argument(*flags, "--verbose", "--affrun-verbose", dest=f"{prefix}verbose", action="store_true",
-                        help=verbose)
-    parser.add_argument("--dry-run", "--affrun-dry-run", dest=f"{prefix}dry_run", action="store_true", help=dry_run)

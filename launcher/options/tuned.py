@@ -2,7 +2,7 @@
 
 The file is YAML: ``options`` (the option table's planning options by their profile keys, ``loader-cores: 2``),
 ``machine`` (:func:`machine_identity` where it was tuned) and ``date``. :func:`load_tuned` reads and checks it;
-the front ends make its options their parser's defaults, so a flag given on the command line wins, and print
+the front ends write its options under the flags given (:func:`apply_tuned`: a flag given wins), and print
 :func:`machine_differences` as a warning. Only read when ``--tuned`` is given (PyYAML is imported then).
 docs/tune.md describes the format.
 """
@@ -19,8 +19,7 @@ from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.options.table import FEED_OPTIONS, TUNED_OPTION, OptionSpec, options_in
 
 if TYPE_CHECKING:
-    import argparse
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Container, Mapping, MutableMapping, Sequence
 
     from launcher.options.record import Options
     from launcher.topology.model import Topology
@@ -157,32 +156,26 @@ def load_tuned(path: str) -> Tuned:
     return parse_tuned(data, path)
 
 
-def apply_tuned(parser: argparse.ArgumentParser, words: list[str], args: argparse.Namespace,
-                prefix: str = "") -> tuple[argparse.Namespace, Tuned | None]:
-    """``args`` parsed again from ``words`` with the options of ``--tuned`` (when given) as the parser's defaults:
-    a flag given on the command line wins. The file's :attr:`Tuned.applied` are those no flag gave."""
-    path = getattr(args, prefix + TUNED_OPTION.dest, None)
+def apply_tuned(values: MutableMapping[str, Any], given: Container[str], prefix: str = "") -> Tuned | None:
+    """The options of ``--tuned`` (when given) written into ``values`` (by ``prefix + dest``) under the flags the
+    command line gave (``given``, by ``dest``): a flag given wins. The file's :attr:`Tuned.applied` are those no
+    flag gave; its ``--map`` belongs to its ``--mode map``, and another ``--mode`` given wins over both."""
+    path = values.get(prefix + TUNED_OPTION.dest)
     if path is None:  # "" is a path that cannot be read, not no --tuned
-        return args, None
+        return None
     tuned = load_tuned(path)
-    unset = object()
-    parser.set_defaults(**{prefix + dest: unset for dest in tuned.values})
-    given = vars(parser.parse_args(words))
-    applied = frozenset(dest for dest in tuned.values if given.get(prefix + dest) is unset)
-    values = dict(tuned.values)
-    if "cpu_map" in applied and "mode" in values and "mode" not in applied and given.get(prefix + "mode") != "map":
-        # the file's --map belongs to its --mode map: another --mode given here wins over both (--mode map keeps it)
+    applied = frozenset(dest for dest in tuned.values if dest not in given)
+    if "cpu_map" in applied and "mode" in given and "mode" in tuned.values and values[prefix + "mode"] != "map":
         applied -= {"cpu_map"}
-        values["cpu_map"] = next(spec.default for spec in tunable() if spec.dest == "cpu_map")
-    parser.set_defaults(**{prefix + dest: value for dest, value in values.items()})
-    return parser.parse_args(words), replace(tuned, applied=applied)
+    values.update({prefix + dest: tuned.values[dest] for dest in applied})
+    return replace(tuned, applied=applied)
 
 
 def plan_tuned(tuned: Tuned | None, args: Any, plan: Callable[[Any], T], prefix: str = "") -> T:
     """``plan(args)``; an :class:`AffrunError` it raises that an option of the file caused ends with
     ``(from --tuned FILE, tuned on MACHINE)``. Caused: the error names one of :attr:`Tuned.applied` first, or
     ``plan`` succeeds without them (each back to the table's default), so that the flags given are not why.
-    ``args``: the parsed namespace (argparse's, or exec's default one)."""
+    ``args``: the parsed namespace (argparse's, or the values click read)."""
     try:
         return plan(args)
     except AffrunError as exc:
@@ -196,10 +189,10 @@ def _caused(tuned: Tuned, exc: AffrunError, args: Any, plan: Callable[[Any], T],
     named = [part.key for part in exc.parts if isinstance(part, Opt)]
     if named and named[0] in tuned.applied:
         return True
-    import argparse
+    import copy
 
     defaults = {spec.dest: spec.default for spec in tunable()}
-    without = argparse.Namespace(**vars(args))
+    without = copy.copy(args)
     for dest in tuned.applied:
         setattr(without, prefix + dest, defaults[dest])
     try:

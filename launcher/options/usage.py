@@ -1,14 +1,18 @@
-"""The one wording of a usage error, for every parser affrun has (click's and argparse's):
-``unknown option --x: did you mean --y? (affrun CMD --help gives the full usage)``, one line, exit status 2.
-
-Standard library only, and ``difflib`` only once a word is unknown: ``affrun exec`` imports this module when
-it parses options (with argparse, which imports typing).
+"""The one wording of a usage error, for every parser affrun has (click's, and argparse's where torchrun's words
+pass through): one line, exit status 2. ``unknown option --x: did you mean --y? (affrun CMD --help gives the full
+usage)``; a bad value ``argument --x: 'v' is not ... (affrun CMD --help gives the full usage)``, as argparse says it.
 """
 
 from __future__ import annotations
 
-import argparse  # imported already: only a parser's error needs this module
-from typing import NoReturn
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from launcher.errors import LaunchError, error_line
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def usage_hint(command: str) -> str:
@@ -37,6 +41,8 @@ def unknown_word(kind: str, word: str, known: list[str], command: str) -> str:
 def argparse_line(parser: argparse.ArgumentParser, message: str, command: str) -> str:
     """What argparse's ``parser.error`` says, as one line of that form: an unknown option gets the nearest of the
     ``--`` spellings ``--help`` lists (the first unknown word that has one, else the first unknown word)."""
+    import argparse
+
     known = sorted(name for name, action in parser._option_string_actions.items()
                    if name.startswith("--") and action.help != argparse.SUPPRESS)
     prefix = "unrecognized arguments: "
@@ -50,14 +56,37 @@ def argparse_line(parser: argparse.ArgumentParser, message: str, command: str) -
     return f"{message} {usage_hint(command)}"
 
 
-def one_line_errors(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    """``parser``, whose usage errors raise one :class:`~launcher.errors.ConfigError` line (:func:`argparse_line`)
-    instead of printing argparse's usage block and exiting 2."""
+def long_options(command: click.Command) -> list[str]:
+    """The ``--`` spellings ``command`` shows in its help, ``_`` written as ``-`` (an alias in either spelling is
+    then one name)."""
+    names = ["--help"]
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            names += [n.replace("_", "-") for n in (*param.opts, *param.secondary_opts) if n.startswith("--")]
+    return sorted(set(names))
 
-    def error(message: str) -> NoReturn:
-        from launcher.errors import ConfigError
 
-        raise ConfigError(argparse_line(parser, message, command))
+def usage_text(exc: click.UsageError, where: click.Context) -> str:
+    """What click's usage error says, as one line of argparse's form (no usage block, no "Try"). ``where``: the
+    context that was parsing, when click's error does not carry one (a missing value)."""
+    ctx = exc.ctx or where
+    if isinstance(exc, click.NoSuchOption):
+        return unknown_word("option", exc.option_name, long_options(ctx.command), ctx.command_path)
+    if isinstance(exc, click.BadParameter) and isinstance(exc.param, click.Option):
+        text = f"argument {'/'.join(exc.param.opts)}: {exc.message.rstrip('.')}"
+    elif isinstance(exc, click.BadOptionUsage) and exc.message.endswith("requires an argument."):
+        text = f"argument {exc.option_name}: expected one argument"
+    else:
+        text = exc.format_message().rstrip(".")
+        if text[1:2].islower():  # "Got unexpected extra argument": mid-line, as argparse's
+            text = text[0].lower() + text[1:]
+    return f"{text} {usage_hint(ctx.command_path)}"
 
-    parser.error = error  # type: ignore[method-assign]
-    return parser
+
+class UsageLine(click.ClickException):
+    """A usage error shown as one ``affrun: error:`` line, exit status 2 (click's own shows its usage block)."""
+
+    exit_code = 2
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(error_line(LaunchError(self.message)), err=True)

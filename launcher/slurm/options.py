@@ -2,7 +2,7 @@
 ``sbatch``): flags, the kind of value, help, and the :class:`~launcher.slurm.script.SbatchSpec` field each fills
 (its ``dest``; ``template`` is the command's own).
 
-The rows feed ``affrun sbatch``'s click options (:func:`launcher.cli.options.click_option`), the keys of the YAML
+The rows feed ``affrun sbatch``'s click options (:func:`launcher.options.click.click_option`), the keys of the YAML
 site profiles (:data:`launcher.slurm.profile.KEYS`) and the script's :class:`SbatchSpec` (:func:`spec_values`).
 Defaults are :class:`SbatchSpec`'s own. affrun's planning options (``--mode``...) are the binding rows of
 :mod:`launcher.options.table`.

@@ -71,7 +71,9 @@ def _tune_parser() -> argparse.ArgumentParser:
     add_arguments(parser, TUNE_OPTIONS)
 
     def error(message: str) -> NoReturn:
-        raise ConfigError(f"{message} (affrun tune --help gives the usage)")
+        from launcher.options.usage import argparse_line
+
+        raise ConfigError(argparse_line(parser, message, "affrun tune"))
 
     parser.error = error  # type: ignore[method-assign]
     return parser

@@ -36,6 +36,9 @@ def one_line(*args: str) -> str:
         (["exec", "--feed-reprot", "--", "true"], "option", "--feed-report", "affrun exec"),
         (["run", "--loader-coers", "1", "--", "true"], "option", "--loader-cores", "affrun run"),
         (["exec", "--qqqqqqqqqqqq"], "option", None, "affrun exec"),
+        # no command takes a prefix of an option for the option (exec's argparse did; click does not)
+        (["exec", "--comm", "1", "--", "true"], "option", "--comm-cores", "affrun exec"),
+        (["run", "--mem-pol", "none", "--dry-run", "--", "true"], "option", "--mem-policy", "affrun run"),
     ],
 )
 def test_unknown_words_get_one_line_and_the_nearest_spelling(args: list[str], kind: str, guess: str | None,
@@ -60,3 +63,30 @@ def test_the_form_is_torchruns_own() -> None:
 def test_other_usage_errors_are_one_line_too(args: list[str]) -> None:
     line = one_line(*args)
     assert line.startswith("affrun: error: ") and line.endswith(f"(affrun {args[0]} --help gives the full usage)")
+
+
+def test_a_bad_value_is_one_wording_in_every_command() -> None:
+    """torchrun's argparse words a bad value ``argument --spill: invalid choice: ...``: so does every click command."""
+    lines = {name: one_line(*args) for name, args in {
+        "plan": ["plan", "--spill", "everywhere"], "exec": ["exec", "--spill", "everywhere", "--", "true"],
+        "run": ["run", "--spill", "everywhere", "--", "true"], "show": ["show", "--spill", "everywhere"]}.items()}
+    for name, line in lines.items():
+        assert line == ("affrun: error: argument --spill: invalid choice: 'everywhere' (choose from 'loader', "
+                        f"'compute', 'none') (affrun {name} --help gives the full usage)"), line
+    require_torch()
+    torchrun = one_line("torchrun", "--spill", "everywhere", "train.py")
+    assert torchrun == lines["plan"].replace("affrun plan", "affrun torchrun"), torchrun
+
+
+@pytest.mark.parametrize("command", ["exec", "run"])
+def test_a_command_before_the_separator_is_one_line(command: str) -> None:
+    line = one_line(command, "python", "train.py")
+    assert line == (f"affrun: error: unexpected argument 'python': put the command after -- (affrun {command} "
+                    "--help gives the full usage)"), line
+
+
+def test_tunes_own_options_say_it_in_the_same_words() -> None:
+    require_torch()
+    line = one_line("tune", "--repeats", "0", "train.py")
+    assert line == ("affrun: error: argument --repeats: '0' is not a whole number from 1 to 65536 (affrun tune "
+                    "--help gives the full usage)"), line

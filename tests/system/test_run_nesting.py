@@ -92,7 +92,9 @@ def test_a_rank_an_affrun_binding_execd_is_left_alone_by_the_hook(tmp_path: Path
     """Whatever started it: a process that an affrun binding exec'd (its plan taken away, AFFRUN_PLAN_ID kept) is
     not killed by the hook over the missing AFFRUN_PLAN, even when AFFRUN_RUN came down to it (here through an
     ``affrun exec`` whose own interpreter ran no hook: ``-S``)."""
-    checkout = str(Path(__file__).resolve().parents[2])
+    import click  # affrun's parser: -S leaves site-packages out
+
+    checkout = os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.path.dirname(os.path.dirname(click.__file__))])
     env = clean_env(AFFRUN_RUN="launcher", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", PYTHONPATH=checkout)
     proc = subprocess.run([sys.executable, "-S", "-m", "launcher", "exec", "--", sys.executable, "-c", REPORT],
                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -13,10 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import COMMANDS, OWN_WORDS, cli
+from launcher.cli import COMMANDS, cli
+from launcher.options.click import Verbatim
 
-# Not click's to parse: exec, run and torchrun parse their words with argparse, tune hands them to torchrun's parser.
-CLICK_COMMANDS = sorted(name for name in COMMANDS if name not in OWN_WORDS)
 LINE = re.compile(r"^affrun: error: unknown (option|command) (\S+)(?:: did you mean (\S+)\?)? "
                   r"\((affrun(?: \S+)?) --help gives the full usage\)$")
 
@@ -25,6 +24,10 @@ def command(name: str) -> click.Command:
     found = cli.get_command(click.Context(cli), name)
     assert found is not None, name
     return found
+
+
+# Not click's to parse: torchrun parses its words with torchrun's argparse, tune hands them to that parser.
+CLICK_COMMANDS = sorted(name for name in COMMANDS if not isinstance(command(name), Verbatim))
 
 
 def long_names(name: str) -> list[str]:
@@ -87,3 +90,12 @@ def test_every_usage_error_is_one_line_naming_where_the_usage_is(args: list[str]
 def test_help_is_still_help() -> None:
     result = CliRunner().invoke(cli, ["plan", "--help"], prog_name="affrun")
     assert result.exit_code == 0 and result.stdout.startswith("Usage: affrun plan")
+
+
+@pytest.mark.parametrize("name", ["exec", "run"])
+def test_exec_and_run_help_is_clicks_with_every_launch_option(name: str) -> None:
+    from launcher.options.table import LAUNCH_OPTIONS
+
+    result = CliRunner().invoke(cli, [name, "--help"], prog_name="affrun")
+    assert result.exit_code == 0 and result.stdout.startswith(f"Usage: affrun {name} [OPTIONS] -- COMMAND [ARGS...]")
+    assert all(spec.flag in result.stdout for spec in LAUNCH_OPTIONS), result.stdout

@@ -1,6 +1,7 @@
 """The ``affrun`` console script.
 
-The click group in :mod:`launcher.cli` runs every command; this module keeps the standard streams.
+The click group in :mod:`launcher.cli` runs every command (``affrun exec --`` with no option goes straight to
+:mod:`launcher.launch.rank`: nothing to parse); this module keeps the standard streams.
 
 The standard streams, for every command (:func:`main`): a closed one (``>&-``) reads as ``/dev/null``, opened
 close-on-exec, so a command affrun ``exec``\\ s still finds it closed; a full or broken stderr never stops a
@@ -29,9 +30,14 @@ def main(argv: list[str] | None = None) -> None:
     status: str | int | None = 0
     try:
         try:
-            from launcher.cli import cli
+            if args[:2] == ["exec", "--"]:  # no option to read (every affrun torchrun worker): no parser loaded
+                from launcher.launch.rank import unparsed
 
-            cli.main(args=args, prog_name="affrun")
+                status = unparsed(args[2:])
+            else:
+                from launcher.cli import cli
+
+                cli.main(args=args, prog_name="affrun")
         except SystemExit as exc:
             status = exc.code
         out.flush()  # here, not in the interpreter's last flush, whose failure is a message and exit 120

@@ -99,7 +99,7 @@ def _modules_of_a_rank_under_a_parent_plan() -> set[str]:
 
     _, parent = plan_job(Options(), 1)
     code = RANK_PROBE.replace('{{m.split(".")[0] for m in set(sys.modules) - before}}',
-                              '{{m for m in set(sys.modules) - before if m.startswith("launcher")}}')
+                              '{{m for m in set(sys.modules) - before if m.startswith(("launcher", "click"))}}')
     code = code.format(argv=["exec", "--", "/nonexistent/affrun-probe"],
                        env={"AFFRUN_PLAN": parent.to_env(), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "SLURM_", "OMPI_", "PMI_"))}
@@ -112,13 +112,22 @@ def _modules_of_a_rank_under_a_parent_plan() -> set[str]:
 
 def test_a_rank_under_a_parent_plan_imports_no_planner_topology_or_options() -> None:
     """The one channel (launcher.bind.wire): a rank applies its parent's record (launcher.plan.record) and
-    re-derives nothing (the option table and its request, which give the command line's defaults, are the
-    parser's)."""
+    re-derives nothing; with no option before `--` (every affrun torchrun worker) it loads no parser either."""
     modules = _modules_of_a_rank_under_a_parent_plan()
     assert {"launcher.bind.wire", "launcher.plan.record"} <= modules
     heavy = {m for m in modules if m.startswith(("launcher.plan", "launcher.topology", "launcher.options.record",
-                                                  "launcher.bind.handoff", "launcher.env.policy"))}
+                                                  "launcher.bind.handoff", "launcher.env.policy", "launcher.cli",
+                                                  "launcher.options.click", "click"))}
     assert not heavy - {"launcher.plan", "launcher.plan.record", "launcher.plan.request"}, sorted(heavy)
+
+
+def test_exec_with_no_option_reads_what_click_reads() -> None:
+    """`affrun exec -- CMD` skips the parser: the values it uses are those click parses from no option."""
+    from launcher.launch.exec_cmd import command
+    from launcher.launch.rank import defaults
+
+    with command.make_context("exec", ["--", "true"]) as ctx:
+        assert ctx.params == defaults()
 
 
 

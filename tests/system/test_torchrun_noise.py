@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import require_torch
 from tests.system.test_hostile_input import affrun, refused
 
 pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def one_line_before_any_rank(proc_stderr: str) -> None:

@@ -17,15 +17,12 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import uniform, write_tree
-from tests.launch import PROGRAMS, affrun, affrun_argv, clean_env, communicate, json_lines, require_torch, run
+from tests.launch import PROGRAMS, affrun, affrun_argv, alive, clean_env, communicate, default_sigint, json_lines, run
+
+pytestmark = pytest.mark.torch
 
 FEED_LOOP = str(PROGRAMS / "tune_loop.py")
 SHORT = ("--trial-seconds", "2", "--warmup-seconds", "1")
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def _tune(*args: str) -> subprocess.CompletedProcess[str]:
@@ -85,21 +82,14 @@ def test_the_best_is_what_the_loops_own_count_favours(tmp_path: Path) -> None:
     assert "loader - " in overridden.stderr, overridden.stderr
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def test_arguments_arrive_byte_for_byte_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
     record = tmp_path / "record"
     record.mkdir()
     weird = ["--trial-seconds", "99", "-h", "--", "a b", "caf\udcc3\udca9", "", "--json", "--nproc-per-node=9"]
     argv = affrun_argv("tune", "--nproc-per-node", "1", *SHORT, FEED_LOOP, "--workers", "2", "--record", str(record),
                        *weird)
-    with subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=default_sigint) as child:
         deadline = time.monotonic() + 240
         while not list(record.glob("pid-*")) or len(list(record.glob("pid-*"))) < 2:
             assert child.poll() is None and time.monotonic() < deadline, child.communicate()
@@ -113,7 +103,7 @@ def test_arguments_arrive_byte_for_byte_and_ctrl_c_leaves_no_process(tmp_path: P
     assert json.loads((record / "argv").read_text()) == expected
     pids = [int(p.name[4:]) for p in record.glob("pid-*")]
     assert len(pids) >= 2  # the rank and at least one DataLoader worker
-    assert not [pid for pid in pids if _alive(pid)], [(pid, (record / f"pid-{pid}").read_text()) for pid in pids]
+    assert not [pid for pid in pids if alive(pid)], [(pid, (record / f"pid-{pid}").read_text()) for pid in pids]
 
 
 @pytest.mark.parametrize("padding", [0, 200_000])

@@ -24,15 +24,12 @@ from typing import IO
 import pytest
 import yaml
 
-from tests.launch import PROGRAMS, affrun_argv, clean_env, require_torch, run
+from tests.launch import PROGRAMS, affrun_argv, clean_env, default_sigint, run
+
+pytestmark = pytest.mark.torch
 
 HOSTILE = str(PROGRAMS / "tune_hostile.py")
 SHORT = ("--trial-seconds", "1", "--warmup-seconds", "0.5")
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 @pytest.fixture
@@ -102,7 +99,7 @@ class _Tune:
     def __init__(self, *args: str, env: dict[str, str] | None = None, stdin: int | None = subprocess.DEVNULL):
         self.proc = subprocess.Popen(affrun_argv("tune", *args), env=env or clean_env(), stdin=stdin,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=default_sigint)
         self.lines: list[str] = []
         self._out: list[str] = []
         self._readers = [threading.Thread(target=self._read, args=(self.proc.stderr, self.lines), daemon=True),

@@ -24,8 +24,9 @@ import pytest
 
 from launcher.feed.meter import live_paths
 from tests.conftest import need
+from tests.errors import refused
 from tests.launch import OTHER_UID, PROGRAMS, affrun_argv, another_users_file, clean_env, json_lines, run
-from tests.system.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun
 
 pytestmark = pytest.mark.torch
 

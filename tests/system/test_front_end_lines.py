@@ -15,6 +15,7 @@ import pytest
 
 from tests.fakesys import uniform, write_tree
 from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.run_dry import dry_run
 
 HOSTILE = "x\x1b[31m\nforged: line\x85"  # an escape sequence, a forged line, a C1 control
 ESCAPED = "x\\x1b[31m\\nforged: line\\x85"
@@ -32,15 +33,13 @@ def script(tmp_path: Path) -> str:
     return str(path)
 
 
-def dry_run(command: str, tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+def one_rank(command: str, tmp_path: Path, *flags: str) -> tuple[str, str]:
     """``affrun COMMAND --dry-run`` of one rank with ``flags``: (stdout, stderr), after exit 0."""
     if command == "torchrun":
         require_torch()
-    argv = {"run": ["run", "--dry-run", "--nproc-per-node", "1", *flags, "--", "true"],
-            "torchrun": ["torchrun", "--dry-run", "--nproc-per-node", "1", *flags, script(tmp_path)],
-            "exec": ["exec", "--dry-run", "--local-rank", "0", "--nproc-per-node", "1", *flags, "--", "true"]}[command]
-    proc = run(affrun_argv(*argv), env=clean_env(**(env or {})), timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank = ("--local-rank", "0") if command == "exec" else ()
+    proc = dry_run(command, *rank, "--nproc-per-node", "1", *flags,
+                   program=(script(tmp_path),) if command == "torchrun" else ("--", "true"))
     clean(proc.stdout)
     clean(proc.stderr)
     return proc.stdout, proc.stderr
@@ -49,7 +48,7 @@ def dry_run(command: str, tmp_path: Path, *flags: str, env: dict[str, str] | Non
 @pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
 def test_a_feed_json_path_is_shown_escaped(tmp_path: Path, command: str) -> None:
     path = tmp_path / f"feed{HOSTILE}.json"
-    out, _ = dry_run(command, tmp_path, "--feed-json", str(path))
+    out, _ = one_rank(command, tmp_path, "--feed-json", str(path))
     assert f"AFFRUN_FEED_JSON={tmp_path}/feed{ESCAPED}.json\n" in out, out
 
 
@@ -57,7 +56,7 @@ def test_a_feed_json_path_is_shown_escaped(tmp_path: Path, command: str) -> None
 def test_a_tuned_path_of_another_machine_is_warned_about_escaped(tmp_path: Path, command: str) -> None:
     path = tmp_path / f"t{HOSTILE}.yaml"
     path.write_text("affrun-tuned: 1\noptions: {}\nmachine: {cores: 640}\n")
-    _, err = dry_run(command, tmp_path, "--tuned", str(path))
+    _, err = one_rank(command, tmp_path, "--tuned", str(path))
     (warning,) = [line for line in err.splitlines() if "tuned on another machine" in line]
     assert warning.startswith(f"affrun: warning: --tuned {tmp_path}/t{ESCAPED}.yaml was tuned"), warning
 
@@ -68,7 +67,7 @@ def test_a_plan_warning_that_names_an_fsroot_path_is_escaped(tmp_path: Path, com
     (root / "sys/devices/system/node/node0/meminfo").write_text(f"Node 0 MemTotal: {HOSTILE} kB\n")
     hostile = tmp_path / HOSTILE
     shutil.move(str(root), str(hostile))
-    _, err = dry_run(command, tmp_path, "--fsroot", str(hostile), "--verbose")
+    _, err = one_rank(command, tmp_path, "--fsroot", str(hostile), "--verbose")
     warnings = [line for line in err.splitlines() if "MemTotal is not a number" in line]
     assert warnings and all(line.startswith("affrun: warning: ") for line in warnings), err
     assert "/x\\x1b[31m\\nforged: line\\x85/sys/devices" in warnings[0], warnings[0]

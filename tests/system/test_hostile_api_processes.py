@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.errors import refused
 from tests.sbatch_script import CONTROL_CASES
-from tests.system.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun
 
 
 def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:

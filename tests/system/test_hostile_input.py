@@ -25,6 +25,7 @@ from launcher.bind.handoff import ParentPlan
 from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot
+from tests.errors import refused
 from tests.fakesys import FakeGPU, uniform, write_tree
 from tests.launch import affrun_argv, clean_env, require_torch
 
@@ -49,18 +50,6 @@ def affrun(*args: str | bytes, env: dict[str, str] | None = None, cwd: Path | No
     assert time.monotonic() - start < timeout
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
                                        proc.stderr.decode(errors="replace"))
-
-
-def refused(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, no traceback, exactly one ``affrun: error:`` line (short, containing ``needles``); returns it."""
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")]
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-    assert len(errors) == 1, proc.stderr[-3000:]
-    assert len(errors[0]) < 500, f"the error echoes unbounded input: {errors[0][:200]}..."
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
 
 
 def planned(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:

@@ -26,9 +26,10 @@ from launcher.bind.wire import read_job
 from launcher.plan.planner import Request, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
+from tests.errors import refused
 from tests.fakesys import uniform, write_tree
 from tests.launch import affrun_argv, clean_env, job_matches, require_torch
-from tests.system.test_hostile_input import BOUND, affrun, refused
+from tests.system.test_hostile_input import BOUND, affrun
 
 # The shell reports whether its own descriptor N is open (0) or closed (1) on the other stream, then exits 7.
 FD_PROBE = 'test -e /proc/$$/fd/{fd}; echo "fd{fd}=$?" >&{other}; exit 7'

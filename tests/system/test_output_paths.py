@@ -24,8 +24,9 @@ from typing import IO, Any
 
 import pytest
 
+from tests.errors import refused
 from tests.launch import PROGRAMS, affrun_argv, another_users_file, clean_env, require_torch, run
-from tests.system.test_hostile_input import BOUND, refused
+from tests.system.test_hostile_input import BOUND
 
 LOOP = str(PROGRAMS / "feed_loop.py")
 EARLIER = "the training's earlier output\n"

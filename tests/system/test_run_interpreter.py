@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need
+from tests.errors import refused
 from tests.fakesys import this_machine_with_gpus, write_tree
 from tests.launch import affrun_argv, clean_env, rank_lines
-from tests.system.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun
 
 CPUS = frozenset(os.sched_getaffinity(0))
 HERE = str(Path(sys.executable).parent)  # this venv's bin: its python loads the hook

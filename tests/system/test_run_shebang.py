@@ -23,8 +23,9 @@ import pytest
 
 from launcher.launch.shebang import Unreadable, split_string
 from tests.conftest import need
+from tests.errors import refused
 from tests.launch import clean_env, rank_lines
-from tests.system.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun
 
 HERE = str(Path(sys.executable).parent)  # this venv's bin: its python3 loads the hook, but not with -S
 REPORT = ("import os, sys, json; print(json.dumps([sorted(os.sched_getaffinity(0)), "

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.test_hostile_input import affrun, refused
+from tests.errors import refused
+from tests.system.test_hostile_input import affrun
 
 pytestmark = pytest.mark.torch
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakesys import uniform, write_tree
 from tests.launch import PROGRAMS, affrun, affrun_argv, alive, clean_env, communicate, default_sigint, json_lines, run
+from tests.machines import fake_cpu_4000_tree
 
 pytestmark = pytest.mark.torch
 
@@ -135,16 +135,9 @@ def test_the_budget_stops_with_what_it_has() -> None:
     assert "budget" in proc.stdout and "default" in proc.stdout
 
 
-def _tree(tmp_path: Path) -> Path:
-    root = write_tree(tmp_path / "tree", uniform(1, 4))
-    (root / "proc").mkdir(exist_ok=True)
-    (root / "proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: Fake CPU 4000\n\n")
-    return root
-
-
 @pytest.mark.parametrize("command", ["torchrun", "exec", "run"])
 def test_a_file_tuned_on_another_machine_gets_a_warning(tmp_path: Path, command: str) -> None:
-    root = _tree(tmp_path)
+    root = fake_cpu_4000_tree(tmp_path)
     foreign, home = tmp_path / "foreign.yaml", tmp_path / "home.yaml"
     foreign.write_text("affrun-tuned: 1\noptions:\n  loader-cores: 1\n  loader-workers: 3\nmachine:\n"
                        "  cpu-model: Other CPU\n  packages: 1\n  cores: 64\n  cpus: 128\n  gpus: []\n"

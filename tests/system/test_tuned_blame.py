@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakesys import uniform, write_tree
 from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.machines import fake_cpu_4000_tree
 
 FOREIGN = ("affrun-tuned: 1\noptions:\n{options}machine:\n  cpu-model: Other CPU\n  packages: 2\n  cores: 64\n"
            "  cpus: 128\n  gpus: [nvidia, nvidia]\ndate: '2026-01-01'\n")
@@ -18,11 +18,7 @@ MACHINE = "tuned on 'Other CPU', 2 packages, 64 cores, 128 CPUs, 2 GPUs"
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A 4-core machine whose CPU is ``Fake CPU 4000``."""
-    root = write_tree(tmp_path / "tree", uniform(1, 4))
-    (root / "proc").mkdir(exist_ok=True)
-    (root / "proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: Fake CPU 4000\n\n")
-    return root
+    return fake_cpu_4000_tree(tmp_path)
 
 
 def launch(command: str, tree: Path, tmp_path: Path, *flags: str) -> tuple[int, list[str]]:

@@ -1,9 +1,9 @@
-"""The test tiers, assigned here and nowhere else (docs/development.md): ``fast``, ``system`` or ``slow``.
+"""The test tiers, assigned here and nowhere else (docs/development.md): every test is ``fast``, ``system`` or ``slow``.
 
-fast: tests/unit, in-process, the loop while editing (``pytest -m fast``, under a minute). system: the rest of
-tests/system, which starts processes. slow: anything marked ``slow``, ``torch`` or ``slurm``, and the modules named
-below, whose tests start torch, torchrun, ``affrun tune`` or the OpenMP runtimes (seconds each). ``pytest -m "not
-slow"`` runs the first two; plain ``pytest`` (tests/run_all.sh) runs all three.
+fast: tests/unit, in-process, the loop while editing (``pytest -m fast``, under a minute). system: the rest, which
+starts processes (``pytest -m "not slow"`` runs both). slow: every test marked ``slow``, ``torch`` or ``slurm``
+(torch, torchrun, ``affrun tune``, Slurm) and the modules below (``pytest -m slow``). Plain ``pytest``
+(tests/run_all.sh) runs all three. An entry is a module's file name, or ``FILE::TEST`` for one test of it.
 """
 
 from __future__ import annotations
@@ -12,19 +12,25 @@ import pytest
 
 SLOW_MARKERS = ("slow", "torch", "slurm")
 
-# Modules of tests/system whose every test is slow, though not marked so.
+# Modules of tests/system whose tests take seconds each (they build and run the OpenMP runtimes), though not marked.
 SLOW_MODULES = frozenset({
 })
 
-# Tests of tests/unit kept out of the fast tier (the system tier runs them).
+# Tests of tests/unit that the fast tier leaves to the system tier: the deepest hypothesis searches of the planner
+# (hundreds of plans of every machine each), about 20 of the fast tier's 45 CPU seconds.
 UNIT_IN_SYSTEM = frozenset({
+    "test_plan_properties.py",
+    "test_thread_plan_invariants.py::test_every_plan_keeps_the_thread_plan_s_promises",
+    "test_thread_plan_invariants.py::test_generated_machines_keep_them_too",
 })
 
 
 def tier(item: pytest.Item) -> str:
+    """The tier of the collected test ``item``."""
     if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
         return "slow"
     module = item.path.name
+    names = {module, f"{module}::{getattr(item, 'originalname', item.name)}"}
     if item.path.parent.name == "unit":
-        return "system" if module in UNIT_IN_SYSTEM else "fast"
-    return "slow" if module in SLOW_MODULES else "system"
+        return "system" if names & UNIT_IN_SYSTEM else "fast"
+    return "slow" if names & SLOW_MODULES else "system"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import uniform, write_tree
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
 from tests.run_dry import dry_run
 
 HOSTILE = "x\x1b[31m\nforged: line\x85"  # an escape sequence, a forged line, a C1 control
@@ -27,6 +27,9 @@ def clean(text: str) -> None:
     assert not raw and not any(line.startswith("forged") for line in text.splitlines()), text[-3000:]
 
 
+COMMANDS = ["run", pytest.param("torchrun", marks=pytest.mark.torch), "exec"]
+
+
 def script(tmp_path: Path) -> str:
     path = tmp_path / "train.py"
     path.write_text("print('the script ran')\n")
@@ -35,8 +38,6 @@ def script(tmp_path: Path) -> str:
 
 def one_rank(command: str, tmp_path: Path, *flags: str) -> tuple[str, str]:
     """``affrun COMMAND --dry-run`` of one rank with ``flags``: (stdout, stderr), after exit 0."""
-    if command == "torchrun":
-        require_torch()
     rank = ("--local-rank", "0") if command == "exec" else ()
     proc = dry_run(command, *rank, "--nproc-per-node", "1", *flags,
                    program=(script(tmp_path),) if command == "torchrun" else ("--", "true"))
@@ -45,14 +46,14 @@ def one_rank(command: str, tmp_path: Path, *flags: str) -> tuple[str, str]:
     return proc.stdout, proc.stderr
 
 
-@pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_feed_json_path_is_shown_escaped(tmp_path: Path, command: str) -> None:
     path = tmp_path / f"feed{HOSTILE}.json"
     out, _ = one_rank(command, tmp_path, "--feed-json", str(path))
     assert f"AFFRUN_FEED_JSON={tmp_path}/feed{ESCAPED}.json\n" in out, out
 
 
-@pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_tuned_path_of_another_machine_is_warned_about_escaped(tmp_path: Path, command: str) -> None:
     path = tmp_path / f"t{HOSTILE}.yaml"
     path.write_text("affrun-tuned: 1\noptions: {}\nmachine: {cores: 640}\n")
@@ -61,7 +62,7 @@ def test_a_tuned_path_of_another_machine_is_warned_about_escaped(tmp_path: Path,
     assert warning.startswith(f"affrun: warning: --tuned {tmp_path}/t{ESCAPED}.yaml was tuned"), warning
 
 
-@pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_plan_warning_that_names_an_fsroot_path_is_escaped(tmp_path: Path, command: str) -> None:
     root = write_tree(tmp_path / "base", uniform(1, 2))
     (root / "sys/devices/system/node/node0/meminfo").write_text(f"Node 0 MemTotal: {HOSTILE} kB\n")
@@ -82,8 +83,8 @@ def test_a_note_on_a_kept_value_is_escaped_under_run(tmp_path: Path) -> None:
     assert "affrun: note: rank 0: keeping OMP_PLACES=\\x1b[31m{0} set by the user" in proc.stderr, proc.stderr
 
 
+@pytest.mark.torch
 def test_a_note_on_a_kept_value_is_escaped_under_torchrun(tmp_path: Path) -> None:
-    require_torch()
     proc = run(affrun_argv("torchrun", "--verbose", "--env-policy", "keep", "--nproc-per-node", "1",
                            script(tmp_path)), env=clean_env(OMP_PLACES="\x1b[31m{0}\nforged: line"), timeout=240)
     assert proc.returncode == 0 and "the script ran" in proc.stdout, proc.stderr[-3000:]

@@ -27,7 +27,7 @@ from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot
 from tests.errors import refused
 from tests.fakesys import FakeGPU, uniform, write_tree
-from tests.launch import affrun_argv, clean_env, require_torch
+from tests.launch import affrun_argv, clean_env
 
 BOUND = 60.0  # seconds for one affrun process on a loaded 2-CPU machine; the real figure is well under one
 TREE = "16em64t-4s2c2t-offlines"
@@ -510,9 +510,9 @@ def words_for(tmp_path: Path) -> list[bytes]:
     return [w.replace(b"CANARY", os.fsencode(tmp_path / "canary")) for w in WORDS]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("separator", [[], ["--"]], ids=["plain", "double-dash-before-script"])
 def test_torchrun_passes_every_word_after_the_script(tmp_path: Path, separator: list[str]) -> None:
-    require_torch()
     words = words_for(tmp_path)
     proc = affrun("torchrun", "--nproc-per-node", "1", "--standalone", *separator, str(ARGV_PROBE), *words,
                   cwd=tmp_path, timeout=180)
@@ -521,8 +521,8 @@ def test_torchrun_passes_every_word_after_the_script(tmp_path: Path, separator: 
     assert not (tmp_path / "canary").exists()
 
 
+@pytest.mark.torch
 def test_torchrun_abbreviated_options_before_the_script_still_work(tmp_path: Path) -> None:
-    require_torch()
     proc = affrun("torchrun", "--nproc-per", "1", "--affrun-dry", str(ARGV_PROBE), "--n", "--a", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.rstrip().endswith(f"-u {ARGV_PROBE} --n --a"), proc.stdout

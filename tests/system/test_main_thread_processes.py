@@ -10,10 +10,12 @@ import json
 import os
 import sys
 
+import pytest
+
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.env.omp_syntax import parse_places
 from launcher.env.policy import COUNT_VARIABLES
-from tests.launch import affrun, rank_lines, require_torch
+from tests.launch import affrun, rank_lines
 from tests.run_dry import dry_run
 
 
@@ -77,10 +79,10 @@ print(json.dumps({"before": before, "after": sorted(os.sched_getaffinity(0)), "m
 """
 
 
+@pytest.mark.torch
 def test_a_real_rank_s_main_thread_moves_to_its_main_core_at_import_torch() -> None:
     """libgomp (torch's) binds the initial thread to the first place when it loads: the main core. Until then the
     rank's mask is its whole set, as for --main-thread none."""
-    require_torch()
     proc = affrun("exec", "--main-thread", "compute", "--", sys.executable, "-c", PROBE)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -194,11 +194,9 @@ def test_a_missing_command_is_still_not_found(tmp_path: Path, launcher: str) -> 
     assert proc.stderr.splitlines() == [f"affrun: error: {tmp_path / 'nothing-here.py'}: command not found"]
 
 
+@pytest.mark.torch
 def test_torchrun_no_python_ranks_name_the_bad_interpreter(tmp_path: Path) -> None:
     """``affrun torchrun --no-python`` starts the script itself, through each rank's ``affrun exec``."""
-    from tests.launch import require_torch
-
-    require_torch()
     path, shown, why, _status = bad_interpreters(tmp_path)["removed venv"]
     proc = affrun("torchrun", "--nproc-per-node", "1", "--no-python", str(path))
     assert proc.returncode != 0

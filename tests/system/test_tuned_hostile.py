@@ -14,7 +14,7 @@ import pytest
 
 from tests.errors import refused
 from tests.fakesys import FakeGPU, uniform, write_tree
-from tests.launch import affrun, affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun, affrun_argv, clean_env, run
 from tests.machines import fake_cpu_4000_tree
 
 HEAD = "affrun-tuned: 1\noptions:\n  loader-cores: 1\n"
@@ -152,11 +152,9 @@ def front_end(command: str, path: str, tmp_path: Path) -> list[str]:
             "sbatch": ["sbatch", "--tuned", path, "--", script]}[command]
 
 
-@pytest.mark.parametrize("command", ["exec", "run", "torchrun", "sbatch"])
+@pytest.mark.parametrize("command", ["exec", "run", pytest.param("torchrun", marks=pytest.mark.torch), "sbatch"])
 @pytest.mark.parametrize("kind", ["fifo", "1 GiB", "alias bomb", "python tag", "unknown option"])
 def test_every_front_end_refuses_the_same_way(tmp_path: Path, command: str, kind: str) -> None:
-    if command == "torchrun":
-        require_torch()
     if kind in SPECIAL:
         path, needle = special(tmp_path, kind), SPECIAL[kind]
     else:

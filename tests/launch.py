@@ -134,6 +134,13 @@ def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     return run(affrun_argv(*args), env=clean_env(**(env or {})))
 
 
+def executable(path: Path, text: str | bytes) -> Path:
+    """A script at ``path`` holding ``text``, mode 0755."""
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    path.chmod(0o755)
+    return path
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie does not)."""
     try:

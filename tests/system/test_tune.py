@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.errors import error_lines
 from tests.launch import PROGRAMS, affrun, affrun_argv, alive, clean_env, communicate, default_sigint, json_lines, run
 from tests.machines import fake_cpu_4000_tree
 
@@ -28,10 +29,6 @@ SHORT = ("--trial-seconds", "2", "--warmup-seconds", "1")
 def _tune(*args: str) -> subprocess.CompletedProcess[str]:
     """``affrun tune ARGS``: its trials start torch each time, up to half a minute apiece on a busy 2-CPU machine."""
     return run(affrun_argv("tune", *args), env=clean_env(), timeout=900)
-
-
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("affrun: error:")]
 
 
 def _own_rate(*options: str) -> float:
@@ -112,7 +109,7 @@ def test_a_first_trial_that_fails_is_one_error_line(padding: int) -> None:
     # trial's output, whose last 64 KiB then began inside it) not torchrun's frame that followed it either.
     proc = _tune("--nproc-per-node", "1", *SHORT, FEED_LOOP, "--fail", "--fail-padding", str(padding))
     assert proc.returncode == 2 and proc.stdout == ""
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert "failed in its first trial" in line and "exit" in line
     if padding:
         assert "ValueError: failing on purpose padding padding" in line, line
@@ -125,7 +122,7 @@ def test_a_script_without_a_dataloader_is_one_error_line(extra: tuple[str, ...])
     before, after = (extra, ()) if extra[0] == "--start-seconds" else ((), extra)
     proc = _tune("--nproc-per-node", "1", *SHORT, *before, FEED_LOOP, "--no-loader", *after)
     assert proc.returncode == 2, proc.stderr
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert "never iterated a torch DataLoader" in line
 
 
@@ -165,4 +162,4 @@ def test_sbatch_hands_the_tuned_file_to_the_job(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"--tuned {tuned}" in proc.stdout
     bad = affrun("sbatch", "--tuned", str(tmp_path / "missing.yaml"), "--", "train.py")
-    assert bad.returncode == 2 and len(_error_lines(bad.stderr)) == 1
+    assert bad.returncode == 2 and len(error_lines(bad.stderr)) == 1

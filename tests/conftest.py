@@ -1,4 +1,4 @@
-"""Shared test helpers: where the shared fixtures are, and the CI rule "fail, don't skip"."""
+"""Shared test helpers: where the shared fixtures are, the CI rule "fail, don't skip", and the tiers."""
 
 from __future__ import annotations
 
@@ -32,6 +32,35 @@ def need(condition: object, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"required under CI=true: {reason}")
     pytest.skip(reason)
+
+
+def require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "torch is not installed (pip install torch==2.13.0)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before the mark plugin's own hook selects by -m
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test gets its tier's marker: ``fast``, ``system`` or ``slow`` (tests/tiers.py)."""
+    from tests.tiers import tier
+
+    for item in items:
+        item.add_marker(tier(item))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m fast`` does not import tests/system, where no test is fast (2.4 s of the fast tier's CPU time)."""
+    if config.option.markexpr == "fast" and collection_path == ROOT / "tests" / "system":
+        return True
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``torch`` skips without torch (fails under ``CI=true``)."""
+    if item.get_closest_marker("torch"):
+        require_torch()
 
 
 @pytest.fixture(scope="session")

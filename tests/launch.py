@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from typing import IO, Any
 import pytest
 
 from tests.conftest import need
+from tests.conftest import require_torch as require_torch  # the tests' import of it
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 RANK_PROBE = PROGRAMS / "rank_probe.py"
@@ -28,13 +30,6 @@ def affrun_argv(*args: str) -> list[str]:
 
 def torchrun_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
-
-
-def require_torch() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        need(False, "torch is not installed (pip install torch==2.13.0)")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -106,13 +101,22 @@ def communicate(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
             continue
 
 
+def default_sigint() -> None:
+    """The ``preexec_fn`` of a child that a test interrupts: SIGINT back to its default action there. A background
+    job of a non-interactive shell (nohup, cron, some CI runners) starts with SIGINT ignored, a child inherits
+    that, and Python keeps it so. The pytest process keeps what it was given: the rest of the suite tests the
+    product with SIGINT ignored too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None,
-        check: bool = False, stdout: IO[Any] | None = None) -> subprocess.CompletedProcess[str]:
+        check: bool = False, stdout: IO[Any] | None = None, sigint: bool = False) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(argv, capture_output=True, text=True)`` with a ``timeout`` that stalls of the machine do
     not use up (:func:`communicate`). ``stdout``: a file the child writes its output to instead (``stdout`` is
-    then ``""``)."""
+    then ``""``). ``sigint``: the child starts with SIGINT at its default (:func:`default_sigint`)."""
     with subprocess.Popen(argv, env=env if env is not None else clean_env(), stdout=stdout or subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd=cwd) as child:
+                          stderr=subprocess.PIPE, text=True, cwd=cwd,
+                          preexec_fn=default_sigint if sigint else None) as child:
         try:
             out, err = communicate(child, timeout)
         except subprocess.TimeoutExpired:
@@ -128,6 +132,22 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 
 def affrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``affrun ARGS`` (this checkout) in :func:`clean_env` plus ``env``; the caller checks the result."""
     return run(affrun_argv(*args), env=clean_env(**(env or {})))
+
+
+def executable(path: Path, text: str | bytes) -> Path:
+    """A script at ``path`` holding ``text``, mode 0755."""
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    path.chmod(0o755)
+    return path
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 OTHER_UID = 65534  # nobody: the other user of the tests that need one (as root)

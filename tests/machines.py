@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from launcher.topology import Topology, load_topology
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
 
 
@@ -107,9 +108,23 @@ def nvml_state(tmp_path: Path, state: dict[str, Any]) -> None:
     (tmp_path / "nvml.json").write_text(json.dumps(state))
 
 
+def read_machine(tmp_path: Path, m: FakeMachine) -> Topology:
+    """``m`` written as a sysfs tree under ``tmp_path/root`` and read back, with no environment."""
+    return load_topology(fsroot=str(write_tree(tmp_path / "root", m)), environ={})
+
+
 def tree(tmp_path: Path) -> Path:
     """A healthy 2-socket, 2-node, SMT2 machine of 16 PUs."""
     return write_tree(tmp_path / "root", uniform(2, 4, threads=2, nodes_per_package=1))
+
+
+def fake_cpu_4000_tree(tmp_path: Path) -> Path:
+    """A 4-core machine whose CPU is ``Fake CPU 4000``, under ``tmp_path/tree``: the machine a tuned file from
+    another one is compared with (affrun's planning never depends on the host's CPU)."""
+    root = write_tree(tmp_path / "tree", uniform(1, 4))
+    (root / "proc").mkdir(exist_ok=True)
+    (root / "proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: Fake CPU 4000\n\n")
+    return root
 
 
 def priority_tree(tmp_path: Path, name: str) -> Path:

@@ -17,7 +17,7 @@ import pytest
 
 from launcher.base.cpulist import parse_cpulist
 from tests.conftest import need
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -79,8 +79,8 @@ def test_without_a_runtime_the_main_thread_waits_for_it_and_the_others_keep_the_
     assert any("until the OpenMP runtime starts" in n for n in out["not_applied"]), out["not_applied"]
 
 
+@pytest.mark.torch
 def test_torch_imported_after_puts_the_main_thread_on_its_core_and_its_team_off_it() -> None:
-    require_torch()
     out = probe("torch-after")
     main = parse_cpulist(out["main_cpus"])
     assert parse_cpulist(out["main_after_torch"]) == main  # libgomp bound it to the first place at load
@@ -92,10 +92,10 @@ def test_torch_imported_after_puts_the_main_thread_on_its_core_and_its_team_off_
     assert len(off) >= out["threads"] - 1 >= 1, (out["places"], out["started"])
 
 
+@pytest.mark.torch
 def test_torch_imported_before_keeps_the_main_thread_on_the_rank() -> None:
     """libgomp read no affrun places at load: pinning the main thread would put every OpenMP thread it starts
     later on its core. bind_rank says so instead."""
-    require_torch()
     out = probe("torch-before")
     cpus = parse_cpulist(out["cpus"])
     assert parse_cpulist(out["main"]) == cpus and parse_cpulist(out["later"]) == cpus
@@ -115,8 +115,8 @@ print(json.dumps({"main": main, "main_cpus": os.environ["AFFRUN_MAIN_CPUS"], "ap
 """
 
 
+@pytest.mark.torch
 def test_under_affrun_run_the_main_thread_stays_on_the_core_the_runtime_gave_it() -> None:
-    require_torch()
     need(len(os.sched_getaffinity(0)) >= 2, "a core of its own for the main thread needs 2 allowed CPUs")
     proc = run(affrun_argv("run", "--main-thread", "compute", "--", sys.executable, "-c", UNDER_RUN),
                env=clean_env(OMP_WAIT_POLICY="passive"), timeout=240)

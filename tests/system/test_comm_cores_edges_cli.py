@@ -18,6 +18,7 @@ from launcher.env.omp_syntax import parse_places
 from tests.conftest import FIXTURES, extract_tarball, need
 from tests.fakesys import dgx_like, write_tree
 from tests.launch import affrun
+from tests.run_dry import dry_run
 
 RAPTOR = "20em64t-hybrid-1p6c2t+2ca4co1t"  # hwloc's i7-1370P: P-cores 0-11 (6 cores, HT), E-cores 12-19
 P_CORES = set(range(12))
@@ -111,13 +112,6 @@ def dgx(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(write_tree(tmp_path_factory.mktemp("dgx") / "root", dgx_like()))
 
 
-def dry_env(dgx: str, rank: int, *options: str) -> dict[str, str]:
-    proc = affrun("exec", "--dry-run", "--fsroot", dgx, "--local-rank", str(rank), "--nproc-per-node", "8", *options,
-                  "--", "true")
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line and line[:1].isupper())
-
-
 DGX_CASES = {
     "one each": ["--comm-cores", "1"],
     "with loader cores": ["--comm-cores", "1", "--loader-cores", "1"],
@@ -137,7 +131,7 @@ def test_each_rank_s_variables_are_its_plan_s(dgx: str, case: str) -> None:
     k = int(options[1])
     ranks = check_plan(plan_json("--fsroot", dgx, "--nproc-per-node", "8", *options), k)
     for rank in (0, 3, 7):
-        env = dry_env(dgx, rank, *options)
+        env = dry_run("exec", "--fsroot", dgx, "--local-rank", str(rank), "--nproc-per-node", "8", *options).variables
         planned = ranks[rank]["env"]
         for name in ("OMP_NUM_THREADS", "OMP_PLACES", "AFFRUN_COMM_CPUS", "AFFRUN_CPUS", "AFFRUN_LOADER_CPUS"):
             assert env[name] == planned[name], (name, env[name], planned[name])

@@ -10,11 +10,13 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.env.omp_syntax import parse_places
 from tests.conftest import need
 from tests.fakesys import this_machine_with_gpus, write_tree
-from tests.launch import affrun, affrun_argv, clean_env, rank_lines, require_torch, run
+from tests.launch import affrun, affrun_argv, clean_env, rank_lines, run
 
 PROBE = """
 import json, os, sys
@@ -70,8 +72,8 @@ def test_a_users_proxy_cpuset_is_kept_or_replaced_by_the_env_policy(tmp_path: Pa
     assert json.loads(proc.stdout.strip().splitlines()[-1])["NCCL_PROXY_CPUSET"] == outside
 
 
+@pytest.mark.torch
 def test_affrun_torchrun_rank_keeps_a_comm_core(tmp_path: Path) -> None:
-    require_torch()
     env = tree(tmp_path)
     cpus = sorted(os.sched_getaffinity(0))
     script = tmp_path / "probe.py"

@@ -16,7 +16,7 @@ import pytest
 from launcher.base.cpulist import parse_cpulist
 from tests.conftest import need
 from tests.fakesys import this_machine_with_gpus, write_tree
-from tests.launch import affrun_argv, clean_env, json_lines, require_torch, run
+from tests.launch import affrun_argv, clean_env, json_lines, run
 
 RANK = r"""
 import json, os, sys, time
@@ -62,7 +62,6 @@ dist.destroy_process_group()
 @pytest.mark.torch
 @pytest.mark.parametrize("option", [("--comm-cores", "1"), ("--main-thread", "compute")], ids=["comm", "main"])
 def test_threads_born_in_group_creation_start_on_the_comm_home(tmp_path: Path, option: tuple[str, str]) -> None:
-    require_torch()
     cpus = sorted(os.sched_getaffinity(0))
     need(len(cpus) >= 2, "needs 2 CPUs")
     root = write_tree(tmp_path / "root", this_machine_with_gpus(1))

@@ -16,20 +16,16 @@ from tests.launch import (
     clean_env,
     display_affinity_env,
     json_lines,
-    require_torch,
     run,
     runtime_env,
     thread_bindings,
 )
 
+pytestmark = pytest.mark.torch
+
 NCPU = len(os.sched_getaffinity(0))
 PROBE = str(PROGRAMS / "loader_probe.py")
 COLLAPSE_ENV = {"OMP_PLACES": "cores", "OMP_PROC_BIND": "close"}
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def _report(argv: list[str], **env: str) -> dict[str, object]:

@@ -22,7 +22,7 @@ import pytest
 
 from launcher.base.cpulist import parse_cpulist
 from tests.conftest import ROOT
-from tests.launch import clean_env, require_torch, run
+from tests.launch import clean_env, run
 
 SCRIPT = ROOT / "benchmarks" / "device_check.sh"
 STEPS = ("environment", "install", "torch-info", "topology", "topology-nvml", "plan-8", "ceiling", "nccl-comm-cores",
@@ -64,7 +64,6 @@ def assert_the_plan_is_kept(report: dict[str, Any], steps: dict[str, dict[str, A
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_rehearsal_runs_every_step(tmp_path: Path) -> None:
-    require_torch()
     out = tmp_path / "out"
     rc, output, report, steps = rehearse(out)
     assert list(steps) == list(STEPS), output[-3000:]
@@ -115,7 +114,6 @@ def test_the_rehearsal_runs_every_step(tmp_path: Path) -> None:
 @pytest.mark.torch
 def test_a_failing_step_is_recorded_and_the_run_goes_on(tmp_path: Path) -> None:
     """gpu_feed.py refuses --repeats 0: that step fails with its reason, the others are recorded, exit status 1."""
-    require_torch()
     out = tmp_path / "out"
     rc, output, report, steps = rehearse(out, "--only", "gpu-feed-1", "--gpu-feed-args=--repeats 0")
     assert rc == 1, output[-3000:]

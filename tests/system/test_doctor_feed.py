@@ -16,16 +16,11 @@ import pytest
 
 from launcher.feed.meter import live_paths
 from tests.conftest import need
-from tests.launch import PROGRAMS, affrun_argv, clean_env, require_torch, run
+from tests.launch import PROGRAMS, affrun_argv, clean_env, run
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.torch
 LOOP = str(PROGRAMS / "feed_loop.py")
 POINTS = 0.04
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 @contextmanager

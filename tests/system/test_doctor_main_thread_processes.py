@@ -190,10 +190,10 @@ def test_a_main_core_job_with_loader_cores_and_worker_init_fn_has_no_finding(tmp
     check_clean(code, data, pid)
 
 
+@pytest.mark.torch
 def test_a_rank_started_by_affrun_exec_is_labelled_a_rank(tmp_path: Path) -> None:
     """No LOCAL_RANK (affrun exec sets it only under srun or mpirun): AFFRUN_LOCAL_RANK and AFFRUN_PLAN_ID say it is
     local rank 0, its findings name it so, and its DataLoader workers are its children."""
-    require_torch()
     script = tmp_path / "job.py"
     script.write_text(LOADER_JOB)
     argv = affrun_argv("exec", "--env-policy", "keep", "--", sys.executable, str(script), "600", "none")

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import need
-from tests.launch import affrun_argv, clean_env, communicate, require_torch
+from tests.launch import affrun_argv, clean_env, communicate
 from tests.system.test_doctor_hostile_targets import _watches
 from tests.system.test_doctor_live import CPUS, audit, findings, job_env, kill_all, processes, running
 
@@ -43,8 +45,8 @@ def _rank(data: dict[str, Any]) -> dict[str, Any]:
     return rank
 
 
+@pytest.mark.torch
 def test_a_thread_that_moved_itself_blames_no_openmp_variable(tmp_path: Path) -> None:
-    require_torch()
     need(len(CPUS) >= 2, "needs 2 allowed CPUs")
     script = tmp_path / "mover.py"
     script.write_text(MOVER)
@@ -57,8 +59,8 @@ def test_a_thread_that_moved_itself_blames_no_openmp_variable(tmp_path: Path) ->
     assert "no binder was identified" in moved["message"] + moved["why"] + moved["fix"], moved
 
 
+@pytest.mark.torch
 def test_a_thread_moved_onto_another_rank_s_cpu_is_an_error_overlap(tmp_path: Path) -> None:
-    require_torch()
     need(len(CPUS) >= 2, "needs 2 allowed CPUs")
     script = tmp_path / "mover.py"
     script.write_text(MOVER.replace("target = int(sys.argv[1])", "target = int(sys.argv[1]) if os.environ['LOCAL_RANK'] == '0' else min(os.sched_getaffinity(0))"))
@@ -93,8 +95,8 @@ while time.time() < end:
 """
 
 
+@pytest.mark.torch
 def test_a_dataloader_per_epoch_is_one_set_of_workers(tmp_path: Path) -> None:
-    require_torch()
     need(len(CPUS) >= 2, "needs 2 allowed CPUs")
     script = tmp_path / "epochs.py"
     script.write_text(SEQUENTIAL)
@@ -137,12 +139,12 @@ for epoch in range(6):
 """
 
 
+@pytest.mark.torch
 def test_loaders_one_after_another_with_none_running_at_the_end_are_one_worker_each(tmp_path: Path) -> None:
     """Issue 40: a DataLoader of one worker per epoch, with a pause between epochs, and the sample ends when no
     worker runs (here: when the job ends). Each loader's worker is worker 0 of 1, at home on the rank's CPUs (the
     hook pinned it there); before, the workers of every epoch read as one loader's 6, each "matched by pid order"
     to another's home: false thread-strayed warnings."""
-    require_torch()
     need(hasattr(os, "pidfd_open"), "needs pidfd_open (Linux 5.3) to see when the doctor has begun sampling")
     script = tmp_path / "pausing.py"
     script.write_text(PAUSING)

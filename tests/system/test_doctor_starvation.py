@@ -25,7 +25,7 @@ import pytest
 from launcher.base.cpulist import format_cpulist
 from launcher.feed import verdict as v
 from tests.conftest import need
-from tests.launch import PROGRAMS, affrun_argv, llvm_libomp, require_torch, torchrun_argv
+from tests.launch import PROGRAMS, affrun_argv, llvm_libomp, torchrun_argv
 from tests.machines import FAKE_PYNVML
 from tests.system.test_doctor_live import CPUS, audit, findings, job_env, kernel_mask, kill_all, processes, running
 
@@ -74,11 +74,11 @@ def _binders() -> dict[str, tuple[dict[str, str], list[str], str]]:
     }
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("binder", list(_binders()))
 def test_plain_torchrun_collapsed_by_each_binder_is_named_with_its_cause(binder: str) -> None:
     """The launcher, the rank and its workers all on one place: `doctor --pid <launcher>` says so, whatever each
     process's own mask looks like (before, a launcher pinned to CPU 0 made every process "own" CPU 0: no findings)."""
-    require_torch()
     variables, around, cause = _binders()[binder]
     if around:
         need(shutil.which(around[0]), f"{around[0]} is not installed")
@@ -113,10 +113,10 @@ def parse(cpus: str) -> set[int]:
     return set(parse_cpulist(cpus))
 
 
+@pytest.mark.torch
 def test_the_same_job_under_affrun_torchrun_is_not_collapsed() -> None:
     """The binding variables exported as above, the job launched by `affrun torchrun`: nothing collapses, and a
     main thread that waits for a CPU waits for processes outside the job, never for its own threads."""
-    require_torch()
     argv = affrun_argv("torchrun", "--nproc-per-node", "1", "--standalone", LOOP)
     with running(argv, job_env(OMP_PROC_BIND="close", OMP_PLACES="cores")) as (proc, lines):
         rank_pid = int(lines[-1].split()[1])
@@ -132,11 +132,11 @@ def test_the_same_job_under_affrun_torchrun_is_not_collapsed() -> None:
     assert_judged(the_rank(data))
 
 
+@pytest.mark.torch
 def test_libiomp5s_forked_workers_keep_the_whole_mask_and_the_job_is_not_collapsed() -> None:
     """KMP_AFFINITY with libiomp5 preloaded pins the rank's main thread at its first parallel region, but hands
     fork()ed DataLoader workers their full mask back (KMP_INIT_AT_FORK): the job is not collapsed, and
     collapse-risk says what libiomp5 really does (before: that the workers inherit the one CPU)."""
-    require_torch()
     from tests.launch import intel_libiomp5
 
     env = job_env(KMP_AFFINITY="granularity=fine,compact", LD_PRELOAD=str(intel_libiomp5()))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import affrun, require_torch
+from tests.launch import affrun
 
 USER = {"OMP_NUM_THREADS": "1000", "OPENCV_FOR_THREADS_NUM": "lots"}
 
@@ -19,9 +19,9 @@ def _notes(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("note: ")]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_every_dry_run_shows_the_notes(nproc: int, tmp_path: Path) -> None:
-    require_torch()
     script = tmp_path / "train.py"
     script.write_text("pass\n")
     ranks = [affrun("exec", "--dry-run", "--local-rank", str(r), "--nproc-per-node", str(nproc), "--",

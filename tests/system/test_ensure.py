@@ -16,7 +16,7 @@ from launcher.ensure import ENSURE_POLICIES as POLICIES
 from launcher.ensure import ensure_affinity
 from launcher.errors import ConfigError
 from tests.conftest import need
-from tests.launch import clean_env, require_torch
+from tests.launch import clean_env
 
 CPUS = frozenset(os.sched_getaffinity(0))
 
@@ -87,16 +87,16 @@ def test_empty_value_is_corrected() -> None:
 
 
 # ----------------------------------------------------------------------------- the cases the seed missed
+@pytest.mark.torch
 def test_libgomp_ignoring_kmp_is_reported_and_left_alone() -> None:
-    require_torch()
     out = run_ensure(KMP_AFFINITY="granularity=fine,compact", BEFORE="torch")
     assert "libgomp" in out["runtimes"]
     assert out["findings"]["kmp-ignored-by-libgomp"] == "warning"
     assert out["env"]["KMP_AFFINITY"] == "granularity=fine,compact" and out["changes"] == []
 
 
+@pytest.mark.torch
 def test_ranks_times_threads_oversubscription_is_corrected() -> None:
-    require_torch()
     need(len(CPUS) >= 2, "needs at least 2 allowed CPUs")
     over = str(len(CPUS))
     out = run_ensure(OMP_NUM_THREADS=over, LOCAL_RANK="0", LOCAL_WORLD_SIZE="2", AFTER="torch")
@@ -108,8 +108,8 @@ def test_ranks_times_threads_oversubscription_is_corrected() -> None:
     assert "policy 'safe' would apply" in " ".join(untouched["advice"])
 
 
+@pytest.mark.torch
 def test_collapse_is_prevented_when_called_before_import_torch() -> None:
-    require_torch()
     need(len(CPUS) >= 2, "the collapse needs at least 2 allowed CPUs")
     out = run_ensure(OMP_PLACES="cores", OMP_PROC_BIND="close", AFTER="torch,child")
     assert out["findings"]["collapse-risk"] == "warning"
@@ -118,8 +118,8 @@ def test_collapse_is_prevented_when_called_before_import_torch() -> None:
     assert out["takes_effect"] and out["ok"]
 
 
+@pytest.mark.torch
 def test_too_late_after_import_torch_says_so() -> None:
-    require_torch()
     need(len(CPUS) >= 2, "the collapse needs at least 2 allowed CPUs")
     out = run_ensure(OMP_PLACES="cores", OMP_PROC_BIND="close", BEFORE="torch", AFTER="torch,child")
     assert out["findings"]["collapse-risk"] == "warning"

@@ -17,6 +17,7 @@ from launcher.context.local_rank import SOURCES
 from launcher.options.table import BINDING_OPTIONS, NPROC_OPTION, OptionSpec
 from tests.fakesys import FakeGPU, uniform, write_tree
 from tests.launch import affrun_argv, clean_env, run
+from tests.run_dry import dry_run
 
 RANK = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
 
@@ -67,8 +68,8 @@ CASES = [(spec.flag, i) for spec in (*BINDING_OPTIONS, NPROC_OPTION)
          for i in range(2 if spec.choices or spec is NPROC_OPTION else 1)]
 
 
-def dry_run(args: list[str], env: dict[str, str]) -> tuple[int, list[str], str]:
-    proc = run(affrun_argv("exec", *args, "--dry-run", "--", "true"), env=clean_env(**env))
+def exec_dry(args: list[str], env: dict[str, str]) -> tuple[int, list[str], str]:
+    proc = dry_run("exec", *args, env=env, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if not ln.startswith("note: planned here")]
     return proc.returncode, lines, proc.stdout + proc.stderr
 
@@ -80,8 +81,8 @@ def test_every_table_option_plans_here_as_without_a_parent(trees: dict[str, Path
     source = [] if spec.group == "topology" and spec.kind == "path" else ["--fsroot", str(trees["here"])]
     args = [*source, *option]
     parent = inherited_plan(trees["parent"])
-    alone = dry_run(args, RANK)
-    under = dry_run(args, {**RANK, "AFFRUN_PLAN": parent})
+    alone = exec_dry(args, RANK)
+    under = exec_dry(args, {**RANK, "AFFRUN_PLAN": parent})
     assert alone[0] == 0, alone[2]
     assert under[:2] == alone[:2], f"{args}\nwithout a parent:\n{alone[2]}\nunder the parent's plan:\n{under[2]}"
     assert f"note: planned here for {', '.join(x for x in args if x.startswith('--'))}:" in under[2], under[2]
@@ -89,7 +90,7 @@ def test_every_table_option_plans_here_as_without_a_parent(trees: dict[str, Path
 
 def test_no_option_binds_by_the_inherited_plan(trees: dict[str, Path]) -> None:
     parent = inherited_plan(trees["parent"])
-    code, lines, text = dry_run([], {**RANK, "AFFRUN_PLAN": parent})
+    code, lines, text = exec_dry([], {**RANK, "AFFRUN_PLAN": parent})
     assert code == 0 and "AFFRUN_CPUS=2-3" in lines, text  # rank 1 of 4 single-thread cores in 2: CPUs 2-3
     assert "planned here" not in text
 

@@ -19,25 +19,22 @@ from typing import Any
 
 import pytest
 
-from tests.launch import PROGRAMS, affrun_argv, json_lines, require_torch, run
+from tests.launch import PROGRAMS, affrun_argv, json_lines, run
+
+pytestmark = pytest.mark.torch
 
 HOSTILE = str(PROGRAMS / "feed_hostile_loop.py")
 POINTS = 0.04  # the meter and the loop time the same calls, a few microseconds apart (tests/system/test_feed_meter.py)
 LINE = re.compile(r"^affrun: rank 0 feed: (\d+) batches in ", re.M)
 
 
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
-
-
-def _metered(tmp_path: Path, *extra: str, feed: tuple[str, ...] = (),
-             killed: bool = False) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
+def _metered(tmp_path: Path, *extra: str, feed: tuple[str, ...] = (), killed: bool = False,
+             sigint: bool = False) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
     """The loop under ``affrun exec --feed-json``: the process, the loop's own figures (none when a signal
-    ``killed`` it), the JSON's path."""
+    ``killed`` it), the JSON's path. ``sigint``: SIGINT at its default in the loop (it interrupts itself)."""
     out = tmp_path / "feed.json"
     proc = run(affrun_argv("exec", "--feed-json", str(out), *feed, "--", sys.executable, HOSTILE, *extra),
-               timeout=300)
+               timeout=300, sigint=sigint)
     assert "Traceback" not in proc.stderr or "KeyboardInterrupt" in proc.stderr, proc.stderr[-3000:]
     owns = json_lines(proc.stdout)
     assert len(owns) == (0 if killed else 1), proc.stdout + proc.stderr[-3000:]
@@ -106,7 +103,7 @@ def test_the_loops_own_end_is_kept_and_the_final_figures_written_once(tmp_path: 
     the meter, with one final line and the final figures in the file, and no temporary file beside it. (SIGTERM
     ends the script before its ``finally`` prints.)"""
     term = status == -signal.SIGTERM
-    proc, own, out = _metered(tmp_path, *extra, killed=term)
+    proc, own, out = _metered(tmp_path, *extra, killed=term, sigint=status == -signal.SIGINT)
     assert proc.returncode == status, proc.stderr[-3000:]
     mine = _one(out)
     assert mine["final"] is True and len(LINE.findall(proc.stderr)) == 1, proc.stderr

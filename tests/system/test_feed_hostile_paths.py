@@ -24,16 +24,14 @@ import pytest
 
 from launcher.feed.meter import live_paths
 from tests.conftest import need
-from tests.launch import OTHER_UID, PROGRAMS, affrun_argv, another_users_file, clean_env, json_lines, require_torch, run
-from tests.system.test_hostile_input import affrun, refused
+from tests.errors import refused
+from tests.launch import OTHER_UID, PROGRAMS, affrun_argv, another_users_file, clean_env, json_lines, run
+from tests.system.test_hostile_input import affrun
+
+pytestmark = pytest.mark.torch
 
 LOOP = str(PROGRAMS / "feed_loop.py")
 HOSTILE = str(PROGRAMS / "feed_hostile_loop.py")
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def _figures(path: Path) -> list[dict[str, Any]]:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 PROGRAM = """
@@ -43,13 +45,13 @@ def test_sigterm_during_a_write_keeps_the_final_figures_and_the_signal(tmp_path:
     assert figures[0]["batches"] == 5
 
 
+@pytest.mark.torch
 def test_a_hostile_file_at_the_json_path_never_stops_the_training_loop(tmp_path: Path) -> None:
     """A file nested too deep for Python's JSON reader: ``affrun exec --feed-json`` refuses it in one line and leaves
     it alone (it is not the meter's); a rank that finds it at the path (it came after the start: the rank's own
     variables, as torchrun's ranks get them) replaces it with its figures, and the loop runs to its end."""
-    from tests.launch import PROGRAMS, affrun_argv, clean_env, require_torch, run
+    from tests.launch import PROGRAMS, affrun_argv, clean_env, run
 
-    require_torch()
     out = tmp_path / "feed.json"
     hostile = "[" * 200_000 + "]" * 200_000
     out.write_text(hostile)

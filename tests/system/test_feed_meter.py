@@ -16,17 +16,14 @@ from typing import Any
 import pytest
 
 from launcher.feed.meter import live_paths
-from tests.launch import PROGRAMS, affrun_argv, clean_env, json_lines, require_torch, run
+from tests.launch import PROGRAMS, affrun_argv, clean_env, json_lines, run
+
+pytestmark = pytest.mark.torch
 
 LOOP = str(PROGRAMS / "feed_loop.py")
 POINTS = 0.04  # "within a few points": the meter and the loop time the same calls, a few microseconds apart
 LINE = re.compile(r"^affrun: rank (\d+) feed: (\d+) batches in [\d.]+ s, [\d.]+ batches/s, data wait ([\d.]+)%"
                   r"(?:, cpu wait [\d.]+%)?(?:, gpu busy \d+%)? \((?:fed|starved|underused|unknown)[^\n]*\)$", re.M)
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def _figures(path: Path) -> list[dict[str, Any]]:

@@ -16,16 +16,17 @@ import pytest
 
 from launcher.feed import verdict as v
 from tests.conftest import need
-from tests.launch import PROGRAMS, affrun_argv, clean_env, json_lines, require_torch, run
+from tests.launch import PROGRAMS, affrun_argv, clean_env, json_lines, run
 from tests.machines import FAKE_PYNVML
+
+pytestmark = pytest.mark.torch
 
 LOOP = str(PROGRAMS / "feed_loop.py")
 BOTH = ("starved-by-data", "starved-of-cpu")  # a loop that waits for its data: which one the machine's load decides
 
 
 @pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
+def _schedstat() -> None:
     need(os.path.exists("/proc/thread-self/schedstat"), "the kernel keeps no schedstat (CONFIG_SCHED_INFO)")
 
 

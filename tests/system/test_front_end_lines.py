@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import uniform, write_tree
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
+from tests.run_dry import dry_run
 
 HOSTILE = "x\x1b[31m\nforged: line\x85"  # an escape sequence, a forged line, a C1 control
 ESCAPED = "x\\x1b[31m\\nforged: line\\x85"
@@ -26,49 +27,48 @@ def clean(text: str) -> None:
     assert not raw and not any(line.startswith("forged") for line in text.splitlines()), text[-3000:]
 
 
+COMMANDS = ["run", pytest.param("torchrun", marks=pytest.mark.torch), "exec"]
+
+
 def script(tmp_path: Path) -> str:
     path = tmp_path / "train.py"
     path.write_text("print('the script ran')\n")
     return str(path)
 
 
-def dry_run(command: str, tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+def one_rank(command: str, tmp_path: Path, *flags: str) -> tuple[str, str]:
     """``affrun COMMAND --dry-run`` of one rank with ``flags``: (stdout, stderr), after exit 0."""
-    if command == "torchrun":
-        require_torch()
-    argv = {"run": ["run", "--dry-run", "--nproc-per-node", "1", *flags, "--", "true"],
-            "torchrun": ["torchrun", "--dry-run", "--nproc-per-node", "1", *flags, script(tmp_path)],
-            "exec": ["exec", "--dry-run", "--local-rank", "0", "--nproc-per-node", "1", *flags, "--", "true"]}[command]
-    proc = run(affrun_argv(*argv), env=clean_env(**(env or {})), timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank = ("--local-rank", "0") if command == "exec" else ()
+    proc = dry_run(command, *rank, "--nproc-per-node", "1", *flags,
+                   program=(script(tmp_path),) if command == "torchrun" else ("--", "true"))
     clean(proc.stdout)
     clean(proc.stderr)
     return proc.stdout, proc.stderr
 
 
-@pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_feed_json_path_is_shown_escaped(tmp_path: Path, command: str) -> None:
     path = tmp_path / f"feed{HOSTILE}.json"
-    out, _ = dry_run(command, tmp_path, "--feed-json", str(path))
+    out, _ = one_rank(command, tmp_path, "--feed-json", str(path))
     assert f"AFFRUN_FEED_JSON={tmp_path}/feed{ESCAPED}.json\n" in out, out
 
 
-@pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_tuned_path_of_another_machine_is_warned_about_escaped(tmp_path: Path, command: str) -> None:
     path = tmp_path / f"t{HOSTILE}.yaml"
     path.write_text("affrun-tuned: 1\noptions: {}\nmachine: {cores: 640}\n")
-    _, err = dry_run(command, tmp_path, "--tuned", str(path))
+    _, err = one_rank(command, tmp_path, "--tuned", str(path))
     (warning,) = [line for line in err.splitlines() if "tuned on another machine" in line]
     assert warning.startswith(f"affrun: warning: --tuned {tmp_path}/t{ESCAPED}.yaml was tuned"), warning
 
 
-@pytest.mark.parametrize("command", ["run", "torchrun", "exec"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_a_plan_warning_that_names_an_fsroot_path_is_escaped(tmp_path: Path, command: str) -> None:
     root = write_tree(tmp_path / "base", uniform(1, 2))
     (root / "sys/devices/system/node/node0/meminfo").write_text(f"Node 0 MemTotal: {HOSTILE} kB\n")
     hostile = tmp_path / HOSTILE
     shutil.move(str(root), str(hostile))
-    _, err = dry_run(command, tmp_path, "--fsroot", str(hostile), "--verbose")
+    _, err = one_rank(command, tmp_path, "--fsroot", str(hostile), "--verbose")
     warnings = [line for line in err.splitlines() if "MemTotal is not a number" in line]
     assert warnings and all(line.startswith("affrun: warning: ") for line in warnings), err
     assert "/x\\x1b[31m\\nforged: line\\x85/sys/devices" in warnings[0], warnings[0]
@@ -83,8 +83,8 @@ def test_a_note_on_a_kept_value_is_escaped_under_run(tmp_path: Path) -> None:
     assert "affrun: note: rank 0: keeping OMP_PLACES=\\x1b[31m{0} set by the user" in proc.stderr, proc.stderr
 
 
+@pytest.mark.torch
 def test_a_note_on_a_kept_value_is_escaped_under_torchrun(tmp_path: Path) -> None:
-    require_torch()
     proc = run(affrun_argv("torchrun", "--verbose", "--env-policy", "keep", "--nproc-per-node", "1",
                            script(tmp_path)), env=clean_env(OMP_PLACES="\x1b[31m{0}\nforged: line"), timeout=240)
     assert proc.returncode == 0 and "the script ran" in proc.stdout, proc.stderr[-3000:]

@@ -16,7 +16,7 @@ import pytest
 from launcher.base.cpulist import parse_cpulist
 from launcher.options.table import BINDING_OPTIONS
 from tests.conftest import ROOT, need
-from tests.launch import clean_env, require_torch
+from tests.launch import clean_env
 
 BENCH = ROOT / "benchmarks" / "gpu_feed.py"
 sys.path.insert(0, str(BENCH.parent))  # the benchmarks import their siblings by name, as when run as scripts
@@ -46,7 +46,6 @@ def test_variants_follow_the_installed_option_table() -> None:
 @pytest.mark.slow
 @pytest.mark.torch
 def test_gpu_feed_reports_every_figure(tmp_path: Path) -> None:
-    require_torch()
     try:
         import matplotlib  # noqa: F401
     except ImportError:

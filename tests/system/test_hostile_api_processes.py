@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.errors import refused
 from tests.sbatch_script import CONTROL_CASES
-from tests.system.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun
 
 
 def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:
@@ -25,11 +26,9 @@ def sbatch(tmp_path: Path, *args: str, config: str = "") -> tuple[Any, Path]:
 @pytest.mark.parametrize("command", [["-m"], ["--no-python"], ["-c", "x"], [""], ["-m", ""], ["-h"],
                                      ["--no-python", "-m", "x"]],
                          ids=["-m", "--no-python", "-c x", "empty", "-m empty", "-h", "--no-python -m"])
+@pytest.mark.torch
 def test_sbatch_refuses_a_command_affrun_torchrun_refuses_in_the_job(tmp_path: Path, command: list[str]) -> None:
     """The job's own parse (affrun torchrun's) runs before the script is written: nothing is queued to fail."""
-    from tests.launch import require_torch
-
-    require_torch()
     proc, script = sbatch(tmp_path, "--", *command)
     refused(proc)
     assert not script.exists()
@@ -81,9 +80,7 @@ def test_the_value_written_is_the_value_checked(tmp_path: Path, where: str) -> N
     assert "#SBATCH --ntasks-per-node=4" in lines
 
 
+@pytest.mark.torch
 def test_affrun_torchrun_refuses_an_empty_script_name() -> None:
     """The check sbatch borrows is affrun torchrun's own: '' is refused in one line, no worker started."""
-    from tests.launch import require_torch
-
-    require_torch()
     refused(affrun("torchrun", "--nproc-per-node", "1", ""), "empty")

@@ -24,10 +24,12 @@ from launcher.bind.handoff import ParentPlan
 from launcher.bind.wire import read_job
 from launcher.errors import LaunchError
 from tests.conftest import ROOT, need
+from tests.errors import refused
 from tests.launch import clean_env
 from tests.plan_cases import SETTINGS, cases, plan_or_error
 from tests.plan_check import check_handoff
-from tests.system.test_hostile_input import affrun, refused
+from tests.run_dry import dry_run
+from tests.system.test_hostile_input import affrun
 
 ALLOWED = frozenset(os.sched_getaffinity(0))
 PROBE = ("import json, os\n"
@@ -39,9 +41,7 @@ USER_CODE = "print('user code ran')"
 
 def run_env(*options: str) -> dict[str, str]:
     """The variables ``affrun run OPTIONS`` gives its command (from its --dry-run)."""
-    proc = affrun("run", *options, "--dry-run", "--", "true")
-    assert proc.returncode == 0, proc.stderr
-    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith("AFFRUN_"))
+    return dry_run("run", *options).variables
 
 
 def python(code: str, env: dict[str, str], *, shell_suffix: str = "", cwd: Path | None = None,

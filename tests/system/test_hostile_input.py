@@ -25,8 +25,9 @@ from launcher.bind.handoff import ParentPlan
 from launcher.plan.planner import make_plan
 from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot
+from tests.errors import refused
 from tests.fakesys import FakeGPU, uniform, write_tree
-from tests.launch import affrun_argv, clean_env, require_torch
+from tests.launch import affrun_argv, clean_env
 
 BOUND = 60.0  # seconds for one affrun process on a loaded 2-CPU machine; the real figure is well under one
 TREE = "16em64t-4s2c2t-offlines"
@@ -49,18 +50,6 @@ def affrun(*args: str | bytes, env: dict[str, str] | None = None, cwd: Path | No
     assert time.monotonic() - start < timeout
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
                                        proc.stderr.decode(errors="replace"))
-
-
-def refused(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, no traceback, exactly one ``affrun: error:`` line (short, containing ``needles``); returns it."""
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("affrun: error:")]
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
-    assert len(errors) == 1, proc.stderr[-3000:]
-    assert len(errors[0]) < 500, f"the error echoes unbounded input: {errors[0][:200]}..."
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
 
 
 def planned(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -521,9 +510,9 @@ def words_for(tmp_path: Path) -> list[bytes]:
     return [w.replace(b"CANARY", os.fsencode(tmp_path / "canary")) for w in WORDS]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("separator", [[], ["--"]], ids=["plain", "double-dash-before-script"])
 def test_torchrun_passes_every_word_after_the_script(tmp_path: Path, separator: list[str]) -> None:
-    require_torch()
     words = words_for(tmp_path)
     proc = affrun("torchrun", "--nproc-per-node", "1", "--standalone", *separator, str(ARGV_PROBE), *words,
                   cwd=tmp_path, timeout=180)
@@ -532,8 +521,8 @@ def test_torchrun_passes_every_word_after_the_script(tmp_path: Path, separator: 
     assert not (tmp_path / "canary").exists()
 
 
+@pytest.mark.torch
 def test_torchrun_abbreviated_options_before_the_script_still_work(tmp_path: Path) -> None:
-    require_torch()
     proc = affrun("torchrun", "--nproc-per", "1", "--affrun-dry", str(ARGV_PROBE), "--n", "--a", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.rstrip().endswith(f"-u {ARGV_PROBE} --n --a"), proc.stdout

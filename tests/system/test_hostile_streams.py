@@ -26,9 +26,10 @@ from launcher.bind.wire import read_job
 from launcher.plan.planner import Request, make_plan
 from launcher.topology import load_topology
 from tests.conftest import need
+from tests.errors import refused
 from tests.fakesys import uniform, write_tree
-from tests.launch import affrun_argv, clean_env, require_torch
-from tests.system.test_hostile_input import BOUND, affrun, refused
+from tests.launch import affrun_argv, clean_env
+from tests.system.test_hostile_input import BOUND, affrun
 
 # The shell reports whether its own descriptor N is open (0) or closed (1) on the other stream, then exits 7.
 FD_PROBE = 'test -e /proc/$$/fd/{fd}; echo "fd{fd}=$?" >&{other}; exit 7'
@@ -94,9 +95,9 @@ open(os.path.join(sys.argv[1], "rank" + os.environ["LOCAL_RANK"]), "w").write(
 """
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("closed", ["stdout", "stderr"])
 def test_every_torchrun_worker_works_with_a_closed_stream(tmp_path: Path, closed: str) -> None:
-    require_torch()
     script = tmp_path / "s.py"
     script.write_text(TORCH_SCRIPT)
     proc = shell(CLOSE[closed], affrun_argv("torchrun", "--nproc-per-node", "2", str(script), str(tmp_path)),
@@ -137,8 +138,8 @@ def test_a_stdout_that_cannot_be_written_is_one_error_line(args: list[str], targ
     assert ("No space left" if "full" in target else "Bad file descriptor") in errors[0]
 
 
+@pytest.mark.torch
 def test_a_torchrun_dry_run_to_a_full_stdout_is_one_error_line() -> None:
-    require_torch()
     proc = shell("> /dev/full", affrun_argv("torchrun", "--affrun-dry-run", "--nproc-per-node", "1", __file__),
                  timeout=180)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -187,8 +188,8 @@ def test_a_large_plan_is_read_by_every_rank(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.startswith("affrun: rank 127/128 "), proc.stderr[-2000:]
 
 
+@pytest.mark.torch
 def test_a_killed_torchrun_agent_leaves_nothing_behind(tmp_path: Path) -> None:
-    require_torch()
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     script = tmp_path / "sleep.py"

@@ -16,8 +16,9 @@ import pytest
 
 from launcher.topology import load_topology
 from launcher.topology.snapshot import to_snapshot
+from tests.errors import ok, refused
 from tests.fakesys import FakeGPU, FakeMachine, uniform, write_tree
-from tests.system.test_hostile_input import affrun, planned, refused
+from tests.system.test_hostile_input import affrun, planned
 
 NODE = "sys/devices/system/node"
 CGROUP = "sys/fs/cgroup"
@@ -30,11 +31,6 @@ def machine(**changes: Any) -> FakeMachine:
     for key, value in changes.items():
         setattr(m, key, value)
     return m
-
-
-def ok(proc: Any) -> str:
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return str(proc.stdout)
 
 
 def topology_json(root: Path, *args: str) -> dict[str, Any]:

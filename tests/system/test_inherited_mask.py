@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.context.inherited_mask import judge
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
 
 NCPU = len(os.sched_getaffinity(0))
 # A launcher that imports torch, then starts its command: what torchrun's agent does.
@@ -36,7 +36,6 @@ def test_judge_needs_one_cpu_a_wider_cpuset_several_ranks_and_a_cause() -> None:
 
 
 def collapsed_parent_run(*argv: str) -> tuple[int, str, str]:
-    require_torch()
     if NCPU < 2:
         pytest.skip("needs 2 CPUs: a collapse onto one cannot show on one")
     env = clean_env(OMP_PROC_BIND="close", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2")
@@ -44,6 +43,7 @@ def collapsed_parent_run(*argv: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
+@pytest.mark.torch
 def test_exec_under_a_collapsed_parent_warns_naming_the_cause() -> None:
     code, _, err = collapsed_parent_run("exec", "--", "true")
     (warning,) = [line for line in err.splitlines() if line.startswith("affrun: warning:")]
@@ -52,6 +52,7 @@ def test_exec_under_a_collapsed_parent_warns_naming_the_cause() -> None:
     assert code == 2 and "affrun: error: 2 ranks but only 1" in err and "Traceback" not in err
 
 
+@pytest.mark.torch
 def test_doctor_under_a_collapsed_parent_reports_it() -> None:
     _, out, _ = collapsed_parent_run("doctor", "--json")
     findings = {f["id"]: f for f in json.loads(out)["findings"]}

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from launcher.base.cpulist import format_cpulist
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
 from tests.system.test_doctor_live import _refused, audit, running
+
+pytestmark = pytest.mark.torch
 
 HERE = sorted(os.sched_getaffinity(0))
 ABSENT = max(HERE) + 1  # no CPU this test may use has this id
@@ -47,11 +49,6 @@ HOSTILE: dict[str, tuple[dict[str, str], str]] = {
     "rank-past-world": ({"AFFRUN_CPUS": ALL, "AFFRUN_LOCAL_RANK": "3", "AFFRUN_LOCAL_WORLD_SIZE": "2"},
                         "AFFRUN_LOCAL_RANK=3"),
 }
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def report(env: dict[str, str], *, pin: int | None = None) -> tuple[dict[str, Any], list[str]]:

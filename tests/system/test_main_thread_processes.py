@@ -10,19 +10,21 @@ import json
 import os
 import sys
 
+import pytest
+
 from launcher.base.cpulist import format_cpulist, parse_cpulist
 from launcher.env.omp_syntax import parse_places
 from launcher.env.policy import COUNT_VARIABLES
-from tests.launch import affrun, rank_lines, require_torch
+from tests.launch import affrun, rank_lines
+from tests.run_dry import dry_run
 
 
-def dry_run(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
-    proc = affrun("exec", "--dry-run", *args, "--", "true", env=env)
-    assert proc.returncode == 0, proc.stderr
-    out = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line and not line.startswith("exec "))
+def exec_env(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables of ``affrun exec --dry-run ARGS``, whose rank line shows the same main core."""
+    proc = dry_run("exec", *args, env=env)
     (line,) = rank_lines(proc.stderr + proc.stdout)
-    assert (line["main"] or "") == out["AFFRUN_MAIN_CPUS"]
-    return out
+    assert (line["main"] or "") == proc.variables["AFFRUN_MAIN_CPUS"]
+    return proc.variables
 
 
 def check_main_core(env: dict[str, str]) -> None:
@@ -39,19 +41,19 @@ def check_main_core(env: dict[str, str]) -> None:
 
 
 def test_exec_dry_run_shows_the_main_core_and_the_pools() -> None:
-    env = dry_run("--main-thread", "compute")
+    env = exec_env("--main-thread", "compute")
     check_main_core(env)
     assert (env["AFFRUN_ENV_POLICY"], env["AFFRUN_RANK_HOOKS"], env["AFFRUN_USER_POOLS"]) == ("safe", "auto", "")
-    plain = dry_run()
+    plain = exec_env()
     assert plain["AFFRUN_MAIN_CPUS"] == "" and "NCCL_PROXY_CPUSET" not in plain
     assert all(plain[name] == plain["OMP_NUM_THREADS"] for name in COUNT_VARIABLES)
 
 
 def test_the_user_s_pool_values_are_judged_by_the_env_policy() -> None:
-    env = dry_run("--main-thread", "compute", env={"RAYON_NUM_THREADS": "lots", "OPENCV_FOR_THREADS_NUM": "1"})
+    env = exec_env("--main-thread", "compute", env={"RAYON_NUM_THREADS": "lots", "OPENCV_FOR_THREADS_NUM": "1"})
     assert env["RAYON_NUM_THREADS"] != "lots" and env["OPENCV_FOR_THREADS_NUM"] == "1"
     assert env["AFFRUN_USER_POOLS"] == "OPENCV_FOR_THREADS_NUM"
-    env = dry_run("--main-thread", "compute", "--env-policy", "keep", "--rank-hooks", "none",
+    env = exec_env("--main-thread", "compute", "--env-policy", "keep", "--rank-hooks", "none",
                   env={"RAYON_NUM_THREADS": "lots"})
     assert env["RAYON_NUM_THREADS"] == "lots" and env["AFFRUN_USER_POOLS"] == "RAYON_NUM_THREADS"
     assert (env["AFFRUN_ENV_POLICY"], env["AFFRUN_RANK_HOOKS"]) == ("keep", "none")
@@ -77,10 +79,10 @@ print(json.dumps({"before": before, "after": sorted(os.sched_getaffinity(0)), "m
 """
 
 
+@pytest.mark.torch
 def test_a_real_rank_s_main_thread_moves_to_its_main_core_at_import_torch() -> None:
     """libgomp (torch's) binds the initial thread to the first place when it loads: the main core. Until then the
     rank's mask is its whole set, as for --main-thread none."""
-    require_torch()
     proc = affrun("exec", "--main-thread", "compute", "--", sys.executable, "-c", PROBE)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(proc.stdout.strip().splitlines()[-1])

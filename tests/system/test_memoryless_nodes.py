@@ -16,6 +16,7 @@ import pytest
 
 from tests.fakesys import FakeMachine, write_tree
 from tests.launch import affrun_argv, clean_env, run
+from tests.run_dry import dry_run
 
 NEAR, FAR = 10, 20
 
@@ -36,32 +37,26 @@ def two_equal_initiators(cpu: int) -> FakeMachine:
                        node_memory_kb={0: 0}, node_initiators={1: {"access0": [0]}, 2: {"access0": [0]}})
 
 
-def dry_run(root: Path, *options: str, rank: int = 0) -> dict[str, str]:
-    """The variables ``affrun exec --dry-run`` would give local rank ``rank``; fails on any refusal."""
-    proc = run(affrun_argv("exec", "--fsroot", str(root), *options, "--local-rank", str(rank), "--dry-run", "--",
-                           "true"))
-    assert proc.returncode == 0, proc.stderr
-    assert "AFFRUN_PLAN" not in proc.stderr
-    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if line.startswith("AFFRUN_"))
-
-
 @pytest.mark.parametrize("rank", [0, 1])
 def test_socket_mode_stand_in_that_is_the_rank_own_node(tmp_path: Path, rank: int) -> None:
     root = write_tree(tmp_path / "root", standin_is_own((0, 1)))
-    got = dry_run(root, "--mode", "socket", "--nproc-per-node", "2", rank=rank)
-    assert (got["AFFRUN_NUMA_NODES"], got["AFFRUN_MEM_NODES"]) == ("0,1", "1")
+    got = dry_run("exec", "--mode", "socket", "--nproc-per-node", "2", "--local-rank", str(rank), root=root)
+    assert "AFFRUN_PLAN" not in got.stderr
+    assert (got.variables["AFFRUN_NUMA_NODES"], got.variables["AFFRUN_MEM_NODES"]) == ("0,1", "1")
 
 
 def test_map_across_a_memoryless_node_and_its_stand_in(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "root", standin_is_own((0, 1)))
-    got = dry_run(root, "--map", "0,1", "--nproc-per-node", "1")
-    assert (got["AFFRUN_CPUS"], got["AFFRUN_NUMA_NODES"], got["AFFRUN_MEM_NODES"]) == ("0-1", "0,1", "1")
+    got = dry_run("exec", "--map", "0,1", "--nproc-per-node", "1", "--local-rank", "0", root=root)
+    assert "AFFRUN_PLAN" not in got.stderr
+    assert [got.variables[f"AFFRUN_{v}"] for v in ("CPUS", "NUMA_NODES", "MEM_NODES")] == ["0-1", "0,1", "1"]
 
 
 def test_two_equally_near_memory_nodes_by_the_initiator_table(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "root", two_equal_initiators(0))
-    got = dry_run(root, "--nproc-per-node", "1")
-    assert (got["AFFRUN_NUMA_NODES"], got["AFFRUN_MEM_NODES"]) == ("0", "1,2")
+    got = dry_run("exec", "--nproc-per-node", "1", "--local-rank", "0", root=root)
+    assert "AFFRUN_PLAN" not in got.stderr
+    assert (got.variables["AFFRUN_NUMA_NODES"], got.variables["AFFRUN_MEM_NODES"]) == ("0", "1,2")
 
 
 def test_a_real_rank_on_a_memoryless_node_with_two_local_memories(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import affrun, require_torch
+from tests.launch import affrun
 
 SCRIPT = "print('ran')\n"
 
@@ -27,19 +27,19 @@ def _one_error(proc: object, option: str) -> None:
     assert "ran" not in proc.stdout  # type: ignore[attr-defined]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("option", ["--save", "--svg"])
 @pytest.mark.parametrize("where", ["empty", "directory", "missing directory"])
 def test_tune_refuses_an_output_it_cannot_write_before_any_trial(tmp_path: Path, option: str, where: str) -> None:
-    require_torch()
     path = {"empty": "", "directory": str(tmp_path), "missing directory": str(tmp_path / "no" / "f")}[where]
     proc = affrun("tune", "--nproc-per-node", "1", option, path, _script(tmp_path))
     _one_error(proc, option)
     assert "trial 1" not in proc.stderr
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("option", ["--feed-json", "--tuned"])
 def test_an_empty_path_is_an_error_not_ignored(tmp_path: Path, option: str) -> None:
-    require_torch()
     proc = affrun("torchrun", "--nproc-per-node", "1", option, "", _script(tmp_path))
     _one_error(proc, option)
 

@@ -21,7 +21,7 @@ from tests.fakesys import (
     this_machine_with_gpus,
     write_tree,
 )
-from tests.launch import affrun, affrun_argv, clean_env, rank_lines, require_torch
+from tests.launch import affrun, affrun_argv, clean_env, rank_lines
 
 # The NIC on each GPU's switch, by rank (GPU order): worked out in tests/fakesys.py's dgx_like docstring.
 DGX_NICS = ["mlx5_0:1", "mlx5_3:1", "mlx5_5:1", "mlx5_4:1", "mlx5_9:1", "mlx5_6:1", "mlx5_11:1", "mlx5_10:1"]
@@ -136,8 +136,8 @@ def test_a_real_rank_gets_its_nic(tmp_path: Path) -> None:
         assert result.stdout.split() == [nic, nic]
 
 
+@pytest.mark.torch
 def test_torchrun_rank_lines_show_the_nic(tmp_path: Path) -> None:
-    require_torch()
     root = write_tree(tmp_path / "m", _this_machine_with_nics())
     script = tmp_path / "probe.py"
     # One write per line: the ranks share the pipe, and print() under python -u writes each word apart.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
 
 # float() reads all of these; none is a number of seconds a user types.
 NOT_DECIMAL = ["1_0", " 5 ", "5 ", "nan", "NaN", "inf", "-inf", "Infinity", "\u0665", "\u0661\u0660", "\uff15",
@@ -55,9 +55,9 @@ def test_run_feed_interval_refuses_the_same_way(value: str) -> None:
     assert wording in error_line(proc, "--feed-interval") and wording in error_line(exec_feed(value), "--feed")
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("value", ["nan", " 5 "])
 def test_torchrun_feed_interval_refuses_the_same_way(tmp_path: Path, value: str) -> None:
-    require_torch()
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n")
     proc = run(affrun_argv("torchrun", "--nproc-per-node", "1", "--feed-interval", value, "--dry-run", str(script)),
@@ -66,8 +66,8 @@ def test_torchrun_feed_interval_refuses_the_same_way(tmp_path: Path, value: str)
     assert f"{value!r} is not a number of seconds >= 0.1" in line, line
 
 
+@pytest.mark.torch
 def test_torchrun_feed_interval_takes_a_plain_decimal(tmp_path: Path) -> None:
-    require_torch()
     script = tmp_path / "train.py"
     script.write_text("print('ran')\n")
     proc = run(affrun_argv("torchrun", "--nproc-per-node", "1", "--feed-interval", "1e3", "--dry-run", str(script)),
@@ -101,18 +101,18 @@ TUNE_BAD = [("--budget", v) for v in ("\u0665", "1_0", " 5 ", "nan", "inf", "-1"
     (option, v) for option in ("--trial-seconds", "--warmup-seconds", "--start-seconds") for v in ("\u0665", "1_0")]
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(("option", "value"), TUNE_BAD)
 def test_tune_durations_refuse_the_same_way(option: str, value: str) -> None:
-    require_torch()
     proc = run(affrun_argv("tune", "--nproc-per-node", "1", option, value, "train.py"), env=clean_env())
     line = error_line(proc, option)
     assert f"{value!r} is not a number of seconds >" in line, line
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("value", ["900", "2.5", ".5", "1e300", "+5"])
 def test_tune_budget_takes_plain_decimals(tmp_path: Path, value: str) -> None:
     """Taken: the error that follows is --save's (a directory), checked after tune's options are read."""
-    require_torch()
     proc = run(affrun_argv("tune", "--budget", value, "--save", str(tmp_path), "train.py"), env=clean_env())
     assert proc.returncode == 2 and "--save" in proc.stderr and "--budget" not in proc.stderr, proc.stderr
 

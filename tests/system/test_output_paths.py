@@ -1,13 +1,17 @@
 """Issue 40, class 1: every file affrun writes, named by a hostile path, through the real entry points.
 
-Each writer (``show --svg``, ``show --pid --svg``, ``topology --save``, ``sbatch -o``, ``tune --save``/``--svg``,
-``--feed-json`` under ``exec``, ``run`` and ``torchrun``) meets each kind of path: a FIFO, a standard stream of the
+The writers (``show --svg``, ``show --pid --svg``, ``topology --save``, ``sbatch -o``, ``tune --save``/``--svg``,
+``--feed-json`` under ``exec``, ``run`` and ``torchrun``) meet the kinds of path: a FIFO, a standard stream of the
 process (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``, ``/proc/PID/fd/N``, the log that is its stdout), a file
 another process holds open for writing, a device, a directory, a link to nothing, to a device or to another user's
 file, a loop, a missing directory, a file affrun did not write. Each is one ``affrun: error:`` line within a bound,
 before any work (nothing on stdout, no trial, no rank), the path and its directory left as they were. A new file, a
 file affrun wrote before and a link to the user's own file are written (the link stays, its file is replaced).
 docs/design.md ("The files affrun writes") states the rule.
+
+Every writer asks the one reader (``launcher.base.outpath.check``) before any work, so each kind is met by every
+writer that starts without torch; the three that import torch first (seconds each) meet the kinds whose answer
+depends on the writer: its own file's marker, its process's standard output, a FIFO and a path through /proc.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from typing import IO, Any
 
 import pytest
 
-from tests.launch import PROGRAMS, affrun_argv, another_users_file, clean_env, require_torch, run
-from tests.system.test_hostile_input import BOUND, refused
+from tests.errors import refused
+from tests.launch import PROGRAMS, affrun_argv, another_users_file, clean_env, run
+from tests.system.test_hostile_input import BOUND
 
 LOOP = str(PROGRAMS / "feed_loop.py")
 EARLIER = "the training's earlier output\n"
@@ -45,25 +50,27 @@ def _tune(option: str) -> Callable[[str, int], list[str]]:
 
 
 # writer -> (the affrun arguments that write PATH, with a process to draw; what the file it writes begins with or
-# holds; whether it needs torch)
-WRITERS: dict[str, tuple[Callable[[str, int], list[str]], str, bool]] = {
-    "show --svg": (lambda path, _: ["show", "--svg", path], "<title>affrun show", False),
+# holds)
+WRITERS: dict[str, tuple[Callable[[str, int], list[str]], str]] = {
+    "show --svg": (lambda path, _: ["show", "--svg", path], "<title>affrun show"),
     "show --pid --svg": (lambda path, pid: ["show", "--pid", str(pid), "--duration", "0.2", "--svg", path],
-                         "<title>affrun show --pid", False),
-    "topology --save": (lambda path, _: ["topology", "--save", path], '"format": "affrun-topology/', False),
-    "sbatch -o": (lambda path, _: ["sbatch", "--nodes", "1", "-o", path, "--", "train.py"], "#SBATCH", False),
-    "tune --save": (_tune("--save"), "affrun-tuned:", True),
-    "tune --svg": (_tune("--svg"), "<title>affrun tune", True),
+                         "<title>affrun show --pid"),
+    "topology --save": (lambda path, _: ["topology", "--save", path], '"format": "affrun-topology/'),
+    "sbatch -o": (lambda path, _: ["sbatch", "--nodes", "1", "-o", path, "--", "train.py"], "#SBATCH"),
+    "tune --save": (_tune("--save"), "affrun-tuned:"),
+    "tune --svg": (_tune("--svg"), "<title>affrun tune"),
     "exec --feed-json": (lambda path, _: ["exec", "--feed-json", path, "--", sys.executable, LOOP, "--items", "8"],
-                         '"rank":0', True),
+                         '"rank":0'),
     "run --feed-json": (lambda path, _: ["run", "--feed-json", path, "--", sys.executable, LOOP, "--items", "8"],
-                        '"rank":0', True),
+                        '"rank":0'),
     "torchrun --feed-json": (lambda path, _: ["torchrun", "--nproc-per-node", "1", "--feed-json", path, LOOP,
-                                              "--items", "8"], '"rank":0', True),
+                                              "--items", "8"], '"rank":0'),
 }
+TORCH_WRITERS = ("tune --save", "tune --svg", "torchrun --feed-json")  # torch is imported before the path is checked
 # Good cases that run a job: the tune writers are written after trials (tests/system/test_tune.py), run and
 # torchrun write --feed-json through the one writer as exec does.
-WRITTEN = ["show --svg", "show --pid --svg", "topology --save", "sbatch -o", "exec --feed-json"]
+WRITTEN = ["show --svg", "show --pid --svg", "topology --save", "sbatch -o",
+           pytest.param("exec --feed-json", marks=pytest.mark.torch)]
 
 # kind -> what the error line says
 HOSTILE = {
@@ -84,6 +91,9 @@ HOSTILE = {
     "a file of the user's": "did not write",
 }
 STDOUT_KINDS = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1", "/proc/PID/fd/N", "the log that is stdout")
+WRITER_KINDS = ("a file of the user's", "the log that is stdout", "fifo", "/dev/stdout")  # what TORCH_WRITERS meet
+HOSTILE_CASES = [pytest.param(writer, kind, marks=[pytest.mark.torch] if writer in TORCH_WRITERS else [])
+                 for writer in WRITERS for kind in HOSTILE if writer not in TORCH_WRITERS or kind in WRITER_KINDS]
 
 
 def _state(where: Path) -> dict[str, tuple[int, int, int, bytes | None]]:
@@ -126,16 +136,13 @@ def _hostile(out: Path, kind: str, log: IO[Any]) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("kind", list(HOSTILE))
-@pytest.mark.parametrize("writer", list(WRITERS))
+@pytest.mark.parametrize(("writer", "kind"), HOSTILE_CASES)
 def test_a_hostile_output_path_is_one_error_line_before_any_work(tmp_path: Path, target_pid: int, writer: str,
                                                                kind: str) -> None:
     """Before: show --svg and topology --save drew and then blocked on a FIFO, wrote /dev/null and /dev/stdout
     (truncating the log it led to), wrote through links to other users' files and created the file a dangling
     link named; --feed-json /dev/stdout unlinked the training's log and put the JSON in its place."""
-    args, _, torch = WRITERS[writer]
-    if torch:
-        require_torch()
+    args = WRITERS[writer][0]
     out = tmp_path / "out"
     out.mkdir()
     log_path = tmp_path / "train.log"
@@ -156,10 +163,7 @@ def test_a_hostile_output_path_is_one_error_line_before_any_work(tmp_path: Path,
 
 
 def _run(writer: str, path: Path, pid: int) -> subprocess.CompletedProcess[str]:
-    args, _, torch = WRITERS[writer]
-    if torch:
-        require_torch()
-    proc = run(affrun_argv(*args(str(path), pid)), env=clean_env(), timeout=4 * BOUND)
+    proc = run(affrun_argv(*WRITERS[writer][0](str(path), pid)), env=clean_env(), timeout=4 * BOUND)
     assert proc.returncode == 0 and "affrun: error" not in proc.stderr, proc.stderr[-3000:]
     return proc
 

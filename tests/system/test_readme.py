@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import clean_env, require_torch
+from tests.launch import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -28,9 +28,9 @@ def test_every_marker_is_followed_by_a_sh_block() -> None:
     assert text.count(MARKER) == len(runnable_blocks(text)) >= 3
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("index", range(len(runnable_blocks(README.read_text()))))
 def test_readme_block_runs(index: int, tmp_path: Path) -> None:
-    require_torch()
     block = runnable_blocks(README.read_text())[index]
     env = clean_env()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}"

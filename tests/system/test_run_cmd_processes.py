@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import this_machine_with_gpus, write_tree
-from tests.run_dry import AFFRUN, dry_run, env
+from tests.launch import affrun, affrun_argv, clean_env, run
+from tests.run_dry import dry_run
 
 
 def test_one_rank_per_visible_gpu(tmp_path: Path) -> None:
     root = write_tree(tmp_path, this_machine_with_gpus(2))
-    plan = json.loads(dry_run("--fsroot", str(root))["AFFRUN_PLAN"])["plan"]
+    plan = json.loads(dry_run("run", root=root).variables["AFFRUN_PLAN"])["plan"]
     assert [r["gpu"] for r in plan["ranks"]] == [0, 1]
 
 
 def test_top_override() -> None:
-    assert dry_run("--nproc-per-node", "1", "--top", "launcher")["AFFRUN_RUN"] == "launcher"
+    assert dry_run("run", "--nproc-per-node", "1", "--top", "launcher").variables["AFFRUN_RUN"] == "launcher"
 
 
 def test_records_the_task_it_runs_in() -> None:
@@ -28,17 +29,16 @@ def test_records_the_task_it_runs_in() -> None:
     task, as data; an unrelated variable does not, and without a scheduler nothing is written."""
     task = {"SLURM_LOCALID": "0", "SLURM_PROCID": "3", "SLURM_TASK_PID": "4321", "SLURM_STEP_TASKS_PER_NODE": "1",
             "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "job@1"}
-    recorded = json.loads(dry_run("--nproc-per-node", "2", extra=task)["AFFRUN_RUN_TASK"])
+    recorded = json.loads(dry_run("run", "--nproc-per-node", "2", env=task).variables["AFFRUN_RUN_TASK"])
     assert recorded == {k: task[k] for k in ("SLURM_LOCALID", "SLURM_PROCID", "SLURM_TASK_PID",
                                              "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_NAMESPACE")}
-    assert "AFFRUN_RUN_TASK" not in dry_run("--nproc-per-node", "2")
+    assert "AFFRUN_RUN_TASK" not in dry_run("run", "--nproc-per-node", "2").variables
 
 
 def test_a_stale_launcher_marker_does_not_reach_the_command() -> None:
     code = "import os; print(os.getpid(), os.environ.get('AFFRUN_LAUNCHER_PID'), os.environ.get('AFFRUN_RUN_TASK'))"
-    out = subprocess.run([*AFFRUN, "--nproc-per-node", "1", "--top", "launcher", "--", sys.executable, "-c", code],
-                         capture_output=True, text=True, timeout=60, check=True,
-                         env=env(AFFRUN_LAUNCHER_PID="1", AFFRUN_RUN_TASK="{}")).stdout
+    out = run(affrun_argv("run", "--nproc-per-node", "1", "--top", "launcher", "--", sys.executable, "-c", code),
+              check=True, env=clean_env(AFFRUN_LAUNCHER_PID="1", AFFRUN_RUN_TASK="{}")).stdout
     pid, marker, task = out.split()
     assert marker == pid and task == str(None)  # the top process's hook wrote its own pid, not the stale one
 
@@ -46,8 +46,8 @@ def test_a_stale_launcher_marker_does_not_reach_the_command() -> None:
 def test_arguments_pid_and_exit_status_are_the_commands() -> None:
     args = ["a b", "", "--nproc-per-node", "é", "-- x"]
     code = "import os, sys, json; print(json.dumps([os.getpid(), sys.argv[1:]])); sys.exit(7)"
-    proc = subprocess.Popen([*AFFRUN, "--nproc-per-node", "1", "--", sys.executable, "-c", code, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    proc = subprocess.Popen(affrun_argv("run", "--nproc-per-node", "1", "--", sys.executable, "-c", code, *args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 7, err
     pid, argv = json.loads(out)
@@ -63,7 +63,7 @@ def test_arguments_pid_and_exit_status_are_the_commands() -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], extra: dict[str, str], message: str) -> None:
-    proc = subprocess.run([*AFFRUN, *argv], capture_output=True, text=True, timeout=60, env=env(**extra))
+    proc = affrun("run", *argv, env=extra)
     assert proc.returncode == 2
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("affrun: error: ")]
     assert len(errors) == 1 and message in errors[0], proc.stderr
@@ -71,7 +71,7 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], extra: dict[str, str]
 
 
 def test_warns_about_another_binder() -> None:
-    proc = subprocess.run([*AFFRUN, "--nproc-per-node", "1", "--dry-run", "--", "deepspeed", "--bind_cores_to_rank",
-                           "t.py", "--enable_cpu_affinity"], capture_output=True, text=True, timeout=60, env=env())
+    proc = dry_run("run", "--nproc-per-node", "1", program=("--", "deepspeed", "--bind_cores_to_rank", "t.py",
+                                                            "--enable_cpu_affinity"))
     warnings = [ln for ln in proc.stderr.splitlines() if "double-binding" in ln]
     assert proc.returncode == 0 and len(warnings) == 1 and "--bind_cores_to_rank" in warnings[0]

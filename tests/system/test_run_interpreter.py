@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need
+from tests.errors import refused
 from tests.fakesys import this_machine_with_gpus, write_tree
-from tests.launch import affrun_argv, clean_env, rank_lines
-from tests.system.test_hostile_input import affrun, refused
+from tests.launch import affrun_argv, clean_env, executable, rank_lines
+from tests.system.test_hostile_input import affrun
 
 CPUS = frozenset(os.sched_getaffinity(0))
 HERE = str(Path(sys.executable).parent)  # this venv's bin: its python loads the hook
@@ -43,12 +44,6 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def script(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(0o755)
-    return path
-
-
 def commands(bare: Path, tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Every way a COMMAND reaches the venv without affrun: (COMMAND, extra environment)."""
     body = f"import sys\nexec({REPORT!r})\n"
@@ -57,14 +52,14 @@ def commands(bare: Path, tmp: Path) -> dict[str, tuple[list[str], dict[str, str]
         "path": ([str(bare), "-c", REPORT], {}),
         "name on PATH": (["python3", "-c", REPORT], on_path),
         "env": (["env", "A=1", "python3", "-c", REPORT], on_path),
-        "#! line": ([str(script(tmp / "train.py", f"#!{bare}\n{body}"))], {}),
-        "#!/usr/bin/env": ([str(script(tmp / "env_train.py", f"#!/usr/bin/env python3\n{body}"))], on_path),
-        "#!/usr/bin/env -S": ([str(script(tmp / "split.py", f"#!/usr/bin/env -S python3 -u\n{body}"))], on_path),
+        "#! line": ([str(executable(tmp / "train.py", f"#!{bare}\n{body}"))], {}),
+        "#!/usr/bin/env": ([str(executable(tmp / "env_train.py", f"#!/usr/bin/env python3\n{body}"))], on_path),
+        "#!/usr/bin/env -S": ([str(executable(tmp / "split.py", f"#!/usr/bin/env -S python3 -u\n{body}"))], on_path),
         # a console script as pip writes it (torchrun, accelerate, deepspeed are such), found on PATH
-        "console script": (["mytrain"], {"PATH": f"{script(tmp / 'bin' / 'mytrain', console(bare)).parent}:"
+        "console script": (["mytrain"], {"PATH": f"{executable(tmp / 'bin' / 'mytrain', console(bare)).parent}:"
                                                  f"{os.environ['PATH']}"}),
         # pip's and uv's trampoline for a long interpreter path or one with a space
-        "sh trampoline": ([str(script(tmp / "tramp", f"#!/bin/sh\n'''exec' \"{bare}\" \"$0\" \"$@\"\n' '''\n{body}"))],
+        "sh trampoline": ([str(executable(tmp / "tramp", f"#!/bin/sh\n'''exec' \"{bare}\" \"$0\" \"$@\"\n' '''\n{body}"))],
                           {}),
     }
 
@@ -146,8 +141,8 @@ def good_commands(tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     return {
         "path": ([sys.executable, "-u", "-c", REPORT], {}),
         "env name": (["env", "-u", "UNRELATED", "python3", "-c", REPORT], on_path),
-        "#!/usr/bin/env -S": ([str(script(tmp / "ok.py", f"#!/usr/bin/env -S python3 -u\n{body}"))], on_path),
-        "sh trampoline": ([str(script(tmp / "ok", f"#!/bin/sh\n'''exec' '{sys.executable}' \"$0\" \"$@\"\n' '''\n"
+        "#!/usr/bin/env -S": ([str(executable(tmp / "ok.py", f"#!/usr/bin/env -S python3 -u\n{body}"))], on_path),
+        "sh trampoline": ([str(executable(tmp / "ok", f"#!/bin/sh\n'''exec' '{sys.executable}' \"$0\" \"$@\"\n' '''\n"
                                                   f"{body}"))], {}),
     }
 
@@ -177,7 +172,7 @@ def test_a_real_console_script_with_the_hook_passes(tmp_path: Path) -> None:
 def test_a_command_that_is_no_python_is_not_checked(tmp_path: Path, command: list[str]) -> None:
     """Wrappers that are not Python cannot be checked: nothing said, and --verbose says so; --strict runs them."""
     if command == ["shell script"]:
-        command = [str(script(tmp_path / "job.sh", "#!/bin/sh\nexit 0\n"))]
+        command = [str(executable(tmp_path / "job.sh", "#!/bin/sh\nexit 0\n"))]
     need(shutil.which(command[0]), f"{command[0]} is not installed")
     quiet = affrun("run", "--strict", "--nproc-per-node", "1", "--", *command)
     assert quiet.returncode == 0 and "affrun: warning" not in quiet.stderr and "affrun: note" not in quiet.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need
-from tests.launch import clean_env, require_torch
+from tests.launch import clean_env
 from tests.system.test_hostile_input import affrun
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -75,9 +75,9 @@ def test_affrun_exec_under_affrun_run_binds_with_its_own_plan(tmp_path: Path, ca
     assert got == [(rank, cpus_of(cpus), bound) for rank, cpus, bound in expected], (got, proc.stderr)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("form", ["module", "console"])
 def test_affrun_torchrun_under_affrun_run_binds_its_ranks(tmp_path: Path, form: str) -> None:
-    require_torch()
     need(len(CPUS) >= 2, "two ranks need two allowed CPUs")
     script = outer_script(tmp_path, [*affrun_words(form), "torchrun", "--nproc-per-node", "2", "inner.py"])
     proc = affrun("run", "--nproc-per-node", "1", "--", sys.executable, str(script), cwd=tmp_path, timeout=300)
@@ -102,7 +102,7 @@ def test_a_rank_an_affrun_binding_execd_is_left_alone_by_the_hook(tmp_path: Path
     assert inner_reports(proc.stdout)[0][2] == "0"
 
 
-@pytest.mark.parametrize(("launch", "depth"), [("torchrun", 1), ("exec", 1), ("exec", 2)])
+@pytest.mark.parametrize(("launch", "depth"), [pytest.param("torchrun", 1, marks=pytest.mark.torch), ("exec", 1), ("exec", 2)])
 def test_affrun_exec_inside_a_rank_of_two_is_a_sub_job_on_that_rank_s_cpus(tmp_path: Path, launch: str,
                                                                            depth: int) -> None:
     """Each of two ranks (``affrun torchrun``, or ``affrun exec`` under srun-like variables) runs ``affrun exec --
@@ -118,7 +118,6 @@ def test_affrun_exec_inside_a_rank_of_two_is_a_sub_job_on_that_rank_s_cpus(tmp_p
             target = f"level{level}.py"
             script = script.rename(tmp_path / target)
     if launch == "torchrun":
-        require_torch()
         procs = [affrun("torchrun", "--nproc-per-node", "2", str(script), cwd=tmp_path, timeout=300)]
     else:
         procs = [affrun("exec", "--", sys.executable, str(script), cwd=tmp_path, env={

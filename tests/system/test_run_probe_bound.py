@@ -20,8 +20,9 @@ import pytest
 
 from launcher.launch.run_target import PROBE_SECONDS
 from tests.conftest import need
+from tests.errors import refused
 from tests.launch import rank_lines
-from tests.system.test_hostile_input import affrun, refused
+from tests.system.test_hostile_input import affrun
 
 LEFT = 300  # seconds the left-behind child would hold the output: far past any bound asserted here
 WRAPPERS = {

@@ -23,20 +23,15 @@ import pytest
 
 from launcher.launch.shebang import Unreadable, split_string
 from tests.conftest import need
-from tests.launch import clean_env, rank_lines
-from tests.system.test_hostile_input import affrun, refused
+from tests.errors import refused
+from tests.launch import clean_env, executable, rank_lines
+from tests.system.test_hostile_input import affrun
 
 HERE = str(Path(sys.executable).parent)  # this venv's bin: its python3 loads the hook, but not with -S
 REPORT = ("import os, sys, json; print(json.dumps([sorted(os.sched_getaffinity(0)), "
           "os.environ.get('AFFRUN_LOCAL_RANK')])); open(sys.argv[1], 'w').close()")
 BODY = f"import sys\nexec({REPORT!r})\n"
 ON_PATH = {"PATH": f"{HERE}:{os.environ['PATH']}", "FLAGS": "-S", "NOTHING": ""}
-
-
-def script(path: Path, text: str | bytes) -> Path:
-    path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    path.chmod(0o755)
-    return path
 
 
 def env_program() -> str:
@@ -66,7 +61,7 @@ SITE_OFF = {
 @pytest.mark.parametrize("case", list(SITE_OFF))
 def test_a_site_off_flag_in_an_env_split_string_is_never_missed(tmp_path: Path, case: str) -> None:
     env = env_program()
-    path = script(tmp_path / "train.py", f"#!{env} -S {SITE_OFF[case]}\n{BODY}")
+    path = executable(tmp_path / "train.py", f"#!{env} -S {SITE_OFF[case]}\n{BODY}")
     canary = tmp_path / "ran"
     proc = affrun("run", "--nproc-per-node", "1", "--", str(path), str(canary), env=ON_PATH)
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("affrun: warning:")]
@@ -84,7 +79,7 @@ def test_a_site_off_flag_in_an_env_split_string_is_never_missed(tmp_path: Path, 
 def test_a_split_string_that_keeps_site_binds(tmp_path: Path, line: str) -> None:
     """No false alarm: the same spellings without -S bind, under --strict."""
     env = env_program()
-    path = script(tmp_path / "train.py", f"#!{env} -S {line}\n{BODY}")
+    path = executable(tmp_path / "train.py", f"#!{env} -S {line}\n{BODY}")
     canary = tmp_path / "ran"
     proc = affrun("run", "--strict", "--nproc-per-node", "1", "--", str(path), str(canary), env=ON_PATH)
     assert proc.returncode == 0 and "affrun: warning" not in proc.stderr, proc.stderr
@@ -104,7 +99,7 @@ UNREADABLE = {
 @pytest.mark.parametrize("case", list(UNREADABLE))
 def test_a_line_that_cannot_be_read_for_sure_warns_and_strict_refuses(tmp_path: Path, case: str) -> None:
     line, needle = UNREADABLE[case]
-    path = script(tmp_path / "train.py", f"#!{line.format(env=env_program())}\n{BODY}")
+    path = executable(tmp_path / "train.py", f"#!{line.format(env=env_program())}\n{BODY}")
     canary = tmp_path / "ran"
     proc = affrun("run", "--nproc-per-node", "1", "--", str(path), str(canary), env=ON_PATH)
     warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("affrun: warning:")]
@@ -117,7 +112,7 @@ def test_a_line_that_cannot_be_read_for_sure_warns_and_strict_refuses(tmp_path: 
 def test_the_splitter_agrees_with_gnu_env_on_generated_strings(tmp_path: Path) -> None:
     """Generated strings of env -S's special characters: the same words as the real env, or refused when it is."""
     env = env_program()
-    dump = script(tmp_path / "dump", f"#!{sys.executable} -IS\nimport sys, json\nprint(json.dumps(sys.argv[1:]))\n")
+    dump = executable(tmp_path / "dump", f"#!{sys.executable} -IS\nimport sys, json\nprint(json.dumps(sys.argv[1:]))\n")
     variables = {"X": "v x", "E": ""}
     tokens = ["a", "b", " ", "\t", "'", '"', "\\", "_", "c", "t", "n", "#", "$", "{", "}", "${X}", "${E}", "${U}",
               "\\_", "\\c", "\\t", "\\'", '\\"', "\\\\", "\\#", "\\$", "q", "-S"]
@@ -139,23 +134,23 @@ def bad_interpreters(tmp: Path) -> dict[str, tuple[Path, str, str, int]]:
     """Scripts whose interpreter cannot run: (script, the interpreter as a message shows it, why, status)."""
     venv = tmp / "gone"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    console = script(tmp / "mytrain", f"#!{venv}/bin/python3\nimport sys\n")
+    console = executable(tmp / "mytrain", f"#!{venv}/bin/python3\nimport sys\n")
     shutil.rmtree(venv)  # the environment the console script was installed into is removed
     (tmp / "bin").mkdir()
     (tmp / "bin" / "python3").symlink_to(tmp / "no-such-python3.11")
     loop_a, loop_b = tmp / "loop_a", tmp / "loop_b"
-    script(loop_a, f"#!{loop_b}\n")
-    script(loop_b, f"#!{loop_a}\n")
+    executable(loop_a, f"#!{loop_b}\n")
+    executable(loop_b, f"#!{loop_a}\n")
     return {
-        "CRLF": (script(tmp / "crlf.py", b"#!/usr/bin/python3\r\nprint(1)\r\n"), "'/usr/bin/python3\\r'",
+        "CRLF": (executable(tmp / "crlf.py", b"#!/usr/bin/python3\r\nprint(1)\r\n"), "'/usr/bin/python3\\r'",
                  "Windows line ending", 127),
         "removed venv": (console, f"'{venv}/bin/python3'", "removed or moved environment", 127),
-        "dangling link": (script(tmp / "link.py", f"#!{tmp}/bin/python3\n"), f"'{tmp}/bin/python3'",
+        "dangling link": (executable(tmp / "link.py", f"#!{tmp}/bin/python3\n"), f"'{tmp}/bin/python3'",
                           "a link to", 127),
         "#! loop": (loop_a, f"'{loop_b}'", "the #! lines loop", 126),
-        "interpreter is a directory": (script(tmp / "dir.py", f"#!{tmp}/bin\n"), f"'{tmp}/bin'",
+        "interpreter is a directory": (executable(tmp / "dir.py", f"#!{tmp}/bin\n"), f"'{tmp}/bin'",
                                        "not an executable file", 126),
-        "nested": (script(tmp / "outer.py", f"#!{tmp}/crlf.py\n"), f"'{tmp}/crlf.py'", "Windows line ending", 127),
+        "nested": (executable(tmp / "outer.py", f"#!{tmp}/crlf.py\n"), f"'{tmp}/crlf.py'", "Windows line ending", 127),
     }
 
 
@@ -193,11 +188,9 @@ def test_a_missing_command_is_still_not_found(tmp_path: Path, launcher: str) -> 
     assert proc.stderr.splitlines() == [f"affrun: error: {tmp_path / 'nothing-here.py'}: command not found"]
 
 
+@pytest.mark.torch
 def test_torchrun_no_python_ranks_name_the_bad_interpreter(tmp_path: Path) -> None:
     """``affrun torchrun --no-python`` starts the script itself, through each rank's ``affrun exec``."""
-    from tests.launch import require_torch
-
-    require_torch()
     path, shown, why, _status = bad_interpreters(tmp_path)["removed venv"]
     proc = affrun("torchrun", "--nproc-per-node", "1", "--no-python", str(path))
     assert proc.returncode != 0

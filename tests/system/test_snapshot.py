@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, need
+from tests.errors import ok
 from tests.fakesys import FakeGPU, uniform, write_tree
 from tests.launch import affrun
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def round_trip(source: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> tuple[str, str, Path]:

@@ -21,6 +21,8 @@ from launcher.context.local_rank import SOURCES, TASK_IDENTITY, task_identity
 from launcher.context.run_role import BoundCheck, decide
 from launcher.errors import LaunchError
 from tests.conftest import ROOT
+from tests.launch import clean_env
+from tests.run_dry import dry_run
 
 PTH = ROOT / "build_backend" / "affrun-startup.pth"
 MODULE = ROOT / "build_backend" / "_affrun_startup.py"
@@ -28,17 +30,6 @@ HEAVY = ("click", "psutil", "yaml", "cpuinfo", "submitit", "torch", "numpy", "ar
 SPAWN = [sys.executable, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, pipe_handle=6)",
          "--multiprocessing-fork"]
 SCRIPT = [sys.executable, "train.py"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AFFRUN_", "LOCAL_", "OMP_", "KMP_"))}
-    return {**env, **extra}
-
-
-def plan_env(*options: str) -> dict[str, str]:
-    out = subprocess.run([sys.executable, "-m", "launcher", "run", *options, "--dry-run"], capture_output=True,
-                         text=True, timeout=60, check=True, env=clean_env()).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if line.startswith("AFFRUN_"))
 
 
 # ------------------------------------------------------------------------------------------- decisions (pure)
@@ -186,7 +177,7 @@ def test_off_without_the_variable() -> None:
 
 
 def test_on_binds_before_user_code_and_loads_nothing_heavy() -> None:
-    env = plan_env("--nproc-per-node", "1", "--cpus", "0")
+    env = dry_run("run", "--nproc-per-node", "1", "--cpus", "0").variables
     code = ("import json, os, sys; print(json.dumps({'mask': sorted(os.sched_getaffinity(0)), "
             "'omp': os.environ.get('OMP_NUM_THREADS'), 'mods': sorted({m.split('.')[0] for m in sys.modules})}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -201,7 +192,7 @@ def test_on_binds_before_user_code_and_loads_nothing_heavy() -> None:
                                    {"AFFRUN_RUN": "rank0"}, {"AFFRUN_RUN": "launcher", "LOCAL_RANK": "7"},
                                    {"AFFRUN_RUN": "launcher", "AFFRUN_RUN_TASK": "[1"}])
 def test_garbage_is_one_line_and_exit_2(extra: dict[str, str]) -> None:
-    env = clean_env(**{**plan_env("--nproc-per-node", "1", "--cpus", "0"), **extra})
+    env = clean_env(**{**dry_run("run", "--nproc-per-node", "1", "--cpus", "0").variables, **extra})
     if "AFFRUN_PLAN" not in extra and extra.get("AFFRUN_RUN") == "rank0":
         env.pop("AFFRUN_PLAN")
     proc = subprocess.run([sys.executable, "-c", "print('user code ran')"], capture_output=True, text=True,
@@ -229,7 +220,7 @@ def test_regular_wheel_carries_the_hook(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
                     "--no-deps", str(wheel)], check=True, timeout=300, capture_output=True, env=env)
-    env = plan_env("--nproc-per-node", "1", "--cpus", "0")
+    env = dry_run("run", "--nproc-per-node", "1", "--cpus", "0").variables
     out = subprocess.run([str(venv / "bin" / "python"), "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
                          capture_output=True, text=True, timeout=60, env=clean_env(**env), check=True).stdout
     assert parse_cpulist(out.strip()[1:-1].replace(" ", "")) == frozenset(

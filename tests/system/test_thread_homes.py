@@ -23,16 +23,13 @@ import pytest
 from launcher.base.cpulist import parse_cpulist
 from launcher.bind.rank_hooks import live_plan
 from launcher.plan.threads import ThreadPlan
-from tests.launch import PROGRAMS, TORCH_RUNTIMES, affrun_argv, clean_env, require_torch, run, runtime_env
+from tests.launch import PROGRAMS, TORCH_RUNTIMES, affrun_argv, clean_env, run, runtime_env
+
+pytestmark = pytest.mark.torch
 
 PROBE = str(PROGRAMS / "thread_homes_probe.py")
 NCPU = len(os.sched_getaffinity(0))
 WARNING = re.compile(r"^affrun: warning: .*$", re.M)
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def probe(tmp_path: Path, *launch: str, args: tuple[str, ...] = (), before: tuple[str, ...] = (),

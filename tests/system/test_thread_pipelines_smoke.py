@@ -16,7 +16,7 @@ import pytest
 
 from launcher.base.cpulist import parse_cpulist
 from tests.conftest import ROOT, need
-from tests.launch import clean_env, require_torch
+from tests.launch import clean_env
 
 BENCH = ROOT / "benchmarks" / "thread_pipelines.py"
 CONFIGS = ("affrun", "torchrun", "torchrun-omp1")
@@ -25,7 +25,6 @@ CONFIGS = ("affrun", "torchrun", "torchrun-omp1")
 @pytest.mark.slow
 @pytest.mark.torch
 def test_thread_pipelines_reports_every_configuration(tmp_path: Path) -> None:
-    require_torch()
     try:
         import cv2  # noqa: F401
     except ImportError:

@@ -18,21 +18,17 @@ from tests.launch import (
     GOMP_LINE,
     RANK_PROBE,
     affrun_argv,
+    alive,
     clean_env,
+    default_sigint,
     json_lines,
     rank_lines,
-    require_torch,
     run,
     torchrun_argv,
 )
 
 pytestmark = pytest.mark.torch
 NCPU = len(os.sched_getaffinity(0))
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def test_two_ranks_get_disjoint_single_cpus_and_bound_threads() -> None:
@@ -152,7 +148,6 @@ def test_failing_rank_exit_status_matches_torchrun() -> None:
     assert "exitcode  : 3" in ours.stderr and "exitcode  : 3" in theirs.stderr
 
 
-
 def test_failure_report_names_the_script_as_torchrun_does(tmp_path: Path) -> None:
     # a script that fails (a missing one is refused before any rank starts: tests/system/test_torchrun_noise.py)
     failing = tmp_path / "fails.py"
@@ -182,7 +177,7 @@ def _start_sleepers(tmp_path: Path, launcher: list[str], nproc: int) -> tuple[su
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     proc = subprocess.Popen([*launcher, "--nproc-per-node", str(nproc), str(script), str(tmp_path)], env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.time() + 60
     while time.time() < deadline:
         pids = [p for p in tmp_path.glob("pid-*")]
@@ -193,14 +188,6 @@ def _start_sleepers(tmp_path: Path, launcher: list[str], nproc: int) -> tuple[su
         time.sleep(0.1)
     proc.kill()
     pytest.fail("ranks did not start within 60 s")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[1][0] not in "ZX"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR2])
@@ -215,9 +202,9 @@ def test_signals_reach_every_rank_and_none_is_left_behind(tmp_path: Path, sig: s
         proc.kill()
         pytest.fail(f"affrun torchrun did not exit within 30 s of {sig.name}")
     deadline = t0 + 10
-    while any(_alive(p) for p in pids) and time.time() < deadline:
+    while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids if _alive(p)], "ranks left behind"
+    assert not [p for p in pids if alive(p)], "ranks left behind"
     for rank in range(nproc):
         assert (tmp_path / f"signal-{rank}-{int(sig)}").exists(), f"rank {rank} never received {sig.name}"
     assert proc.returncode != 0 or sig == signal.SIGUSR2

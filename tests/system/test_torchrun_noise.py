@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import require_torch
-from tests.system.test_hostile_input import affrun, refused
+from tests.errors import refused
+from tests.system.test_hostile_input import affrun
 
 pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 def one_line_before_any_rank(proc_stderr: str) -> None:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 NCPU = len(os.sched_getaffinity(0))
 
 
+@pytest.mark.torch
 def test_one_cpu_ranks_get_no_worker_and_no_warning() -> None:
-    require_torch()
     if NCPU < 2:
         pytest.skip("needs 2 CPUs")
     proc = run(affrun_argv("torchrun", "--nproc-per-node", str(NCPU), str(EXAMPLE), "--steps", "2"),
@@ -26,8 +26,8 @@ def test_one_cpu_ranks_get_no_worker_and_no_warning() -> None:
     assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr[-3000:]
 
 
+@pytest.mark.torch
 def test_loader_cores_give_one_worker_each_on_its_loader_cpu() -> None:
-    require_torch()
     if NCPU < 2:
         pytest.skip("needs 2 CPUs")
     proc = run(affrun_argv("torchrun", "--loader-cores", "1", "--nproc-per-node", "1", str(EXAMPLE), "--steps", "2"),
@@ -50,11 +50,11 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.torch
 def test_no_thread_outlives_the_script(tmp_path: Path) -> None:
     """The script frees its process group before it ends, so that no gloo thread is left when the interpreter
     exits: one still freeing the last allreduce then needs the GIL, Python ends that thread, and the rank
     aborts ("terminate called without an active exception", at random: docs/design.md, torchrun)."""
-    require_torch()
     if NCPU < 2:
         pytest.skip("needs 2 CPUs")
     probe = tmp_path / "exit_probe.py"

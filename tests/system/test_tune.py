@@ -16,25 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakesys import uniform, write_tree
-from tests.launch import PROGRAMS, affrun, affrun_argv, clean_env, communicate, json_lines, require_torch, run
+from tests.errors import error_lines
+from tests.launch import PROGRAMS, affrun, affrun_argv, alive, clean_env, communicate, default_sigint, json_lines, run
+from tests.machines import fake_cpu_4000_tree
+
+pytestmark = pytest.mark.torch
 
 FEED_LOOP = str(PROGRAMS / "tune_loop.py")
 SHORT = ("--trial-seconds", "2", "--warmup-seconds", "1")
 
 
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
-
-
 def _tune(*args: str) -> subprocess.CompletedProcess[str]:
     """``affrun tune ARGS``: its trials start torch each time, up to half a minute apiece on a busy 2-CPU machine."""
     return run(affrun_argv("tune", *args), env=clean_env(), timeout=900)
-
-
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("affrun: error:")]
 
 
 def _own_rate(*options: str) -> float:
@@ -85,21 +79,14 @@ def test_the_best_is_what_the_loops_own_count_favours(tmp_path: Path) -> None:
     assert "loader - " in overridden.stderr, overridden.stderr
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def test_arguments_arrive_byte_for_byte_and_ctrl_c_leaves_no_process(tmp_path: Path) -> None:
     record = tmp_path / "record"
     record.mkdir()
     weird = ["--trial-seconds", "99", "-h", "--", "a b", "caf\udcc3\udca9", "", "--json", "--nproc-per-node=9"]
     argv = affrun_argv("tune", "--nproc-per-node", "1", *SHORT, FEED_LOOP, "--workers", "2", "--record", str(record),
                        *weird)
-    with subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=default_sigint) as child:
         deadline = time.monotonic() + 240
         while not list(record.glob("pid-*")) or len(list(record.glob("pid-*"))) < 2:
             assert child.poll() is None and time.monotonic() < deadline, child.communicate()
@@ -113,7 +100,7 @@ def test_arguments_arrive_byte_for_byte_and_ctrl_c_leaves_no_process(tmp_path: P
     assert json.loads((record / "argv").read_text()) == expected
     pids = [int(p.name[4:]) for p in record.glob("pid-*")]
     assert len(pids) >= 2  # the rank and at least one DataLoader worker
-    assert not [pid for pid in pids if _alive(pid)], [(pid, (record / f"pid-{pid}").read_text()) for pid in pids]
+    assert not [pid for pid in pids if alive(pid)], [(pid, (record / f"pid-{pid}").read_text()) for pid in pids]
 
 
 @pytest.mark.parametrize("padding", [0, 200_000])
@@ -122,7 +109,7 @@ def test_a_first_trial_that_fails_is_one_error_line(padding: int) -> None:
     # trial's output, whose last 64 KiB then began inside it) not torchrun's frame that followed it either.
     proc = _tune("--nproc-per-node", "1", *SHORT, FEED_LOOP, "--fail", "--fail-padding", str(padding))
     assert proc.returncode == 2 and proc.stdout == ""
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert "failed in its first trial" in line and "exit" in line
     if padding:
         assert "ValueError: failing on purpose padding padding" in line, line
@@ -135,7 +122,7 @@ def test_a_script_without_a_dataloader_is_one_error_line(extra: tuple[str, ...])
     before, after = (extra, ()) if extra[0] == "--start-seconds" else ((), extra)
     proc = _tune("--nproc-per-node", "1", *SHORT, *before, FEED_LOOP, "--no-loader", *after)
     assert proc.returncode == 2, proc.stderr
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert "never iterated a torch DataLoader" in line
 
 
@@ -145,16 +132,9 @@ def test_the_budget_stops_with_what_it_has() -> None:
     assert "budget" in proc.stdout and "default" in proc.stdout
 
 
-def _tree(tmp_path: Path) -> Path:
-    root = write_tree(tmp_path / "tree", uniform(1, 4))
-    (root / "proc").mkdir(exist_ok=True)
-    (root / "proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: Fake CPU 4000\n\n")
-    return root
-
-
 @pytest.mark.parametrize("command", ["torchrun", "exec", "run"])
 def test_a_file_tuned_on_another_machine_gets_a_warning(tmp_path: Path, command: str) -> None:
-    root = _tree(tmp_path)
+    root = fake_cpu_4000_tree(tmp_path)
     foreign, home = tmp_path / "foreign.yaml", tmp_path / "home.yaml"
     foreign.write_text("affrun-tuned: 1\noptions:\n  loader-cores: 1\n  loader-workers: 3\nmachine:\n"
                        "  cpu-model: Other CPU\n  packages: 1\n  cores: 64\n  cpus: 128\n  gpus: []\n"
@@ -182,4 +162,4 @@ def test_sbatch_hands_the_tuned_file_to_the_job(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"--tuned {tuned}" in proc.stdout
     bad = affrun("sbatch", "--tuned", str(tmp_path / "missing.yaml"), "--", "train.py")
-    assert bad.returncode == 2 and len(_error_lines(bad.stderr)) == 1
+    assert bad.returncode == 2 and len(error_lines(bad.stderr)) == 1

@@ -24,15 +24,13 @@ from typing import IO
 import pytest
 import yaml
 
-from tests.launch import PROGRAMS, affrun_argv, clean_env, require_torch, run
+from tests.errors import error_lines
+from tests.launch import PROGRAMS, affrun_argv, clean_env, default_sigint, run
+
+pytestmark = pytest.mark.torch
 
 HOSTILE = str(PROGRAMS / "tune_hostile.py")
 SHORT = ("--trial-seconds", "1", "--warmup-seconds", "0.5")
-
-
-@pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
 
 
 @pytest.fixture
@@ -53,10 +51,6 @@ def _one_core() -> tuple[str, str]:
 
 def _tune(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return run(affrun_argv("tune", *args), env=env or clean_env(), timeout=300)
-
-
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("affrun: error:")]
 
 
 def _live(pid: int, start: str) -> bool:
@@ -102,7 +96,7 @@ class _Tune:
     def __init__(self, *args: str, env: dict[str, str] | None = None, stdin: int | None = subprocess.DEVNULL):
         self.proc = subprocess.Popen(affrun_argv("tune", *args), env=env or clean_env(), stdin=stdin,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=default_sigint)
         self.lines: list[str] = []
         self._out: list[str] = []
         self._readers = [threading.Thread(target=self._read, args=(self.proc.stderr, self.lines), daemon=True),
@@ -273,7 +267,7 @@ def test_a_script_that_ends_early_is_one_error_line(script: list[str], needle: s
     proc = _tune("--nproc-per-node", "1", *_one_core(), "--trial-seconds", "5", "--warmup-seconds", "0.5",
                  HOSTILE, *script)
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert needle in line, line
 
 
@@ -281,7 +275,7 @@ def test_a_script_that_ends_early_is_one_error_line(script: list[str], needle: s
 def test_a_bad_budget_is_one_line_before_any_trial(record: Path, value: str) -> None:
     proc = _tune("--nproc-per-node", "1", "--budget", value, HOSTILE, "--record", str(record))
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert "--budget" in line and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert not _recorded(record)
 
@@ -289,7 +283,7 @@ def test_a_bad_budget_is_one_line_before_any_trial(record: Path, value: str) -> 
 def test_a_huge_budget_is_a_budget() -> None:
     proc = _tune("--nproc-per-node", "1", "--budget", "1e300", HOSTILE, "--exit", "0")
     assert proc.returncode == 2, proc.stderr
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert "never iterated" in line
 
 
@@ -308,7 +302,7 @@ def test_a_fifo_to_write_is_an_error_line_not_a_hang(tmp_path: Path, option: str
         out, err = tune.finish()
         proc = subprocess.CompletedProcess(tune.proc.args, tune.proc.returncode, out, err)
     assert proc.returncode == 2 and ("trial" in proc.stdout) == (option == "--save"), (proc.stdout, proc.stderr)
-    lines = _error_lines(proc.stderr)
+    lines = error_lines(proc.stderr)
     assert len(lines) == 1 and option in lines[0] and str(fifo) in lines[0] and "FIFO" in lines[0], proc.stderr
 
 
@@ -327,7 +321,7 @@ def test_an_output_that_would_replace_the_script_or_a_user_s_file_is_refused(tmp
     before = named.read_bytes()
     proc = _tune("--nproc-per-node", "1", "--budget", "1e-9", option, str(named), str(script))
     assert proc.returncode == 2 and "trial" not in proc.stdout, (proc.stdout, proc.stderr)
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert option in line and ("is the training script" if target == "script" else "did not write") in line, line
     assert named.read_bytes() == before
 
@@ -339,5 +333,5 @@ def test_a_mistyped_option_gets_tune_s_nearest_spelling(typed: str, meant: str) 
     every error sent the user to `affrun torchrun --help`."""
     proc = _tune(typed, "2", HOSTILE)
     assert proc.returncode == 2, proc.stderr
-    assert _error_lines(proc.stderr) == [f"affrun: error: unknown option {typed}: did you mean {meant}? (affrun tune "
+    assert error_lines(proc.stderr) == [f"affrun: error: unknown option {typed}: did you mean {meant}? (affrun tune "
                                          "--help gives the full usage)"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakesys import uniform, write_tree
-from tests.launch import affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun_argv, clean_env, run
+from tests.machines import fake_cpu_4000_tree
 
 FOREIGN = ("affrun-tuned: 1\noptions:\n{options}machine:\n  cpu-model: Other CPU\n  packages: 2\n  cores: 64\n"
            "  cpus: 128\n  gpus: [nvidia, nvidia]\ndate: '2026-01-01'\n")
@@ -18,11 +18,7 @@ MACHINE = "tuned on 'Other CPU', 2 packages, 64 cores, 128 CPUs, 2 GPUs"
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A 4-core machine whose CPU is ``Fake CPU 4000``."""
-    root = write_tree(tmp_path / "tree", uniform(1, 4))
-    (root / "proc").mkdir(exist_ok=True)
-    (root / "proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: Fake CPU 4000\n\n")
-    return root
+    return fake_cpu_4000_tree(tmp_path)
 
 
 def launch(command: str, tree: Path, tmp_path: Path, *flags: str) -> tuple[int, list[str]]:
@@ -32,8 +28,6 @@ def launch(command: str, tree: Path, tmp_path: Path, *flags: str) -> tuple[int, 
     head = {"exec": ["exec", "--local-rank", "0", "--nproc-per-node", "2"], "run": ["run", "--nproc-per-node", "2"],
             "torchrun": ["torchrun", "--nproc-per-node", "2"]}[command]
     tail = [str(script)] if command == "torchrun" else ["--", "true"]
-    if command == "torchrun":
-        require_torch()
     proc = run(affrun_argv(*head, "--dry-run", "--fsroot", str(tree), *flags, *tail), env=clean_env(), timeout=120)
     assert "Traceback" not in proc.stderr and "the script ran" not in proc.stdout, proc.stderr[-3000:]
     return proc.returncode, proc.stderr.splitlines()
@@ -45,7 +39,7 @@ def tuned(tmp_path: Path, options: str) -> Path:
     return path
 
 
-COMMANDS = ["exec", "run", "torchrun"]
+COMMANDS = ["exec", "run", pytest.param("torchrun", marks=pytest.mark.torch)]
 # option of the file -> what the error says without the file's name (the flag's own error)
 FROM_FILE = {
     "map": ("  map: '0-31;32-63'\n", "--map rank 0: CPUs 4-31 are not usable here (allowed: 0-3)"),

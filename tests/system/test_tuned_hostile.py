@@ -12,33 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.errors import refused
 from tests.fakesys import FakeGPU, uniform, write_tree
-from tests.launch import affrun, affrun_argv, clean_env, require_torch, run
+from tests.launch import affrun, affrun_argv, clean_env, run
+from tests.machines import fake_cpu_4000_tree
 
 HEAD = "affrun-tuned: 1\noptions:\n  loader-cores: 1\n"
 BOMB = "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
 
 
-def refused(proc: object, *needles: str) -> str:
-    """Exit 2, no traceback, exactly one short ``affrun: error:`` line holding ``needles``; returns it."""
-    stderr: str = proc.stderr  # type: ignore[attr-defined]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert proc.returncode == 2, (proc.returncode, stderr[-3000:])  # type: ignore[attr-defined]
-    errors = [line for line in stderr.splitlines() if line.startswith("affrun: error:")]
-    assert len(errors) == 1 and len(errors[0]) < 500, stderr[-3000:]
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A 4-core machine whose CPU is ``Fake CPU 4000`` (affrun's planning never depends on the host's)."""
-    root = write_tree(tmp_path / "tree", uniform(1, 4))
-    (root / "proc").mkdir(exist_ok=True)
-    (root / "proc/cpuinfo").write_text("processor\t: 0\nmodel name\t: Fake CPU 4000\n\n")
-    return root
+    return fake_cpu_4000_tree(tmp_path)
 
 
 def exec_tuned(tree: Path, path: str, *flags: str) -> object:
@@ -166,11 +152,9 @@ def front_end(command: str, path: str, tmp_path: Path) -> list[str]:
             "sbatch": ["sbatch", "--tuned", path, "--", script]}[command]
 
 
-@pytest.mark.parametrize("command", ["exec", "run", "torchrun", "sbatch"])
+@pytest.mark.parametrize("command", ["exec", "run", pytest.param("torchrun", marks=pytest.mark.torch), "sbatch"])
 @pytest.mark.parametrize("kind", ["fifo", "1 GiB", "alias bomb", "python tag", "unknown option"])
 def test_every_front_end_refuses_the_same_way(tmp_path: Path, command: str, kind: str) -> None:
-    if command == "torchrun":
-        require_torch()
     if kind in SPECIAL:
         path, needle = special(tmp_path, kind), SPECIAL[kind]
     else:

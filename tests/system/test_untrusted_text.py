@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakesys import uniform, write_tree
-from tests.launch import RANK_PROBE, affrun_argv, clean_env, require_torch, run
+from tests.launch import RANK_PROBE, affrun_argv, clean_env, run
 
 pytestmark = pytest.mark.slow
 FORGED = "error forged: line"
@@ -130,8 +130,8 @@ def test_run_dry_run_prints_a_command_bash_reads_back() -> None:
     assert bash_words(command[len("exec "):]) == [os.fsencode(w) for w in ["prog", *words]]
 
 
+@pytest.mark.torch
 def test_torchrun_dry_run_prints_a_worker_command_bash_reads_back() -> None:
-    require_torch()
     proc = run(affrun_argv("torchrun", "--affrun-dry-run", "--nproc-per-node", "1", str(RANK_PROBE), *VALUES))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_clean(proc.stdout)

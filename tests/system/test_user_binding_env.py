@@ -24,7 +24,6 @@ from tests.launch import (
     json_lines,
     need,
     rank_lines,
-    require_torch,
     run,
     runtime_env,
     torchrun_argv,
@@ -44,8 +43,7 @@ EXPORTED = {
 
 
 @pytest.fixture(autouse=True)
-def _torch() -> None:
-    require_torch()
+def _two_cpus() -> None:
     need(NCPU >= 2, "needs 2 CPUs: a collapse onto one CPU cannot show on one")
 
 

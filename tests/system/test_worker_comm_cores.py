@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need
-from tests.launch import clean_env, require_torch, run
+from tests.launch import clean_env, run
 from tests.system.test_worker_init_foreign_cpus import PROGRAM
+
+pytestmark = pytest.mark.torch
 
 HERE = sorted(os.sched_getaffinity(0))
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_torch()
     path = tmp_path_factory.mktemp("comm") / "masks.py"
     path.write_text(PROGRAM)
     return path

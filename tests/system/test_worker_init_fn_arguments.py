@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.launch import clean_env, require_torch, run
+from tests.launch import clean_env, run
 
 PROGRAM = '''
 import os, sys
@@ -33,12 +33,12 @@ except ConfigError as exc:
 '''
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(("bad", "shown"), [
     ("lambda k: k + 2", "worker_id=2 "), ("lambda k: -1", "worker_id=-1 "), ("lambda k: True", "worker_id=True "),
     ("lambda k: str(k)", "worker_id='0' "), ("lambda k: 2 ** 70", "worker_id=1180591620717411303424 "),
     ("lambda k: None", "worker_id=None ")])
 def test_a_worker_id_that_is_no_worker_of_the_loader_is_one_config_error(bad: str, shown: str) -> None:
-    require_torch()
     done = run([sys.executable, "-c", PROGRAM, bad], env=clean_env(), timeout=120)
     assert done.returncode == 0, done.stderr
     outside, worker = done.stdout.splitlines()

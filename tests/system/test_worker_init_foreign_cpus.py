@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from launcher.base.cpulist import format_cpulist
-from tests.launch import clean_env, require_torch, run
+from tests.launch import clean_env, run
+
+pytestmark = pytest.mark.torch
 
 HERE = sorted(os.sched_getaffinity(0))
 ABSENT = max(HERE) + 1  # no CPU of this machine that the test may use has this id or any above it
@@ -56,7 +58,6 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_torch()
     path = tmp_path_factory.mktemp("foreign") / "masks.py"
     path.write_text(PROGRAM)
     return path

@@ -29,7 +29,8 @@ from launcher.topology import load_topology
 from launcher.topology.hwloc_xml import load_hwloc_xml
 from launcher.topology.model import Topology
 from tests.conftest import FIXTURES, need
-from tests.fakesys import FakeGPU, FakeMachine, write_tree
+from tests.fakesys import FakeGPU, FakeMachine
+from tests.machines import read_machine
 
 MPIBIND = FIXTURES / "mpibind"
 # answer file -> the topology XML mpibind's test driver loads for it (test-suite/<machine>.c)
@@ -176,10 +177,6 @@ def closest(topo: Topology, nproc: int) -> Plan:
     return make_plan(topo, Request(nproc=nproc, gpu_order="closest"))
 
 
-def tree(tmp_path: Path, m: FakeMachine) -> Topology:
-    return load_topology(fsroot=str(write_tree(tmp_path / "root", m)), environ={})
-
-
 def test_hwloc_24em64t_eleven_ranks_keep_cpu_order_and_their_gpu() -> None:
     # hwloc's 24em64t-2n6c2t-pci: 2 nodes of 6 SMT2 cores, node 0 = even CPUs, node 1 = odd CPUs (siblings c and
     # c+12); GPU 0 on node 0, GPUs 1 and 2 on node 1. By GPUs, 11 ranks split 11/3 = 3.67 and 22/3 = 7.33: 4 and
@@ -220,7 +217,7 @@ def test_a_small_node_with_two_gpus_keeps_its_ranks_on_them(tmp_path: Path) -> N
     # (Before: ranks 0-2 shared GPU 0, and GPU 1 was driven from node 1.)
     m = FakeMachine(cores=[(i,) for i in range(16)], node_of_core=[0] * 3 + [1] * 13, package_of_core=[0] * 3 + [1] * 13)
     m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0), FakeGPU("0000:03:00.0", 1)]
-    plan = closest(tree(tmp_path, m), 7)
+    plan = closest(read_machine(tmp_path, m), 7)
     assert table(plan) == [
         ("0", 0, 0, 1), ("1", 0, 0, 1), ("2", 1, 0, 1),
         ("3-6", 2, 1, 4), ("7-9", 2, 1, 3), ("10-12", 2, 1, 3), ("13-15", 2, 1, 3),
@@ -235,7 +232,7 @@ def test_ranks_of_a_node_without_gpu_even_out_the_domain(tmp_path: Path) -> None
     # 4 cores for 3 ranks: 2 + 1 + 1.
     m = FakeMachine(cores=[(i,) for i in range(6)], node_of_core=[0] * 2 + [1] * 4, package_of_core=[0] * 6)
     m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0)]
-    plan = closest(tree(tmp_path, m), 5)
+    plan = closest(read_machine(tmp_path, m), 5)
     assert table(plan) == [("0", 0, 0, 1), ("1", 1, 0, 1), ("2-3", 0, 1, 2), ("4", 0, 1, 1), ("5", 1, 1, 1)]
     assert plan.ranks[2].reasons[0].endswith("shared by 3 rank(s); node 1 is in its domain")
     assert plan.warnings == ()
@@ -247,7 +244,7 @@ def test_fewer_ranks_than_gpus_trade_a_pick_for_a_gpu_with_room(tmp_path: Path) 
     # (Before: rank 1 was moved to node 1 and drove GPU 1 on node 0.)
     m = FakeMachine(cores=[(i,) for i in range(8)], node_of_core=[0] + [1] * 7, package_of_core=[0] * 8)
     m.gpus = [FakeGPU(f"0000:0{i + 1}:00.0", 0 if i < 3 else 1) for i in range(4)]
-    topo = tree(tmp_path, m)
+    topo = read_machine(tmp_path, m)
     plan = closest(topo, 2)
     assert table(plan) == [("0", 0, 0, 1), ("1-7", 3, 1, 7)]
     assert plan.warnings == ()
@@ -269,7 +266,7 @@ def test_no_gpu_idles_while_another_is_shared(tmp_path: Path) -> None:
     # (As with fewer ranks than GPUs, where every GPU is used before a rank lives away from its GPU.)
     m = FakeMachine(cores=[(i,) for i in range(5)], node_of_core=[0] + [1] * 4, package_of_core=[0] * 5)
     m.gpus = [FakeGPU("0000:01:00.0", 0), FakeGPU("0000:02:00.0", 0), FakeGPU("0000:03:00.0", 1)]
-    plan = closest(tree(tmp_path, m), 4)
+    plan = closest(read_machine(tmp_path, m), 4)
     assert table(plan) == [("0", 0, 0, 1), ("1-2", 1, 1, 2), ("3", 2, 1, 1), ("4", 2, 1, 1)]
     assert plan.warnings == ("rank 1: node 0 has 1 core(s) for its 2 GPUs; placed on node 1, away from its GPU 1",)
 

@@ -11,9 +11,8 @@ from pathlib import Path
 from launcher.base.cpulist import format_cpulist
 from launcher.options.record import Options
 from launcher.plan.planner import make_plan
-from launcher.topology import load_topology
-from launcher.topology.model import Topology
-from tests.fakesys import FakeMachine, write_tree
+from tests.fakesys import FakeMachine
+from tests.machines import read_machine
 
 # fakememinitiators-1np2c+1npp+gi: 2 Xeon Gold 6230 packages (PUs 0, 1, 4, 5 and 2, 3, 6, 7), one PU per core.
 # The CPUs sit on nodes 0-3 (0-1, 2-3, 4-5, 6-7), which have no memory; node 4 is a generic initiator with neither;
@@ -58,14 +57,10 @@ def buggynuma() -> FakeMachine:
     )
 
 
-def read(tmp_path: Path, m: FakeMachine) -> Topology:
-    return load_topology(fsroot=str(write_tree(tmp_path / "root", m)), environ={})
-
-
 def test_memoryless_cpu_nodes_take_the_nearest_node_with_memory(tmp_path: Path) -> None:
     # 4 CPU-only ranks, one per CPU node. By the distance rows the nearest memory of node 0 is node 5 (11), of
     # node 1 node 8 (11), of node 2 node 6 (11), of node 3 node 9 (11). The warnings say that, and blame no cpuset.
-    topo = read(tmp_path, fakememinitiators())
+    topo = read_machine(tmp_path, fakememinitiators())
     plan = make_plan(topo, Options(spill="none").request(4))
     assert [(format_cpulist(r.cpus), r.numa_nodes, r.mem_nodes) for r in plan.ranks] == [
         ("0-1", (0,), (5,)), ("2-3", (1,), (8,)), ("4-5", (2,), (6,)), ("6-7", (3,), (9,)),
@@ -79,13 +74,13 @@ def test_memoryless_cpu_nodes_take_the_nearest_node_with_memory(tmp_path: Path) 
 
 def test_one_rank_on_a_memoryless_machine(tmp_path: Path) -> None:
     # 1 rank: home node 0 (memory on 5); nodes 1-3 host no rank and spill to it as loader cores.
-    plan = make_plan(read(tmp_path, fakememinitiators()), Options().request(1))
+    plan = make_plan(read_machine(tmp_path, fakememinitiators()), Options().request(1))
     (r,) = plan.ranks
     assert (format_cpulist(r.compute_cpus), format_cpulist(r.loader_cpus), r.mem_nodes) == ("0-1", "2-7", (5,))
 
 
 def test_overlapping_numa_cpusets_are_planned_as_one_node(tmp_path: Path) -> None:
-    topo = read(tmp_path, buggynuma())
+    topo = read_machine(tmp_path, buggynuma())
     assert [(n.os_index, format_cpulist(n.cpus), n.memory_kb) for n in topo.numa_nodes] == [(0, "0-7", 2097152)]
     assert {c.numa_node for c in topo.cores} == {0}
     # hwloc keeps node 0 and ignores nodes 1-7, whose CPUs node 0 already holds: one node, node 0's memory.
@@ -104,13 +99,13 @@ def test_a_partly_overlapping_table_keeps_the_sound_nodes(tmp_path: Path) -> Non
     # CPUs 4-5 are left in no node; nodes 0, 1 and 3 stay, so the machine still has NUMA.
     m = FakeMachine(cores=[(p,) for p in range(8)], node_of_core=[0, 0, 1, 1, 2, 2, 3, 3], package_of_core=[0] * 8,
                     node_cpulist={2: "1,4-5"})
-    topo = read(tmp_path, m)
+    topo = read_machine(tmp_path, m)
     assert [n.os_index for n in topo.numa_nodes] == [0, 1, 3]
     assert "the NUMA table is broken: node(s) 2 claim CPUs 1 of node(s) 0; ignoring them, as hwloc does" in topo.warnings
     assert [c.numa_node for c in topo.cores] == [0, 0, 1, 1, None, None, 3, 3]
 
 
 def test_a_sound_table_is_left_alone(tmp_path: Path) -> None:
-    topo = read(tmp_path, fakememinitiators())
+    topo = read_machine(tmp_path, fakememinitiators())
     assert [n.os_index for n in topo.numa_nodes] == list(range(11))
     assert not any("NUMA table" in w for w in topo.warnings)

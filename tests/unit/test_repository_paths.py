@@ -68,3 +68,17 @@ def test_test_modules_have_unique_names() -> None:
             clashes.append(f"{names[path.name]} and {where}")
         names.setdefault(path.name, where)
     assert not clashes, clashes
+
+
+def test_every_test_tests_tiers_py_names_exists() -> None:
+    """An entry of tests/tiers.py that names no test would leave that test in a tier quietly."""
+    from tests.tiers import SLOW, UNIT_IN_SYSTEM
+
+    missing = []
+    for folder, entries in (("system", SLOW), ("unit", UNIT_IN_SYSTEM)):
+        for entry in sorted(entries):
+            module, _, test = entry.partition("::")
+            path = ROOT / "tests" / folder / module
+            if not path.is_file() or (test and f"\ndef {test}(" not in path.read_text()):
+                missing.append(f"tests/{folder}/{entry}")
+    assert not missing, missing

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
     from launcher.tune.candidates import Candidate
     from launcher.tune.command import TuneArgs
-    from launcher.tune.signals import Interrupts
+    from launcher.tune.session import Interrupts
 
 
 @click.command(
@@ -39,7 +39,7 @@ def tune(args: tuple[str, ...]) -> None:
             click.echo(help_text(), nl=False)
             return
         status = _run(parsed, *rank_cores(parsed.torchrun))
-    except KeyboardInterrupt:  # before the first trial started (from then on, launcher.tune.signals notes it)
+    except KeyboardInterrupt:  # before the first trial started (from then on, launcher.tune.session notes it)
         import signal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting: a second Ctrl-C must not end it by the signal
@@ -49,10 +49,8 @@ def tune(args: tuple[str, ...]) -> None:
 
 
 def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Options) -> int:
-    """The trials, the table and the files, with Ctrl-C, SIGTERM and SIGHUP noted rather than raised: the trial
-    running is stopped and swept, the table so far printed, --save and --svg written whole, and the exit status
-    is 128 + the signal."""
-    from launcher.tune.signals import noted
+    """The trials, the table and the files, the stopping signals noted (exit status 128 + the signal)."""
+    from launcher.tune.session import noted
 
     with noted(exiting=True) as interrupted:
         _tune(parsed, nproc, cores, topo, source, interrupted)
@@ -89,8 +87,8 @@ def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Opti
     if values["save"] and chosen is not None:
         _save(values["save"], chosen.trial.candidate, described, topo, source)
     if values["svg"]:
-        from launcher.tune.chart import chart
         from launcher.tune.command import CHART_TITLE
+        from launcher.tune.result import chart
 
         _write("--svg", values["svg"], chart(session.results, chosen, f"{CHART_TITLE}{clip(described, 80)}"))
 
@@ -113,8 +111,7 @@ def _save(path: str, candidate: Candidate, described: str, topo: Topology, sourc
 
 
 def _write(option: str, path: str, text: str) -> None:
-    """Write ``text`` to the file the user named, through the one writer (launcher.base.outpath), checked again:
-    what took its place during the trials (a FIFO, a file of the user's) is one error line, never written."""
+    """Write ``text`` to the file the user named, through the one writer, checked again."""
     from launcher.base.outpath import marked, written
     from launcher.tune.command import OUTPUTS
 

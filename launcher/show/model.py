@@ -34,10 +34,8 @@ class KindMark:
 
 
 def kind_marks(kinds: CoreKinds) -> tuple[KindMark, ...]:
-    """One mark per core kind, fastest first: the kind name's first letter (P, E; b, l for big/little cores),
-    or A, B, C... when those would repeat. Empty unless there are two kinds or more: one kind (uniform
-    ``cpu_capacity``, a homogeneous arm64 server, a hybrid CPU narrowed to one kind) needs no letter. The one
-    place that maps kinds to letters: the picture, its legend and ``affrun topology`` read it."""
+    """One mark per core kind, fastest first: the kind name's first letter, or A, B, C... when those would repeat;
+    none for a single kind. The one map of kinds to letters (the picture, its legend, ``affrun topology``)."""
     if not kinds.hybrid:
         return ()
     firsts = [next((ch for ch in k.name if ch.isalnum()), "?") for k in kinds.kinds]

@@ -9,16 +9,8 @@ from launcher.topology.model import Topology
 
 TERMINAL_WIDTH = 80  # the picture must read on an 80-column terminal
 
-_BORDERS: dict[str, tuple[str, str, str, str, str, str]] = {  # corners and sides: ┌ ─ ┐ │ └ ┘
-    kind: (chars[0], chars[1], chars[2], chars[3], chars[4], chars[5])
-    for kind, chars in {
-        "package": "┏━┓┃┗┛",
-        "numa": "┌─┐│└┘",
-        "cpuless": "┌╌┐╎└┘",
-        "gpu": "╭─╮│╰╯",
-        "group": "┌┈┐┊└┘",
-    }.items()
-}
+# corners and sides, ┌ ─ ┐ │ └ ┘, of each kind of frame
+_BORDERS = {"package": "┏━┓┃┗┛", "numa": "┌─┐│└┘", "cpuless": "┌╌┐╎└┘", "gpu": "╭─╮│╰╯", "group": "┌┈┐┊└┘"}
 
 
 def _sgr(style: Style | None, frame: str | None = None) -> str:
@@ -51,7 +43,7 @@ def render_text(block: Block, color: bool) -> str:
 
     for op in block.placed():
         if isinstance(op, Frame):
-            tl, hz, tr, vt, bl, br = _BORDERS.get(op.kind, _BORDERS["numa"])
+            tl, hz, tr, vt, bl, br = tuple(_BORDERS.get(op.kind, _BORDERS["numa"]))
             code = _sgr(None, op.kind)
             right, bottom = op.x + op.w - 1, op.y + op.h - 1
             for x in range(op.x + 1, right):

@@ -1,11 +1,6 @@
-"""Site defaults and named profiles for ``affrun sbatch``, from a YAML file.
-
-The file is ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
-(``~/.config/affrun/config.yaml``): a ``defaults:`` mapping applied to every job and ``profiles:``, each applied
-over the defaults by ``--profile NAME``. Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or
-``gpus_per_node``). Unknown keys and wrong types are errors that name the file and the key. The file is read as
-plain data only (:mod:`launcher.base.safe_yaml`, the reader ``--tuned`` files share). The layout: docs/slurm.md.
-"""
+"""Site defaults and named profiles for ``affrun sbatch``, from a YAML file (docs/slurm.md): ``defaults`` and
+``profiles``, keyed by ``affrun sbatch``'s long option names, each value read by its option's reader. Unknown keys
+and wrong values are one error naming the file and the key."""
 
 from __future__ import annotations
 
@@ -20,9 +15,7 @@ from launcher.errors import ConfigError
 from launcher.options.table import OptionSpec, options_in
 from launcher.slurm.options import SBATCH_OPTIONS
 
-# key -> option: sbatch's own (launcher.slurm.options), and affrun's planning and environment options, passed to
-# affrun exec / affrun torchrun in the job: the same flags as on the command line (launcher.options.table). Each
-# value is read by its option's kind (launcher.options.values), as the command line's values are.
+# key -> option: sbatch's own, and affrun's planning and environment options, passed to affrun in the job.
 KEYS: dict[str, OptionSpec] = {spec.name("profile"): spec for spec in (*SBATCH_OPTIONS, *options_in("plan", "env"))}
 TOP_LEVEL = ("defaults", "profiles")
 # A site configuration is a few KB; PyYAML (pure Python) needs seconds per MB.
@@ -52,11 +45,6 @@ class SiteConfig:
         return merged
 
 
-def default_path(environ: Mapping[str, str]) -> Path:
-    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "affrun" / "config.yaml"
-
-
 def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
     """The file to read and whether it must exist (given by ``--config`` or ``$AFFRUN_CONFIG``)."""
     env = os.environ if environ is None else environ
@@ -64,7 +52,7 @@ def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) 
         return explicit, True
     if env.get("AFFRUN_CONFIG"):
         return env["AFFRUN_CONFIG"], True
-    path = default_path(env)
+    path = Path(env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "affrun", "config.yaml")
     return (str(path), False) if path.is_file() else (None, False)
 
 
@@ -85,7 +73,7 @@ def parse_config(text: str | bytes, path: str) -> SiteConfig:
     from launcher.base.safe_yaml import BadYAML, load_yaml
 
     try:
-        data = load_yaml(text)  # plain data only, bounded: launcher/base/safe_yaml.py
+        data = load_yaml(text)
     except BadYAML as exc:
         raise ConfigError(f"{path}: {exc}") from None
     if data is None:

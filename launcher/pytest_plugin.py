@@ -81,12 +81,17 @@ def assert_launch_environment_safe(
         raise ValueError(f"fail_on must be one of {', '.join(SEVERITIES)}")
     findings = check_launch_environment(environ, nproc_per_node=nproc_per_node, topology=topology, openmp=openmp,
                                         host=host)
-    bad = [f for f in worst_first(findings) if f.at_least(fail_on)]
+    bad = _lines(findings, fail_on)
     if bad:
-        from launcher.doctor.report import finding_line
-
-        raise AssertionError("unsafe launch environment (affrun doctor):\n" + "\n".join(finding_line(f) for f in bad))
+        raise AssertionError(f"unsafe launch environment (affrun doctor):\n{bad}")
     return findings
+
+
+def _lines(findings: list[Finding], level: Severity) -> str:
+    """The findings at or above ``level``, worst first, one line each."""
+    from launcher.doctor.report import finding_line
+
+    return "\n".join(finding_line(f) for f in worst_first(findings) if f.at_least(level))
 
 
 class AffinityDoctor:
@@ -125,10 +130,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     level = _guard_level(session.config)
     if level is None:
         return
-    from launcher.doctor.report import finding_line
-
-    findings = check_launch_environment(host=True)
-    bad = [f for f in worst_first(findings) if f.at_least(level)]
+    bad = _lines(check_launch_environment(host=True), level)
     if bad:
-        pytest.exit("affrun guard: unsafe launch environment\n" + "\n".join(finding_line(f) for f in bad),
-                    returncode=1)
+        pytest.exit(f"affrun guard: unsafe launch environment\n{bad}", returncode=1)

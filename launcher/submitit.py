@@ -154,8 +154,7 @@ class AffinityExecutor:
         for name, value in self._user_python.items():
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{name}_python={value!r}: expected a shell command string")
-        self._user_srun_args: list[str] | None = None
-        self._user_setup: list[str] | None = None
+        self._user: dict[str, list[str] | None] = {"slurm_srun_args": None, "slurm_setup": None}  # as given
         hooks = {f"{name}_python": task_python(self._options, self._user_python[name], name) for name in (SLURM, LOCAL)}
         self._executor = submitit.AutoExecutor(folder=folder, cluster=cluster, **kwargs, **hooks)
         self.cluster: str = self._executor.cluster
@@ -191,17 +190,12 @@ class AffinityExecutor:
         affrun = {k: kwargs.pop(k) for k in list(kwargs) if k in AFFRUN_OPTIONS}
         if affrun:
             self._set_options(AffinityOptions.from_kwargs(self._options, **affrun))
-        if "slurm_srun_args" in kwargs:
-            self._user_srun_args = string_list("slurm_srun_args", kwargs["slurm_srun_args"], "srun arguments")
-            kwargs["slurm_srun_args"] = self._user_srun_args
-        if "slurm_setup" in kwargs:
-            self._user_setup = string_list("slurm_setup", kwargs["slurm_setup"], "shell lines")
-            kwargs["slurm_setup"] = self._user_setup
-        if self.cluster == SLURM:
-            if "slurm_srun_args" in kwargs:
-                kwargs["slurm_srun_args"] = merge_srun_args(self._user_srun_args)
-            if "slurm_setup" in kwargs:
-                kwargs["slurm_setup"] = merge_setup(self._user_setup)
+        for key, what in (("slurm_srun_args", "srun arguments"), ("slurm_setup", "shell lines")):
+            if key in kwargs:
+                kwargs[key] = self._user[key] = string_list(key, kwargs[key], what)
+        for key, merge in (("slurm_srun_args", merge_srun_args), ("slurm_setup", merge_setup)):
+            if key in kwargs and self.cluster == SLURM:
+                kwargs[key] = merge(self._user[key])
         if kwargs:
             self._executor.update_parameters(**kwargs)
 

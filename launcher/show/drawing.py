@@ -223,6 +223,11 @@ def _header(model: Model, width: int) -> list[Block]:
     return [*wrap(head, width, BOLD), *wrap(machine, width, DIM), *wrap(f"source: {shown(topo.origin)}", width, DIM)]
 
 
+_KEY = {"loader": ("0L", "DataLoader core of rank 0"), "free": (".", "free"), "offline": ("-", "offline"),
+        "comm": ("0C", "core of rank 0 for NCCL's threads (--comm-cores)"), "reserved": ("r", "reserved (--reserve)"),
+        "disallowed": ("x", "not allowed (cgroup, affinity, --cpus)")}  # the legend's marks of a role
+
+
 def _legend(model: Model, width: int, color: bool) -> list[Block]:
     plan = model.plan
     # the first box of the picture, read aloud: "[0 0] is the core whose first CPU is 0: a compute core of rank 0"
@@ -240,25 +245,13 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
     kinds = "" if not model.kind_letter else " (the letter after the id is the core's kind)"
     out: list[Block] = [*wrap(f"Legend  each core is [first CPU id, owner]{kinds}{first_box}", width, DIM)]
     roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
-    key: list[tuple[str, str]] = []
-    if roles & {"compute", "loader", "comm"}:
-        key.append(("0", "compute core of rank 0"))
-    if "loader" in roles:
-        key.append(("0L", "DataLoader core of rank 0"))
-    if "comm" in roles:
-        key.append(("0C", "core of rank 0 for NCCL's threads (--comm-cores)"))
+    key = [("0", "compute core of rank 0")] if roles & {"compute", "loader", "comm"} else []
+    key += [_KEY[role] for role in ("loader", "comm") if role in roles]
     shared = [info.ranks for _, _, info in model.core_marks.values() if info.role == "shared"]
     if shared:
         example = min(shared)
         key.append((model.shared_label(example), f"shared by ranks {', '.join(map(str, example))}"))
-    if "free" in roles:
-        key.append((".", "free"))
-    if "reserved" in roles:
-        key.append(("r", "reserved (--reserve)"))
-    if "disallowed" in roles:
-        key.append(("x", "not allowed (cgroup, affinity, --cpus)"))
-    if "offline" in roles:
-        key.append(("-", "offline"))
+    key += [_KEY[role] for role in ("free", "reserved", "disallowed", "offline") if role in roles]
     for mark in model.kind_marks:
         key.append((mark.letter, f"{mark.kind.name}{'' if mark.speed == 'middle' else f' ({mark.speed})'}"))
     out.append(key_row(key, width))

@@ -13,7 +13,7 @@ from launcher.plan.planner import Plan
 from launcher.show.drawing import body, key_row, rank_swatch
 from launcher.show.layout import BOLD, DIM, PLAIN, Block, CoreInfo, Style, text_line, vstack, wrap
 from launcher.show.model import Model
-from launcher.show.svg import SVG_WIDTH, TITLE, block_svg, html_wrap
+from launcher.show.svg import SVG_WIDTH, TITLE, document
 from launcher.show.terminal import TERMINAL_WIDTH, render_text
 from launcher.topology.model import Core, Topology
 
@@ -128,5 +128,4 @@ def live_picture(topo: Topology, job: LiveJob, color: bool = False, width: int =
 
 def live_document(topo: Topology, job: LiveJob, html: bool) -> str:
     """The live picture as an SVG document, or an HTML page (``html``): what ``affrun show --pid --svg`` writes."""
-    text = block_svg(draw_live(topo, job, SVG_WIDTH, True), f"{TITLE} --pid {job.pid}")
-    return html_wrap(text, f"{TITLE} --pid {job.pid}") if html else text
+    return document(draw_live(topo, job, SVG_WIDTH, True), f"{TITLE} --pid {job.pid}", html)

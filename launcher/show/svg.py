@@ -59,11 +59,6 @@ def svg_document(w_px: float, h_px: float, title: str, body: Sequence[str], defs
                       "</svg>"]) + "\n"
 
 
-def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
-    """The same picture as an SVG document: boxes, one rect per core in its rank's colour, legend, warnings."""
-    return block_svg(draw(topo, plan, width, color=True), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}")
-
-
 def block_svg(block: Block, title: str) -> str:
     """A laid-out picture as an SVG document; a core a thread strayed to (role ``stray``) gets a thick outline."""
     w_px, h_px = block.w * _CW + 2 * _MARGIN, block.h * _CH + 2 * _MARGIN
@@ -146,17 +141,18 @@ def _tooltip(t: Text) -> str:
     return t.text.strip(" []")
 
 
-def html_wrap(document: str, title: str) -> str:
-    """An SVG ``document`` inside a self-contained HTML page titled ``title`` (no scripts, no external resources)."""
+def document(block: Block, title: str, html: bool) -> str:
+    """A laid-out picture as an SVG document, or inside a self-contained HTML page (``html``: no scripts, no
+    external resources): what ``affrun show --svg FILE`` writes."""
+    text = block_svg(block, title)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{escape(title)}</title>\n"
         "<style>body{margin:16px;background:#fff;font-family:sans-serif}svg{max-width:100%;height:auto}</style>\n"
-        "</head>\n<body>\n" + document + "</body>\n</html>\n"
-    )
+        "</head>\n<body>\n" + text + "</body>\n</html>\n"
+    ) if html else text
 
 
-def map_document(topo: Topology, plan: Plan, html: bool) -> str:
-    """The map as an HTML page (``html``), else as an SVG document: what ``affrun show --svg FILE`` writes."""
-    text = svg(topo, plan)
-    return html_wrap(text, f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}") if html else text
+def svg(topo: Topology, plan: Plan, html: bool = False, width: int = SVG_WIDTH) -> str:
+    """The plan's picture as an SVG document, or an HTML page (``html``)."""
+    return document(draw(topo, plan, width, color=True), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}", html)

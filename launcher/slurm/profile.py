@@ -58,12 +58,10 @@ def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) 
 
 def load_config(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> SiteConfig:
     path, required = find_config(explicit, environ)
-    if path is None:
+    if path is None or not os.path.lexists(path):
+        if required:
+            raise ConfigError(f"{path}: configuration file not found")
         return SiteConfig(None, {}, {})
-    if not required and not os.path.lexists(path):
-        return SiteConfig(None, {}, {})
-    if required and not os.path.lexists(path):
-        raise ConfigError(f"{path}: configuration file not found")
     from launcher.topology._files import read_document
 
     return parse_config(read_document(path, "a YAML configuration file", ConfigError, limit=CONFIG_LIMIT), path)
@@ -106,6 +104,8 @@ def _guess(key: object, known: Iterable[str]) -> str:
 
 
 def _section(body: object, path: str, where: str) -> dict[str, Any]:
+    from launcher.options.values import BadValue
+
     if body is None:
         return {}
     if not isinstance(body, dict):
@@ -116,17 +116,11 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
         key = raw_key.replace("_", "-") if isinstance(raw_key, str) else name
         if key not in KEYS:
             raise ConfigError(f"{path}: {where}.{name}: unknown key{_guess(key, KEYS)} (valid: {', '.join(sorted(KEYS))})")
-        out[key] = _check(value, KEYS[key], path, f"{where}.{name}")
+        try:
+            out[key] = KEYS[key].read(value, "profile")  # the one reader the command line's values go through
+        except BadValue as exc:
+            raise ConfigError(f"{path}: {where}.{name}: {exc}, got {short(value)}") from None
         if key == "template" and not os.path.isabs(out[key]):
             out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file
     return out
 
-
-def _check(value: object, spec: OptionSpec, path: str, where: str) -> object:
-    """A profile's value, through the one reader the command line's values go through too."""
-    from launcher.options.values import BadValue
-
-    try:
-        return spec.read(value, "profile")
-    except BadValue as exc:
-        raise ConfigError(f"{path}: {where}: {exc}, got {short(value)}") from None

@@ -19,23 +19,6 @@ from launcher.plan.request import validate_request
 Style = Literal["torchrun", "srun"]
 STYLES: tuple[Style, ...] = get_args(Style)
 
-# Documented in templates/README.md; a template may use any of them, and nothing else.
-TEMPLATE_VARIABLES: dict[str, str] = {
-    "shebang": "the interpreter line, #!/bin/bash",
-    "sbatch_directives": "all #SBATCH lines (options, then the extra lines), one per line",
-    "setup": "the environment setup lines (module load, venv activation), verbatim",
-    "style": "the template style: torchrun or srun",
-    "nodes": "number of nodes (integer)",
-    "gpus_per_node": "GPUs per node (integer, 0 when the job asks for none)",
-    "ranks_per_node": "training processes per node: torchrun's --nproc-per-node, or srun's --ntasks-per-node",
-    "cpus_per_task": "the srun -c value: an integer, or a shell expression on $SLURM_CPUS_ON_NODE",
-    "rdzv_port": "the c10d rendezvous / MASTER_PORT port: an integer, or a shell expression on $SLURM_JOB_ID",
-    "affrun": "the affrun command inside the job, shell-quoted",
-    "affrun_options": "affrun's planning and environment options, shell-quoted (may be empty)",
-    "command": "the training command (every word after --), shell-quoted word by word",
-    "version": "affrun's version",
-}
-
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]{1,9})", re.ASCII)
 
@@ -209,6 +192,7 @@ def check_plan_options(spec: SbatchSpec) -> None:
 
 
 def template_variables(spec: SbatchSpec) -> dict[str, str]:
+    """Every value a template may use (documented in templates/README.md), by name."""
     check_spec(spec)
     ranks = spec.ranks_per_node()
     if spec.cpus_per_task is not None:
@@ -245,31 +229,21 @@ def builtin_template(style: str) -> Path:
     return Path(__file__).resolve().parents[1] / "templates" / f"{style}.sbatch"
 
 
-def read_template(path: str | Path) -> str:
+def render(spec: SbatchSpec, template: str | Path | None = None) -> str:
+    """The batch script for ``spec`` from ``template`` (a file), else the style's shipped template; an unknown
+    ``{{name}}`` is an error naming the template and the valid names."""
     from launcher.topology._files import read_document  # bounded, regular files only (a FIFO would hang)
 
+    path = Path(template) if template is not None else builtin_template(spec.style)
     try:
-        data = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT)
+        text = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT).decode("utf-8")
     except ConfigError as exc:
         raise ConfigError(f"--template {exc}") from None
-    try:
-        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"--template {path}: not UTF-8 text") from None
-
-
-def fill(template: str, variables: dict[str, str], source: str) -> str:
-    """Substitute every ``{{name}}``; an unknown name is an error naming the template and the valid names."""
-    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template)} - set(variables))
+    variables = template_variables(spec)
+    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(text)} - set(variables))
     if unknown:
-        raise ConfigError(
-            f"{source}: unknown template variable {{{{{unknown[0]}}}}} (valid: {', '.join(sorted(variables))})"
-        )
-    return _PLACEHOLDER.sub(lambda m: variables[m.group(1)], template)
-
-
-def render(spec: SbatchSpec, template: str | Path | None = None) -> str:
-    """The batch script for ``spec`` from ``template`` (a file), else the style's shipped template."""
-    path = Path(template) if template is not None else builtin_template(spec.style)
-    text = fill(read_template(path), template_variables(spec), str(path))
+        raise ConfigError(f"{path}: unknown template variable {{{{{unknown[0]}}}}} (valid: {', '.join(sorted(variables))})")
+    text = _PLACEHOLDER.sub(lambda m: variables[m.group(1)], text)
     return text if text.endswith("\n") else text + "\n"

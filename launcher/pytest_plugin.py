@@ -1,18 +1,5 @@
-"""pytest plugin: make CI fail when a training launch environment would silently starve the CPUs.
-
-Enable it in the project's ``conftest.py`` (``pytest_plugins = ["launcher.pytest_plugin"]``) or with
-``pytest -p launcher.pytest_plugin``. It provides:
-
-- the ``affinity_doctor`` fixture: ``affinity_doctor.assert_safe(environ, nproc_per_node=8,
-  topology="machine.json", openmp=["libgomp"])`` runs ``affrun doctor``'s checks on the environment a job is
-  launched with, against a saved topology, and fails with one line per finding at or above ``fail_on`` (default
-  ``error``); ``affinity_doctor.check(...)`` returns the findings instead.
-- :func:`load_env_file`: the ``KEY=VALUE`` lines (``export``, quotes and comments allowed) a job script sources.
-- ``--affrun-guard[=SEVERITY]`` (ini: ``affrun_guard = error``): audit pytest's own environment and stop the
-  session before any test when a finding reaches SEVERITY (GPU CI runners that share the launcher's environment).
-
-More, with an example project: docs/python-api.md ("In CI: the pytest plugin").
-"""
+"""pytest plugin (docs/python-api.md, "In CI: the pytest plugin"): the ``affinity_doctor`` fixture, which runs
+``affrun doctor``'s checks on a launch environment, and ``--affrun-guard``, which audits pytest's own."""
 
 from __future__ import annotations
 
@@ -70,12 +57,9 @@ def check_launch_environment(
     openmp: Sequence[str] | None = None,
     host: bool = False,
 ) -> list[Finding]:
-    """``affrun doctor``'s findings for ``environ`` (default: this process's environment).
-
-    ``topology``: a saved topology (JSON snapshot or hwloc XML), an fsroot directory or a Topology; default this
-    machine. ``openmp``: the OpenMP runtimes the job uses (``["libgomp"]`` for torch wheels, ``["libiomp5"]``);
-    default the installed torch's. ``host``: also check this machine (numactl, memory policy, Slurm version).
-    """
+    """``affrun doctor``'s findings for ``environ`` (default: this process's), on ``topology`` (a saved file, an
+    fsroot directory or a Topology; default this machine), with the ``openmp`` runtimes the job uses (default the
+    installed torch's); ``host``: also check this machine."""
     from launcher.doctor.diagnose import diagnose
 
     env = dict(os.environ if environ is None else environ)
@@ -97,12 +81,17 @@ def assert_launch_environment_safe(
         raise ValueError(f"fail_on must be one of {', '.join(SEVERITIES)}")
     findings = check_launch_environment(environ, nproc_per_node=nproc_per_node, topology=topology, openmp=openmp,
                                         host=host)
-    bad = [f for f in worst_first(findings) if f.at_least(fail_on)]
+    bad = _lines(findings, fail_on)
     if bad:
-        from launcher.doctor.report import finding_line
-
-        raise AssertionError("unsafe launch environment (affrun doctor):\n" + "\n".join(finding_line(f) for f in bad))
+        raise AssertionError(f"unsafe launch environment (affrun doctor):\n{bad}")
     return findings
+
+
+def _lines(findings: list[Finding], level: Severity) -> str:
+    """The findings at or above ``level``, worst first, one line each."""
+    from launcher.doctor.report import finding_line
+
+    return "\n".join(finding_line(f) for f in worst_first(findings) if f.at_least(level))
 
 
 class AffinityDoctor:
@@ -141,10 +130,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     level = _guard_level(session.config)
     if level is None:
         return
-    from launcher.doctor.report import finding_line
-
-    findings = check_launch_environment(host=True)
-    bad = [f for f in worst_first(findings) if f.at_least(level)]
+    bad = _lines(check_launch_environment(host=True), level)
     if bad:
-        pytest.exit("affrun guard: unsafe launch environment\n" + "\n".join(finding_line(f) for f in bad),
-                    returncode=1)
+        pytest.exit(f"affrun guard: unsafe launch environment\n{bad}", returncode=1)

@@ -1,18 +1,6 @@
-"""submitit front end: every task of a submitit job starts through ``affrun exec`` before Python starts.
-
-Public surface:
-
-* :class:`AffinityExecutor` - ``submitit.AutoExecutor`` plus affrun's planning options (same arguments, same
-  ``update_parameters`` / ``submit`` / ``map_array`` / ``submit_array`` / ``batch``);
-* :func:`current_binding` - inside a task, the plan entry it runs under (a :class:`TaskBinding`), or ``None``.
-
-The executor prefixes submitit's per-task interpreter (``slurm_python`` / ``local_python``) with ``affrun exec
-[OPTIONS] --`` run by this interpreter (:func:`launcher.bind.handoff.exec_prefix`) and, on Slurm, adds
-``--cpu-bind=none`` and ``SRUN_CPUS_PER_TASK``; why: docs/submitit.md, docs/design.md §3, §8 and §10.
-``submitit`` is imported only when an executor is built, so ``import launcher.submitit`` is cheap and
-:func:`current_binding` works in any process ``affrun exec`` started (``affrun torchrun`` workers too). Nothing on
-the ``affrun exec`` path imports this module.
-"""
+"""submitit front end (docs/submitit.md): :class:`AffinityExecutor`, ``submitit.AutoExecutor`` whose tasks start
+through ``affrun exec``, and :func:`current_binding`, inside a task the binding it runs under (or ``None``).
+``submitit`` is imported only when an executor is built."""
 
 from __future__ import annotations
 
@@ -20,10 +8,9 @@ import os
 import shlex
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from launcher.base.untrusted import short
 from launcher.bind.handoff import exec_prefix
@@ -44,30 +31,16 @@ __all__ = [
     "task_python",
 ]
 
-R = TypeVar("R")
-
-# The executor that the AutoExecutor ends up using, as submitit names it.
-SLURM, LOCAL, DEBUG = "slurm", "local", "debug"
+SLURM, LOCAL, DEBUG = "slurm", "local", "debug"  # the executor the AutoExecutor ends up using, as submitit names it
 
 # srun --cpu-bind values that do not bind (only these may be combined with affrun's own binding).
 _NON_BINDING = frozenset({"none", "no", "verbose", "v", "quiet", "q"})
 
-# Exported in the batch script before srun: Slurm 22.05.0 to 23.02.4 srun does not inherit SLURM_CPUS_PER_TASK,
-# so a step would get one CPU per task whatever cpus_per_task said. Harmless on other versions.
+# Exported before srun: srun of Slurm 22.05.0 to 23.02.4 does not inherit SLURM_CPUS_PER_TASK (docs/submitit.md).
 SRUN_CPUS_SETUP = 'if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"; fi'
 
-
-# ---------------------------------------------------------------------------------------------------- options
-# affrun's options for every task, named as ``affrun exec``'s flags (``--loader-cores`` -> ``loader_cores``): the one
-# record of them (launcher.options.record.Options), with ``from_kwargs``. CPU and GPU lists may be given as strings
-# (``"0,8"``) or as iterables of ints; ``cpu_map`` as ``"0-3;4-7"`` or as a sequence of per-rank lists.
-AffinityOptions = Options
+AffinityOptions = Options  # affrun's options for every task: the one record, by affrun exec's flag names
 AFFRUN_OPTIONS: tuple[str, ...] = KEYWORDS
-
-
-# ---------------------------------------------------------------------------------------- command construction
-def _exec_prefix(options: AffinityOptions) -> list[str]:
-    return [*exec_prefix(), *options.to_argv()]
 
 
 def _wrapped_python(user_python: str | None) -> str:
@@ -90,15 +63,10 @@ def _wrapped_python(user_python: str | None) -> str:
 
 
 def task_python(options: AffinityOptions, user_python: str | None, cluster: str) -> str:
-    """The ``python`` hook string for submitit's ``cluster`` executor.
-
-    Slurm: ``srun`` runs the string (parsed by the batch script's bash); ``affrun exec`` finds the local rank in
-    ``SLURM_LOCALID`` / ``SLURM_STEP_TASKS_PER_NODE``. Local: submitit's controller ``shlex.split``s the string
-    and starts it without a shell, and its tasks only carry ``SUBMITIT_LOCAL_LOCALID`` / ``SUBMITIT_LOCAL_NTASKS``,
-    so a ``/bin/sh -c`` stub passes them to ``affrun exec`` as ``--local-rank`` / ``--nproc-per-node``.
-    """
+    """The ``python`` hook string for submitit's ``cluster`` executor: on Slurm srun's bash runs it; the local
+    executor runs it without a shell, so a ``/bin/sh -c`` stub passes its local rank and task count on."""
     inner = _wrapped_python(user_python)
-    prefix = shlex.join(_exec_prefix(options))
+    prefix = shlex.join([*exec_prefix(), *options.to_argv()])
     if cluster == LOCAL:
         script = (f'exec {prefix} --local-rank "$SUBMITIT_LOCAL_LOCALID" --nproc-per-node "$SUBMITIT_LOCAL_NTASKS" '
                   f'-- {inner} "$@"')
@@ -107,13 +75,9 @@ def task_python(options: AffinityOptions, user_python: str | None, cluster: str)
 
 
 def string_list(keyword: str, value: object, what: str) -> list[str]:
-    """submitit's ``slurm_srun_args`` / ``slurm_setup`` as a list of strings, read once (a generator too).
-
-    One string is one item (``slurm_setup="module load cuda"`` is one line, ``slurm_srun_args="--mpi=pmix"`` one
-    argument), never one item per character; an srun string with white space in it is refused, as it is unclear
-    whether it is one argument or several. Items must be strings; a setup line (copied into the batch script as
-    shell code) and an srun argument hold no control character (:func:`launcher.base.untrusted.unwritable`). Anything else is one ConfigError naming
-    ``keyword``."""
+    """submitit's ``slurm_srun_args`` / ``slurm_setup`` as a list of strings, read once (a generator too). One
+    string is one item (an srun string with white space is refused: one argument or several?); an item holds no
+    control character. Anything else is one ConfigError naming ``keyword``."""
     from launcher.base.untrusted import unwritable
 
     if value is None:
@@ -138,11 +102,8 @@ def string_list(keyword: str, value: object, what: str) -> list[str]:
 
 
 def merge_srun_args(user_args: Iterable[str] | None) -> list[str]:
-    """The user's ``srun`` arguments with ``--cpu-bind=none`` merged in.
-
-    A user ``--cpu-bind`` that only says ``verbose``/``quiet``/``none`` is kept and given ``none``; one that binds
-    (``cores``, ``map_cpu:...``, ``mask_cpu:...``, ...) would fight affrun's binding and raises ``ConfigError``.
-    """
+    """The user's ``srun`` arguments with ``--cpu-bind=none`` merged in; a ``--cpu-bind`` that binds raises
+    ``ConfigError``."""
     args = string_list("slurm_srun_args", user_args, "srun arguments")
     out: list[str] = []
     found = False
@@ -179,25 +140,10 @@ def merge_setup(user_setup: Iterable[str] | None) -> list[str]:
     return lines if SRUN_CPUS_SETUP in lines else [*lines, SRUN_CPUS_SETUP]
 
 
-# ------------------------------------------------------------------------------------------------------ executor
 class AffinityExecutor:
-    """``submitit.AutoExecutor`` whose tasks are bound by ``affrun exec`` before Python starts.
-
-    ``AffinityExecutor(folder, cluster=None, **kwargs)``: ``kwargs`` are ``AutoExecutor``'s own
-    (``slurm_python``, ``local_python``, ``slurm_max_num_timeout``...) plus affrun's options (:data:`AFFRUN_OPTIONS`:
-    ``mode``, ``smt``, ``reserve``, ``loader_cores``, ``comm_cores``, ``main_thread``, ``gpu_order``, ``cpu_map``, ``gpus``,
-    ``no_gpu``, ``spill``, ``fsroot``, ``topology``, ``cpus``, ``omp_bind``, ``env_policy``, ``mem_policy``, ``mem_backend``,
-    ``nic_env``, ``rank_hooks``, ``verbose``). affrun's
-    options may also be changed later through :meth:`update_parameters`.
-
-    The user's ``slurm_python``/``local_python`` is kept and runs *after* ``affrun exec`` (a container wrapper
-    inherits the mask and the variables). ``slurm_srun_args`` and ``slurm_setup`` are merged with affrun's
-    (``--cpu-bind=none``, ``SRUN_CPUS_PER_TASK``), never overwritten; a binding ``--cpu-bind`` is an error.
-
-    ``cluster="local"`` binds the tasks of the local executor the same way. ``cluster="debug"`` runs each job
-    inside this Python process, which affrun cannot rebind before it starts: the executor warns and tasks run
-    unbound (``current_binding()`` then describes this process, ``None`` unless it was itself started by affrun).
-    """
+    """``submitit.AutoExecutor(folder, cluster, **kwargs)`` whose tasks are bound by ``affrun exec`` before Python
+    starts; ``kwargs`` also take affrun's options (:data:`AFFRUN_OPTIONS`), here and in :meth:`update_parameters`.
+    The user's python hook, srun arguments and setup lines are merged with affrun's (docs/submitit.md)."""
 
     def __init__(self, folder: str | Path, cluster: str | None = None, **kwargs: Any) -> None:
         import submitit
@@ -208,8 +154,7 @@ class AffinityExecutor:
         for name, value in self._user_python.items():
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{name}_python={value!r}: expected a shell command string")
-        self._user_srun_args: list[str] | None = None
-        self._user_setup: list[str] | None = None
+        self._user: dict[str, list[str] | None] = {"slurm_srun_args": None, "slurm_setup": None}  # as given
         hooks = {f"{name}_python": task_python(self._options, self._user_python[name], name) for name in (SLURM, LOCAL)}
         self._executor = submitit.AutoExecutor(folder=folder, cluster=cluster, **kwargs, **hooks)
         self.cluster: str = self._executor.cluster
@@ -223,7 +168,6 @@ class AffinityExecutor:
         if self.cluster == SLURM:
             self._executor.update_parameters(slurm_srun_args=merge_srun_args(None), slurm_setup=merge_setup(None))
 
-    # -- submitit's surface ------------------------------------------------------------------------------------
     @property
     def executor(self) -> submitit.AutoExecutor:
         """The wrapped ``submitit.AutoExecutor`` (its ``python`` hooks already wrap ``affrun exec``)."""
@@ -246,33 +190,16 @@ class AffinityExecutor:
         affrun = {k: kwargs.pop(k) for k in list(kwargs) if k in AFFRUN_OPTIONS}
         if affrun:
             self._set_options(AffinityOptions.from_kwargs(self._options, **affrun))
-        if "slurm_srun_args" in kwargs:
-            self._user_srun_args = string_list("slurm_srun_args", kwargs["slurm_srun_args"], "srun arguments")
-            kwargs["slurm_srun_args"] = self._user_srun_args
-        if "slurm_setup" in kwargs:
-            self._user_setup = string_list("slurm_setup", kwargs["slurm_setup"], "shell lines")
-            kwargs["slurm_setup"] = self._user_setup
-        if self.cluster == SLURM:
-            if "slurm_srun_args" in kwargs:
-                kwargs["slurm_srun_args"] = merge_srun_args(self._user_srun_args)
-            if "slurm_setup" in kwargs:
-                kwargs["slurm_setup"] = merge_setup(self._user_setup)
+        for key, what in (("slurm_srun_args", "srun arguments"), ("slurm_setup", "shell lines")):
+            if key in kwargs:
+                kwargs[key] = self._user[key] = string_list(key, kwargs[key], what)
+        for key, merge in (("slurm_srun_args", merge_srun_args), ("slurm_setup", merge_setup)):
+            if key in kwargs and self.cluster == SLURM:
+                kwargs[key] = merge(self._user[key])
         if kwargs:
             self._executor.update_parameters(**kwargs)
 
-    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> submitit.Job[R]:
-        return self._executor.submit(fn, *args, **kwargs)
-
-    def map_array(self, fn: Callable[..., R], *iterable: Iterable[Any]) -> list[submitit.Job[R]]:
-        return self._executor.map_array(fn, *iterable)
-
-    def submit_array(self, fns: Sequence[Callable[[], R]]) -> list[submitit.Job[R]]:
-        return self._executor.submit_array(fns)
-
-    def batch(self, allow_implicit_submissions: bool = False) -> AbstractContextManager[None]:
-        return self._executor.batch(allow_implicit_submissions=allow_implicit_submissions)
-
-    def __getattr__(self, name: str) -> Any:  # anything else AutoExecutor offers (register_dev_folders, ...)
+    def __getattr__(self, name: str) -> Any:  # submit, map_array, submit_array, batch...: AutoExecutor's own
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._executor, name)
@@ -280,7 +207,6 @@ class AffinityExecutor:
     def __repr__(self) -> str:
         return f"AffinityExecutor(folder={str(self.folder)!r}, cluster={self.cluster!r}, options={self._options})"
 
-    # -- internals ---------------------------------------------------------------------------------------------
     def _set_options(self, options: AffinityOptions) -> None:
         if self._executor._delayed_batch is not None:
             raise RuntimeError('Changing parameters within batch context "with executor.batch():" is not allowed')

@@ -150,12 +150,12 @@ def show(**kwargs: Any) -> None:
         return
     topo, parent = _plan(kwargs)
     the_plan = parent.plan
-    from launcher.show.svg import map_document
+    from launcher.show.svg import svg
     from launcher.show.terminal import picture
 
     click.echo(picture(topo, the_plan, color=color, width=width), color=color)
     if svg_path is not None:
-        _write_svg(map_document(topo, the_plan, _html(svg_path)), svg_path)
+        _write_svg(svg(topo, the_plan, _html(svg_path)), svg_path)
 
 
 def _show_live(pid: int, duration: str | None, svg_path: str | None, color: bool, width: int) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
     from launcher.tune.candidates import Candidate
     from launcher.tune.command import TuneArgs
-    from launcher.tune.signals import Interrupts
+    from launcher.tune.session import Interrupts
 
 
 @click.command(cls=Verbatim)  # its words are affrun torchrun's: torchrun's argparse parser reads them
@@ -37,7 +37,7 @@ def tune(words: list[str]) -> None:
             click.echo(help_text(), nl=False)
             return
         status = _run(parsed, *rank_cores(parsed.torchrun))
-    except KeyboardInterrupt:  # before the first trial started (from then on, launcher.tune.signals notes it)
+    except KeyboardInterrupt:  # before the first trial started (from then on, launcher.tune.session notes it)
         import signal
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting: a second Ctrl-C must not end it by the signal
@@ -47,10 +47,8 @@ def tune(words: list[str]) -> None:
 
 
 def _run(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Options) -> int:
-    """The trials, the table and the files, with Ctrl-C, SIGTERM and SIGHUP noted rather than raised: the trial
-    running is stopped and swept, the table so far printed, --save and --svg written whole, and the exit status
-    is 128 + the signal."""
-    from launcher.tune.signals import noted
+    """The trials, the table and the files, the stopping signals noted (exit status 128 + the signal)."""
+    from launcher.tune.session import noted
 
     with noted(exiting=True) as interrupted:
         _tune(parsed, nproc, cores, topo, source, interrupted)
@@ -87,8 +85,8 @@ def _tune(parsed: TuneArgs, nproc: int, cores: int, topo: Topology, source: Opti
     if values["save"] and chosen is not None:
         _save(values["save"], chosen.trial.candidate, described, topo, source)
     if values["svg"]:
-        from launcher.tune.chart import chart
         from launcher.tune.command import CHART_TITLE
+        from launcher.tune.result import chart
 
         _write("--svg", values["svg"], chart(session.results, chosen, f"{CHART_TITLE}{clip(described, 80)}"))
 
@@ -111,8 +109,7 @@ def _save(path: str, candidate: Candidate, described: str, topo: Topology, sourc
 
 
 def _write(option: str, path: str, text: str) -> None:
-    """Write ``text`` to the file the user named, through the one writer (launcher.base.outpath), checked again:
-    what took its place during the trials (a FIFO, a file of the user's) is one error line, never written."""
+    """Write ``text`` to the file the user named, through the one writer, checked again."""
     from launcher.base.outpath import marked, written
     from launcher.tune.command import OUTPUTS
 

@@ -1,6 +1,5 @@
-"""The machine drawn as one :class:`~launcher.show.layout.Block`: every package, NUMA node and core is a box,
-each core coloured by the rank that owns it, GPUs beside their NUMA node, then the legend and the warnings.
-:func:`draw` picks the widest layout that fits. Pure."""
+"""The machine drawn as one :class:`~launcher.show.layout.Block`: every package, NUMA node and core a box, each
+core coloured by its owner, GPUs beside their NUMA node, then the legend and the warnings. Pure."""
 
 from __future__ import annotations
 
@@ -128,16 +127,10 @@ class _Parts:
 
 
 class _Layout:
-    """Lays the machine out for one choice of cores per row and of GPUs beside or below their node. The parts
-    that do not depend on the choice (the cells, the cores of each package and node) are made once per picture
-    (:class:`_Parts`) and shared by every choice :func:`body` tries."""
+    """Lays the machine out for one choice of cores per row and of GPUs beside or below their node."""
 
     def __init__(self, parts: _Parts, per_row: int, beside: bool) -> None:
-        self.m = parts.model
-        self.color = parts.color
-        self.parts = parts
-        self.per_row = per_row
-        self.beside = beside
+        self.m, self.color, self.parts, self.per_row, self.beside = parts.model, parts.color, parts, per_row, beside
 
     def node_unit(self, node: int | None, title: str, inner: Block | Callable[[int], Block], avail: int,
                   attach: bool) -> Block:
@@ -161,15 +154,8 @@ class _Layout:
         pkg_order = sorted(nodes_of)
         node_order = m.cpu_nodes
         blocks: list[Block] = []
-        if all(len(p) == 1 for p in pkgs_of.values()):  # nodes inside packages (the usual case, and SNC/NPS)
-            for pkg in pkg_order:
-                units = []
-                for node in sorted(nodes_of[pkg], key=node_order.index):
-                    cores = groups[(pkg, node)]
-                    units.append(self.node_unit(node, _node_title(m, node, len(cores)),
-                                                _cell_grid(cells[(pkg, node)], self.per_row), width - 4, True))
-                blocks.append(framed(_package_title(m, pkg), flow(units, width - 4), "package"))
-        elif all(len(n) == 1 for n in nodes_of.values()):  # packages inside nodes (POWER, some AMD)
+        if any(len(p) > 1 for p in pkgs_of.values()) and all(len(n) == 1 for n in nodes_of.values()):
+            # packages inside nodes (POWER, some AMD)
             for node in node_order:
                 pkgs = sorted(pkgs_of[node])
 
@@ -180,7 +166,7 @@ class _Layout:
 
                 ncores = sum(len(groups[(p, node)]) for p in pkgs)
                 blocks.append(self.node_unit(node, _node_title(m, node, ncores), inner, width, True))
-        else:  # nodes and packages cross: each package shows its part of each node
+        else:  # nodes inside packages (the usual case, SNC/NPS), or crossing them: each package its part of each
             done: set[int | None] = set()
             for pkg in pkg_order:
                 units = []
@@ -237,6 +223,11 @@ def _header(model: Model, width: int) -> list[Block]:
     return [*wrap(head, width, BOLD), *wrap(machine, width, DIM), *wrap(f"source: {shown(topo.origin)}", width, DIM)]
 
 
+_KEY = {"loader": ("0L", "DataLoader core of rank 0"), "free": (".", "free"), "offline": ("-", "offline"),
+        "comm": ("0C", "core of rank 0 for NCCL's threads (--comm-cores)"), "reserved": ("r", "reserved (--reserve)"),
+        "disallowed": ("x", "not allowed (cgroup, affinity, --cpus)")}  # the legend's marks of a role
+
+
 def _legend(model: Model, width: int, color: bool) -> list[Block]:
     plan = model.plan
     # the first box of the picture, read aloud: "[0 0] is the core whose first CPU is 0: a compute core of rank 0"
@@ -254,34 +245,20 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
     kinds = "" if not model.kind_letter else " (the letter after the id is the core's kind)"
     out: list[Block] = [*wrap(f"Legend  each core is [first CPU id, owner]{kinds}{first_box}", width, DIM)]
     roles = {info.role for _, _, info in model.core_marks.values()} | ({"offline"} if model.offline else set())
-    key: list[tuple[str, str]] = []
-    if roles & {"compute", "loader", "comm"}:
-        key.append(("0", "compute core of rank 0"))
-    if "loader" in roles:
-        key.append(("0L", "DataLoader core of rank 0"))
-    if "comm" in roles:
-        key.append(("0C", "core of rank 0 for NCCL's threads (--comm-cores)"))
+    key = [("0", "compute core of rank 0")] if roles & {"compute", "loader", "comm"} else []
+    key += [_KEY[role] for role in ("loader", "comm") if role in roles]
     shared = [info.ranks for _, _, info in model.core_marks.values() if info.role == "shared"]
     if shared:
         example = min(shared)
         key.append((model.shared_label(example), f"shared by ranks {', '.join(map(str, example))}"))
-    if "free" in roles:
-        key.append((".", "free"))
-    if "reserved" in roles:
-        key.append(("r", "reserved (--reserve)"))
-    if "disallowed" in roles:
-        key.append(("x", "not allowed (cgroup, affinity, --cpus)"))
-    if "offline" in roles:
-        key.append(("-", "offline"))
+    key += [_KEY[role] for role in ("free", "reserved", "disallowed", "offline") if role in roles]
     for mark in model.kind_marks:
         key.append((mark.letter, f"{mark.kind.name}{'' if mark.speed == 'middle' else f' ({mark.speed})'}"))
-    row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
-    out.append(hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0))
+    out.append(key_row(key, width))
     headers = ("rank", "gpu", "pci", "nic", "omp", "numa", "cpus")
     rows: list[tuple[Text, str, str, str, str, str, str]] = []
     for r in plan.ranks:
-        label = f"{r.local_rank:>2}"
-        swatch = Text(0, 0, f" {label} " if color else f"[{label}]", Style("rank", (r.local_rank,)), swatch=r.local_rank)
+        swatch = rank_swatch(r.local_rank, color)
         cpus = format_cpulist(r.cpus)
         if r.loader_cpus:
             cpus += f" (DataLoader {format_cpulist(r.loader_cpus)})"
@@ -309,6 +286,17 @@ def _legend(model: Model, width: int, color: bool) -> list[Block]:
     for ranks, alias in model.shared_alias.items():
         out.append(text_line((f"  {alias} ", BOLD), (f"= cores shared by ranks {format_cpulist(ranks)}", DIM)))
     return out
+
+
+def key_row(key: Sequence[tuple[str, str]], width: int) -> Block:
+    """The legend's marks and what each means, as many to a line as fit."""
+    row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
+    return hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0)
+
+
+def rank_swatch(rank: int, color: bool) -> Text:
+    """The legend's swatch of ``rank``'s colour."""
+    return Text(0, 0, f" {rank:>2} " if color else f"[{rank:>2}]", Style("rank", (rank,)), swatch=rank)
 
 
 def _warnings(model: Model, width: int) -> list[Block]:

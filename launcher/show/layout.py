@@ -1,9 +1,5 @@
-"""The picture's vocabulary: text and frames laid out in character cells, and the ranks' colours.
-
-A :class:`Block` is a rectangle of ``w`` x ``h`` cells holding frames (boxes with a title) and texts, each with a
-:class:`Style` that says what it means; :mod:`launcher.show.terminal` and :mod:`launcher.show.svg` each map the
-styles to their own colours. Pure, standard library only.
-"""
+"""The picture's vocabulary: frames and texts laid out in character cells (a :class:`Block`), each text with a
+:class:`Style` that each renderer maps to its own colours; and the ranks' colours. Pure."""
 
 from __future__ import annotations
 
@@ -34,7 +30,6 @@ def rank_color(rank: int, loader: bool = False) -> str:
 def ansi_index(rank: int, loader: bool) -> int:
     r, g, b = _cube(rank, loader)
     return 16 + 36 * r + 6 * g + b
-
 
 
 
@@ -90,8 +85,7 @@ Op = Frame | Text
 @dataclass
 class Block:
     """A laid-out rectangle of ``w`` x ``h`` character cells: its own ops, relative to its top-left corner, then its
-    parts, blocks drawn inside it at an offset. A block holds its parts, it does not copy their ops: nesting costs
-    one entry per part, and :meth:`placed` copies each op once, when the picture is drawn."""
+    parts, blocks drawn inside it at an offset (held, not copied: :meth:`placed` copies each op once)."""
 
     w: int
     h: int
@@ -115,8 +109,8 @@ class Block:
 
 
 class Grid(Block):
-    """``cells`` left to right, ``per`` to a row ``gap`` apart, the rows one below the other: the same block as
-    ``vstack`` of ``hjoin`` rows, but sized without placing a cell, so trying many row lengths costs little."""
+    """``cells`` left to right, ``per`` to a row ``gap`` apart: ``vstack`` of ``hjoin`` rows, sized without placing
+    a cell."""
 
     def __init__(self, cells: Sequence[Block], per: int, gap: int = 1) -> None:
         starts = range(0, len(cells), per)

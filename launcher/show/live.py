@@ -1,10 +1,6 @@
 """``affrun show --pid``'s picture: the machine's cores as ``affrun show`` draws them, each coloured by the rank
 whose threads ran there, marked with the role that ran there most, a ``!`` where a thread strayed from its home.
-
-What ran where comes in as plain data (CPU -> (rank key, role, strayed) -> samples: what
-:func:`launcher.doctor.thread_homes.cpu_use` counts), so this module knows nothing of the audit. Pure; the
-terminal and SVG renderers are the plan picture's.
-"""
+What ran where comes in as plain data (:data:`Use`). Pure."""
 
 from __future__ import annotations
 
@@ -14,10 +10,10 @@ from dataclasses import dataclass
 from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import shown
 from launcher.plan.planner import Plan
-from launcher.show.drawing import body
-from launcher.show.layout import BOLD, DIM, PLAIN, Block, CoreInfo, Style, Text, flow, hjoin, text_line, vstack, wrap
+from launcher.show.drawing import body, key_row, rank_swatch
+from launcher.show.layout import BOLD, DIM, PLAIN, Block, CoreInfo, Style, text_line, vstack, wrap
 from launcher.show.model import Model
-from launcher.show.svg import SVG_WIDTH, TITLE, block_svg, html_wrap
+from launcher.show.svg import SVG_WIDTH, TITLE, document
 from launcher.show.terminal import TERMINAL_WIDTH, render_text
 from launcher.topology.model import Core, Topology
 
@@ -94,10 +90,9 @@ def _legend(model: LiveModel, job: LiveJob, width: int, color: bool) -> list[Blo
         key.append((".", "no thread of the job ran here"))
     if "disallowed" in marks:
         key.append(("x", "not allowed"))
-    row = [text_line((mark, BOLD), (f" {what}", DIM)) for mark, what in key]
-    out.append(hjoin([Block(2, 1), flow(row, width - 2, gap=3)], gap=0))
+    out.append(key_row(key, width))
     for r in job.ranks:
-        swatch = Text(0, 0, f" {r.key:>2} " if color else f"[{r.key:>2}]", Style("rank", (r.key,)), swatch=r.key)
+        swatch = rank_swatch(r.key, color)
         plan = f"{r.strayed} strayed" if r.planned else "no thread plan"
         label = shown(r.label)  # a process's name, as the kernel has it: escaped in the picture and the SVG
         gone = " (exited)" if r.exited else ""
@@ -133,5 +128,4 @@ def live_picture(topo: Topology, job: LiveJob, color: bool = False, width: int =
 
 def live_document(topo: Topology, job: LiveJob, html: bool) -> str:
     """The live picture as an SVG document, or an HTML page (``html``): what ``affrun show --pid --svg`` writes."""
-    text = block_svg(draw_live(topo, job, SVG_WIDTH, True), f"{TITLE} --pid {job.pid}")
-    return html_wrap(text, f"{TITLE} --pid {job.pid}") if html else text
+    return document(draw_live(topo, job, SVG_WIDTH, True), f"{TITLE} --pid {job.pid}", html)

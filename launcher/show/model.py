@@ -34,10 +34,8 @@ class KindMark:
 
 
 def kind_marks(kinds: CoreKinds) -> tuple[KindMark, ...]:
-    """One mark per core kind, fastest first: the kind name's first letter (P, E; b, l for big/little cores),
-    or A, B, C... when those would repeat. Empty unless there are two kinds or more: one kind (uniform
-    ``cpu_capacity``, a homogeneous arm64 server, a hybrid CPU narrowed to one kind) needs no letter. The one
-    place that maps kinds to letters: the picture, its legend and ``affrun topology`` read it."""
+    """One mark per core kind, fastest first: the kind name's first letter, or A, B, C... when those would repeat;
+    none for a single kind. The one map of kinds to letters (the picture, its legend, ``affrun topology``)."""
     if not kinds.hybrid:
         return ()
     firsts = [next((ch for ch in k.name if ch.isalnum()), "?") for k in kinds.kinds]
@@ -77,8 +75,11 @@ class Model:
         ids = [c.pus[0] for c in self.cores] + self.offline
         self.id_w = max((len(str(i)) for i in ids), default=1)
         self.cpu_nodes = self._cpu_nodes()
-        self.gpus = self._gpus()
-        self.attached, self.memory_of, self.loose_gpus, self.loose_nodes = self._attachments()
+        self.gpus: list[GpuEntry] = []
+        self.attached: dict[int | None, list[GpuEntry | NumaNode]] = {}  # drawn beside a node with CPUs
+        self.loose_gpus: list[GpuEntry] = []
+        self.loose_nodes: list[NumaNode] = []
+        self._place()
 
     # --- cores
     def _mark(self, core: Core) -> tuple[str, Style, CoreInfo]:
@@ -138,16 +139,6 @@ class Model:
             first.setdefault(c.numa_node, c.pus[0])
         return sorted(first, key=lambda n: first[n])
 
-    def _gpus(self) -> list[GpuEntry]:
-        vis = self.topo.visible
-        visible_of = {g.index: i for i, g in enumerate(self.topo.gpus)} if vis is None else {p: i for i, p in enumerate(vis)}
-        out = []
-        for g in self.topo.gpus:
-            v = visible_of.get(g.index)
-            ranks = tuple(r.local_rank for r in self.plan.ranks if v is not None and r.gpu == v)
-            out.append(GpuEntry(g, v, ranks, ""))
-        return out
-
     def _nearest_cpu_node(self, node_id: int) -> int | None:
         node = self.topo.node(node_id)
         dist = node.distances if node else {}
@@ -167,35 +158,31 @@ class Model:
             return None, home.why
         return (None if home.node == -1 else home.node), ("" if home.claim == CLAIM_GPU_NODE else home.why)
 
-    def _attachments(
-        self,
-    ) -> tuple[dict[int | None, list[GpuEntry | NumaNode]], dict[int, GpuEntry], list[GpuEntry], list[NumaNode]]:
-        attached: dict[int | None, list[GpuEntry | NumaNode]] = {}
-        loose_gpus: list[GpuEntry] = []
-        memory_of: dict[int, GpuEntry] = {}
-        for i, entry in enumerate(self.gpus):
-            anchor, note = self._gpu_anchor(entry.gpu)
-            entry = GpuEntry(entry.gpu, entry.visible, entry.ranks, note)
-            self.gpus[i] = entry
-            if entry.gpu.memory_node is not None:
-                memory_of[entry.gpu.memory_node] = entry
+    def _place(self) -> None:
+        """Each GPU and each CPU-less (or offline) NUMA node: beside its node with CPUs, or loose."""
+        vis = self.topo.visible
+        visible_of = {g.index: i for i, g in enumerate(self.topo.gpus)} if vis is None else {p: i for i, p in enumerate(vis)}
+        memory_of: set[int] = set()
+        for g in self.topo.gpus:
+            v = visible_of.get(g.index)
+            anchor, note = self._gpu_anchor(g)
+            entry = GpuEntry(g, v, tuple(r.local_rank for r in self.plan.ranks if v is not None and r.gpu == v), note)
+            self.gpus.append(entry)
+            if g.memory_node is not None:
+                memory_of.add(g.memory_node)
             if anchor is None and note:
-                loose_gpus.append(entry)
+                self.loose_gpus.append(entry)
             else:
-                attached.setdefault(anchor, []).append(entry)
-        loose_nodes: list[NumaNode] = []
+                self.attached.setdefault(anchor, []).append(entry)
         for node in self.topo.numa_nodes:
             if node.os_index in self.cpu_nodes or node.os_index in memory_of:
                 continue  # drawn with its cores, or inside its GPU's row
             if node.cpus:  # CPUs that are all offline: still a node with CPUs, shown by its own box
-                attached.setdefault(node.os_index, [])
-                loose_nodes.append(node)
+                self.attached.setdefault(node.os_index, [])
+                self.loose_nodes.append(node)
                 continue
             near = self._nearest_cpu_node(node.os_index)
             if near is None:
-                loose_nodes.append(node)
+                self.loose_nodes.append(node)
             else:
-                attached.setdefault(near, []).append(node)
-        return attached, memory_of, loose_gpus, loose_nodes
-
-
+                self.attached.setdefault(near, []).append(node)

@@ -1,6 +1,5 @@
-"""The same picture as SVG (``affrun show --svg``): the boxes as rectangles, one rect per core in its rank's
-colour, as a document or inside a self-contained HTML page. Writes no file: the front end does
-(launcher.base.outpath)."""
+"""The picture as SVG (``affrun show --svg``): the boxes as rectangles, one rect per core in its rank's colour, as
+a document or inside a self-contained HTML page; and the primitives ``affrun tune --svg`` draws with."""
 
 from __future__ import annotations
 
@@ -34,17 +33,12 @@ _TEXT_FILL = {"dim": "#5a6472", "bold": "#1a202c", "warn": "#c05621", "plain": "
 
 
 def escape(text: str) -> str:
-    """``&``, ``<`` and ``>`` as XML entities, as ``xml.sax.saxutils.escape`` writes them (whose import costs about
-    17 ms: it loads urllib, http, email and ssl)."""
+    """``&``, ``<`` and ``>`` as XML entities, as ``xml.sax.saxutils.escape`` writes them (its import costs 17 ms)."""
     return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
 
 
-def _pattern_id(ranks: Sequence[int]) -> str:
-    return "shared-" + "-".join(map(str, ranks))
-
-
 def svg_text(x: float, y: float, text: str, fill: str, extra: str = "") -> str:
-    """A text element (``text`` escaped): one of the primitives ``affrun tune --svg`` draws with too."""
+    """A text element (``text`` escaped)."""
     return f'<text x="{x:g}" y="{y:g}" fill="{fill}"{extra}>{escape(text)}</text>'
 
 
@@ -65,14 +59,8 @@ def svg_document(w_px: float, h_px: float, title: str, body: Sequence[str], defs
                       "</svg>"]) + "\n"
 
 
-def svg(topo: Topology, plan: Plan, width: int = SVG_WIDTH) -> str:
-    """The same picture as an SVG document: boxes, one rect per core in its rank's colour, legend, warnings."""
-    return block_svg(draw(topo, plan, width, color=True), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}")
-
-
 def block_svg(block: Block, title: str) -> str:
-    """A laid-out picture (:func:`launcher.show.drawing.draw`, or the live one) as an SVG document; a core a
-    thread strayed to (role ``stray``) gets a thick outline."""
+    """A laid-out picture as an SVG document; a core a thread strayed to (role ``stray``) gets a thick outline."""
     w_px, h_px = block.w * _CW + 2 * _MARGIN, block.h * _CH + 2 * _MARGIN
     patterns: dict[str, tuple[int, ...]] = {}
     body: list[str] = []
@@ -99,7 +87,7 @@ def block_svg(block: Block, title: str) -> str:
             if st.kind == "rank":
                 fill, stroke, ink, dash = rank_color(st.ranks[0], st.loader), "#2d3748", "#000000", "3 2" if st.loader else ""
             elif st.kind == "shared":
-                pid = _pattern_id(st.ranks)
+                pid = "shared-" + "-".join(map(str, st.ranks))
                 patterns[pid] = st.ranks
                 fill, stroke, ink, dash = f"url(#{pid})", "#2d3748", "#000000", ""
             else:
@@ -153,21 +141,18 @@ def _tooltip(t: Text) -> str:
     return t.text.strip(" []")
 
 
-def html_page(topo: Topology, plan: Plan) -> str:
-    """A self-contained HTML page around the SVG (no scripts, no external resources)."""
-    return html_wrap(svg(topo, plan), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}")
-
-
-def html_wrap(document: str, title: str) -> str:
-    """An SVG ``document`` inside a self-contained HTML page titled ``title``."""
+def document(block: Block, title: str, html: bool) -> str:
+    """A laid-out picture as an SVG document, or inside a self-contained HTML page (``html``: no scripts, no
+    external resources): what ``affrun show --svg FILE`` writes."""
+    text = block_svg(block, title)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{escape(title)}</title>\n"
         "<style>body{margin:16px;background:#fff;font-family:sans-serif}svg{max-width:100%;height:auto}</style>\n"
-        "</head>\n<body>\n" + document + "</body>\n</html>\n"
-    )
+        "</head>\n<body>\n" + text + "</body>\n</html>\n"
+    ) if html else text
 
 
-def map_document(topo: Topology, plan: Plan, html: bool) -> str:
-    """The map as an HTML page (``html``), else as an SVG document: what ``affrun show --svg FILE`` writes."""
-    return html_page(topo, plan) if html else svg(topo, plan)
+def svg(topo: Topology, plan: Plan, html: bool = False, width: int = SVG_WIDTH) -> str:
+    """The plan's picture as an SVG document, or an HTML page (``html``)."""
+    return document(draw(topo, plan, width, color=True), f"{TITLE}: {len(plan.ranks)} ranks, mode {plan.mode}", html)

@@ -27,24 +27,13 @@ def plan_table(topo: Topology, plan: Plan, threads: Sequence[ThreadPlan] | None 
     main = any(r.main_cpus for r in plan.ranks)  # and where --main-thread gave a main core
     headers = ["rank", "cpus", "loader", *(["comm"] if comm else []), *(["main"] if main else []), "spill", "numa",
                "gpu", "pci", "nic", "omp", "why"]
-    rows = []
-    for r in plan.ranks:
-        rows.append(
-            [
-                str(r.local_rank),
-                format_cpulist(r.cpus),
-                format_cpulist(r.loader_cpus) or "-",
-                *([format_cpulist(r.comm_cpus) or "-"] if comm else []),
-                *([format_cpulist(r.main_cpus) or "-"] if main else []),
-                f"{format_cpulist(r.spill_cpus)} (node {','.join(map(str, r.spill_nodes)) or '?'})" if r.spill_cpus else "-",
-                ",".join(map(str, r.numa_nodes)) or "?",
-                "-" if r.gpu is None else str(r.gpu),
-                r.gpu_pci or "-",
-                f"{r.nic.device} ({r.nic.distance})" if r.nic else "-",
-                str(r.threads),
-                "; ".join(r.reasons),
-            ]
-        )
+    rows = [[str(r.local_rank), format_cpulist(r.cpus), format_cpulist(r.loader_cpus) or "-",
+             *([format_cpulist(r.comm_cpus) or "-"] if comm else []),
+             *([format_cpulist(r.main_cpus) or "-"] if main else []),
+             f"{format_cpulist(r.spill_cpus)} (node {','.join(map(str, r.spill_nodes)) or '?'})" if r.spill_cpus else "-",
+             ",".join(map(str, r.numa_nodes)) or "?", "-" if r.gpu is None else str(r.gpu), r.gpu_pci or "-",
+             f"{r.nic.device} ({r.nic.distance})" if r.nic else "-", str(r.threads), "; ".join(r.reasons)]
+            for r in plan.ranks]
     lines = _columns(headers, rows)
     reserved = f", reserved {format_cpulist(plan.reserved)}" if plan.reserved else ""
     lines.append(f"mode {plan.mode}, gpu order {plan.gpu_order}, spill {plan.spill}{reserved}, source {topo.origin}")

@@ -9,34 +9,19 @@ from launcher.topology.model import Topology
 
 TERMINAL_WIDTH = 80  # the picture must read on an 80-column terminal
 
-_BORDERS: dict[str, tuple[str, str, str, str, str, str]] = {  # corners and sides: ┌ ─ ┐ │ └ ┘
-    kind: (chars[0], chars[1], chars[2], chars[3], chars[4], chars[5])
-    for kind, chars in {
-        "package": "┏━┓┃┗┛",
-        "numa": "┌─┐│└┘",
-        "cpuless": "┌╌┐╎└┘",
-        "gpu": "╭─╮│╰╯",
-        "group": "┌┈┐┊└┘",
-    }.items()
-}
+# corners and sides, ┌ ─ ┐ │ └ ┘, of each kind of frame
+_BORDERS = {"package": "┏━┓┃┗┛", "numa": "┌─┐│└┘", "cpuless": "┌╌┐╎└┘", "gpu": "╭─╮│╰╯", "group": "┌┈┐┊└┘"}
 
 
-def _sgr(style: Style | None, frame: str | None = None) -> str:
-    if frame is not None:
-        return {"package": "1", "gpu": "38;5;29", "cpuless": "38;5;244", "group": "38;5;244"}.get(frame, "")
-    if style is None:
-        return ""
+_FRAME_SGR = {"package": "1", "gpu": "38;5;29", "cpuless": "38;5;244", "group": "38;5;244"}
+_SGR = {"disallowed": "38;5;244", "offline": "38;5;244", "dim": "38;5;244", "reserved": "38;5;130", "bold": "1",
+        "warn": "1;38;5;208"}  # the ANSI colour of each style's kind (a rank's: its cube colour)
+
+
+def _sgr(style: Style) -> str:
     if style.kind == "rank":
         return f"48;5;{ansi_index(style.ranks[0], style.loader)};38;5;16"
-    if style.kind in ("disallowed", "offline", "dim"):
-        return "38;5;244"
-    if style.kind == "reserved":
-        return "38;5;130"
-    if style.kind == "bold":
-        return "1"
-    if style.kind == "warn":
-        return "1;38;5;208"
-    return ""
+    return _SGR.get(style.kind, "")
 
 
 def render_text(block: Block, color: bool) -> str:
@@ -51,8 +36,8 @@ def render_text(block: Block, color: bool) -> str:
 
     for op in block.placed():
         if isinstance(op, Frame):
-            tl, hz, tr, vt, bl, br = _BORDERS.get(op.kind, _BORDERS["numa"])
-            code = _sgr(None, op.kind)
+            tl, hz, tr, vt, bl, br = tuple(_BORDERS.get(op.kind, _BORDERS["numa"]))
+            code = _FRAME_SGR.get(op.kind, "")
             right, bottom = op.x + op.w - 1, op.y + op.h - 1
             for x in range(op.x + 1, right):
                 put(x, op.y, hz, code)

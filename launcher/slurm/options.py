@@ -1,12 +1,6 @@
-"""``affrun sbatch``'s own options, rows of the one option type (:class:`launcher.options.table.OptionSpec`, group
-``sbatch``): flags, the kind of value, help, and the :class:`~launcher.slurm.script.SbatchSpec` field each fills
-(its ``dest``; ``template`` is the command's own).
-
-The rows feed ``affrun sbatch``'s click options (:func:`launcher.options.click.click_option`), the keys of the YAML
-site profiles (:data:`launcher.slurm.profile.KEYS`) and the script's :class:`SbatchSpec` (:func:`spec_values`).
-Defaults are :class:`SbatchSpec`'s own. affrun's planning options (``--mode``...) are the binding rows of
-:mod:`launcher.options.table`.
-"""
+"""``affrun sbatch``'s own options: rows of the one option table (:class:`launcher.options.table.OptionSpec`,
+group ``sbatch``), each filling the :class:`~launcher.slurm.script.SbatchSpec` field of its ``dest`` (default
+its field's). They make the click options, the site profiles' keys and the spec."""
 
 from __future__ import annotations
 
@@ -21,8 +15,7 @@ _SPEC_DEFAULTS = {f.name: f.default for f in fields(SbatchSpec) if f.default is 
 
 
 def _row(flag: str, dest: str, kind: str, help: str, **more: Any) -> OptionSpec:
-    """An sbatch option, its default its SbatchSpec field's (none for ``--affrun-command``: :func:`this_affrun`
-    fills it in when neither a flag nor a profile gave it)."""
+    """An sbatch option, its default its SbatchSpec field's (``--affrun-command``'s: :func:`this_affrun`)."""
     return OptionSpec(flag, dest, "sbatch", help, kind, default=None if dest == "affrun" else _SPEC_DEFAULTS.get(dest),
                       **more)
 
@@ -62,9 +55,8 @@ SBATCH_OPTIONS: tuple[OptionSpec, ...] = (
 
 
 def this_affrun() -> str:
-    """The absolute path of the affrun that runs now, as a shell word: the ``affrun`` script it was started as
-    (``sys.argv[0]``), else the one beside this interpreter (a venv's ``bin/affrun``), else ``python -m launcher``
-    with this interpreter's absolute path. ``affrun sbatch`` writes it into the job unless told otherwise."""
+    """The affrun that runs now, by absolute path, as a shell command: the ``affrun`` script it was started as,
+    else the one beside this interpreter, else this interpreter's ``-m launcher``."""
     import os
     import shlex
     import sys
@@ -79,7 +71,6 @@ def this_affrun() -> str:
 
 
 def spec_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The SbatchSpec fields of sbatch's own options, from click's parameter values (after
-    :func:`launcher.slurm.profile.checked`: a repeatable option's lines a tuple, an empty strint none)."""
+    """The SbatchSpec fields of sbatch's own options, from the read values (lines a tuple, an empty strint none)."""
     return {o.dest: tuple(values[o.dest]) if o.kind == "lines" else values[o.dest] or None if o.kind == "strint"
             else values[o.dest] for o in SBATCH_OPTIONS if o.dest != "template"}

@@ -1,11 +1,6 @@
-"""Site defaults and named profiles for ``affrun sbatch``, from a YAML file.
-
-The file is ``--config FILE``, else ``$AFFRUN_CONFIG``, else ``$XDG_CONFIG_HOME/affrun/config.yaml``
-(``~/.config/affrun/config.yaml``): a ``defaults:`` mapping applied to every job and ``profiles:``, each applied
-over the defaults by ``--profile NAME``. Keys are ``affrun sbatch``'s long option names (``gpus-per-node`` or
-``gpus_per_node``). Unknown keys and wrong types are errors that name the file and the key. The file is read as
-plain data only (:mod:`launcher.base.safe_yaml`, the reader ``--tuned`` files share). The layout: docs/slurm.md.
-"""
+"""Site defaults and named profiles for ``affrun sbatch``, from a YAML file (docs/slurm.md): ``defaults`` and
+``profiles``, keyed by ``affrun sbatch``'s long option names, each value read by its option's reader. Unknown keys
+and wrong values are one error naming the file and the key."""
 
 from __future__ import annotations
 
@@ -20,9 +15,7 @@ from launcher.errors import ConfigError
 from launcher.options.table import OptionSpec, options_in
 from launcher.slurm.options import SBATCH_OPTIONS
 
-# key -> option: sbatch's own (launcher.slurm.options), and affrun's planning and environment options, passed to
-# affrun exec / affrun torchrun in the job: the same flags as on the command line (launcher.options.table). Each
-# value is read by its option's kind (launcher.options.values), as the command line's values are.
+# key -> option: sbatch's own, and affrun's planning and environment options, passed to affrun in the job.
 KEYS: dict[str, OptionSpec] = {spec.name("profile"): spec for spec in (*SBATCH_OPTIONS, *options_in("plan", "env"))}
 TOP_LEVEL = ("defaults", "profiles")
 # A site configuration is a few KB; PyYAML (pure Python) needs seconds per MB.
@@ -52,11 +45,6 @@ class SiteConfig:
         return merged
 
 
-def default_path(environ: Mapping[str, str]) -> Path:
-    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "affrun" / "config.yaml"
-
-
 def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) -> tuple[str | None, bool]:
     """The file to read and whether it must exist (given by ``--config`` or ``$AFFRUN_CONFIG``)."""
     env = os.environ if environ is None else environ
@@ -64,18 +52,16 @@ def find_config(explicit: str | None, environ: Mapping[str, str] | None = None) 
         return explicit, True
     if env.get("AFFRUN_CONFIG"):
         return env["AFFRUN_CONFIG"], True
-    path = default_path(env)
+    path = Path(env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"), "affrun", "config.yaml")
     return (str(path), False) if path.is_file() else (None, False)
 
 
 def load_config(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> SiteConfig:
     path, required = find_config(explicit, environ)
-    if path is None:
+    if path is None or not os.path.lexists(path):
+        if required:
+            raise ConfigError(f"{path}: configuration file not found")
         return SiteConfig(None, {}, {})
-    if not required and not os.path.lexists(path):
-        return SiteConfig(None, {}, {})
-    if required and not os.path.lexists(path):
-        raise ConfigError(f"{path}: configuration file not found")
     from launcher.topology._files import read_document
 
     return parse_config(read_document(path, "a YAML configuration file", ConfigError, limit=CONFIG_LIMIT), path)
@@ -85,7 +71,7 @@ def parse_config(text: str | bytes, path: str) -> SiteConfig:
     from launcher.base.safe_yaml import BadYAML, load_yaml
 
     try:
-        data = load_yaml(text)  # plain data only, bounded: launcher/base/safe_yaml.py
+        data = load_yaml(text)
     except BadYAML as exc:
         raise ConfigError(f"{path}: {exc}") from None
     if data is None:
@@ -118,6 +104,8 @@ def _guess(key: object, known: Iterable[str]) -> str:
 
 
 def _section(body: object, path: str, where: str) -> dict[str, Any]:
+    from launcher.options.values import BadValue
+
     if body is None:
         return {}
     if not isinstance(body, dict):
@@ -128,17 +116,11 @@ def _section(body: object, path: str, where: str) -> dict[str, Any]:
         key = raw_key.replace("_", "-") if isinstance(raw_key, str) else name
         if key not in KEYS:
             raise ConfigError(f"{path}: {where}.{name}: unknown key{_guess(key, KEYS)} (valid: {', '.join(sorted(KEYS))})")
-        out[key] = _check(value, KEYS[key], path, f"{where}.{name}")
+        try:
+            out[key] = KEYS[key].read(value, "profile")  # the one reader the command line's values go through
+        except BadValue as exc:
+            raise ConfigError(f"{path}: {where}.{name}: {exc}, got {short(value)}") from None
         if key == "template" and not os.path.isabs(out[key]):
             out[key] = os.path.join(os.path.dirname(os.path.abspath(path)), out[key])  # relative to the file
     return out
 
-
-def _check(value: object, spec: OptionSpec, path: str, where: str) -> object:
-    """A profile's value, through the one reader the command line's values go through too."""
-    from launcher.options.values import BadValue
-
-    try:
-        return spec.read(value, "profile")
-    except BadValue as exc:
-        raise ConfigError(f"{path}: {where}: {exc}, got {short(value)}") from None

@@ -1,16 +1,11 @@
-"""Render Slurm batch scripts from the templates in ``templates/`` (pure: text in, text out).
-
-A template is a bash script with ``{{name}}`` placeholders. Every value that comes from the user is made safe
-for its place before it is substituted: the training command's words are shell-quoted one by one (they reach
-the training process byte for byte), and ``#SBATCH`` values are checked and double-quoted where sbatch needs
-it. Only ``setup`` lines (modules, venv activation) are copied as shell code, because that is what they are.
-"""
+"""Render Slurm batch scripts from the templates in ``templates/``: ``{{name}}`` placeholders, each value made
+safe for its place (the command's words shell-quoted one by one, ``#SBATCH`` values double-quoted where sbatch
+needs it; ``setup`` lines are shell code). The values were read by :mod:`launcher.options.values` (docs/slurm.md)."""
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -23,23 +18,6 @@ from launcher.plan.request import validate_request
 
 Style = Literal["torchrun", "srun"]
 STYLES: tuple[Style, ...] = get_args(Style)
-
-# Documented in templates/README.md; a template may use any of them, and nothing else.
-TEMPLATE_VARIABLES: dict[str, str] = {
-    "shebang": "the interpreter line, #!/bin/bash",
-    "sbatch_directives": "all #SBATCH lines (options, then the extra lines), one per line",
-    "setup": "the environment setup lines (module load, venv activation), verbatim",
-    "style": "the template style: torchrun or srun",
-    "nodes": "number of nodes (integer)",
-    "gpus_per_node": "GPUs per node (integer, 0 when the job asks for none)",
-    "ranks_per_node": "training processes per node: torchrun's --nproc-per-node, or srun's --ntasks-per-node",
-    "cpus_per_task": "the srun -c value: an integer, or a shell expression on $SLURM_CPUS_ON_NODE",
-    "rdzv_port": "the c10d rendezvous / MASTER_PORT port: an integer, or a shell expression on $SLURM_JOB_ID",
-    "affrun": "the affrun command inside the job, shell-quoted",
-    "affrun_options": "affrun's planning and environment options, shell-quoted (may be empty)",
-    "command": "the training command (every word after --), shell-quoted word by word",
-    "version": "affrun's version",
-}
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _GPUS = re.compile(r"(?:[A-Za-z0-9_.-]+:)?([0-9]{1,9})", re.ASCII)
@@ -88,15 +66,9 @@ class SbatchSpec:
         return self.gpu_count() or self.options.rank_count() or 1
 
 
-# ---------------------------------------------------------------------------- #SBATCH lines
-
-
 def directive_value(option: str, value: str) -> str:
-    """One ``#SBATCH`` value, checked. sbatch reads a directive up to the line's end and splits it on
-    white space unless the value is in double quotes, and it has no escape for a quote inside quotes."""
-    bad = unwritable(value)
-    if bad is not None:
-        raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain {bad}")
+    """One ``#SBATCH`` value: sbatch splits a directive on white space unless the value is in double quotes, and
+    has no escape for a quote inside quotes."""
     if '"' in value:
         raise ConfigError(f"--{option} {short(value)}: a #SBATCH value cannot contain a double quote")
     if value == "" or re.search(r"\s", value):
@@ -107,9 +79,6 @@ def directive_value(option: str, value: str) -> str:
 def extra_directive(line: str) -> str:
     """An extra ``#SBATCH`` line as the user gave it, with or without the ``#SBATCH`` prefix."""
     text = line.strip()
-    bad = unwritable(text)
-    if bad is not None:
-        raise ConfigError(f"--sbatch-line {short(line)}: one #SBATCH line cannot contain {bad}")
     if text.startswith("#SBATCH"):
         text = text[len("#SBATCH"):].strip()
     if not text.startswith("-"):
@@ -142,20 +111,12 @@ def sbatch_directives(spec: SbatchSpec) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------------------- variables
-
-
 def affrun_options(spec: SbatchSpec) -> list[str]:
     """affrun's own options, as flags for ``affrun exec`` / ``affrun torchrun`` inside the job."""
     argv = [*spec.options.to_argv(), *(["--tuned", spec.tuned] if spec.tuned else [])]
     if spec.verbose and spec.style == "srun":
         argv.append("--verbose")
     return argv
-
-
-def quote_words(words: Sequence[str]) -> str:
-    """Shell-quote every word: the shell turns the result back into exactly these words, running nothing."""
-    return " ".join(shlex.quote(w) for w in words)
 
 
 def affrun_words(spec: SbatchSpec) -> list[str]:
@@ -173,20 +134,9 @@ def affrun_words(spec: SbatchSpec) -> list[str]:
 
 
 def check_spec(spec: SbatchSpec) -> None:
-    if spec.style not in STYLES:
-        raise ConfigError(f"--style {short(spec.style)}: choose one of {', '.join(STYLES)}")
+    """Refuse, before the queue wait, what the job would refuse on every node."""
     if not spec.command:
         raise ConfigError("no training command: put it after --, e.g. affrun sbatch -- train.py --epochs 3")
-    for name, value in (("nodes", spec.nodes), ("ntasks-per-node", spec.ntasks_per_node),
-                        ("cpus-per-task", spec.cpus_per_task)):
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name} {value}: must be at least 1")
-    if spec.rdzv_port is not None and not 1 <= spec.rdzv_port <= 65535:
-        raise ConfigError(f"--rdzv-port {spec.rdzv_port}: not a TCP port")
-    for line in spec.setup:
-        bad = unwritable(line)
-        if bad is not None:
-            raise ConfigError(f"--setup {short(line)}: a setup line cannot contain {bad}")
     affrun_words(spec)
     check_plan_options(spec)
     if spec.style == "torchrun":
@@ -200,12 +150,8 @@ def check_spec(spec: SbatchSpec) -> None:
 
 
 def check_job_command(spec: SbatchSpec) -> None:
-    """Refuse, before the queue wait, a training command the job itself would refuse. ``--style torchrun``: the
-    job's ``affrun torchrun`` command line (affrun's options, the template's rendezvous flags, then the command)
-    goes through the parse ``affrun torchrun`` runs in the job (:func:`launcher.launch.torchrun.parse` and
-    :func:`~launcher.launch.torchrun.check_args`): ``-- -m`` or ``-- --no-python`` with no script, ``-- -c x``, an empty
-    script. It needs torch, as the job does; where torch is not installed (a login node without it) the job checks
-    it. ``--style srun``: ``affrun exec`` cannot run an empty command name."""
+    """Refuse a training command the job itself would refuse: ``--style torchrun``, the job's command line through
+    ``affrun torchrun``'s own parse (where torch is installed); ``--style srun``, an empty command name."""
     if spec.style != "torchrun":
         if not spec.command[0]:
             raise ConfigError("the training command is an empty word (''): give the program to run after --")
@@ -231,12 +177,11 @@ def check_job_command(spec: SbatchSpec) -> None:
 
 
 def check_plan_options(spec: SbatchSpec) -> None:
-    """Refuse, before the queue wait, planning options that would fail on every node: a bad --reserve or --map,
-    conflicting options, or more or fewer --map / --gpus entries than ranks per node."""
+    """Refuse planning options that would fail on every node (the planner's checks, without a topology)."""
     ranks = spec.ranks_per_node()
     request = spec.options.request(ranks)
     try:
-        validate_request(request)  # the planner's own checks, without a topology
+        validate_request(request)
     except RankCountMismatch as exc:  # the job's ranks are per node, and come from sbatch's options
         raise PlanError(Opt(exc.key), f" gives {exc.given} entries for {exc.ranks} rank(s) per node "
                         "(--ntasks-per-node, else one per GPU): give one per rank") from None
@@ -247,6 +192,7 @@ def check_plan_options(spec: SbatchSpec) -> None:
 
 
 def template_variables(spec: SbatchSpec) -> dict[str, str]:
+    """Every value a template may use (documented in templates/README.md), by name."""
     check_spec(spec)
     ranks = spec.ranks_per_node()
     if spec.cpus_per_task is not None:
@@ -266,59 +212,38 @@ def template_variables(spec: SbatchSpec) -> dict[str, str]:
         "ranks_per_node": str(ranks),
         "cpus_per_task": cpus,
         "rdzv_port": port,
-        "affrun": quote_words(affrun_words(spec)),
-        "affrun_options": quote_words(affrun_options(spec)),
-        "command": quote_words(spec.command),
+        "affrun": shlex.join(affrun_words(spec)),
+        "affrun_options": shlex.join(affrun_options(spec)),
+        "command": shlex.join(spec.command),
         "version": __version__,
     }
-
-
-# ---------------------------------------------------------------------------- templates
 
 
 TEMPLATE_LIMIT = 1 << 20  # a batch script template is a few KB
 
 
 def builtin_template(style: str) -> Path:
-    """The shipped template of a style: ``templates/<style>.sbatch`` (package ``launcher.templates``)."""
+    """The shipped template of a style: ``templates/<style>.sbatch`` (package data of ``launcher.templates``)."""
     if style not in STYLES:
         raise ConfigError(f"--style {short(style)}: choose one of {', '.join(STYLES)}")
-    try:
-        from importlib.resources import files
-
-        path = Path(str(files("launcher.templates").joinpath(f"{style}.sbatch")))
-        if path.is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parents[1] / "templates" / f"{style}.sbatch"  # a source checkout
-
-
-def read_template(path: str | Path) -> str:
-    from launcher.topology._files import read_document  # bounded, regular files only (a FIFO would hang)
-
-    try:
-        data = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT)
-    except ConfigError as exc:
-        raise ConfigError(f"--template {exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"--template {path}: not UTF-8 text") from None
-
-
-def fill(template: str, variables: dict[str, str], source: str) -> str:
-    """Substitute every ``{{name}}``; an unknown name is an error naming the template and the valid names."""
-    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(template)} - set(variables))
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown template variable {{{{{unknown[0]}}}}} (valid: {', '.join(sorted(variables))})"
-        )
-    return _PLACEHOLDER.sub(lambda m: variables[m.group(1)], template)
+    return Path(__file__).resolve().parents[1] / "templates" / f"{style}.sbatch"
 
 
 def render(spec: SbatchSpec, template: str | Path | None = None) -> str:
-    """The batch script for ``spec`` from ``template`` (a file), else the style's shipped template."""
+    """The batch script for ``spec`` from ``template`` (a file), else the style's shipped template; an unknown
+    ``{{name}}`` is an error naming the template and the valid names."""
+    from launcher.topology._files import read_document  # bounded, regular files only (a FIFO would hang)
+
     path = Path(template) if template is not None else builtin_template(spec.style)
-    text = fill(read_template(path), template_variables(spec), str(path))
+    try:
+        text = read_document(str(path), "a batch script template", ConfigError, limit=TEMPLATE_LIMIT).decode("utf-8")
+    except ConfigError as exc:
+        raise ConfigError(f"--template {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--template {path}: not UTF-8 text") from None
+    variables = template_variables(spec)
+    unknown = sorted({m.group(1) for m in _PLACEHOLDER.finditer(text)} - set(variables))
+    if unknown:
+        raise ConfigError(f"{path}: unknown template variable {{{{{unknown[0]}}}}} (valid: {', '.join(sorted(variables))})")
+    text = _PLACEHOLDER.sub(lambda m: variables[m.group(1)], text)
     return text if text.endswith("\n") else text + "\n"

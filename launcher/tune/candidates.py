@@ -1,8 +1,4 @@
-"""The candidate plans of a tune and the rule that prunes them. Pure.
-
-Loader cores per rank from 0 up to half the rank's cores; for each, DataLoader workers none, one and two per loader
-core. The default plan (the user's options as given) is a trial of its own, the one every ratio is against.
-"""
+"""The candidate plans of a tune and the rule that prunes them (docs/tune.md, "The candidates"). Pure."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A trial's output (its stdout and stderr together), read from a pipe by a thread and kept as no more than the
-lines that can name its error: the last exception line, the last line that says an error, the last line, each
-cut to its first :data:`HEAD` bytes. Nothing on disk, memory bounded however long the output or any line of it;
-the script's exception is found however much torchrun prints after it. Tune shows one line (escaped).
-"""
+"""A trial's output, read from a pipe by a thread and kept as no more than the lines that can name its error,
+each cut to its first :data:`HEAD` bytes (docs/tune.md, "One trial")."""
 
 from __future__ import annotations
 
@@ -29,8 +26,8 @@ _EXCEPTION_AT = re.compile(rb"(?:^|(?<=[\r\n]))[^\S\r\n]*[A-Za-z_][\w.]*(?:Error
 
 
 class Blame:
-    """The candidate lines of an output fed in pieces, in bounded memory; :meth:`line` picks one. A piece costs a
-    few scans in C; Python reads only its last exception line, its last error line and its last line."""
+    """The candidate lines of an output fed in pieces, in bounded memory (a piece costs a few scans in C);
+    :meth:`line` picks one."""
 
     def __init__(self) -> None:
         self._line = bytearray()  # the start of the line being read (at most HEAD bytes)
@@ -86,8 +83,7 @@ class Blame:
 
     def line(self) -> str:
         """The script's error: its last exception line, else the last line that says an error, else the last
-        line; one printable line of at most 200 characters. affrun's rank lines and torchrun's summary of a failed
-        rank and its traceback are left out (the summary's last line is a link, and it names no cause)."""
+        line (affrun's and torchrun's agent's left out); one printable line of at most 200 characters."""
         self._end_line()
         return clip(shown(self._exception or self._error or self._last), 200)
 
@@ -139,8 +135,8 @@ class Tail:
             self.fd = -1
 
     def finish(self, wait: float = 1.0) -> str:
-        """Stop reading (after what the trial's processes wrote before they were swept, up to ``wait`` seconds
-        for a writer that survived) and return the line that names its error (:meth:`Blame.line`)."""
+        """Stop reading (waiting up to ``wait`` seconds for a writer that survived the sweep) and return
+        :meth:`Blame.line`."""
         self.started()
         self._thread.join(wait)
         self._done.set()

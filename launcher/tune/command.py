@@ -1,5 +1,5 @@
 """``affrun tune``'s command line: its own options (:data:`TUNE_OPTIONS`) taken out from among affrun torchrun's,
-which every trial gets as given, with the script and its arguments untouched."""
+which every trial gets as given."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ OUTPUTS = (("--save", "save", b"affrun-tuned:"), ("--svg", "svg", SVG_MARKER))  
 
 def _walk(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str], list[str], list[str]]:
     """(tune's options with their values, the other options, the script and its arguments), read as affrun
-    torchrun reads them (launcher.launch.torchrun.split_at_script), abbreviations resolved as argparse does."""
+    torchrun reads them, abbreviations resolved as argparse does."""
     actions = parser._option_string_actions
     long_names = [name for name in actions if name.startswith("--")]
     mine: list[str] = []
@@ -145,8 +145,7 @@ def _walk(parser: argparse.ArgumentParser, words: list[str]) -> tuple[list[str],
 
 
 def rank_cores(args: argparse.Namespace) -> tuple[int, int, Topology, Options]:
-    """(local ranks, the fewest cores a rank of the plan has with no loader cores: the candidates' range, the
-    machine, where it was read from)."""
+    """(local ranks, the fewest cores a rank has with no loader cores, the machine, the user's options)."""
     import os
 
     from torch.distributed.run import determine_local_world_size

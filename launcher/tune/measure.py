@@ -1,9 +1,7 @@
-"""One trial's figures from the feed meter's JSON (``--feed-json``): readings and the window between two. Pure.
+"""One trial's figures from the feed meter's JSON (``--feed-json``): readings, and the window between two. Pure.
 
-A reading is each rank's cumulative figures at the time the rank last wrote them (batches, the loop's seconds,
-the seconds it waited for data, for a CPU, and its GPU was busy). The trial's figures are the difference of two
-readings, one after the warm-up and one at the end, rank by rank on the rank's own clock (its ``seconds``): the
-warm-up's batches never count, and the window is exactly the loop time the batches took. docs/tune.md says why.
+A reading is each rank's cumulative figures as it last wrote them; a window is the difference of two, rank by
+rank on the rank's own loop clock (docs/tune.md, "One trial").
 """
 
 from __future__ import annotations
@@ -11,43 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launcher.feed.figures import WorkersSource, figures_of
+from launcher.feed.figures import FeedFigures, WorkersSource, figures_of
 
 Source = WorkersSource | Literal["mixed"]  # a window's: "mixed" when its ranks' sources differ
-
-
-@dataclass(frozen=True)
-class RankFigures:
-    batches: int
-    seconds: float
-    wait_seconds: float
-    loaders: int
-    num_workers: tuple[int, ...]
-    workers_source: WorkersSource
-    final: bool
-    cpu_wait_seconds: float | None = None  # None: not measured (no schedstat, an older meter)
-    gpu_busy_seconds: float | None = None  # None: no NVML, no GPU
-
-
-Reading = dict[int, RankFigures]
+Reading = dict[int, FeedFigures]
 
 
 def reading(data: Any) -> Reading:
-    """The ranks of the meter's JSON list, as :func:`launcher.feed.figures.figures_of` reads them (entries that
-    are not a rank's object are left out)."""
-    out: Reading = {}
-    for found in map(figures_of, data if isinstance(data, list) else []):
-        if found is not None:
-            out[found.rank] = RankFigures(found.batches, found.seconds, found.data_wait_fraction * found.seconds,
-                                          found.loaders, found.num_workers, found.workers_source, found.final,
-                                          _times(found.cpu_wait_fraction, found.seconds),
-                                          _times(found.gpu_busy_fraction, found.seconds))
-    return out
-
-
-def _times(fraction: float | None, seconds: float) -> float | None:
-    """A share of the loop's time in seconds (none of a loop that has not run: a rank's first write)."""
-    return 0.0 if seconds <= 0 else None if fraction is None else fraction * seconds
+    """The ranks of the meter's JSON list (entries that are not a rank's object are left out)."""
+    return {f.rank: f for f in map(figures_of, data if isinstance(data, list) else []) if f is not None}
 
 
 def all_started(now: Reading, ranks: int) -> bool:
@@ -62,9 +32,8 @@ def all_advanced(start: Reading, now: Reading, seconds: float) -> bool:
 
 @dataclass(frozen=True)
 class Window:
-    """The figures between two readings: the job's batches/s (the ranks' summed), data wait, CPU wait and GPU busy
-    share (each the ranks' seconds over their loop seconds; ``None`` where a rank did not measure it), and what
-    the ranks' loaders were."""
+    """The figures between two readings: the job's batches/s (its ranks' summed); data wait, CPU wait and GPU busy
+    (seconds over loop seconds, all ranks together; ``None`` where a rank did not measure it); the loaders."""
 
     batches_per_s: float
     data_wait_fraction: float
@@ -76,22 +45,33 @@ class Window:
     gpu_busy_fraction: float | None = None
 
 
+def _totals(f: FeedFigures | None) -> tuple[int, float, float, float | None, float | None]:
+    """A rank's batches, loop seconds and the seconds it waited for data, for a CPU and its GPU was busy (``None``:
+    not measured); all zero before its first write."""
+    if f is None:
+        return 0, 0.0, 0.0, 0.0, 0.0
+    cpu, gpu = (0.0 if f.seconds <= 0 else None if x is None else x * f.seconds
+                for x in (f.cpu_wait_fraction, f.gpu_busy_fraction))
+    return f.batches, f.seconds, f.data_wait_fraction * f.seconds, cpu, gpu
+
+
 def window(start: Reading, end: Reading) -> Window | None:
     """The window from ``start`` to ``end`` (``None`` when no rank ran in it)."""
     rate, waited, spent, batches = 0.0, 0.0, 0.0, 0
     cpu: float | None = 0.0
     busy: float | None = 0.0
-    for r, last in end.items():
-        first = start.get(r, RankFigures(0, 0.0, 0.0, 0, (), "script", False, 0.0, 0.0))
-        dt = last.seconds - first.seconds
+    for r, f in end.items():
+        b0, s0, w0, c0, g0 = _totals(start.get(r))
+        b1, s1, w1, c1, g1 = _totals(f)
+        dt = s1 - s0
         if dt <= 0:
             continue
-        rate += (last.batches - first.batches) / dt
-        waited += max(0.0, last.wait_seconds - first.wait_seconds)
+        rate += (b1 - b0) / dt
+        waited += max(0.0, w1 - w0)
         spent += dt
-        batches += last.batches - first.batches
-        cpu = _added(cpu, first.cpu_wait_seconds, last.cpu_wait_seconds)
-        busy = _added(busy, first.gpu_busy_seconds, last.gpu_busy_seconds)
+        batches += b1 - b0
+        cpu = None if cpu is None or c0 is None or c1 is None else cpu + max(0.0, c1 - c0)
+        busy = None if busy is None or g0 is None or g1 is None else busy + max(0.0, g1 - g0)
     if spent <= 0:
         return None
     sources = {f.workers_source for f in end.values()}
@@ -99,10 +79,3 @@ def window(start: Reading, end: Reading) -> Window | None:
     workers = tuple(w for r in sorted(end) for w in end[r].num_workers)
     return Window(rate, min(1.0, waited / spent), batches, spent / max(1, len(end)), workers, source,
                   None if cpu is None else min(1.0, cpu / spent), None if busy is None else min(1.0, busy / spent))
-
-
-def _added(total: float | None, first: float | None, last: float | None) -> float | None:
-    """``total`` plus one rank's seconds in the window; ``None`` once a rank has not measured them."""
-    if total is None or first is None or last is None:
-        return None
-    return total + max(0.0, last - first)

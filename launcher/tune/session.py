@@ -1,18 +1,19 @@
-"""The rounds of a tune: the default plan first, then each family of candidates, pruned as it goes; then the
-repeats, interleaved (every surviving trial once per round); the budget and Ctrl-C stop it with what it has.
-
-The whole session runs with tune as a child subreaper (:mod:`launcher.tune.sweep`), and ends with a last sweep of
-every process started under it since it began: whatever a trial did, nothing it started outlives the session.
+"""The rounds of a tune: the default plan first, then each family of candidates, pruned as it goes, then the
+repeats, interleaved; the budget and the stopping signals (noted, never raised: :func:`noted`) end it with what
+it has. It runs with tune as a child subreaper and ends with a last sweep (docs/tune.md).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Literal
 
 from launcher.errors import LaunchError
@@ -34,6 +35,40 @@ class Session:
     stopped: Stopped
 
 
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupts:
+    """The first stopping signal received (0: none yet)."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def __call__(self) -> bool:
+        return self.signum != 0
+
+    def note(self, signum: int, frame: FrameType | None) -> None:
+        if not self.signum:
+            self.signum = signum
+
+
+@contextmanager
+def noted(exiting: bool = False) -> Iterator[Interrupts]:
+    """Note the stopping signals instead of acting on them, for the ``with`` block (main thread only); a signal
+    ignored before stays ignored. After it the handlers before are restored, or with ``exiting`` (the process
+    exits next) the signals are ignored, so that one more Ctrl-C does not end tune by the signal."""
+    caught = Interrupts()
+    previous = {}
+    try:
+        for sig in STOPPING:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                previous[sig] = signal.signal(sig, caught.note)
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if exiting else handler)
+
+
 class _Stop(Exception):
     def __init__(self, why: Stopped) -> None:
         super().__init__(why)
@@ -43,7 +78,7 @@ class _Stop(Exception):
 def tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progress: Callable[[str], None],
          interrupted: Callable[[], bool] = lambda: False) -> Session:
     """Run the trials; raise :class:`LaunchError` when the first one (the default plan) fails or never iterates a
-    DataLoader. ``interrupted()``: whether to stop (:func:`launcher.tune.signals.noted`)."""
+    DataLoader. ``interrupted()``: whether to stop (:func:`noted`)."""
     since = boot_ticks()
     with subreaping() as subreaper:
         try:
@@ -141,10 +176,8 @@ def _tune(spec: TrialSpec, rank_cores: int, repeats: int, budget: float, progres
 def _first_round(results: list[TrialResult], rank_cores: int, run: Callable[[TrialResult], TrialRun],
                  starved: bool = False) -> None:
     """Each family in turn, its worker counts in order; a family stops at a count clearly worse than the one
-    before it (workers that only add wait, or too few), and the families stop at one clearly worse than the one
-    before (loader cores taken from the compute that only slow it, or too few). A default plan starved by data
-    (``starved``: its verdict) is most likely fed by the most loader cores and workers: the walk then starts
-    there and goes down, so that a short budget tries them first (docs/tune.md)."""
+    before it, and the families stop at one clearly worse than the one before. For a default plan ``starved`` by
+    data the walk goes from the most loader cores and workers down (docs/tune.md, "Pruning")."""
     previous_best: TrialResult | None = None
     all_families = [family[::-1] for family in families(rank_cores)[::-1]] if starved else families(rank_cores)
     fewer = "more" if starved else "fewer"

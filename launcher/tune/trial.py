@@ -1,8 +1,5 @@
 """One trial: ``affrun torchrun --feed-report --feed-json TMP`` with the user's options and the candidate's, in a
-session of its own, its output read for the line that names its error (:mod:`launcher.tune.capture`); warmed up,
-measured, then stopped and swept (:mod:`launcher.tune.sweep`). A job that exits non-zero before its window is measured failed,
-whatever it measured before: a plan under which the script crashes is no advice.
-"""
+session of its own; warmed up, measured, stopped and swept (docs/tune.md, "One trial")."""
 
 from __future__ import annotations
 
@@ -45,8 +42,8 @@ class TrialRun:
 
 
 def command(spec: TrialSpec, options: list[str], feed_json: str, log_dir: str | None = None) -> list[str]:
-    """The trial's command line: the candidate's options go after the user's, so that they win. ``log_dir``:
-    torchrun's, which it would otherwise leave in the temporary directory after every job."""
+    """The trial's command line: the candidate's options after the user's, so that they win; ``log_dir``:
+    torchrun's."""
     logs = ["--log-dir", log_dir] if log_dir is not None and spec.log_dir else []
     return [sys.executable, "-m", "launcher", "torchrun", *spec.argv_before, *logs, "--feed-report", "--feed-json",
             feed_json, *options, *spec.argv_script]
@@ -63,8 +60,7 @@ def _read(path: str) -> Reading:
 def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, tag: str, deadline: float,
               interrupted: Callable[[], bool] = lambda: False, subreaper: bool = False) -> TrialRun:
     """Run one trial until its window is measured, it ends, ``deadline`` (``time.monotonic``) passes or
-    ``interrupted()`` says so; then stop it and sweep every process it started. ``subreaper``: whether tune is
-    one (:func:`launcher.tune.sweep.subreaping`)."""
+    ``interrupted()``; then stop it and sweep every process it started. ``subreaper``: whether tune is one."""
     feed_json = os.path.join(workdir, f"{tag}.json")
     marker = f"{os.getpid()}-{tag}"
     env = dict(os.environ)
@@ -84,7 +80,7 @@ def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, ta
         tail.started()
         outcome, first = _watch(proc, spec, feed_json, deadline, lambda: watch(proc.pid, family, since, subreaper),
                                 interrupted)
-    except KeyboardInterrupt:  # a caller without launcher.tune.signals.noted()
+    except KeyboardInterrupt:  # a caller without launcher.tune.session.noted()
         outcome = "interrupted"
     finally:
         survivors = stop(proc, marker, family, since)
@@ -106,9 +102,8 @@ def run_trial(spec: TrialSpec, options: list[str], force: bool, workdir: str, ta
 
 def _watch(proc: subprocess.Popen[bytes], spec: TrialSpec, feed_json: str, deadline: float,
            sweep_part: Callable[[], None], interrupted: Callable[[], bool]) -> tuple[str, Window | Reading | None]:
-    """Wait for every rank's first batch, warm up, take the first reading, measure, take the last. Returns the
-    outcome and the window, or for ``"ended"`` the first reading (``None`` before it); every poll also does
-    ``sweep_part()`` (:func:`launcher.tune.sweep.watch`)."""
+    """Wait for every rank's first batch, warm up, take the first reading, measure, take the last: the outcome and
+    the window, or for ``"ended"`` the first reading (``None`` before it). Every poll runs ``sweep_part()``."""
     started_at = time.monotonic()
     warm_until: float | None = None
     first: Reading | None = None

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.base.cpulist import parse_cpulist
-from launcher.show.svg import escape, map_document, svg
+from launcher.show.svg import escape, svg
 from launcher.show.terminal import picture
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
@@ -328,9 +328,9 @@ def test_svg_is_self_contained(hwloc_root) -> None:  # type: ignore[no-untyped-d
 
 def test_map_document_svg_and_html(two_node: Topology) -> None:
     plan = plan_for(two_node, 4)
-    svg_text = map_document(two_node, plan, html=False)
+    svg_text = svg(two_node, plan, html=False)
     assert len(rects(svg_root(svg_text), "core")) == len(two_node.cores)
-    page = map_document(two_node, plan, html=True)
+    page = svg(two_node, plan, html=True)
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page
     embedded = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
     assert len(rects(svg_root(embedded), "core")) == len(two_node.cores)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from launcher.tune.candidates import DEFAULT, Candidate
-from launcher.tune.chart import chart
-from launcher.tune.result import TrialResult, best, verdict
+from launcher.tune.result import TrialResult, best, chart, verdict
 
 
 def test_the_chart_verdict_is_the_tables() -> None:

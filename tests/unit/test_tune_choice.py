@@ -10,9 +10,8 @@ import pytest
 from launcher.errors import ConfigError
 from launcher.options.tuned import machine_differences, parse_tuned, render_tuned
 from launcher.tune.candidates import DEFAULT, Candidate, clearly_worse, families
-from launcher.tune.chart import chart
 from launcher.tune.measure import all_advanced, all_started, reading, window
-from launcher.tune.result import TrialResult, best, table, to_json
+from launcher.tune.result import TrialResult, best, chart, table, to_json
 
 
 def test_families_go_to_half_the_rank_and_try_none_one_and_two_workers_per_loader_core() -> None:

@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from launcher.base.choices import ENV_POLICIES
+from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.variables import (
     PLACE_VARIABLES,
@@ -25,7 +26,7 @@ from launcher.env.variables import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, MutableMapping, Sequence
+    from collections.abc import Collection, Mapping, MutableMapping, Sequence
 
 VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES)
 # The variable whose size each library threadpoolctl finds takes (its ``internal_api``). MKL's threads are
@@ -128,6 +129,17 @@ def pin_threads(cpus: Sequence[int]) -> tuple[int, dict[int, str]]:
         except OSError as exc:  # a thread that has ended, or none of the CPUs allowed (the cpuset moved)
             failed[tid] = exc.strerror or str(exc)
     return len(tids) - len(failed), failed
+
+
+def pin_thread(tid: int, cpus: Collection[int], otherwise: str) -> bool:
+    """Thread ``tid`` (0: the calling thread) onto ``cpus``; where the kernel refuses, one warning line saying
+    ``otherwise``. The rank's hooks move its pin-memory, main and communication threads with it."""
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as exc:
+        say(f"{otherwise}: CPU(s) {format_cpulist(cpus)}: {exc.strerror or exc}")
+        return False
+    return True
 
 
 def spawned() -> bool:

@@ -194,20 +194,20 @@ def _already_read(runtimes: Sequence[LoadedRuntime], variables: Sequence[str]) -
 
 
 def _machine(environ: MutableMapping[str, str], allowed: frozenset[int]) -> Audited:
-    """This machine, allowed ``allowed``; a flat one from ``allowed`` if sysfs cannot be read."""
+    """The machine the doctor audits (:func:`launcher.doctor.diagnose.audited_machine`), allowed ``allowed``; a
+    flat one from ``allowed`` if sysfs cannot be read."""
     from dataclasses import replace
 
-    from launcher.doctor.diagnose import Audited
+    from launcher.doctor.diagnose import Audited, audited_machine
     from launcher.errors import AffrunError
-    from launcher.topology import load_topology
     from launcher.topology.model import Core, Topology
 
     try:
-        topology = load_topology(environ=environ)
-        if topology.source == "live" and allowed & topology.online:
-            topology = replace(topology, allowed=allowed & topology.online)
-        return Audited(topology, live=True)
+        machine = audited_machine(environ=environ)
     except AffrunError:
-        mask = allowed
-        cores = tuple(Core(cpu, (cpu,), 0, None, None) for cpu in sorted(mask))
-        return Audited(Topology((), (), (), cores, mask, frozenset(), mask, source="affinity mask"), live=True)
+        cores = tuple(Core(cpu, (cpu,), 0, None, None) for cpu in sorted(allowed))
+        return Audited(Topology((), (), (), cores, allowed, frozenset(), allowed, source="affinity mask"), live=True)
+    topology = machine.topology
+    if machine.live and allowed & topology.online:
+        return replace(machine, topology=replace(topology, allowed=allowed & topology.online))
+    return machine

@@ -2,8 +2,8 @@
 
 ``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
 CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs (off
-the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.pools.fit_worker`, what
-the rank's own worker hook does: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
+the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.rank_hooks.fit_home`,
+the fit of the rank's own worker hook: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
 from the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` values that
 cannot be a binding made here (CPUs this machine lacks or does not allow: variables from another machine) are
 refused, as every reader refuses them (docs/threads.md): one warning per process, at import in the process that

@@ -1,10 +1,10 @@
-"""The rank's thread hooks (``--rank-hooks auto``): what the startup hook installs once a bound rank's
-``import torch`` completes, so that unmodified scripts fit their thread plan (:func:`launcher.plan.threads.thread_plan`
-of the rank's ``AFFRUN_*`` variables). Each DataLoader worker (fork, spawn, forkserver) is pinned to its home and
-its pools sized (:func:`launcher.bind.pools.fit_worker`) before the dataset or the user's ``worker_init_fn`` runs,
-through torch's ``_worker_loop``; the pin-memory thread goes to its home when it starts; torch's inter-op pool is
-sized; with ``AFFRUN_MAIN_CPUS`` the main thread goes to its core. A failure is one warning line, never the
-script's. What each hook does and why: docs/threads.md.
+"""The one fit inside a rank: the thread plan of the live rank (:func:`live_plan`, over the one strict reader of its
+``AFFRUN_*`` values), and the rank's thread hooks (``--rank-hooks auto``) that the startup hook installs once a
+bound rank's ``import torch`` completes. Each DataLoader worker (fork, spawn, forkserver) is fitted to its home
+(:func:`fit_home`, which ``launcher.torch.worker_init_fn`` calls too) before the dataset or the user's
+``worker_init_fn`` runs, through torch's ``_worker_loop``; the pin-memory thread goes to its home when it starts;
+torch's inter-op pool is sized; with ``AFFRUN_MAIN_CPUS`` the main thread goes to its core. A failure is one
+warning line, never the script's. What each hook does and why: docs/threads.md.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from launcher.base.siblings import live_cores
 from launcher.bind import comm_threads
-from launcher.bind.inherited import MAY_NOT_RUN, own_cpus
+from launcher.bind.inherited import MAY_NOT_RUN, cpuset_cpus
 from launcher.bind.pools import Fit, fit_worker, pin_thread, refit, say, size_interop
 from launcher.bind.readback import read_binding
 from launcher.context.run_role import affrun_process, multiprocessing_child
@@ -48,15 +48,17 @@ def live_plan(environ: Mapping[str, str], workers: int = 0, usable: frozenset[in
 
 def install(torch: Any) -> None:
     """Run by the startup hook once ``import torch`` has completed in a process bound by affrun. Its ``AFFRUN_*``
-    values are applied only when they can be its binding on the CPUs it may run on
-    (:func:`launcher.bind.inherited.own_cpus`); else one warning line, and nothing is patched."""
+    values are applied only when they can be its binding on the CPUs it may run on (docs/threads.md, "Inherited
+    values"); else one warning line, and nothing is patched."""
     argv = getattr(sys, "orig_argv", sys.argv)
     if affrun_process(argv):
         return
     child = multiprocessing_child(argv)  # a spawned worker, or the forkserver: its worker loop fits it
+    # The CPUs its values are judged on: the mask it started with, read before any import could narrow it; a
+    # multiprocessing child (started on its parent's main core) or a hook that did not read it: the cpuset's.
     start = getattr(sys.modules.get("_affrun_startup"), "start_mask", None)
     try:
-        rank = read_binding(os.environ, own_cpus(start, child), MAY_NOT_RUN)
+        rank = read_binding(os.environ, start if start and not child else cpuset_cpus(), MAY_NOT_RUN)
     except ValueError as exc:
         if not child:  # a spawned worker's or the forkserver's parent read the same values, and said it
             say(f"the rank's thread hooks are off: {exc}")

@@ -37,7 +37,7 @@ answered_probe = False
 hook_file = ""
 # In a process bound by affrun (AFFRUN_LOCAL_RANK), its CPU mask when the interpreter started, before any import
 # could narrow it (an OpenMP runtime binds its loading thread at load): the CPUs its inherited binding is judged
-# against (launcher.bind.inherited.own_cpus). None: not read.
+# against (launcher.bind.rank_hooks.install). None: not read.
 start_mask: frozenset[int] | None = None
 
 

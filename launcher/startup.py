@@ -62,8 +62,6 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
     rank = job.ranks[rank_index]
     mem = bind_running(job, rank, environ, inherited=True)
     notes = [*mem.warnings, *job.env(rank).notes]
-    if job.handoff.mem_backend == "numactl" and mem.policy != "none":
-        notes.append("--mem-backend numactl: applied with set_mempolicy instead (the process is already running)")
     if job.handoff.verbose:
         from launcher.base.untrusted import shown  # notes echo the user's values
 
@@ -76,9 +74,9 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
 
 
 def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
-    """A multiprocessing child of bound rank ``bound``: its loader CPUs when the plan has some, no placement. The
-    rank's ``AFFRUN_*`` values it inherited are read by the one strict reader (``read_binding``)."""
-    from launcher.bind.apply import apply_environment
+    """A multiprocessing child of bound rank ``bound``: its loader CPUs when the rank has some (the one apply,
+    ``bind_process``), no placement. The rank's values it inherited are read by the one strict reader."""
+    from launcher.bind.apply import apply_environment, bind_process
     from launcher.bind.readback import read_binding
     from launcher.env.variables import PLACE_VARIABLES
     from launcher.errors import LaunchError
@@ -87,11 +85,8 @@ def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
         binding = read_binding(environ)
     except ValueError as exc:
         raise LaunchError(f"the binding of rank {bound} this process inherited: {exc}") from None
-    loader = binding.loader_cpus if binding is not None else frozenset()
-    if loader:
-        from launcher.bind.apply import bind_process
-
-        bind_process(sorted(loader), "none", (), "syscall")
+    if binding is not None and binding.loader_cpus:
+        bind_process(sorted(binding.loader_cpus), "none", (), "syscall")
     apply_environment(environ, {}, PLACE_VARIABLES)
 
 

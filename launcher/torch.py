@@ -2,8 +2,8 @@
 
 ``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
 CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs (off
-the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.pools.fit_worker`, what
-the rank's own worker hook does: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
+the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.rank_hooks.fit_home`,
+the fit of the rank's own worker hook: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
 from the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` values that
 cannot be a binding made here (CPUs this machine lacks or does not allow: variables from another machine) are
 refused, as every reader refuses them (docs/threads.md): one warning per process, at import in the process that
@@ -20,11 +20,9 @@ from collections.abc import Callable
 from launcher.base.siblings import live_cores
 from launcher.base.split import worker_cpus
 from launcher.base.untrusted import short
-from launcher.bind.inherited import MAY_NOT_RUN, cpuset_cpus
-from launcher.bind.pools import fit_worker, say
-from launcher.bind.readback import read_binding
+from launcher.bind.inherited import cpuset_cpus
+from launcher.bind.rank_hooks import fit_home, live_plan
 from launcher.errors import ConfigError
-from launcher.plan.threads import worker_pool
 
 __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
 
@@ -57,21 +55,6 @@ class WorkerCpusWarning(RuntimeWarning):
 _WARNED = False  # this process, or the one it was started from, has said it: once per process, not per worker
 
 
-def _pools() -> tuple[list[int], list[int], str]:
-    """(loader CPUs, rank CPUs off the main and comm cores, why the ``AFFRUN_*`` values are refused): the
-    binding's lists, read by the one strict reader on the CPUs a process may be given here; refused (or none),
-    the CPUs of a process not started by affrun. The rank's CPUs are those the thread plan gives its workers
-    (launcher.plan.threads)."""
-    try:
-        binding = read_binding(os.environ, cpuset_cpus(), MAY_NOT_RUN)
-    except ValueError as exc:
-        return [], _parent_cpus(), str(exc)
-    if binding is None:
-        return [], _parent_cpus(), ""
-    cpus = worker_pool(binding)  # the thread plan's: off the main core and every comm core
-    return sorted(binding.loader_cpus), sorted(cpus), ""
-
-
 def _say_refused(refused: str) -> None:
     global _WARNED
     if not refused or _WARNED:
@@ -79,7 +62,21 @@ def _say_refused(refused: str) -> None:
     _WARNED = True
     warnings.warn(f"launcher.torch.worker_init_fn: {refused}; DataLoader workers share the CPUs this process has. "
                   "The variables come from another machine or job: start this process through affrun here",
-                  WorkerCpusWarning, stacklevel=3)
+                  WorkerCpusWarning, stacklevel=4)
+
+
+def _home(worker_id: int, workers: int) -> tuple[int, ...]:
+    """Worker ``worker_id``'s home in the thread plan of this rank's ``AFFRUN_*`` values, read by the one strict
+    reader on the CPUs a process may be given here; outside affrun, or refused (said once), its share of the CPUs
+    the parent process spans."""
+    try:
+        return live_plan(os.environ, workers, cpuset_cpus()).workers[worker_id].cpus
+    except ValueError as exc:
+        _say_refused(str(exc))
+    except LookupError:  # no AFFRUN_CPUS: not started by affrun
+        pass
+    cpus = _parent_cpus()
+    return tuple(worker_cpus(worker_id, workers, [], cpus, live_cores(cpus)))
 
 
 def worker_init_fn(worker_id: int) -> None:
@@ -96,18 +93,7 @@ def worker_init_fn(worker_id: int) -> None:
     if isinstance(worker_id, bool) or not isinstance(worker_id, int) or not 0 <= worker_id < num_workers:
         raise ConfigError(f"worker_init_fn: worker_id={short(worker_id)} is not one of the DataLoader's "
                           f"{num_workers} worker(s) (0-{num_workers - 1})")
-    loader, rank, refused = _pools()
-    _say_refused(refused)
-    cpus = worker_cpus(worker_id, num_workers, loader, rank, live_cores(loader or rank))
-    fit = fit_worker(cpus, speak=worker_id == 0)
-    if fit is None:
-        return
-    if not os.sched_getaffinity(0) <= set(cpus):  # none of them allowed after all (the cpuset moved)
-        _say_refused(f"none of CPU(s) {','.join(map(str, cpus))} is allowed here any more")
-        return
-    hooked = getattr(sys.modules.get("torch.utils.data._utils.worker"), "_affrun_fitted", None) == os.getpid()
-    if fit.notes and not hooked and worker_id == 0:  # the hook has said them; worker 0 speaks for all
-        say(f"launcher.torch.worker_init_fn: {'; '.join(fit.notes)}")
+    fit_home(_home(worker_id, num_workers), worker_id, "launcher.torch.worker_init_fn")
 
 
 def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int], None]:
@@ -131,7 +117,10 @@ def _said_at_import() -> None:
         _WARNED = True
         return
     if os.environ.get("AFFRUN_CPUS"):
-        _say_refused(_pools()[2])
+        try:
+            live_plan(os.environ, 0, cpuset_cpus())
+        except ValueError as exc:
+            _say_refused(str(exc))
 
 
 _said_at_import()

@@ -116,6 +116,8 @@ def bind_running(job: Job, rank: RankPlan, environ: MutableMapping[str, str], in
     handoff = job.handoff
     backend = "syscall" if handoff.mem_backend in ("auto", "numactl") else handoff.mem_backend
     mem = bind_process(rank.cpus, handoff.mem_policy, rank.mem_nodes, backend, rank if inherited else None)
+    if handoff.mem_backend == "numactl" and mem.policy != "none":
+        mem.warnings += ("--mem-backend numactl cannot wrap a running process: set_mempolicy was used",)
     apply_environment(environ, {**rank_variables(job, rank), MEM_VARIABLE: mem_text(mem.policy, mem.nodes)},
                       job.env(rank).unset)
     return mem

@@ -13,10 +13,10 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from launcher.bind.pools import say
+from launcher.bind.pools import pin_thread
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection
     from typing import Any
 
 C10D = "torch.distributed.distributed_c10d"
@@ -28,7 +28,7 @@ MARK = "_affrun_comm_cpus"  # set on a wrapper: the CPUs it narrows to (a second
 _inside = threading.local()  # .depth: this thread is inside a wrapped call (the outermost one narrowed it)
 
 
-def install(torch: Any, home: Sequence[int], rank_cpus: Sequence[int]) -> None:
+def install(torch: Any, home: Collection[int], rank_cpus: Collection[int]) -> None:
     """Wrap torch.distributed's group makers so that they run on ``home`` (the thread plan's comm home) when it
     is narrower than the rank's CPUs; otherwise (no comm cores, no main core) nothing is wrapped."""
     cpus = frozenset(home)
@@ -63,14 +63,14 @@ def on_cpus(real: Callable[..., Any], cpus: frozenset[int]) -> Callable[..., Any
             return real(*args, **kwargs)
         before = _mask()
         narrowed = (before is not None and before != cpus
-                    and _set(cpus, "torch.distributed's threads start on the caller's CPUs"))
+                    and pin_thread(0, cpus, "torch.distributed's threads start on the caller's CPUs"))
         _inside.depth = 1
         try:
             return real(*args, **kwargs)
         finally:
             _inside.depth = 0
             if narrowed and before is not None:
-                _set(before, "the thread that made the process group stays on the comm cores")
+                pin_thread(0, before, "the thread that made the process group stays on the comm cores")
 
     setattr(wrapper, MARK, cpus)
     return wrapper
@@ -81,14 +81,3 @@ def _mask() -> frozenset[int] | None:
         return frozenset(os.sched_getaffinity(0))
     except OSError:
         return None
-
-
-def _set(cpus: frozenset[int], otherwise: str) -> bool:
-    """The calling thread's mask (``sched_setaffinity`` of thread 0: the caller only) to ``cpus``; where the
-    kernel refuses, one warning line saying ``otherwise``."""
-    try:
-        os.sched_setaffinity(0, cpus)
-    except OSError as exc:
-        say(f"{otherwise}: CPU(s) {sorted(cpus)}: {exc.strerror or exc}")
-        return False
-    return True

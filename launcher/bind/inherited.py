@@ -76,15 +76,3 @@ def cpuset_cpus() -> frozenset[int] | None:
     if online is None:
         return None
     return online & cpuset.cpus if cpuset is not None and online & cpuset.cpus else online
-
-
-def own_cpus(start: frozenset[int] | None, child: bool) -> frozenset[int] | None:
-    """The CPUs this process may run on, as its inherited binding is judged: the mask it started with (read by
-    the startup hook before any import could narrow it: an OpenMP runtime binds its loading thread at load),
-    which affrun set to the rank's CPUs. In a ``multiprocessing`` child (``child``: a spawned worker, the
-    forkserver), which starts on the mask of the thread that started it (the main thread's core, under
-    ``--main-thread``), or where the start was not read (a hook installed before it read it), the CPUs it may be
-    given (:func:`cpuset_cpus`)."""
-    if start and not child:
-        return start
-    return cpuset_cpus()

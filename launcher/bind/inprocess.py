@@ -89,11 +89,9 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> tuple[Job, boo
 
 def _pin_main_thread(cpus: tuple[int, ...], before: frozenset[int],
                      runtimes: Sequence[LoadedRuntime]) -> tuple[list[str], list[str]]:
-    """The main thread (its thread id is the process id) on its core, ``cpus`` (``--main-thread``); (applied, not
-    applied). Pinned again only where it was there before (the OpenMP runtime put it there from affrun's
-    ``OMP_PLACES``: under ``affrun run``); else it stays on the rank's CPUs, for the reasons docs/python-api.md
-    gives: the runtime binds it from ``OMP_PLACES`` when it starts, and pinned earlier it would hide the team's
-    places from libgomp, or, once libgomp is loaded, put every thread it starts on that one core."""
+    """The main thread on its core, ``cpus`` (``--main-thread``): (applied, not applied). Pinned again only where
+    it was there before (libgomp put it there from affrun's ``OMP_PLACES``); else it stays on the rank's CPUs, for
+    the reasons docs/python-api.md gives."""
     from launcher.context.runtimes import OPENMP
 
     main, text = os.getpid(), format_cpulist(cpus)
@@ -171,8 +169,6 @@ def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **op
         elif runtime.user_api == OPENMP:
             not_applied.append(f"{runtime.name} reads OMP_PLACES/KMP_AFFINITY at its first parallel region: applied "
                                "only if none has run in this process yet")
-    if job.handoff.mem_backend == "numactl" and mem.policy != "none":
-        not_applied.append("--mem-backend numactl cannot wrap a running process: set_mempolicy was used")
     report = BindReport(local_rank, nproc_per_node, rank.cpus, count, tuple(applied), tuple(not_applied),
                         env.notes, warnings)
     if not quiet:

@@ -12,6 +12,7 @@ called by :func:`launcher.bind.apply.bind_process`): the kernel's EINVAL would o
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 # The kernel's MPOL_* mode numbers (linux/mempolicy.h).
 MPOL_NUMBERS = {"default": 0, "preferred": 1, "membind": 2, "interleave": 3}
@@ -34,20 +35,14 @@ def missing_nodes(nodes: tuple[int, ...], online_file: str = ONLINE_NODES) -> tu
     return tuple(n for n in nodes if n not in online)
 
 
+@dataclass
 class MemResult:
-    """The memory policy in effect after :func:`apply_mempolicy`. A plain class: a rank imports this module, and
-    ``dataclasses`` would cost it more than the rest of its start (docs/design.md §11)."""
+    """The memory policy in effect after :func:`apply_mempolicy`."""
 
-    __slots__ = ("nodes", "policy", "warnings", "wrapper")
-
-    def __init__(self, policy: str, nodes: tuple[int, ...], wrapper: list[str], warnings: tuple[str, ...]) -> None:
-        self.policy = policy  # what is in effect: membind | preferred | interleave | none
-        self.nodes = nodes
-        self.wrapper = wrapper  # argv prefix to exec through (numactl), or []
-        self.warnings = warnings
-
-    def __repr__(self) -> str:
-        return f"MemResult({self.policy!r}, {self.nodes!r}, {self.wrapper!r}, {self.warnings!r})"
+    policy: str  # what is in effect: membind | preferred | interleave | none
+    nodes: tuple[int, ...]
+    wrapper: list[str]  # argv prefix to exec through (numactl), or []
+    warnings: tuple[str, ...]
 
 
 def set_mempolicy(policy: str, nodes: tuple[int, ...]) -> int:

@@ -2,9 +2,9 @@
 ``os.environ`` (read by the libraries it loads later) set, and the pools of those already loaded (torch's count
 and inter-op pool, OpenCV's, numexpr's, the BLAS and OpenMP runtimes threadpoolctl finds) lowered to the size and
 read back. A user's value (``AFFRUN_USER_POOLS``) is never raised, and under ``AFFRUN_ENV_POLICY=keep`` left as it
-is. A DataLoader worker's hook (:mod:`launcher.bind.rank_hooks`) and ``launcher.torch.worker_init_fn`` share
-:func:`fit_worker`. Once loaded it imports only the standard library and threadpoolctl. What each library reads,
-when, and why the rules are these: docs/threads.md.
+is. A DataLoader worker's hook and ``launcher.torch.worker_init_fn`` fit through :func:`fit_worker`
+(``launcher.bind.rank_hooks.fit_home``). Once loaded it imports only the standard library and threadpoolctl.
+What each library reads, when, and why the rules are these: docs/threads.md.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from launcher.base.choices import ENV_POLICIES
+from launcher.base.cpulist import format_cpulist
 from launcher.base.untrusted import ascii_uint, short
 from launcher.env.variables import (
     PLACE_VARIABLES,
@@ -25,7 +27,7 @@ from launcher.env.variables import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, MutableMapping, Sequence
+    from collections.abc import Collection, Mapping, MutableMapping, Sequence
 
 VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES)
 # The variable whose size each library threadpoolctl finds takes (its ``internal_api``). MKL's threads are
@@ -56,22 +58,19 @@ def say(text: str) -> None:
         pass
 
 
+@dataclass
 class Fit:
     """What :func:`fit_worker` did: the CPUs the process was pinned to and how many it has (``count``), the size of
     each pool variable (``None``: the user's, kept), the env policy, whether the process inherited its loaded
     libraries by fork, what it could not do, and the ``torch.set_num_threads`` calls it fitted since (``asked``)."""
 
-    __slots__ = ("asked", "count", "cpus", "inherited", "notes", "policy", "sizes")
-
-    def __init__(self, cpus: tuple[int, ...], count: int, sizes: dict[str, int | None], policy: str,
-                 inherited: bool, notes: list[str]) -> None:
-        self.cpus = cpus
-        self.count = count
-        self.sizes = sizes
-        self.policy = policy
-        self.inherited = inherited
-        self.notes = notes
-        self.asked: list[str] = []
+    cpus: tuple[int, ...]
+    count: int
+    sizes: dict[str, int | None]
+    policy: str
+    inherited: bool
+    notes: list[str]
+    asked: list[str] = field(default_factory=list)
 
 
 _fit: Fit | None = None  # this worker's fit, which torch.set_num_threads (wrapped by fit_worker) keeps to
@@ -128,6 +127,17 @@ def pin_threads(cpus: Sequence[int]) -> tuple[int, dict[int, str]]:
         except OSError as exc:  # a thread that has ended, or none of the CPUs allowed (the cpuset moved)
             failed[tid] = exc.strerror or str(exc)
     return len(tids) - len(failed), failed
+
+
+def pin_thread(tid: int, cpus: Collection[int], otherwise: str) -> bool:
+    """Thread ``tid`` (0: the calling thread) onto ``cpus``; where the kernel refuses, one warning line saying
+    ``otherwise``. The rank's hooks move its pin-memory, main and communication threads with it."""
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as exc:
+        say(f"{otherwise}: CPU(s) {format_cpulist(cpus)}: {exc.strerror or exc}")
+        return False
+    return True
 
 
 def spawned() -> bool:
@@ -191,50 +201,46 @@ def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str
     return asked + raised + found
 
 
+# The libraries sized through their own calls, in this order, then the runtimes threadpoolctl finds: (the name a
+# problem is said under, the module, its pool variable, its count's getter and setter). Why each, and the forked
+# OpenCV's setNumThreads(0): docs/threads.md ("What each library reads", "torch's count").
+LIBRARIES = (("torch", "torch", "OMP_NUM_THREADS", "get_num_threads", "set_num_threads"),
+             ("opencv", "cv2", "OPENCV_FOR_THREADS_NUM", "getNumThreads", "setNumThreads"),
+             ("numexpr", "numexpr", "NUMEXPR_NUM_THREADS", "get_num_threads", "set_num_threads"))
+
+
 def size_loaded(fit: Fit, lower: bool) -> tuple[list[str], list[str]]:
     """Size the pools of the libraries this process has loaded to ``fit.sizes`` (``lower`` false: only name those
     above it): (the pools found above their size, in words; the problems). Each library on its own: one that
     fails leaves the others sized."""
     found: list[str] = []
     problems: list[str] = []
-    for size_one in (_torch, _opencv, _numexpr, _runtimes):
+    for name, *library in (*LIBRARIES, ("runtimes",)):
         try:
-            found.extend(size_one(fit, lower))
+            found.extend(_library(fit, lower, *library) if library else _runtimes(fit, lower))
         except Exception as exc:  # a broken or half-installed library: the worker goes on
-            problems.append(f"{size_one.__name__.strip('_')}: {type(exc).__name__}: {str(exc)[:200]}")
+            problems.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
     return found, problems
 
 
-def _opencv(fit: Fit, lower: bool) -> list[str]:
-    """``cv2.setNumThreads`` when cv2 is loaded. OpenCV's pthreads pool joins the threads it drops when it shrinks,
-    and in a forked child they do not exist: the join never returns. So a forked process turns OpenCV's parallel
-    loops off (``setNumThreads(0)``: one thread) rather than shrink the pool (docs/threads.md)."""
-    cv2 = sys.modules.get("cv2")
-    size = fit.sizes["OPENCV_FOR_THREADS_NUM"]
-    if cv2 is None or size is None:
+def _library(fit: Fit, lower: bool, name: str, variable: str, getter: str, setter: str) -> list[str]:
+    """One library's count, when it is loaded and above its size: lowered through its own setter (torch's own,
+    not affrun's wrapper; a forked OpenCV's parallel loops turned off) and read back."""
+    module = sys.modules.get(name)
+    size = fit.sizes[variable]
+    if module is None or size is None:
         return []
-    before = int(cv2.getNumThreads())
+    what = f"{name}.{getter}()"
+    before = int(getattr(module, getter)())
     if before <= size:
         return []
     if lower:
-        cv2.setNumThreads(0 if fit.inherited else size)
-        _read_back("cv2.getNumThreads()", int(cv2.getNumThreads()), size)
-    return [f"cv2.getNumThreads()={before}"]
-
-
-def _numexpr(fit: Fit, lower: bool) -> list[str]:
-    """``numexpr.set_num_threads`` when numexpr is loaded (it starts its threads again in a forked child)."""
-    numexpr = sys.modules.get("numexpr")
-    size = fit.sizes["NUMEXPR_NUM_THREADS"]
-    if numexpr is None or size is None:
-        return []
-    before = int(numexpr.get_num_threads())
-    if before <= size:
-        return []
-    if lower:
-        numexpr.set_num_threads(size)
-        _read_back("numexpr.get_num_threads()", int(numexpr.get_num_threads()), size)
-    return [f"numexpr.get_num_threads()={before}"]
+        set_count = getattr(module, setter)
+        getattr(set_count, "__wrapped__", set_count)(0 if name == "cv2" and fit.inherited else size)
+        after = int(getattr(module, getter)())
+        if after > size:  # a pool is said to be lowered only when it reads back at its size
+            raise RuntimeError(f"{what} is {after} after lowering to {size}")
+    return [f"{what}={before}"]
 
 
 def _runtimes(fit: Fit, lower: bool) -> list[str]:
@@ -259,31 +265,6 @@ def _runtimes(fit: Fit, lower: bool) -> list[str]:
     if stuck:
         raise RuntimeError("; ".join(stuck))
     return found
-
-
-def _read_back(what: str, after: int, size: int) -> None:
-    """A pool lowered is said to be lowered only when it reads back at its size: ``RuntimeError`` otherwise."""
-    if after > size:
-        raise RuntimeError(f"{what} is {after} after lowering to {size}")
-
-
-# ------------------------------------------------------------------------------------------------ torch's own
-def _torch(fit: Fit, lower: bool) -> list[str]:
-    """torch's count (``torch.set_num_threads``). torch stores the count it was given and applies it again at each
-    thread's first parallel operation (ATen's ``lazy_init_num_threads``): lowering OpenMP's count alone does not
-    stick in a thread that has not run one yet (a spawned worker), so the count is set through torch itself and
-    read back through ``torch.get_num_threads()``, which makes that first application (docs/threads.md)."""
-    torch = sys.modules.get("torch")
-    size = fit.sizes["OMP_NUM_THREADS"]
-    if torch is None or size is None:
-        return []
-    before = int(torch.get_num_threads())
-    if before <= size:
-        return []
-    if lower:
-        getattr(torch.set_num_threads, "__wrapped__", torch.set_num_threads)(size)
-        _read_back("torch.get_num_threads()", int(torch.get_num_threads()), size)
-    return [f"torch.get_num_threads()={before}"]
 
 
 def keep_torch_count(torch: Any) -> None:

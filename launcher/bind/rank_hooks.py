@@ -1,10 +1,10 @@
-"""The rank's thread hooks (``--rank-hooks auto``): what the startup hook installs once a bound rank's
-``import torch`` completes, so that unmodified scripts fit their thread plan (:func:`launcher.plan.threads.thread_plan`
-of the rank's ``AFFRUN_*`` variables). Each DataLoader worker (fork, spawn, forkserver) is pinned to its home and
-its pools sized (:func:`launcher.bind.pools.fit_worker`) before the dataset or the user's ``worker_init_fn`` runs,
-through torch's ``_worker_loop``; the pin-memory thread goes to its home when it starts; torch's inter-op pool is
-sized; with ``AFFRUN_MAIN_CPUS`` the main thread goes to its core. A failure is one warning line, never the
-script's. What each hook does and why: docs/threads.md.
+"""The one fit inside a rank: the thread plan of the live rank (:func:`live_plan`, over the one strict reader of its
+``AFFRUN_*`` values), and the rank's thread hooks (``--rank-hooks auto``) that the startup hook installs once a
+bound rank's ``import torch`` completes. Each DataLoader worker (fork, spawn, forkserver) is fitted to its home
+(:func:`fit_home`, which ``launcher.torch.worker_init_fn`` calls too) before the dataset or the user's
+``worker_init_fn`` runs, through torch's ``_worker_loop``; the pin-memory thread goes to its home when it starts;
+torch's inter-op pool is sized; with ``AFFRUN_MAIN_CPUS`` the main thread goes to its core. A failure is one
+warning line, never the script's. What each hook does and why: docs/threads.md.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING
 
 from launcher.base.siblings import live_cores
 from launcher.bind import comm_threads
-from launcher.bind.inherited import MAY_NOT_RUN, own_cpus
-from launcher.bind.pools import fit_worker, refit, say, size_interop
+from launcher.bind.inherited import MAY_NOT_RUN, cpuset_cpus
+from launcher.bind.pools import Fit, fit_worker, pin_thread, refit, say, size_interop
 from launcher.bind.readback import read_binding
 from launcher.context.run_role import affrun_process, multiprocessing_child
 from launcher.env.variables import MAIN_VARIABLE
 from launcher.plan.threads import ThreadPlan, thread_plan
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
+
+    from launcher.bind.readback import TaskBinding
 
 WORKER_MODULE = "torch.utils.data._utils.worker"
 PIN_MODULE = "torch.utils.data._utils.pin_memory"
@@ -35,49 +37,34 @@ PIN_MODULE = "torch.utils.data._utils.pin_memory"
 FITTED = "_affrun_fitted"
 
 
-class LiveRank:
-    """A live rank's fields, as :func:`launcher.plan.threads.thread_plan` takes them, from its ``AFFRUN_*`` read by
-    the one strict reader (:func:`launcher.bind.readback.read_binding`): ``ValueError`` naming the variable for a
-    value that cannot be the rank's binding, on ``usable`` CPUs when they are given."""
-
-    __slots__ = ("comm_cpus", "compute_cpus", "cpus", "loader_cpus", "local_rank", "main_cpus", "threads")
-
-    def __init__(self, environ: Mapping[str, str], usable: frozenset[int] | None = None) -> None:
-        binding = read_binding(environ, usable, MAY_NOT_RUN)
-        if binding is None:
-            raise LookupError("AFFRUN_CPUS is not set")
-        self.local_rank = binding.local_rank
-        self.cpus = tuple(sorted(binding.cpus))
-        self.compute_cpus = tuple(sorted(binding.compute_cpus))
-        self.loader_cpus = tuple(sorted(binding.loader_cpus))
-        self.comm_cpus = tuple(sorted(binding.comm_cpus))
-        self.main_cpus = tuple(sorted(binding.main_cpus))
-        self.threads = binding.threads
-
-
 def live_plan(environ: Mapping[str, str], workers: int = 0, usable: frozenset[int] | None = None) -> ThreadPlan:
-    """The thread plan of the rank whose variables ``environ`` holds (raises ``ValueError``/``LookupError``)."""
-    rank = LiveRank(environ, usable)
+    """The thread plan of the rank whose ``AFFRUN_*`` values ``environ`` holds, read by the one strict reader on
+    ``usable`` CPUs (``ValueError`` naming the variable; ``LookupError`` without ``AFFRUN_CPUS``)."""
+    rank = read_binding(environ, usable, MAY_NOT_RUN)
+    if rank is None:
+        raise LookupError("AFFRUN_CPUS is not set")
     return thread_plan(rank, workers, live_cores(rank.cpus) if workers else ())
 
 
 def install(torch: Any) -> None:
     """Run by the startup hook once ``import torch`` has completed in a process bound by affrun. Its ``AFFRUN_*``
-    values are applied only when they can be its binding on the CPUs it may run on
-    (:func:`launcher.bind.inherited.own_cpus`); else one warning line, and nothing is patched."""
+    values are applied only when they can be its binding on the CPUs it may run on (docs/threads.md, "Inherited
+    values"); else one warning line, and nothing is patched."""
     argv = getattr(sys, "orig_argv", sys.argv)
     if affrun_process(argv):
         return
     child = multiprocessing_child(argv)  # a spawned worker, or the forkserver: its worker loop fits it
+    # The CPUs its values are judged on: the mask it started with, read before any import could narrow it; a
+    # multiprocessing child (started on its parent's main core) or a hook that did not read it: the cpuset's.
     start = getattr(sys.modules.get("_affrun_startup"), "start_mask", None)
     try:
-        rank = LiveRank(os.environ, own_cpus(start, child))
-    except LookupError:
-        return  # not a rank's process after all: nothing to fit
+        rank = read_binding(os.environ, start if start and not child else cpuset_cpus(), MAY_NOT_RUN)
     except ValueError as exc:
         if not child:  # a spawned worker's or the forkserver's parent read the same values, and said it
             say(f"the rank's thread hooks are off: {exc}")
         return
+    if rank is None:
+        return  # not a rank's process after all: nothing to fit
     worker, pin = sys.modules.get(WORKER_MODULE), sys.modules.get(PIN_MODULE)  # `import torch` imported both
     if worker is not None:
         patch_worker_loop(worker, rank)
@@ -88,20 +75,13 @@ def install(torch: Any) -> None:
         patch_pin_memory_loop(pin, plan.pin_memory.cpus)
     size_interop(torch, plan.interop.threads)
     comm_threads.install(torch, plan.nccl_proxy.cpus, rank.cpus)
-    if plan.main.pinned:
-        pin_main_thread(plan.main.cpus)
-    start_main_count(torch)
+    main = os.getpid()  # the main thread's id; unless the OpenMP runtime put it on its core at load:
+    if plan.main.pinned and os.sched_getaffinity(main) != set(plan.main.cpus):
+        pin_thread(main, plan.main.cpus, f"the main thread stays on the rank's CPUs, off its core ({MAIN_VARIABLE})")
+    torch.get_num_threads()  # start the main thread's count now: docs/threads.md, "The pin-memory thread ..."
 
 
-def start_main_count(torch: Any) -> None:
-    """Start torch's count in the thread that imported torch (the main thread) now. torch stores one count for the
-    process and applies it to a thread at that thread's first parallel operation or count query; the pin-memory
-    thread's own ``torch.set_num_threads(1)`` stores 1, which a main thread that has not started its count yet
-    would then take for the whole run (docs/threads.md, "The pin-memory thread and the main thread's count")."""
-    torch.get_num_threads()
-
-
-def patch_worker_loop(module: Any, rank: LiveRank) -> None:
+def patch_worker_loop(module: Any, rank: TaskBinding) -> None:
     """Wrap torch's ``_worker_loop`` so that each worker fits its home first. The wrapper keeps the original's
     module and name: spawn and forkserver pickle it by reference, and find it again, wrapped by this same hook
     in the worker's own interpreter."""
@@ -123,23 +103,31 @@ def patch_worker_loop(module: Any, rank: LiveRank) -> None:
     module._worker_loop = _worker_loop
 
 
-def fit_this_worker(module: Any, rank: LiveRank, arguments: dict[str, Any]) -> None:
-    """Fit this worker (pin, pools) to its home in the thread plan; a user's ``init_fn`` in ``_worker_loop``'s
-    ``arguments`` is then followed by a check that it did not raise a pool again."""
+def fit_this_worker(module: Any, rank: TaskBinding, arguments: dict[str, Any]) -> None:
+    """Fit this worker to its home in the thread plan (:func:`fit_home`); a user's ``init_fn`` in
+    ``_worker_loop``'s ``arguments`` is then followed by a check that it did not raise a pool again."""
     worker_id, workers = int(arguments["worker_id"]), int(arguments["num_workers"])
     home = thread_plan(rank, workers, live_cores(rank.cpus)).workers[worker_id].cpus
-    speak = worker_id == 0  # every worker meets the same problems: worker 0 says them
-    fit = fit_worker(home, speak=speak)
+    fit = fit_home(home, worker_id, f"DataLoader worker {worker_id}")
     setattr(module, FITTED, os.getpid())
-    if fit is not None and fit.notes and speak:
-        say(f"DataLoader worker {worker_id}: {'; '.join(fit.notes)}")
-        fit.notes.clear()
     user = arguments.get("init_fn")
     if fit is not None and user is not None:
-        arguments["init_fn"] = _checked(user, fit, worker_id, speak)
+        arguments["init_fn"] = _checked(user, fit, worker_id, worker_id == 0)
 
 
-def _checked(user: Callable[[int], None], fit: Any, worker_id: int, speak: bool) -> Callable[[int], None]:
+def fit_home(home: Sequence[int], worker_id: int, who: str) -> Fit | None:
+    """Fit this DataLoader worker to ``home`` (:func:`launcher.bind.pools.fit_worker`), the one fit of the hook
+    and of ``launcher.torch.worker_init_fn``: worker 0 says what went wrong, as ``who``, unless the hook has
+    fitted this worker already (then it is the same fit again, quietly)."""
+    fit = fit_worker(home, speak=worker_id == 0)
+    hooked = getattr(sys.modules.get(WORKER_MODULE), FITTED, None) == os.getpid()
+    if fit is not None and fit.notes and worker_id == 0 and not hooked:
+        say(f"{who}: {'; '.join(fit.notes)}")
+        fit.notes.clear()
+    return fit
+
+
+def _checked(user: Callable[[int], None], fit: Fit, worker_id: int, speak: bool) -> Callable[[int], None]:
     """``user`` (the script's ``worker_init_fn``), then the pools it raised above the worker's CPUs lowered again
     (named only under ``--env-policy keep``)."""
 
@@ -163,21 +151,7 @@ def patch_pin_memory_loop(module: Any, cpus: tuple[int, ...]) -> None:
 
     @functools.wraps(real)
     def _pin_memory_loop(*args: Any, **kwargs: Any) -> None:
-        try:
-            os.sched_setaffinity(0, cpus)
-        except OSError as exc:
-            say(f"the pin-memory thread stays where it started: CPU(s) {cpus}: {exc.strerror or exc}")
+        pin_thread(0, cpus, "the pin-memory thread stays where it started")
         real(*args, **kwargs)
 
     module._pin_memory_loop = _pin_memory_loop
-
-
-def pin_main_thread(cpus: tuple[int, ...]) -> None:
-    """The main thread (its thread id is the process id) onto its core, unless the OpenMP runtime put it there
-    at load; the other threads keep their masks."""
-    main = os.getpid()
-    try:
-        if os.sched_getaffinity(main) != set(cpus):
-            os.sched_setaffinity(main, cpus)
-    except OSError as exc:
-        say(f"the main thread stays on the rank's CPUs: {MAIN_VARIABLE} CPU(s) {cpus}: {exc.strerror or exc}")

@@ -1,7 +1,5 @@
-"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows: a
-library known to set masks from inside (TensorRT-LLM, a leaky NCCL), another binder (accelerate, DeepSpeed,
-torchrun ``--numa-binding``), a ``numactl`` or ``taskset`` among the ancestors, OpenMP variables that pin threads.
-docs/doctor.md ("mask-changed-after-start")."""
+"""``affrun doctor --pid``: who may have changed a thread's mask after start, from what a live process shows
+(its libraries, its environment, its ancestors). docs/doctor.md ("mask-changed-after-start")."""
 
 from __future__ import annotations
 
@@ -29,9 +27,7 @@ class Binder:
 
 
 def tensorrt_llm(libraries: Sequence[str], environ: Mapping[str, str]) -> Binder | None:
-    """TensorRT-LLM, when one of its libraries is mapped: its ``configure_cpu_affinity()`` sets the process's mask
-    from NVML's CPUs of the GPU, and with ``TLLM_NUMA_AWARE_WORKER_AFFINITY`` unset removes a mask someone else set
-    (NVIDIA/srt-slurm #326); ``0`` leaves it alone."""
+    """TensorRT-LLM, when one of its libraries is mapped and ``TLLM_NUMA_AWARE_WORKER_AFFINITY`` is not ``0``."""
     path = next((p for p in libraries if "tensorrt_llm" in p.lower()), None)
     if path is None:
         return None
@@ -48,7 +44,7 @@ def tensorrt_llm(libraries: Sequence[str], environ: Mapping[str, str]) -> Binder
 def pinning_ancestor(chain: Sequence[tuple[int, str]]) -> Binder | None:
     """A ``numactl`` or ``taskset`` in an ancestor's command line (the nearest): it set the mask the process
     started with."""
-    for pid, cmdline in chain:  # numactl and taskset exec their command: a shell or launcher that ran one shows
+    for pid, cmdline in chain:
         tool = next((os.path.basename(w) for w in cmdline.split() if os.path.basename(w) in PINNING_TOOLS), None)
         if tool is not None:
             return Binder(f"{tool} in the parent process {pid} ({cmdline[:120]})",

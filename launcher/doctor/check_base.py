@@ -19,7 +19,6 @@ INTEL_RUNTIMES = ("libiomp5", "libomp")
 AFFRUN_FIX = "launch with `affrun torchrun` or `affrun exec`, which set it per rank"
 
 
-# --------------------------------------------------------------------------- helpers
 def cores_in(cpus: frozenset[int], topology: Topology) -> int:
     """How many cores have at least one PU in ``cpus`` (each CPU counts as a core when the topology is silent)."""
     cores = {core.pus for core in topology.cores if set(core.pus) & cpus}
@@ -79,13 +78,11 @@ class RankShare:
 
 def rank_share(environ: Mapping[str, str], topology: Topology, facts: Facts) -> RankShare:
     """The CPUs and the thread count one rank takes when no plan says it (the checks' suggestions)."""
-    # affrun's loader and comm CPUs (AFFRUN_LOADER_CPUS, AFFRUN_COMM_CPUS) are the rank's but not its team's
     kept = exported_cpus(environ, "AFFRUN_LOADER_CPUS") | exported_cpus(environ, "AFFRUN_COMM_CPUS")
     cpus = (facts.rank_cpus - kept) or facts.rank_cpus
     n_cores = cores_in(cpus, topology)
     sharing = max(facts.ranks_sharing, 1)
     cores_each = max(1, n_cores // sharing)
-    # Under a CPU quota the suggestion is the planner's cap (the cpu-quota finding gives the same figure).
     cap = quota_threads(topology, facts.local_size)
     per_rank = cores_each if cap is None else min(cores_each, cap)
     under_quota = (f" (a CPU quota of {topology.cpu_quota:g} CPUs for {max(facts.local_size, 1)} rank(s))"

@@ -1,8 +1,5 @@
-"""A live job confined to fewer CPUs than it was given, judged against what it was given, not against its own
-masks. Pure. ``collapse``: a rank's children (its DataLoader workers) all on one CPU of the rank's.
-``job-collapsed``: every process of the job, its launcher included, on fewer CPUs than the reference (the
-audited process's cgroup cpuset within the online CPUs), with the cause. docs/doctor.md "The whole job".
-"""
+"""The findings ``collapse`` (a rank's children all on one CPU of the rank's) and ``job-collapsed`` (the whole
+job on fewer CPUs than it could use, with the cause). Pure. docs/doctor.md ("The whole job")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What competes with a live job for its CPUs over the sample, read when the sample starts and when it ends: its
-cgroups' CPU quota (:class:`ThrottleWatch`, ``cpu.stat``) and the busy processes outside it
-(:class:`NeighbourWatch`, every process's ``stat``). docs/doctor.md "Throttling" and "Busy processes outside
-the job" say what is read and how it is counted.
-"""
+"""What competes with a live job for its CPUs over the sample: its cgroups' CPU quota (:class:`ThrottleWatch`)
+and the busy processes outside it (:class:`NeighbourWatch`). docs/doctor.md ("Throttling", "Busy processes")."""
 
 from __future__ import annotations
 
@@ -102,7 +99,7 @@ class ThrottleWatch:
         return out
 
 
-MAX_PROCESSES = 16384  # pids read a pass: /proc/PID/stat costs about 10 us; more are left out
+MAX_PROCESSES = 16384  # pids read a pass; more are left out
 BUSY_SHARE = 0.05  # of a CPU over the sample
 KEPT = 32  # the busiest neighbours kept
 

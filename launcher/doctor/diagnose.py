@@ -1,7 +1,5 @@
-"""The doctor's one pipeline, topology -> facts -> checks, for ``affrun doctor``, ``ensure_affinity()`` and the
-pytest plugin, and the checks it runs in the order they report: *process* checks judge the environment one rank
-runs with (``doctor --pid`` runs them on each rank's, ``ensure_affinity`` on its own), *host* checks the machine
-and the launch."""
+"""The doctor's one pipeline, topology -> facts -> checks, and its checks in report order: *process* checks
+judge one rank's environment, *host* checks the machine and the launch."""
 
 from __future__ import annotations
 
@@ -58,10 +56,9 @@ class Audited:
 def audited_machine(fsroot: str | None = None, topology_file: str | None = None, cpus: str | None = None,
                     environ: Mapping[str, str] | None = None, cpu_identity: bool = False,
                     allowed: frozenset[int] | None = None) -> Audited:
-    """The machine that ``--fsroot``/``--topology``/``--cpus`` name (``$AFFRUN_FSROOT`` too), else this one.
-    ``cpu_identity``: with the CPU's identity (from py-cpuinfo where ``/proc/cpuinfo`` gives none). ``allowed``:
-    this process's CPUs (``ensure_affinity``): this machine narrowed to them, or one flat core per CPU where its
-    topology cannot be read."""
+    """The machine that ``--fsroot``/``--topology``/``--cpus`` name (``$AFFRUN_FSROOT`` too), else this one, with
+    the CPU's identity for ``cpu_identity``. ``allowed`` (``ensure_affinity``'s CPUs): this machine narrowed to
+    them, or one flat core per CPU where its topology cannot be read."""
     import os
     from dataclasses import replace
 

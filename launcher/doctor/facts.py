@@ -1,7 +1,5 @@
-"""What the doctor's checks know besides the environment and the topology (:class:`Facts`, plain data, so that the
-checks stay pure), and :func:`gather_facts`, which finds them on this host: the OpenMP runtime in use, the local
-rank count, numactl, the memory policy, Slurm's version, GPU models, other binders. No click or torch.
-"""
+"""What the doctor's checks know besides the environment and the topology (:class:`Facts`, plain data), and
+:func:`gather_facts`, which finds them on this host. No click or torch."""
 
 from __future__ import annotations
 
@@ -46,7 +44,6 @@ class Facts:
     inherited_collapse: Collapse | None = None  # this process's mask is a parent's collapsed one
 
 
-# --------------------------------------------------------------------------- pure helpers
 def rank_view(
     environ: Mapping[str, str],
     process_cpus: frozenset[int],
@@ -79,7 +76,6 @@ def numa_binding_source(environ: Mapping[str, str], ancestors: Sequence[tuple[in
     return None
 
 
-# --------------------------------------------------------------------------- host probes (I/O)
 def torch_openmp() -> tuple[tuple[str, ...], str]:
     """The OpenMP runtime the installed torch bundles, from its ``lib/`` directory (torch is not imported)."""
     import importlib.util

@@ -1,4 +1,4 @@
-"""The :class:`Finding` record, severities, and the catalogue of stable finding ids (documented in the README)."""
+"""The :class:`Finding` record, severities, and the catalogue of stable finding ids (docs/doctor.md, "Finding ids")."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def merge_subjects(findings: Iterable[Finding]) -> list[Finding]:
     return out
 
 
-# id -> what it means. Every id a check can emit is here (a test checks it), and the README table is built from it.
+# id -> what it means (``affrun doctor --ids``). Every id a check can emit is here (a test checks it).
 CATALOGUE: dict[str, str] = {
     "kmp-affinity-disabled": "KMP_AFFINITY=disabled: libiomp5/libomp threads are not bound and migrate; "
                              "intel-openmp >= 2025 also aborts forked DataLoader workers",

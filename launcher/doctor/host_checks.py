@@ -8,14 +8,11 @@ from collections.abc import Mapping
 from launcher.base.slurm_step import srun_inherits_cpus_per_task, version_text
 from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
-from launcher.env.omp_syntax import (
-    thread_count,
-)
+from launcher.env.omp_syntax import thread_count
 from launcher.plan.planner import quota_threads
 from launcher.topology.model import Topology
 
 
-# --------------------------------------------------------------------------- host checks
 def check_inherited_mask(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """This process starts on a parent's collapsed one-CPU mask (launcher.context.inherited_mask)."""
     collapse = facts.inherited_collapse

@@ -1,7 +1,5 @@
-"""``affrun doctor --pid PID``: the records of what was seen of a running job (:class:`JobAudit`,
-:class:`ProcessRecord`, :class:`ThreadRecord`, a rank's :class:`RankStarvation`), and each process's role
-(:func:`assign_roles`, pure): *rank*, *child* of a rank, *launcher*. docs/doctor.md says how roles are told.
-"""
+"""``affrun doctor --pid``: the records of what was seen of a running job, and each process's role
+(:func:`assign_roles`, pure): *rank*, *child* of a rank, *launcher*. docs/doctor.md says how roles are told."""
 
 from __future__ import annotations
 
@@ -268,7 +266,6 @@ class RankStarvation:
         return f"verdict: {kind}: {v.evidence}" + (f" -- fix: {v.fix}" if v.fix else "")
 
 
-# --------------------------------------------------------------------------- analysis (pure)
 def _rank_key(p: ProcessRecord) -> tuple[str, int] | None:
     """Which local rank ``p`` is, and by what: a launcher's variable; else affrun's binding (``AFFRUN_LOCAL_RANK``
     with ``AFFRUN_PLAN_ID``), or the rank ``affrun run``'s hook made it."""

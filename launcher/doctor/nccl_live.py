@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from launcher.topology.model import Topology
 
 Version = tuple[int, int, int]
-LEAKY = ((2, 29, 2), (2, 29, 7))  # NVIDIA/nccl #2033: the GPU-local mask leaks into the caller; fixed in 2.30
+LEAKY = ((2, 29, 2), (2, 29, 7))  # the versions that leak the GPU-local mask into the caller (docs/doctor.md)
 _NAMED = re.compile(r"libnccl\.so\.([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})")
 _STRING = re.compile(rb"NCCL version ([0-9]{1,4})\.([0-9]{1,4})\.([0-9]{1,4})")
 SCAN_LIMIT = 1 << 30  # the most of a mapped file searched for the version string
-NCCL_PREFIX = "NCCL "  # every name ncclSetThreadName gives: "NCCL Progress%2d", "NCCL Service %2d", "NCCL IbAsync %2d"
+NCCL_PREFIX = "NCCL "  # how every name NCCL gives its threads begins
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ def loaded_nccl(p: ProcessRecord, proc: str = "/proc") -> LoadedNccl | None:
 
 
 def is_nccl_thread(name: str) -> bool:
-    """A name NCCL gives its threads: ``NCCL `` and printable ASCII (NCCL writes its names from ASCII literals and
-    numbers); a name with anything else only imitates one (docs/doctor.md)."""
+    """A name NCCL gives its threads: ``NCCL `` and printable ASCII; anything else only imitates one
+    (docs/doctor.md)."""
     return name.startswith(NCCL_PREFIX) and printable_ascii(name)
 
 

@@ -20,8 +20,8 @@ LISTED = 8  # nearest NICs named in a finding; the rest are counted
 
 
 def parse_nccl_list(value: str) -> tuple[bool, bool, list[str]]:
-    """(exclude ``^``, exact ``=``, the device names) of an ``NCCL_IB_HCA``-style list, ports (``:1``) dropped,
-    as NCCL reads it (``src/misc/param.cc``/``utils.cc``: ``^`` first, then ``=``, then ``name[:port]`` items)."""
+    """(exclude ``^``, exact ``=``, the device names) of an ``NCCL_IB_HCA``-style list as NCCL reads it, ports
+    (``:1``) dropped (docs/doctor.md)."""
     text = value.strip()
     exclude = text.startswith("^")
     text = text[1:] if exclude else text

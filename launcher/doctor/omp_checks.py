@@ -1,6 +1,5 @@
 """Process checks: the environment one rank runs with (thread counts, OpenMP binding variables, ``KMP_*``
-against the runtime in use), and where that environment binds the main thread. ``affrun doctor --pid`` runs
-them on each rank's real environment and ``launcher.ensure_affinity`` on its own."""
+against the runtime in use), and where that environment binds the main thread."""
 
 from __future__ import annotations
 
@@ -25,11 +24,7 @@ from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding, Severity
 from launcher.doctor.main_place import KMP_BINDING_TYPES, main_thread_place
 from launcher.doctor.rank_fields import environ_fields
-from launcher.env.omp_syntax import (
-    kmp_type,
-    parse_places,
-    thread_count,
-)
+from launcher.env.omp_syntax import kmp_type, parse_places, thread_count
 from launcher.env.policy import KMP_DEFAULT, kmp_affinity_problem, variable_problem
 from launcher.env.variables import HOOKS_VARIABLE, MAIN_VARIABLE, PLACE_VARIABLES, THREAD_VARIABLES
 from launcher.plan.kinds import plan_kinds, plural
@@ -37,7 +32,6 @@ from launcher.plan.threads import working_cpus
 from launcher.topology.model import Topology
 
 
-# --------------------------------------------------------------------------- process checks
 def check_kmp_affinity(environ: Mapping[str, str], topology: Topology, facts: Facts) -> list[Finding]:
     """KMP_AFFINITY disabled, empty, malformed or naming CPUs outside the rank (when libiomp5/libomp may read it)."""
     value = environ.get("KMP_AFFINITY")

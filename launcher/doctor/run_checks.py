@@ -1,13 +1,5 @@
-"""``affrun doctor --pid``: the processes of an ``affrun run`` job that carry its plan but were never bound.
-
-Under ``affrun run`` every Python process binds itself at interpreter start (the startup hook,
-:mod:`launcher.startup`). One whose interpreter lacks the hook (another venv, ``python -S``) still carries
-``AFFRUN_RUN`` and ``AFFRUN_PLAN`` in its environment, and runs wherever it was started. ``/proc/PID/environ``
-holds the environment the process started with, not what the hook wrote into ``os.environ``
-(``AFFRUN_LOCAL_RANK``), so the audit asks the hook's own rule (:func:`launcher.context.run_role.decide`, pure) what the
-process is from that environment and its command line, and compares the CPUs of its threads with the planned
-rank's.
-"""
+"""``affrun doctor --pid``: the processes of an ``affrun run`` job that carry its plan but were never bound
+(``run-unbound``), told by the startup hook's own rule (docs/design.md, "Under ``affrun run``")."""
 
 from __future__ import annotations
 

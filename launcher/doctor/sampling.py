@@ -1,8 +1,6 @@
 """``affrun doctor --pid PID``: sample a running job from ``/proc`` into the records of :mod:`launcher.doctor.live`
-every ``interval`` seconds until ``duration`` has passed or the audited process exits, then judge them: each
-thread's role, home and verdict, each rank's supply and verdict, and the findings. docs/doctor.md says what is
-read and what it costs.
-"""
+until ``duration`` has passed or the audited process exits, then judge them. docs/doctor.md says what is read
+and what it costs."""
 
 from __future__ import annotations
 

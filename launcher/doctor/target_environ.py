@@ -1,7 +1,5 @@
-"""A live target's environment as ``affrun doctor --pid`` reads it, each value whose ranges span more CPU ids than
-a CPU list can name (more than :data:`SPAN_LIMIT`) replaced by a note, so that no parser expands it. The scan is
-linear in the value's length. docs/doctor.md ("Hostile targets") says why.
-"""
+"""A live target's environment as ``affrun doctor --pid`` reads it, each value whose ranges span more than
+:data:`SPAN_LIMIT` CPU ids replaced by a note, so that no parser expands it. docs/doctor.md ("Hostile targets")."""
 
 from __future__ import annotations
 
@@ -42,7 +40,7 @@ def too_many_ids(value: str) -> str:
 @lru_cache(maxsize=512)
 def _too_many(value: str) -> bool:
     """Whether ``value`` spans more than :data:`SPAN_LIMIT` CPU ids; remembered, as a job's processes inherit the
-    same environment (a scan costs about 0.3 µs a character where every few characters are a range)."""
+    same environment."""
     return span(value) > SPAN_LIMIT
 
 

@@ -1,7 +1,5 @@
-"""``affrun doctor --pid``: the findings of each thread against its home, from the records
-:func:`launcher.doctor.thread_homes.assign_homes` filled: ``thread-strayed``, ``mask-changed-after-start`` (with
-the binder the evidence names), ``pool-oversubscribed`` (busy threads of a pool), ``main-off-priority``.
-docs/doctor.md ("Every thread's home")."""
+"""``affrun doctor --pid``: each thread against its home (``thread-strayed``, ``mask-changed-after-start``,
+``pool-oversubscribed``, ``main-off-priority``). docs/doctor.md ("Every thread's home")."""
 
 from __future__ import annotations
 
@@ -74,7 +72,6 @@ def thread_findings(audit: JobAudit, ancestors_of: Ancestors | None = None) -> l
     return out
 
 
-# --------------------------------------------------------------------------- thread-strayed
 _STRAY_FIXES = {
     "worker": "pin each DataLoader worker to its home: keep --rank-hooks auto, or pass "
               "worker_init_fn=launcher.torch.worker_init_fn to the DataLoader",
@@ -113,7 +110,6 @@ def strayed_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[Proc
     )]
 
 
-# --------------------------------------------------------------------------- mask-changed-after-start
 def explained_masks(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord) -> set[frozenset[int]]:
     """The masks affrun or the rank's OpenMP runtime set: the rank's CPUs, each home of its plan, each place."""
     masks = {rank.owned, *(frozenset(h.cpus) for h in plan.homes()), *all_places(rank.environ)}
@@ -176,10 +172,9 @@ def mask_findings(rank: ProcessRecord, plan: ThreadPlan, procs: Sequence[Process
     )]
 
 
-# --------------------------------------------------------------------------- pool-oversubscribed
 def _busy(ts: Sequence[ThreadRecord], seconds: float, cpus: int) -> list[ThreadRecord]:
     """The threads that used at least :data:`BUSY_PERCENT` of a CPU, or a quarter of their share of the ``cpus``
-    when more ran there than that allows (24 threads on one CPU get about 4% each, all of them running)."""
+    when more ran there than that allows (docs/doctor.md)."""
     ran = [t for t in ts if t.cpu_percent(seconds) > 0]
     floor = min(BUSY_PERCENT, 25.0 * max(cpus, 1) / max(len(ran), 1))
     return [t for t in ran if t.cpu_percent(seconds) >= floor]
@@ -189,10 +184,7 @@ def _user_pools(environ: dict[str, str]) -> list[str]:
     return [n.strip() for n in environ.get(USER_POOLS_VARIABLE, "").split(",") if n.strip() in POOL_OF]
 
 
-# The Python threads multiprocessing runs in a DataLoader worker that sends batches: its data queue's feeder
-# thread, and the resource sharer's, which hands over the file descriptors of the tensors' shared memory (torch's
-# file_descriptor strategy). They are no pool's, and nothing in /proc tells them from a pool's threads.
-WORKER_HELPERS = 2
+WORKER_HELPERS = 2  # multiprocessing's feeder and resource sharer threads in a worker (docs/doctor.md)
 
 
 def _pool_groups(rank: ProcessRecord, plan: ThreadPlan, p: ProcessRecord) -> list[
@@ -251,7 +243,6 @@ def busy_pool_findings(audit: JobAudit, rank: ProcessRecord, plan: ThreadPlan,
     )]
 
 
-# --------------------------------------------------------------------------- main-off-priority
 def main_findings(rank: ProcessRecord, plan: ThreadPlan) -> list[Finding]:
     """A rank with ``AFFRUN_MAIN_CPUS`` whose main thread ran, or may run, off that core."""
     main = rank.threads.get(rank.pid)

@@ -1,12 +1,5 @@
 """``affrun doctor --pid``: every thread's role, its home in the thread plan, and its verdict. Pure.
-
-A rank's thread plan (:func:`launcher.plan.threads.thread_plan`) comes from its own ``AFFRUN_*`` variables
-(``/proc/PID/environ``), else from ``affrun run``'s plan, with the DataLoader workers seen as the worker count. A
-process that carries neither has no plan: its threads get roles, never homes (verdict ``unplanned``). Roles are
-told by facts: the main thread's tid is the pid; torch and NCCL name some of theirs; an OpenMP team thread's mask
-is one of the rank's places; a worker is a child named ``pt_data_worker`` or a multiprocessing child. Threads
-told apart by none of these count against the union of the rank's pool homes. docs/doctor.md says why.
-"""
+docs/doctor.md ("Every thread's home") says how each is told."""
 
 from __future__ import annotations
 
@@ -28,12 +21,7 @@ VERDICTS: tuple[Verdict, ...] = ("home", "strayed", "unplanned")
 # How a role was told: the tid, the thread's name, its mask (an OpenMP place), its process (a worker), or not at all.
 IdentifiedBy = Literal["tid", "name", "place", "process", "none"]
 
-# The names torch 2.13 gives its threads (c10::setThreadName, torch.multiprocessing._set_thread_name): a
-# DataLoader worker process (torch/utils/data/_utils/worker.py; threads it starts inherit the name), the
-# pin-memory thread (_utils/pin_memory.py), the inter-op pool (ATen's PTThreadPool; c10's ThreadPool before it
-# renames its threads). The communication threads torch.distributed starts when it makes a group (NCCL's
-# watchdog and heartbeat, gloo's loops, the store's) are homed with NCCL's (docs/nics.md, "Which threads go where").
-# Other pt_* threads (pt_autograd_N...) have no home of their own.
+# The names torch 2.13 gives its threads (docs/doctor.md, "Every thread's home"); COMM_PREFIXES are homed with NCCL's.
 WORKER_NAME = "pt_data_worker"
 PIN_MEMORY_NAME = "pt_data_pin"
 INTEROP_NAMES = ("PTThreadPool", "pt_thread_pool")

@@ -81,7 +81,6 @@ class Model:
         self.loose_nodes: list[NumaNode] = []
         self._place()
 
-    # --- cores
     def _mark(self, core: Core) -> tuple[str, Style, CoreInfo]:
         ranks = tuple(sorted({r for p in core.pus for r in self.owners.get(p, ())}))
         first = core.pus[0]
@@ -132,7 +131,6 @@ class Model:
         text = f" {body} " if color and style.kind in ("rank", "shared") else f"[{body}]"
         return Text(0, 0, text, style, core=info)
 
-    # --- nodes and GPUs
     def _cpu_nodes(self) -> list[int | None]:
         first: dict[int | None, int] = {}
         for c in self.cores:

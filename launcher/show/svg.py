@@ -33,7 +33,7 @@ _TEXT_FILL = {"dim": "#5a6472", "bold": "#1a202c", "warn": "#c05621", "plain": "
 
 
 def escape(text: str) -> str:
-    """``&``, ``<`` and ``>`` as XML entities, as ``xml.sax.saxutils.escape`` writes them (its import costs 17 ms)."""
+    """``&``, ``<`` and ``>`` as XML entities, as ``xml.sax.saxutils.escape`` writes them."""
     return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
 
 

@@ -18,8 +18,7 @@ from launcher.slurm.options import SBATCH_OPTIONS
 # key -> option: sbatch's own, and affrun's planning and environment options, passed to affrun in the job.
 KEYS: dict[str, OptionSpec] = {spec.name("profile"): spec for spec in (*SBATCH_OPTIONS, *options_in("plan", "env"))}
 TOP_LEVEL = ("defaults", "profiles")
-# A site configuration is a few KB; PyYAML (pure Python) needs seconds per MB.
-CONFIG_LIMIT = 1 << 20
+CONFIG_LIMIT = 1 << 20  # a site configuration is a few KB (docs/slurm.md)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,7 @@ from launcher.base.untrusted import clip, shown
 HEAD = 4096  # the bytes kept of a line: its start names the exception (``ValueError: ...``)
 _CHUNK = 64 * 1024
 
-# A Python exception's last line (``ValueError: ...``, ``KeyboardInterrupt``), and what torchrun's agent adds after
-# a rank failed: its own ChildFailedError, the frames of its traceback in torch.distributed.elastic (the one in
-# ``.../multiprocessing/errors/__init__.py`` says "error") and the summary that ends in a link to its errors page.
+# A Python exception's last line; the lines of affrun and of torchrun's agent after a rank failed (never the blame).
 _EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)(:|$)")
 _AGENT = ("ChildFailedError", "errors.html", "error_file:", "affrun: starting rank", "affrun: rank ",
           "torch/distributed/elastic/")

@@ -1,8 +1,5 @@
-"""One trial's figures from the feed meter's JSON (``--feed-json``): readings, and the window between two. Pure.
-
-A reading is each rank's cumulative figures as it last wrote them; a window is the difference of two, rank by
-rank on the rank's own loop clock (docs/tune.md, "One trial").
-"""
+"""One trial's figures from the feed meter's JSON (``--feed-json``): readings (each rank's cumulative figures),
+and the window between two, rank by rank on its own loop clock. Pure. docs/tune.md ("One trial")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Every process of a trial, found and stopped, whatever the script did to its session, group or environment.
-
-While it runs trials, tune is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process of a trial whose parent
-exits (a daemon's double fork) is re-parented to tune instead of init, so each one stays a descendant of tune.
-A trial is stopped with SIGTERM to its process group, SIGKILL after :data:`GRACE` seconds, then swept: every
-descendant of tune started since the trial did, every process the watch saw descend from the job, and every
-process that carries the trial's marker variable (the net where the subreaper could not be set) is killed, with
-its process group, until none is left; the orphans' zombies are reaped. docs/tune.md says why.
-"""
+"""Every process of a trial, found and stopped, whatever the script did to its session, group or environment:
+tune as a child subreaper, SIGTERM then SIGKILL to the trial's group, then a sweep by ancestry, start time and
+marker variable. docs/tune.md ("Every process of a trial") says why."""
 
 from __future__ import annotations
 
@@ -102,10 +96,8 @@ def reap(since: int, table: dict[int, ThreadStat] | None = None, keep: int = 0) 
 
 
 def watch(job: int, family: set[Member], since: int, subreaper: bool) -> None:
-    """The sweep's part of each poll of a running trial: reap the orphans re-parented to tune that have exited (a
-    process that forks and exits in a loop must not use up the pids), reading tune's own children only; without
-    the subreaper, note the job's descendants instead from the whole of /proc (an orphan of the job would go to
-    init, out of sight)."""
+    """The sweep's part of each poll of a running trial: reap the orphans re-parented to tune that have exited;
+    without the subreaper, note the job's descendants instead, from the whole of /proc."""
     kids = procfs.children() if subreaper else None
     if kids is None:
         table = procfs.processes()
@@ -122,9 +114,8 @@ def watch(job: int, family: set[Member], since: int, subreaper: bool) -> None:
 
 
 def kill(member: Member) -> None:
-    """SIGKILL the process and its process group (a group of one of a trial's sessions, never tune's own: a
-    process that forks and exits to change its pid is stopped with its group at once); by pidfd where the kernel
-    has them, so that a pid reused meanwhile is never hit."""
+    """SIGKILL the process and its process group (never tune's own), by pidfd where the kernel has them: a pid
+    reused meanwhile is never hit."""
     pid, start = member
     p = procfs.process_stat(pid)
     if p is None or p.start != start:

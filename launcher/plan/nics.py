@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import NIC_DISTANCES
+from launcher.base.pci import pci_order
 from launcher.base.untrusted import short
 from launcher.plan.record import NicChoice
 from launcher.topology.nics_names import device_problem
-from launcher.topology.pci import pci_order
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

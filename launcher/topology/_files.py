@@ -19,10 +19,10 @@ import os
 import stat
 
 from launcher.base.cpulist import cpu_error, id_problem, parse_cpulist, parse_hexmask
+from launcher.base.pci import sysfs_pci_path
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, short
 from launcher.errors import AffrunError, TopologyError
 from launcher.topology.fsroot import listdir, open_fd, realpath, root_real
-from launcher.topology.pci import sysfs_pci_path
 
 _CHUNK = 65536
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for regular files.
@@ -203,7 +203,7 @@ def numbered_entries(directory: str, prefix: str, kind: str | None = None) -> li
 
 def pci_location(path: str) -> tuple[str, tuple[str, ...]] | None:
     """(address, PCI path) of the PCI device directory ``path`` names (a ``sys/bus/pci/devices`` entry, a
-    ``device`` link), its links kept inside the fsroot (:func:`launcher.topology.pci.sysfs_pci_path`); ``None``
+    ``device`` link), its links kept inside the fsroot (:func:`launcher.base.pci.sysfs_pci_path`); ``None``
     when it does not resolve (absent, a loop) or is no PCI device under a host bridge."""
     real = machine_path(path)
     return None if real is None else sysfs_pci_path(real)

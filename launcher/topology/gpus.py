@@ -6,13 +6,13 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from launcher.base.pci import format_pci, pci_address, pci_order
 from launcher.base.slurm_step import slurm_global_visible
 from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import numbered_entries, pci_location, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU
-from launcher.topology.pci import format_pci, pci_address, pci_order
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -33,7 +33,7 @@ def read_pci_gpus(
     gives no ``numa_node`` (-1, or no file as in POWER9 captures) but ``local_cpulist`` lies inside exactly
     one node, that node is the GPU's (this is how hwloc places such devices).
 
-    Entries are PCI addresses (:func:`launcher.topology.pci.pci_address`): one that is not is skipped with a
+    Entries are PCI addresses (:func:`launcher.base.pci.pci_address`): one that is not is skipped with a
     warning, and two spellings of one address (``0000:3b:00.0``, ``0000:3B:00.0``) are one device, read from the
     entry spelled as the kernel spells it when there is one.
     """

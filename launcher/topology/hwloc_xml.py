@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
 from launcher.base.cpulist import MAX_CPU_ID, format_cpulist
+from launcher.base.pci import pci_address, pci_order
 from launcher.base.untrusted import ascii_hex, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
@@ -24,7 +25,6 @@ from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask, narrowing
 from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics_xml import format_major, xml_pci
-from launcher.topology.pci import pci_address, pci_order
 from launcher.topology.priority_rule import priority_from_xml
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import RDMA_KINDS
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
+from launcher.base.pci import pci_address
 from launcher.base.untrusted import clip, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology.kinds import CoreKinds, kinds_to_json
-from launcher.topology.pci import pci_address
 from launcher.topology.priority import PriorityCores
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ def checked(topo: Topology, where: str | None = None) -> Topology:
       looping ``thread_siblings`` file, one PU under two ``Core`` objects) stays in the first core, in order of
       the cores' first PU, and is dropped from the others, with a warning. A core left without PUs goes.
     * Core ``package`` and ``l3`` indexes point at existing packages and L3 groups (else refused).
-    * Each GPU's ``pci`` is an address in :func:`launcher.topology.pci.pci_address`'s spelling, and no two GPUs
+    * Each GPU's ``pci`` is an address in :func:`launcher.base.pci.pci_address`'s spelling, and no two GPUs
       have one address (each reader normalises and dedupes; anything else is refused).
     * Warnings are one line each (:func:`launcher.errors.one_line`): they echo paths and values of the source.
 

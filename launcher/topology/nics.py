@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from launcher.base.pci import pci_order, sysfs_pci_path
 from launcher.base.untrusted import ascii_int, ascii_uint, short
 from launcher.errors import TopologyError
 from launcher.topology._files import machine_path, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, lexists, listdir
 from launcher.topology.model import NIC, NicPort
 from launcher.topology.nics_names import name_problem
-from launcher.topology.pci import pci_order, sysfs_pci_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import NIC_KINDS, PORT_STATES
+from launcher.base.pci import host_bridge, pci_address
 from launcher.base.untrusted import short
 from launcher.topology.model import NIC, NicPort
 from launcher.topology.nics import MAX_ENTRIES, MAX_PORTS, MAX_RATE_GBPS, capped, sorted_nics
 from launcher.topology.nics_names import name_problem
-from launcher.topology.pci import host_bridge, pci_address
 
 if TYPE_CHECKING:
     from typing import Any

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from launcher.base.pci import host_bridge, pci_address
 from launcher.base.untrusted import ascii_uint, short
 from launcher.topology.model import NIC, NicPort
 from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS, capped, sorted_nics
 from launcher.topology.nics_names import name_problem
-from launcher.topology.pci import host_bridge, pci_address
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET

@@ -14,13 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 from launcher.base.cpulist import MAX_NODE_ID, cpu_error, format_cpulist, id_problem, id_text, parse_cpulist
+from launcher.base.pci import pci_address
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology._files import read_document
 from launcher.topology.kinds import CoreKinds, kinds_from_json, kinds_to_json
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics_json import BadNic, nics_from_json, pci_path_from_json
-from launcher.topology.pci import pci_address
 from launcher.topology.priority import priority_from_json
 
 FORMAT = "affrun-topology/1"

@@ -1,17 +1,6 @@
-"""Small, safe readers for sysfs/procfs files under an fsroot, and for every other file affrun reads.
-
-Never follows links recursively (hwloc's tarballs contain ``cpuN/cpufreq -> .`` loops); each read opens one
-path and returns ``None`` when it is absent, a dangling or looping link, or unreadable. Reads use
-``os.open``/``os.read`` directly: a topology read opens about one file per core, and the buffered ``open()``
-costs twice as much per file.
-
-Under an ``--fsroot`` a path whose real path leads out of the tree reads as absent
-(:mod:`launcher.topology.fsroot`): a link never leads to the live machine's files.
-
-Every read is bounded: a FIFO in place of a file would block ``read`` forever and ``/dev/zero`` would fill
-memory, so files are opened non-blocking, anything but a regular file is refused (:class:`TopologyError`), and
-no more than ``limit`` bytes are read.
-"""
+"""Bounded readers of sysfs/procfs files under an fsroot (:mod:`launcher.topology.fsroot`), and of every document
+affrun reads: absent, a dangling or looping link or unreadable is ``None``; a FIFO, a device or a file over the
+limit is a :class:`TopologyError` (docs/design.md §6)."""
 
 from __future__ import annotations
 
@@ -148,12 +137,8 @@ def read_cpus(list_path: str, mask_path: str) -> frozenset[int] | None:
 
 
 class CpusFile:
-    """Reads one per-CPU attribute that the kernel spells several ways, remembering which spelling exists.
-
-    ``names`` are ``(file name, is_list)`` in order of preference, e.g. ``core_cpus_list`` (5.x kernels) then
-    ``thread_siblings_list``. A name that is missing where a later one exists is dropped, so a machine of
-    1,024 CPUs does not pay 1,024 failed opens for a file its kernel never had.
-    """
+    """One per-CPU attribute that the kernel spells several ways (``names``: ``(file name, is_list)``, preferred
+    first), read under the first spelling found; one missing where a later one exists is not tried again."""
 
     def __init__(self, *names: tuple[str, bool]) -> None:
         self.names = list(names)

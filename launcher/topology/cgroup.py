@@ -80,12 +80,8 @@ def shown(path: str) -> str:
 
 
 def find_cpuset(root: str, pid: str = "self") -> CgroupCpuset | None:
-    """The cpuset of the process ``pid`` ("self": this one) under ``root``, or ``None`` where none applies.
-
-    Every read stays inside ``root`` (:mod:`launcher.topology.fsroot`). The mount is taken from ``proc/mounts``
-    and the path from ``proc/self/cgroup`` (or ``proc/self/cpuset``). When the path is not there (a container that sees its own cgroup as the mount's root, or a cgroup v2
-    child without the cpuset controller), the closest existing ancestor with cpuset files is used.
-    """
+    """The cpuset of the process ``pid`` ("self": this one) under ``root``, or ``None`` where none applies: its
+    cgroup's, else the closest existing ancestor's with cpuset files (docs/design.md §6)."""
     with within(root):
         return _find_cpuset(root, pid)
 
@@ -154,14 +150,8 @@ def _first(directory: str, names: tuple[str, ...]) -> frozenset[int] | None:
 
 
 def find_cpu_quota(root: str, pid: str = "self") -> CpuQuota | None:
-    """The CFS bandwidth limit of the process ``pid`` under ``root``, in CPUs, or ``None`` where none is set or
-    readable.
-
-    cgroup v2: ``cpu.max`` (``"800000 100000"``; ``"max 100000"`` is no limit). cgroup v1, in the hierarchy
-    mounted with the ``cpu`` controller: ``cpu.cfs_quota_us`` (``-1`` is no limit) over ``cpu.cfs_period_us``.
-    A parent's limit binds its children, so the tightest from the process's cgroup up to the mount is taken
-    (:func:`cpu_cgroups`).
-    """
+    """The CFS bandwidth limit of the process ``pid`` under ``root`` in CPUs (v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``), the tightest up to the mount; ``None`` where none is set."""
     best: CpuQuota | None = None
     with within(root):
         for group in _cpu_cgroups(root, pid):

@@ -14,7 +14,6 @@ from launcher.base.pci import host_bridge, pci_address
 from launcher.base.records import BadRecord, from_dict, to_dict
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
 from launcher.errors import TopologyError, one_line
-from launcher.topology._files import read_document
 from launcher.topology.kinds import CoreKinds, kinds_from_json, kinds_to_json
 from launcher.topology.model import GPU, NIC, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics import MAX_ENTRIES, MAX_PORTS, MAX_RATE_GBPS, capped, name_problem, sorted_nics
@@ -295,10 +294,6 @@ def _nic(item: Any, what: str) -> NIC:
     if len({p.number for p in nic.ports}) < len(nic.ports):
         raise BadRecord(f"{what}.ports lists a port number twice")
     return replace(nic, pci=address, pci_path=_pci_path(nic.pci_path, f"{what}.pci_path"))
-
-
-def load_snapshot(path: str) -> Topology:
-    return snapshot_topology(read_document(path, "an affrun topology snapshot"), path)
 
 
 def parse_snapshot(data: bytes, path: str) -> Any:

@@ -52,9 +52,8 @@ class NumaNode:
     cpus: frozenset[int]  # online CPUs of the node; empty for CPU-less (HBM, GPU memory, CXL) nodes
     distances: dict[int, int] = field(default_factory=dict, compare=False)  # node os_index -> distance
     memory_kb: int | None = None
-    # The CPUs this node's memory is local to by the firmware's initiator table (sysfs ``access1``, else
-    # ``access0``, ``initiators``: :mod:`launcher.topology.initiators`); None when the source does not say.
-    # It is how memory-only nodes (CXL, HBM, NVM) are found local to memory-less CPU nodes.
+    # The CPUs this node's memory is local to by the firmware's initiator table (docs/planner.md); None when the
+    # source does not say.
     local_cpus: frozenset[int] | None = None
 
 

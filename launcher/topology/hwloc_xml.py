@@ -202,7 +202,8 @@ def _build(path: str, top: ET.Element, machine: ET.Element, extra_roots: int) ->
     l3_groups, l3_of_pu = _l3_groups(walk, online)
     cores = _cores(walk, online, package_of_pu, node_of_pu, l3_of_pu)
     gpus, gpu_warnings = _gpus(walk, online, nodes)
-    kinds = kinds_from_hwloc_xml(top, online, path)
+    cpukinds: list[tuple[frozenset[int], dict[str, str]]] = []
+    kinds = kinds_from_hwloc_xml(top, online, path, cpukinds)
     node_ids = frozenset(n.os_index for n in nodes)
     pci_paths, nics, nic_warnings = xml_pci(machine, lambda element: locality_node(element, nodes), major)
     gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
@@ -222,7 +223,7 @@ def _build(path: str, top: ET.Element, machine: ET.Element, extra_roots: int) ->
         warnings=(*_structure_warnings(walk, extra_roots), *gpu_warnings, *kinds.warnings, *nic_warnings),
         core_kinds=CoreKinds(kinds.kinds),
         nics=tuple(nics),
-        priority=priority_from_xml(top, kinds, [c.pus for c in cores], online),
+        priority=priority_from_xml(top, cpukinds, [c.pus for c in cores], online),
     )
 
 

@@ -214,12 +214,11 @@ def partition_problem(sets: Sequence[tuple[str, frozenset[int]]], cpus: frozense
 
 
 # --------------------------------------------------------------------------------------------- hwloc XML
-def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, what: str = "hwloc XML") -> CoreKinds:
-    """The ``<cpukind>`` children of an hwloc ``<topology>`` (hwloc__xml_import_cpukind), ranked.
-
-    ``cpus``: the topology's PUs (default: the ``os_index`` of its PU objects). A kind may name CPUs of the
-    root's ``complete_cpuset`` that are not PUs (disallowed, offline; hwloc exports them): they are dropped.
-    """
+def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, what: str = "hwloc XML",
+                         read: list[tuple[frozenset[int], dict[str, str]]] | None = None) -> CoreKinds:
+    """The ``<cpukind>`` children of an hwloc ``<topology>`` (hwloc__xml_import_cpukind), ranked. ``cpus``: the
+    topology's PUs (default: its PU objects'); CPUs a kind names beyond them are dropped. ``read`` receives each
+    kind's CPUs and infos as read, before ranking, for :func:`launcher.topology.priority.priority_from_xml`."""
     elements = top.findall("cpukind")
     if not elements:
         return CoreKinds()
@@ -235,19 +234,23 @@ def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, wh
     package = next((o for o in top.iter("object") if o.get("type") == "Package"), None)
     implementer = _hex_info(package.findall("info") if package is not None else [], "CPUImplementer")
     registry = KindRegistry()
-    sets: list[tuple[str, frozenset[int]]] = []
+    sets: list[tuple[str, frozenset[int], list[Info]]] = []
     for i, element in enumerate(elements[: MAX_KINDS + 1]):
         label = f"<cpukind> #{i}"
         parsed = _xml_kind(element, label, complete)
         if isinstance(parsed, str):
             return refused(f"{what}: {parsed}")
         members, forced, infos = parsed
-        sets.append((label, members))
+        sets.append((label, members, infos))
         hint = arm_part_name(_hex_info(element.findall("info"), "CPUImplementer") or implementer,
                              _hex_info(element.findall("info"), "CPUPart"))
         registry.register(members & cpus, forced, infos, "hwloc-xml", overwrite=True, hint=hint)
-    problem = partition_problem([(label, members & cpus) for label, members in sets], cpus)
-    return refused(f"{what}: {problem}") if problem else registry.rank()
+    problem = partition_problem([(label, members & cpus) for label, members, _ in sets], cpus)
+    if problem:
+        return refused(f"{what}: {problem}")
+    if read is not None:
+        read.extend((members & cpus, dict(infos)) for _, members, infos in sets if members & cpus)
+    return registry.rank()
 
 
 def _hex_info(infos: list[ET.Element], name: str) -> int | None:

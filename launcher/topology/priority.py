@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
     from collections.abc import Mapping, Sequence
 
-    from launcher.topology.kinds import CoreKinds
-
 MAX_TEXT = 300  # source and why_none are one line for people; a snapshot's longer text is clipped
 
 
@@ -200,11 +198,11 @@ def frequency_classes(kinds: Sequence[tuple[frozenset[int], Mapping[str, str]]])
     return f"{differ[0]} alone differs ({', '.join(sorted({str(v) for v in values}, key=int, reverse=True))})"
 
 
-def priority_from_xml(top: ET.Element, kinds: CoreKinds, cores: Sequence[tuple[int, ...]], online: frozenset[int]
-                      ) -> PriorityCores:
-    """Priority cores of an hwloc XML ``<topology>`` whose core kinds, as read from its ``<cpukind>`` elements, are
-    priority classes (:func:`priority_classes`; the vendor: the first ``CPUVendor`` info); else none, and why."""
-    raw = [(k.cpus, dict(k.infos)) for k in kinds.kinds]
+def priority_from_xml(top: ET.Element, raw: Sequence[tuple[frozenset[int], dict[str, str]]],
+                      cores: Sequence[tuple[int, ...]], online: frozenset[int]) -> PriorityCores:
+    """Priority cores of an hwloc XML ``<topology>`` whose ``<cpukind>`` elements, as the kinds reader read them
+    (``raw``: CPUs, infos), are priority classes (:func:`priority_classes`; the vendor: the first ``CPUVendor``
+    info); else none, and why."""
     vendor = next((i.get("value") for i in top.iter("info") if i.get("name") == "CPUVendor"), None)
     if priority_classes(raw, vendor, None) is None:
         return none_found(XML_WHY)

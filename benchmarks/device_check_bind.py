@@ -20,7 +20,7 @@ from typing import Any
 from device_check_run import HERE, Context, Result, json_lines, starting_lines
 
 from launcher.base.cpulist import format_cpulist, parse_cpulist
-from launcher.topology.pci import pci_address
+from launcher.base.pci import pci_address
 
 RANK = str(HERE / "device_check_rank.py")
 OMP_FORMAT = "device-check pid %P thread %n affinity %A"

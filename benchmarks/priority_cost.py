@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from launcher.topology.fsroot import within  # noqa: E402
-from launcher.topology.kinds_sysfs import kinds_from_sysfs  # noqa: E402
-from launcher.topology.priority_sysfs import priority_from_sysfs  # noqa: E402
+from launcher.topology.kinds_sysfs import kinds_from_sysfs, priority_from_sysfs  # noqa: E402
 from launcher.topology.sysfs import read_sysfs  # noqa: E402
 from tests.fakesys import CoreClock, itmt_desktop, uniform, with_clocks, write_tree  # noqa: E402
 

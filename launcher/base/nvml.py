@@ -16,7 +16,7 @@ NOT_SUPPORTED, NOT_FOUND = 3, 6  # NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUN
 @dataclass(frozen=True)
 class Gpu:
     index: int  # NVML's index: PCI bus order, never a CUDA visible index
-    pci: str  # as NVML writes it, lower case (00000000:17:00.0): compare spellings with pci_key
+    pci: str  # as NVML writes it, lower case (00000000:17:00.0): compare spellings with base.pci.pci_address
     uuid: str
     name: str = ""
     handle: Any = None  # NVML's, while it is initialised
@@ -28,19 +28,6 @@ class Unsupported(Exception):
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def pci_key(address: str) -> tuple[int, int, int, int] | None:
-    """``0000:17:00.0`` (sysfs), ``00000000:17:00.0`` (NVML), ``17:00.0`` as one key: domain, bus, device,
-    function; ``None`` for a text that is no address."""
-    parts = address.strip().lower().split(":")
-    try:
-        if len(parts) == 2:
-            parts.insert(0, "0")
-        device, function = parts[2].split(".")
-        return int(parts[0], 16), int(parts[1], 16), int(device, 16), int(function, 16)
-    except (ValueError, IndexError):
-        return None
 
 
 def start() -> tuple[Any, str]:

@@ -1,7 +1,8 @@
 """Records to JSON and back: :func:`to_dict` writes a dataclass field by field, :func:`from_dict` reads one back
 and checks every value by its field's annotation (an integer in its :class:`Range`, a string the environment can
-hold, a ``Literal``'s member, a tuple, a mapping, an optional, a nested record), raising :class:`BadRecord` with
-one short line that names the field. Keys a record does not know are left: keys are only ever added."""
+hold, a ``Literal``'s member, a tuple, a frozenset (as a sorted list), a mapping, an optional, a nested record),
+raising :class:`BadRecord` with one short line that names the field. Keys a record does not know are left: keys
+are only ever added."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def _plain(value: Any) -> Any:
         return to_dict(value)
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
+    if isinstance(value, frozenset):
+        return sorted(_plain(v) for v in value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
@@ -99,10 +102,10 @@ def _read(tp: Any, value: Any, what: str) -> Any:
         if any(value == a and type(value) is type(a) for a in args):
             return value
         raise BadRecord(f"{what} must be one of {', '.join(map(str, args))}, not {short(value, 40)}")
-    if origin is tuple:
+    if origin is tuple or origin is frozenset:
         if not isinstance(value, list):
             raise BadRecord(f"{what} must be a list, not {short(value, 40)}")
-        return tuple(_read(args[0], v, f"{what}[{i}]") for i, v in enumerate(value))
+        return origin(_read(args[0], v, f"{what}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise BadRecord(f"{what} must be an object, not {short(value, 40)}")

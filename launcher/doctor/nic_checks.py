@@ -12,7 +12,7 @@ from launcher.doctor.facts import Facts
 from launcher.doctor.findings import Finding
 from launcher.plan.nics import distance, node_packages, usable_nics
 from launcher.topology.model import GPU, Topology
-from launcher.topology.nics_names import device_problem
+from launcher.topology.nics import device_problem
 
 HCA_VARIABLES = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME")
 MAX_ENTRIES = 256  # more entries than any machine has NICs: the rest are not read

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.base import nvml
 from launcher.base.cpulist import format_cpulist
+from launcher.base.pci import pci_address
 from launcher.base.untrusted import ascii_uint
 from launcher.doctor.collapse import confined
 from launcher.doctor.contention import BUSY_SHARE, spread
@@ -32,7 +32,7 @@ def rank_gpu(audit: JobAudit, rank: ProcessRecord) -> tuple[GpuUsage, str] | Non
             return gpu, "its process on the GPU (NVML)"
     pci = rank.environ.get("AFFRUN_GPU_PCI", "")
     if pci:
-        found = next((g for g in gpus if nvml.pci_key(g.pci) == nvml.pci_key(pci)), None)
+        found = next((g for g in gpus if pci_address(g.pci) == pci_address(pci.strip()) is not None), None)
         if found is not None:
             return found, "AFFRUN_GPU_PCI"
     local = rank.rank if rank.rank is not None else 0 if len(audit.ranks()) == 1 else None  # a lone process: 0

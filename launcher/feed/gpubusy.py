@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launcher.base import nvml
+from launcher.base.pci import pci_address
 
 RATE = 4.0  # samples a second
 PROCESS, DEVICE = "process", "device"
@@ -68,10 +69,10 @@ def find(found: list[nvml.Gpu], choice: Choice) -> nvml.Gpu | None:
     """The GPU ``choice`` names. A visible index is CUDA's, which is NVML's order under
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; a UUID may be a prefix, as ``CUDA_VISIBLE_DEVICES`` takes it."""
     kind, value = choice
-    key = nvml.pci_key(value)
+    key = pci_address(value.strip())
     for g in found:
         if ((kind == "index" and g.index == int(value)) or (kind == "uuid" and g.uuid.startswith(value))
-                or (kind == "pci" and key is not None and nvml.pci_key(g.pci) == key)):
+                or (kind == "pci" and key is not None and pci_address(g.pci) == key)):
             return g
     return None
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import NIC_DISTANCES
+from launcher.base.pci import pci_order
 from launcher.base.untrusted import short
 from launcher.plan.record import NicChoice
-from launcher.topology.nics_names import device_problem
-from launcher.topology.pci import pci_order
+from launcher.topology.nics import device_problem
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -70,7 +70,7 @@ def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]
                 ) -> tuple[list[NicChoice | None], dict[int, str]]:
     """The NIC of each rank, given as (its GPU's PCI address or None, its NUMA nodes), None when no NIC counts; and,
     by rank index, why a rank got none though a NIC is nearest to it: its name is one no rank can be given
-    (:func:`launcher.topology.nics_names.device_problem`). Such a rank is not sent to a farther NIC instead."""
+    (:func:`launcher.topology.nics.device_problem`). Such a rank is not sent to a farther NIC instead."""
     usable = usable_nics(topo)
     if not usable:
         return [None] * len(ranks), {}

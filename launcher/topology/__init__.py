@@ -10,10 +10,10 @@ from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
 from launcher.base.untrusted import clip
 from launcher.errors import Opt, TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
-from launcher.topology.numa_overlap import merge_overlapping_nodes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 __all__ = ["GPU", "Core", "L3Group", "NumaNode", "Package", "Topology", "load_topology"]
 
@@ -61,8 +61,9 @@ def load_topology(
     env = os.environ if environ is None else environ
     wanted = check_sources(fsroot, topology_file, cpus)
     fsroot = tree_root(fsroot, topology_file, env)
+    document = None  # the --topology file, parsed
     if topology_file:
-        topo = _load_file(topology_file)
+        topo, document = _load_file(topology_file)
     else:
         from launcher.topology.sysfs import read_sysfs
 
@@ -73,7 +74,6 @@ def load_topology(
         else:
             topo = _read_live(env, gpus)
         topo = _with_cpu_quota(topo, fsroot or "/")
-    topo = merge_overlapping_nodes(topo)
     if not gpus and topo.gpus:
         topo = replace(topo, gpus=(), visible=None)
     if nvml:
@@ -96,7 +96,7 @@ def load_topology(
     if cpu_identity:
         from launcher.topology.cpu_identity import identify
 
-        found, warning = identify(fsroot or "/", topology_file)
+        found, warning = identify(fsroot or "/", document, topology_file or "")
         topo = replace(topo, cpu=found)
         topo = topo.with_warnings(warning) if warning else topo
     return topo
@@ -126,15 +126,18 @@ def _with_cpu_quota(topo: Topology, root: str) -> Topology:
     return topo if quota is None else replace(topo, cpu_quota=quota.cpus, cpu_quota_source=quota.source)
 
 
-def _load_file(path: str) -> Topology:
-    """A ``--topology`` file: hwloc XML (``.xml``, or any file starting with ``<``) or an affrun JSON snapshot."""
+def _load_file(path: str) -> tuple[Topology, Any]:
+    """A ``--topology`` file: hwloc XML (``.xml``, or any file starting with ``<``) or an affrun JSON snapshot; and
+    the document as parsed (where the CPU's identity is read, when asked)."""
     from launcher.topology._files import read_document
 
     data = read_document(path, "an affrun JSON snapshot or an hwloc XML export")
     if path.lower().endswith(".xml") or data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-        from launcher.topology.hwloc_xml import hwloc_xml_topology
+        from launcher.topology.hwloc_xml import parse_hwloc_xml, xml_topology
 
-        return hwloc_xml_topology(data, path)
-    from launcher.topology.snapshot import snapshot_topology
+        top = parse_hwloc_xml(data, path)
+        return xml_topology(top, path), top
+    from launcher.topology.snapshot import from_snapshot, parse_snapshot
 
-    return snapshot_topology(data, path)
+    document = parse_snapshot(data, path)
+    return replace(from_snapshot(document, path), loaded_from=f"snapshot {path}"), document

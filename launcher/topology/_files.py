@@ -1,17 +1,6 @@
-"""Small, safe readers for sysfs/procfs files under an fsroot, and for every other file affrun reads.
-
-Never follows links recursively (hwloc's tarballs contain ``cpuN/cpufreq -> .`` loops); each read opens one
-path and returns ``None`` when it is absent, a dangling or looping link, or unreadable. Reads use
-``os.open``/``os.read`` directly: a topology read opens about one file per core, and the buffered ``open()``
-costs twice as much per file.
-
-Under an ``--fsroot`` a path whose real path leads out of the tree reads as absent
-(:mod:`launcher.topology.fsroot`): a link never leads to the live machine's files.
-
-Every read is bounded: a FIFO in place of a file would block ``read`` forever and ``/dev/zero`` would fill
-memory, so files are opened non-blocking, anything but a regular file is refused (:class:`TopologyError`), and
-no more than ``limit`` bytes are read.
-"""
+"""Bounded readers of sysfs/procfs files under an fsroot (:mod:`launcher.topology.fsroot`), and of every document
+affrun reads: absent, a dangling or looping link or unreadable is ``None``; a FIFO, a device or a file over the
+limit is a :class:`TopologyError` (docs/design.md §6)."""
 
 from __future__ import annotations
 
@@ -19,10 +8,10 @@ import os
 import stat
 
 from launcher.base.cpulist import cpu_error, id_problem, parse_cpulist, parse_hexmask
+from launcher.base.pci import sysfs_pci_path
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, short
 from launcher.errors import AffrunError, TopologyError
 from launcher.topology.fsroot import listdir, open_fd, realpath, root_real
-from launcher.topology.pci import sysfs_pci_path
 
 _CHUNK = 65536
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. It changes nothing for regular files.
@@ -148,12 +137,8 @@ def read_cpus(list_path: str, mask_path: str) -> frozenset[int] | None:
 
 
 class CpusFile:
-    """Reads one per-CPU attribute that the kernel spells several ways, remembering which spelling exists.
-
-    ``names`` are ``(file name, is_list)`` in order of preference, e.g. ``core_cpus_list`` (5.x kernels) then
-    ``thread_siblings_list``. A name that is missing where a later one exists is dropped, so a machine of
-    1,024 CPUs does not pay 1,024 failed opens for a file its kernel never had.
-    """
+    """One per-CPU attribute that the kernel spells several ways (``names``: ``(file name, is_list)``, preferred
+    first), read under the first spelling found; one missing where a later one exists is not tried again."""
 
     def __init__(self, *names: tuple[str, bool]) -> None:
         self.names = list(names)
@@ -203,7 +188,7 @@ def numbered_entries(directory: str, prefix: str, kind: str | None = None) -> li
 
 def pci_location(path: str) -> tuple[str, tuple[str, ...]] | None:
     """(address, PCI path) of the PCI device directory ``path`` names (a ``sys/bus/pci/devices`` entry, a
-    ``device`` link), its links kept inside the fsroot (:func:`launcher.topology.pci.sysfs_pci_path`); ``None``
+    ``device`` link), its links kept inside the fsroot (:func:`launcher.base.pci.sysfs_pci_path`); ``None``
     when it does not resolve (absent, a loop) or is no PCI device under a host bridge."""
     real = machine_path(path)
     return None if real is None else sysfs_pci_path(real)

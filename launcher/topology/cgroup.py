@@ -5,6 +5,7 @@ process ("self" by default) under an fsroot: cgroup v1, v2 and the legacy cpuset
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from launcher.topology._files import read_cpulist, read_text
@@ -80,69 +81,60 @@ def shown(path: str) -> str:
 
 
 def find_cpuset(root: str, pid: str = "self") -> CgroupCpuset | None:
-    """The cpuset of the process ``pid`` ("self": this one) under ``root``, or ``None`` where none applies.
-
-    Every read stays inside ``root`` (:mod:`launcher.topology.fsroot`). The mount is taken from ``proc/mounts``
-    and the path from ``proc/self/cgroup`` (or ``proc/self/cpuset``). When the path is not there (a container that sees its own cgroup as the mount's root, or a cgroup v2
-    child without the cpuset controller), the closest existing ancestor with cpuset files is used.
-    """
+    """The cpuset of the process ``pid`` ("self": this one) under ``root``, or ``None`` where none applies: its
+    cgroup's, else the closest existing ancestor's with cpuset files (docs/design.md §6)."""
     with within(root):
         return _find_cpuset(root, pid)
 
 
-def _find_cpuset(root: str, pid: str) -> CgroupCpuset | None:
+# Each hierarchy's cpuset files, first found first. v2: cpuset.cpus may be empty ("the parent's"), the effective
+# file never is; v1: cpuset.cpus is the configured set (what hwloc reports), "noprefix" mounts drop "cpuset.".
+_CPUSET_FILES = {"cgroup2": (("cpuset.cpus.effective",), ("cpuset.mems.effective",)),
+                 "cgroup": (("cpuset.cpus", "cpus", "cpuset.effective_cpus"), ("cpuset.mems", "mems", "cpuset.effective_mems")),
+                 "cpuset": (("cpus",), ("mems",))}  # the legacy cpuset filesystem (/dev/cpuset)
+
+
+def _hierarchies(root: str, controller: str, pid: str) -> Iterator[tuple[str, str, str]]:
+    """(file system type, mount directory, the process's directory in it, kept inside the mount) of each hierarchy
+    of ``controller`` in ``proc/mounts`` under ``root`` (v2 always; the legacy cpuset file system for cpuset)."""
     mounts = read_text(os.path.join(root, "proc/mounts"))
     if not mounts:
-        return None
-    v2_path, v1_path = _self_paths(root, "cpuset", pid)
+        return
+    v2_path, v1_path = _self_paths(root, controller, pid)
     for line in mounts.splitlines():
         fields = line.split()
         if len(fields) < 4:
             continue
-        mountpoint, fstype, options = _unescape(fields[1]), fields[2], fields[3].split(",")
-        base = os.path.join(root, mountpoint.lstrip("/"))
-        rel: str | None
-        cpu_files: tuple[str, ...]
-        mem_files: tuple[str, ...]
-        if fstype == "cgroup2":
-            # cpuset.cpus may be empty in v2 (it means "the parent's"); the effective file is always filled.
-            rel, cpu_files, mem_files = v2_path, ("cpuset.cpus.effective",), ("cpuset.mems.effective",)
-        elif fstype == "cgroup" and "cpuset" in options:
-            # cgroup v1: cpuset.cpus is the configured set (what hwloc reports); "noprefix" mounts drop "cpuset."
-            rel = v1_path
-            cpu_files = ("cpuset.cpus", "cpus", "cpuset.effective_cpus")
-            mem_files = ("cpuset.mems", "mems", "cpuset.effective_mems")
-        elif fstype == "cpuset":  # the legacy cpuset filesystem (/dev/cpuset)
-            rel, cpu_files, mem_files = v1_path, ("cpus",), ("mems",)
-        else:
-            continue
+        fstype = fields[2]
+        v1 = (fstype == "cgroup" and controller in fields[3].split(",")) or fstype == controller == "cpuset"
+        rel = v2_path if fstype == "cgroup2" else v1_path if v1 else None
         if rel is None:
             continue
-        found = _closest(base, os.path.join(base, rel.lstrip("/")), cpu_files)
+        base = os.path.normpath(os.path.join(root, _unescape(fields[1]).lstrip("/")))
+        own = os.path.normpath(os.path.join(base, rel.lstrip("/")))
+        yield fstype, base, own if own == base or own.startswith(base + os.sep) else base  # "../.." stays inside
+
+
+def _upwards(base: str, directory: str) -> Iterator[str]:
+    """``directory``, then each parent up to ``base``."""
+    while True:
+        yield directory
+        if directory == base:
+            return
+        directory = os.path.dirname(directory)
+
+
+def _find_cpuset(root: str, pid: str) -> CgroupCpuset | None:
+    for fstype, base, own in _hierarchies(root, "cpuset", pid):
+        cpu_files, mem_files = _CPUSET_FILES[fstype]
+        found = next(((d, path, cpus) for d in _upwards(base, own) for path in (os.path.join(d, n) for n in cpu_files)
+                      if (cpus := read_cpulist(path))), None)
         if found is None:
             continue
         directory, cpus_file, cpus = found
-        mems = _first(directory, mem_files)
         where = os.path.join("/", os.path.relpath(directory, root))
-        return CgroupCpuset(cpus, mems or None, cpus_file, f"{fstype} {shown(where)}")
+        return CgroupCpuset(cpus, _first(directory, mem_files) or None, cpus_file, f"{fstype} {shown(where)}")
     return None
-
-
-def _closest(base: str, directory: str, names: tuple[str, ...]) -> tuple[str, str, frozenset[int]] | None:
-    """Walk from ``directory`` up to ``base``; the first directory with a non-empty cpus file wins."""
-    stop = os.path.normpath(base)
-    directory = os.path.normpath(directory)
-    if not (directory == stop or directory.startswith(stop + os.sep)):
-        directory = stop  # a "../.." path must not escape the mount
-    while True:
-        for name in names:
-            path = os.path.join(directory, name)
-            value = read_cpulist(path)
-            if value:
-                return directory, path, value
-        if directory == stop:
-            return None
-        directory = os.path.dirname(directory)
 
 
 def _first(directory: str, names: tuple[str, ...]) -> frozenset[int] | None:
@@ -154,14 +146,8 @@ def _first(directory: str, names: tuple[str, ...]) -> frozenset[int] | None:
 
 
 def find_cpu_quota(root: str, pid: str = "self") -> CpuQuota | None:
-    """The CFS bandwidth limit of the process ``pid`` under ``root``, in CPUs, or ``None`` where none is set or
-    readable.
-
-    cgroup v2: ``cpu.max`` (``"800000 100000"``; ``"max 100000"`` is no limit). cgroup v1, in the hierarchy
-    mounted with the ``cpu`` controller: ``cpu.cfs_quota_us`` (``-1`` is no limit) over ``cpu.cfs_period_us``.
-    A parent's limit binds its children, so the tightest from the process's cgroup up to the mount is taken
-    (:func:`cpu_cgroups`).
-    """
+    """The CFS bandwidth limit of the process ``pid`` under ``root`` in CPUs (v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``), the tightest up to the mount; ``None`` where none is set."""
     best: CpuQuota | None = None
     with within(root):
         for group in _cpu_cgroups(root, pid):
@@ -199,34 +185,11 @@ def cpu_cgroups(root: str, pid: str = "self") -> list[CpuCgroup]:
 
 
 def _cpu_cgroups(root: str, pid: str) -> list[CpuCgroup]:
-    mounts = read_text(os.path.join(root, "proc/mounts"))
-    if not mounts:
-        return []
-    v2_path, v1_path = _self_paths(root, "cpu", pid)
     out: list[CpuCgroup] = []
-    for line in mounts.splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        mountpoint, fstype, options = _unescape(fields[1]), fields[2], fields[3].split(",")
-        if fstype == "cgroup2":
-            rel = v2_path
-        elif fstype == "cgroup" and "cpu" in options:
-            rel = v1_path
-        else:
-            continue
-        if rel is None:
-            continue
-        base = os.path.normpath(os.path.join(root, mountpoint.lstrip("/")))
-        directory = os.path.normpath(os.path.join(base, rel.lstrip("/")))
-        if not (directory == base or directory.startswith(base + os.sep)) or not isdir(directory):
-            directory = base
-        while True:
+    for fstype, base, own in _hierarchies(root, "cpu", pid):
+        for directory in _upwards(base, own if isdir(own) else base):
             where = os.path.join("/", os.path.relpath(directory, root))
             out.append(CpuCgroup(directory, fstype == "cgroup2", f"{fstype} {shown(where.rstrip('/') or '/')}"))
-            if directory == base:
-                break
-            directory = os.path.dirname(directory)
     return out
 
 

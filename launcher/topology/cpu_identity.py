@@ -4,15 +4,15 @@ describes: read from ``proc/cpuinfo`` under the fsroot, from an hwloc XML export
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from launcher.base.untrusted import BadJSON, ascii_hex, ascii_uint, clip, load_json, short
-from launcher.errors import AffrunError
-from launcher.topology._files import read_document
+from launcher.base.records import BadRecord, from_dict, to_dict
+from launcher.base.untrusted import ascii_hex, ascii_uint, clip, short
 from launcher.topology.cpuinfo_file import field_text, parse_entry, read_cpuinfo
 
 if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
     from collections.abc import Mapping
 
 # The flags that matter to binding (kernel spellings): a hybrid CPU has core kinds; AVX-512 and AMX units are
@@ -33,9 +33,7 @@ class CpuIdentity:
     source: IdentitySource
 
     def to_json(self) -> dict[str, Any]:
-        return {"vendor": self.vendor, "model_name": self.model_name, "family": self.family, "model": self.model,
-                "stepping": self.stepping, "flags": None if self.flags is None else list(self.flags),
-                "source": self.source}
+        return to_dict(self)
 
     def line(self) -> str:
         """One line for people: ``GenuineIntel 13th Gen Intel(R) Core(TM) i7-1370P (family 6 model 186 ...)``."""
@@ -129,26 +127,21 @@ def identity_from_hwloc_info(info: dict[str, str], problems: list[str] | None = 
 
 
 def identity_from_json(value: Any) -> tuple[CpuIdentity | None, str | None]:
-    """A snapshot's ``cpu`` object back into the model; a warning (and no identity) when it is malformed."""
+    """A snapshot's ``cpu`` (``to_dict`` of :class:`CpuIdentity`) back; a warning (and no identity) when it is
+    malformed."""
     if value is None:
         return None, None
     try:
-        if not isinstance(value, dict):
-            raise TypeError
-        texts = [value.get(k) for k in ("vendor", "model_name")]
-        numbers = [value.get(k) for k in ("family", "model", "stepping")]
-        flags = value.get("flags")
-        if any(t is not None and (not isinstance(t, str) or field_text(t)[0] != t) for t in texts) or any(
-                n is not None and (type(n) is not int or n < 0) for n in numbers):
-            raise TypeError
-        if flags is not None and not (isinstance(flags, list) and all(f in BINDING_FLAGS for f in flags)):
-            raise TypeError
-        source = value.get("source")
-        return CpuIdentity(texts[0], texts[1], numbers[0], numbers[1], numbers[2],
-                           None if flags is None else tuple(f for f in BINDING_FLAGS if f in flags),
-                           source if source in SOURCES else "snapshot"), None
-    except TypeError:
+        found = from_dict(CpuIdentity, {**dict.fromkeys(("vendor", "model_name", "family", "model", "stepping", "flags")),
+                                        **value, "source": value.get("source") if value.get("source") in SOURCES
+                                        else "snapshot"}, "cpu")
+    except (BadRecord, TypeError, AttributeError):  # not an object
+        found = None
+    if found is None or any(t is not None and field_text(t)[0] != t for t in (found.vendor, found.model_name)) or any(
+            n is not None and n < 0 for n in (found.family, found.model, found.stepping)) or not set(
+            found.flags or ()) <= set(BINDING_FLAGS):
         return None, "snapshot: cpu is not an object of vendor, model_name, family, model, stepping, flags; ignored"
+    return replace(found, flags=None if found.flags is None else tuple(f for f in BINDING_FLAGS if f in found.flags)), None
 
 
 def live_identity_from_py_cpuinfo() -> CpuIdentity | None:
@@ -168,34 +161,19 @@ def live_identity_from_py_cpuinfo() -> CpuIdentity | None:
                        _binding_flags(" ".join(map(str, flags))) if isinstance(flags, list) else None, "py-cpuinfo")
 
 
-def _from_file(path: str) -> tuple[CpuIdentity | None, str | None]:
-    """A ``--topology`` file's identity: hwloc XML's first ``CPU*`` info attributes, or a snapshot's ``cpu``."""
-    try:
-        data = read_document(path, "a topology file")
-    except AffrunError as exc:
-        return None, f"CPU identity not read: {exc}"
-    if data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
-        import xml.etree.ElementTree as ET
-
-        try:
-            root = ET.fromstring(data)
-        except ET.ParseError:
-            return None, None  # the topology reader has refused or warned about it already
-        for obj in root.iter("object"):
-            info = {i.get("name", ""): i.get("value", "") for i in obj.findall("info")}
-            if any(k.startswith("CPU") and k != "CPUType" for k in info):
-                problems: list[str] = []
-                found = identity_from_hwloc_info(info, problems)
-                return found, f"{clip(path, 120)}: {'; '.join(problems)}" if problems else None
-        return None, None
-    try:
-        document = load_json(data)
-    except BadJSON:
-        return None, None
-    return identity_from_json(document.get("cpu")) if isinstance(document, dict) else (None, None)
-
-
-def identify(fsroot: str, topology_file: str | None) -> tuple[CpuIdentity | None, str | None]:
-    """The identity of the machine a topology describes: the ``--topology`` file's, else ``proc/cpuinfo`` under
-    ``fsroot`` (``/`` for this machine); and a warning for any problem."""
-    return _from_file(topology_file) if topology_file else read_cpu_identity(fsroot)
+def identify(fsroot: str, document: ET.Element | dict[str, Any] | None = None, path: str = ""
+             ) -> tuple[CpuIdentity | None, str | None]:
+    """The identity of the machine a topology describes: its ``--topology`` file's ``document`` as parsed (an hwloc
+    XML root's first ``CPU*`` info attributes, a snapshot's ``cpu``), else ``proc/cpuinfo`` under ``fsroot``
+    (``/`` for this machine); and a warning for any problem."""
+    if document is None:
+        return read_cpu_identity(fsroot)
+    if isinstance(document, dict):
+        return identity_from_json(document.get("cpu"))
+    for obj in document.iter("object"):
+        info = {i.get("name", ""): i.get("value", "") for i in obj.findall("info")}
+        if any(k.startswith("CPU") and k != "CPUType" for k in info):
+            problems: list[str] = []
+            found = identity_from_hwloc_info(info, problems)
+            return found, f"{clip(path, 120)}: {'; '.join(problems)}" if problems else None
+    return None, None

@@ -1,10 +1,6 @@
-"""The one reader of ``/proc/cpuinfo``: the first processor's entry of the file under an fsroot (``/``: this
-machine), as its fields, and the text rule for the values shown of it. The CPU's identity, the kinds reader's AMD
-family check, the priority reader's Intel check and a tuned file's CPU model all read it here.
-
-The read is bounded (docs/design.md §6): a link leading out of the fsroot reads as absent, the file is opened non-blocking and refused
-unless a regular file, and at most :data:`READ_LIMIT` bytes are read, stopping at the first blank line.
-"""
+"""The one reader of ``/proc/cpuinfo``: the first processor's entry under an fsroot (``/``: this machine), as its
+fields, read bounded and up to its first blank line, and the text rule for the values shown of it
+(docs/design.md §6)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Reads under an ``--fsroot`` stay inside it: a file whose real path is not under the tree's reads as absent.
-
-A tree is a copy of ``/sys`` and ``/proc`` (hwloc's test tarballs, a capture, a hand-made fake), read through a
-plain path prefix, as psutil reads procfs. The kernel follows the tree's links. A link that leads out of the tree,
-with an absolute target (``/sys/fs/cgroup/job -> /elsewhere``) or a relative one that climbs out (``../../etc``),
-would make a file of the live machine pass for the tree's: a CPU quota, a cpuset, a GPU of another machine. So
-under a root every path is first opened with ``O_PATH`` (which opens no device and waits on no FIFO), and its real
-path, read back from ``/proc/self/fd``, must lie under the tree's real path; otherwise it reads as absent.
-
-The root is set for the duration of a read with :class:`within`; with none set (the live machine, root ``/``),
-paths are opened as they are. docs/design.md §6.
-"""
+"""Reads under an ``--fsroot`` stay inside it: a path is opened with ``O_PATH`` and reads as absent unless its real
+path lies under the tree's. The root holds for a read's duration (:class:`within`); with none (the live machine),
+paths are opened as they are. Why and how: docs/design.md §6."""
 
 from __future__ import annotations
 

@@ -1,18 +1,19 @@
-"""GPUs from sysfs PCI devices, and the mapping from visible indices (``CUDA_VISIBLE_DEVICES``...) to them."""
+"""GPUs from sysfs PCI devices, the NUMA node of a device whose kernel gives none, and the mapping from visible
+indices (``CUDA_VISIBLE_DEVICES``...) to GPUs (docs/design.md §5)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from launcher.base.pci import format_pci, pci_address, pci_order
 from launcher.base.slurm_step import slurm_global_visible
 from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import numbered_entries, pci_location, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU
-from launcher.topology.pci import format_pci, pci_address, pci_order
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -27,16 +28,9 @@ EXCLUDED_DEVICES = {(0x1002, 0x515E): "AMD Radeon ES1000 BMC VGA", (0x1002, 0x51
 def read_pci_gpus(
     root: str, all_cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None = None
 ) -> tuple[list[GPU], list[str]]:
-    """Scan ``sys/bus/pci/devices`` under ``root``. Returns the GPUs in PCI bus order and warnings.
-
-    ``all_cpus`` are the online CPUs; ``node_cpus`` maps each NUMA node to its online CPUs. When the kernel
-    gives no ``numa_node`` (-1, or no file as in POWER9 captures) but ``local_cpulist`` lies inside exactly
-    one node, that node is the GPU's (this is how hwloc places such devices).
-
-    Entries are PCI addresses (:func:`launcher.topology.pci.pci_address`): one that is not is skipped with a
-    warning, and two spellings of one address (``0000:3b:00.0``, ``0000:3B:00.0``) are one device, read from the
-    entry spelled as the kernel spells it when there is one.
-    """
+    """The GPUs of ``sys/bus/pci/devices`` under ``root`` in PCI bus order, and warnings. ``all_cpus``: the
+    online CPUs; ``node_cpus``: each NUMA node's (for a GPU without ``numa_node``: :func:`node_holding`). An
+    entry that is no PCI address is skipped with a warning; two spellings of one are one device."""
     base = os.path.join(root, "sys/bus/pci/devices")
     try:
         entries = listdir(base)
@@ -66,7 +60,7 @@ def read_pci_gpus(
         cpus &= all_cpus
         uuid, memory_node = _nvidia_driver_info(driver_dir) if vendor_id == 0x10DE else (None, None)
         if numa is None:
-            numa = _node_holding(cpus, node_cpus) if cpus else None
+            numa = node_holding(cpus, node_cpus)
             if numa is None:
                 where = "local_cpus spans every CPU" if (not cpus or cpus >= all_cpus) else "locality taken from local_cpus"
                 warnings.append(f"GPU {bdf}: the kernel gives no NUMA node (numa_node is -1 or absent); {where}")
@@ -121,11 +115,7 @@ def _pci_entries(base: str, entries: list[str], warnings: list[str]) -> list[tup
 
 
 def _with_vendor_indexes(root: str, gpus: list[GPU]) -> list[GPU]:
-    """Set ``vendor_index``: NVML's order for NVIDIA (PCI bus order), the KFD topology order for AMD.
-
-    ROCm enumerates GPUs in ``/sys/class/kfd/kfd/topology/nodes/N`` order, which follows the firmware's
-    CRAT table and can differ from PCI bus order (LLNL's corona: bus 63, 43, 03, 27, e3, c3, 83, a3).
-    """
+    """Set ``vendor_index``: NVML's order for NVIDIA (PCI bus order), the KFD topology order for AMD."""
     kfd = _kfd_order(root) if any(g.vendor == "amd" for g in gpus) else {}
     out = []
     nvidia = 0
@@ -159,11 +149,10 @@ def _kfd_order(root: str) -> dict[str, int]:
     return order
 
 
-def _node_holding(cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None) -> int | None:
-    """The one NUMA node whose CPUs include all of ``cpus``, else ``None``."""
-    if not node_cpus:
-        return None
-    holders = [n for n, node in node_cpus.items() if node and cpus <= node]
+def node_holding(cpus: frozenset[int], node_cpus: Mapping[int, frozenset[int]] | None) -> int | None:
+    """The one NUMA node whose CPUs include all of ``cpus`` (a device's local CPUs), else ``None``: how hwloc places
+    a GPU or NIC whose ``numa_node`` is -1."""
+    holders = [n for n, node in (node_cpus or {}).items() if cpus and node and cpus <= node]
     return holders[0] if len(holders) == 1 else None
 
 
@@ -191,47 +180,16 @@ VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBL
 NO_DEVICE_VALUES = ("nodevfiles", "none", "void")  # what batch systems write when a job has no GPU
 
 
-class VisibleGPUs(tuple[tuple[int, ...] | None, str | None, str | None]):
-    """(visible, variable, warning): a NamedTuple written out, because typing.NamedTuple would import typing on
-    ``affrun exec``'s path (docs/design.md §11 says what that costs)."""
-
-    def __new__(cls, visible: tuple[int, ...] | None, variable: str | None, warning: str | None = None) -> VisibleGPUs:
-        return super().__new__(cls, (visible, variable, warning))
-
-    @property
-    def visible(self) -> tuple[int, ...] | None:
-        """Visible index -> GPU.index; None: no variable restricts the GPUs."""
-        return self[0]
-
-    @property
-    def variable(self) -> str | None:
-        """The variable that gave them."""
-        return self[1]
-
-    @property
-    def warning(self) -> str | None:
-        """Entries that were dropped, and why."""
-        return self[2]
+class VisibleGPUs(NamedTuple):
+    visible: tuple[int, ...] | None  # visible index -> GPU.index; None: no variable restricts the GPUs
+    variable: str | None  # the variable that gave them
+    warning: str | None = None  # entries that were dropped, and why
 
 
 def resolve_visible(gpus: Sequence[GPU], environ: Mapping[str, str]) -> VisibleGPUs:
-    """Map visible indices to physical ``GPU.index`` from the first visibility variable that applies.
-
-    ``visible`` is ``None`` when no variable restricts the GPUs. Indices are positions in PCI bus order
-    (``CUDA_DEVICE_ORDER=PCI_BUS_ID`` semantics). ``GPU-<uuid>`` entries are matched against the UUIDs from
-    ``/proc/driver/nvidia``. ``ZE_AFFINITY_MASK`` sub-device entries (``0.1``) map to their parent card.
-
-    CUDA's rule for a bad entry: the list stops at the first entry that is not a GPU index or UUID (``-1``,
-    the usual way to hide every GPU), names a GPU that does not exist, or a UUID that matches no GPU; the
-    entries before it stay visible (``0,2,-1,1`` is GPUs 0 and 2). ``warning`` says so; an entirely invalid
-    list means no visible GPU.
-
-    Inside a Slurm job, ``CUDA_VISIBLE_DEVICES`` (and the ROCm variables) may count within the job's GPUs
-    (device cgroup constrained) or be the node's own ids (not constrained); ``SLURM_STEP_GPUS`` in an ``srun``
-    step, or ``SLURM_JOB_GPUS`` in the batch step, hold the node-global ids (positions in PCI order, as
-    ``gres.conf``'s ``File=/dev/nvidia[0-N]`` and NVML autodetection number them). See
-    :func:`launcher.base.slurm_step.slurm_global_visible`.
-    """
+    """Visible indices mapped to physical ``GPU.index`` by the first visibility variable that applies (positions
+    in PCI bus order; in a Slurm job through :func:`launcher.base.slurm_step.slurm_global_visible`); a bad entry
+    ends the list, as CUDA reads it, with a warning (docs/design.md §5)."""
     vendors = {g.vendor for g in gpus}
     order = {
         "CUDA_VISIBLE_DEVICES": "nvidia",

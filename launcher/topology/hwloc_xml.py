@@ -1,12 +1,6 @@
-"""Read a :class:`Topology` from an hwloc XML export (``lstopo --of xml``; hwloc 1.x, 2.x and 3.x formats).
-
-Standard library only (``xml.etree``). PUs are the online CPUs, narrowed by the root's ``allowed_cpuset``;
-Packages, Cores and L3 caches group them; every ``NUMANode`` is a node (CPU-less ones included), with the NUMA
-latency matrix as distances (:mod:`launcher.topology.hwloc_xml_numa`); GPUs are the ``PCIDev`` objects of a display
-class from NVIDIA, AMD or Intel, located by their first non-I/O ancestor; NICs and every PCI device's path:
-:mod:`launcher.topology.nics_xml`; attributes: :mod:`launcher.topology.hwloc_xml_sets`.
-Which attribute means what, and hwloc's rules it follows: docs/design.md §6.
-"""
+"""Read a :class:`Topology` from an hwloc XML export (``lstopo --of xml``; the 1.x, 2.x and 3.x formats) with
+``xml.etree``: PUs, Packages, Cores, L3 caches and GPUs here; NUMA nodes: :mod:`launcher.topology.hwloc_xml_numa`;
+NICs and PCI paths: :mod:`launcher.topology.nics_xml`. Which attribute means what: docs/design.md §6."""
 
 from __future__ import annotations
 
@@ -14,18 +8,25 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
 from launcher.base.cpulist import MAX_CPU_ID, format_cpulist
+from launcher.base.pci import pci_address, pci_order
 from launcher.base.untrusted import ascii_hex, ascii_uint, clip, short
 from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
-from launcher.topology.hwloc_distances import BadDistances
-from launcher.topology.hwloc_xml_numa import XmlNode, locality_node, numa_node, xml_nodes
-from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask, narrowing
+from launcher.topology.hwloc_xml_numa import (
+    BadXML,
+    XmlNode,
+    int_attr,
+    locality_node,
+    mask,
+    narrowing,
+    numa_node,
+    xml_nodes,
+)
 from launcher.topology.kinds import CoreKinds, kinds_from_hwloc_xml
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics_xml import format_major, xml_pci
-from launcher.topology.pci import pci_address, pci_order
-from launcher.topology.priority_rule import priority_from_xml
+from launcher.topology.priority import priority_from_xml
 
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev"})  # Misc objects have no cpuset, so they are skipped too
 _NEWEST_FORMAT = 3  # hwloc 3.x reads XML versions up to 3 and refuses newer ones
@@ -60,6 +61,11 @@ def load_hwloc_xml(path: str) -> Topology:
 
 def hwloc_xml_topology(data: bytes, path: str) -> Topology:
     """The topology of an hwloc XML document ``data`` read from ``path``."""
+    return xml_topology(parse_hwloc_xml(data, path), path)
+
+
+def parse_hwloc_xml(data: bytes, path: str) -> ET.Element:
+    """The ``<topology>`` element of ``data`` (a ``TopologyError`` line when it is none hwloc would import)."""
     try:
         top = ET.fromstring(data)
     except ET.ParseError as exc:
@@ -71,12 +77,17 @@ def hwloc_xml_topology(data: bytes, path: str) -> Topology:
     if format_major(top) > _NEWEST_FORMAT:
         raise TopologyError(f"{path}: cannot import XML version {short(top.get('version'), 20)}: hwloc writes 1.x to "
                             f"{_NEWEST_FORMAT}.x (hwloc refuses a newer one too)")
+    return top
+
+
+def xml_topology(top: ET.Element, path: str) -> Topology:
+    """The topology of a parsed ``<topology>`` element read from ``path``."""
     roots = top.findall("object")
     if not roots:
         raise TopologyError(f"{path}: <topology> holds no <object>: not an lstopo --of xml export")
     try:
         return checked(_build(path, top, roots[0], len(roots) - 1), path)
-    except (BadXML, BadDistances) as exc:
+    except BadXML as exc:
         raise TopologyError(f"{path}: {exc}") from None
 
 
@@ -191,7 +202,8 @@ def _build(path: str, top: ET.Element, machine: ET.Element, extra_roots: int) ->
     l3_groups, l3_of_pu = _l3_groups(walk, online)
     cores = _cores(walk, online, package_of_pu, node_of_pu, l3_of_pu)
     gpus, gpu_warnings = _gpus(walk, online, nodes)
-    kinds = kinds_from_hwloc_xml(top, online, path)
+    cpukinds: list[tuple[frozenset[int], dict[str, str]]] = []
+    kinds = kinds_from_hwloc_xml(top, online, path, cpukinds)
     node_ids = frozenset(n.os_index for n in nodes)
     pci_paths, nics, nic_warnings = xml_pci(machine, lambda element: locality_node(element, nodes), major)
     gpus = tuple(replace(g, pci_path=pci_paths.get(g.pci, ())) for g in gpus)
@@ -211,7 +223,7 @@ def _build(path: str, top: ET.Element, machine: ET.Element, extra_roots: int) ->
         warnings=(*_structure_warnings(walk, extra_roots), *gpu_warnings, *kinds.warnings, *nic_warnings),
         core_kinds=CoreKinds(kinds.kinds),
         nics=tuple(nics),
-        priority=priority_from_xml(top, [c.pus for c in cores], online),
+        priority=priority_from_xml(top, cpukinds, [c.pus for c in cores], online),
     )
 
 

@@ -1,20 +1,60 @@
-"""The NUMA nodes of an hwloc XML export: each ``NUMANode``'s CPUs (its parent's in 2.x/3.x, its own in 1.x), which
-node each PU belongs to, a broken table's warning, and the node an I/O object (GPU, NIC) is local to. Pure; the
-rules hwloc follows and affrun with it: docs/design.md §6."""
+"""An hwloc XML export's attributes (bitmaps, integers), its NUMA nodes (each ``NUMANode``'s CPUs, each PU's node,
+a broken table's warning), the NUMA latency matrix (``distances2``, 1.x ``distances``) and the node an I/O object
+(GPU, NIC) is local to. Pure; the rules hwloc follows and affrun with it: docs/design.md §6."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.base.cpulist import MAX_NODE_ID, format_cpulist, id_text
-from launcher.base.untrusted import clip
-from launcher.topology.hwloc_distances import numa_distances
-from launcher.topology.hwloc_xml_sets import BadXML, int_attr, mask
+from launcher.base.cpulist import MAX_NODE_ID, cpu_error, format_cpulist, id_text, parse_hexmask
+from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
 from launcher.topology.model import NumaNode
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
+    from collections.abc import Sequence
+
+
+class BadXML(Exception):
+    """Something in the file is not what hwloc writes (message says what)."""
+
+
+def mask(element: ET.Element, name: str) -> frozenset[int] | None:
+    """A cpuset/nodeset attribute; ``None`` when absent or infinite (hwloc writes ``0xf...f``)."""
+    text = element.get(name)
+    if text is None or "..." in text:
+        return None
+    try:
+        return parse_hexmask(text)
+    except ValueError as exc:
+        kind = kind_of(element)
+        raise BadXML(cpu_error(exc, f"{name}={short(text)} on a {kind} object is not a bitmap",
+                             f"{name} on a {kind} object: {{}}")) from None
+
+
+def int_attr(element: ET.Element, name: str) -> int | None:
+    text = element.get(name)
+    if text is None:
+        return None
+    value = ascii_int(text.strip())
+    if value is None:
+        raise BadXML(f"{name}={short(text, 40)} on a {kind_of(element)} object is not an integer")
+    return value
+
+
+def kind_of(element: ET.Element) -> str:
+    return clip(element.get("type") or "?", 20)
+
+
+def narrowing(element: ET.Element) -> frozenset[int] | None:
+    """An object's cpuset as it narrows the objects below it; ``None`` when absent, infinite or unreadable (the
+    reader of that object's own set says what is wrong with it)."""
+    try:
+        return mask(element, "cpuset")
+    except BadXML:
+        return None
 
 
 @dataclass
@@ -133,3 +173,70 @@ def _one(values: frozenset[int]) -> int | None:
     return next(iter(values)) if len(values) == 1 else None
 
 
+_LATENCY_KIND = 4  # HWLOC_DISTANCES_KIND_MEANS_LATENCY
+
+
+def numa_distances(
+    top: ET.Element, machine: ET.Element, nodes: Sequence[tuple[str | None, int]]
+) -> dict[int, dict[int, int]]:
+    """NUMA latency matrix: ``distances2`` (2.x/3.x) or ``distances`` (1.x); empty when the file has none."""
+    for matrix in top.iter("distances2"):
+        if matrix.get("type") != "NUMANode":
+            continue
+        kind = _int_or_zero(matrix.get("kind"))
+        if kind and not kind & _LATENCY_KIND:
+            continue
+        indexes = " ".join(e.text or "" for e in matrix.findall("indexes")).split()
+        values = " ".join(e.text or "" for e in matrix.findall("u64values")).split()
+        n = _int_or_zero(matrix.get("nbobjs"))
+        if n == 0 or len(indexes) != n or len(values) != n * n:
+            raise BadXML(f"{_label(matrix)}: expected {n} indexes and {n * n} values")
+        if matrix.get("indexing") == "gp":
+            by_gp = dict(nodes)
+            maybe_ids = [by_gp.get(i) for i in indexes]
+        else:
+            maybe_ids = [ascii_uint(i) for i in indexes]
+        maybe_numbers = [ascii_uint(v) for v in values]
+        ids = [i for i in maybe_ids if i is not None]
+        numbers = [v for v in maybe_numbers if v is not None]
+        if len(ids) != n or len(numbers) != n * n:
+            raise BadXML(f"{_label(matrix)}: indexes or values are not numbers of NUMA nodes")
+        return {a: {b: numbers[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
+    order = list(dict.fromkeys(os_index for _, os_index in nodes))
+    for matrix in machine.iter("distances"):  # hwloc 1.x: latencies relative to latency_base, NUMA nodes in order
+        latencies = [e.get("value", "") for e in matrix.findall("latency")]
+        n = _int_or_zero(matrix.get("nbobjs"))
+        if n != len(order) or len(latencies) != n * n:
+            continue
+        base = _latency(matrix.get("latency_base", "1"))
+        products = [_latency(v) * base for v in latencies]
+        if any(not 0 <= p <= _MAX_DISTANCE for p in products):  # NaN, inf and 1e400 included
+            raise BadXML("distances: latency values are not finite numbers from 0 to 2^32")
+        rounded = [round(p) for p in products]
+        return {a: {b: rounded[i * n + j] for j, b in enumerate(order)} for i, a in enumerate(order)}
+    return {}
+
+
+# hwloc's distances are u64 latencies; the kernel's NUMA distances are below 256.
+_MAX_DISTANCE = float(1 << 32)
+
+
+def _latency(text: str) -> float:
+    """A hwloc 1.x latency (a float); NaN for anything that is not a finite number."""
+    if not text.isascii():
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+def _label(matrix: ET.Element) -> str:
+    """``distances2 'NUMALatency'``, or ``distances2`` alone for a matrix without a name."""
+    name = matrix.get("name")
+    return "distances2" if name is None else f"distances2 {short(name, 40)}"
+
+
+def _int_or_zero(text: str | None) -> int:
+    return ascii_uint((text or "0").strip()) or 0

@@ -1,21 +1,14 @@
-"""Core kinds (hybrid CPUs: Intel P/E/LP E-cores, ARM big.LITTLE such as GB10, AMD Zen 5/5c), ranked as hwloc ranks them.
-
-Pure: the model, hwloc's registration and ranking rules (``hwloc/cpukinds.c``), and readers of data already
-parsed (an hwloc XML ``<topology>`` element, the JSON a snapshot holds). The sysfs reader is
-:mod:`launcher.topology.kinds_sysfs`. docs/core-kinds.md states every rule and where it comes from.
-
-Efficiency is hwloc's: ``0`` is the least performant kind, ``N-1`` the most. Lists are fastest first. Doubtful
-evidence (CPUs that do not exist, overlapping kinds, a capacity or frequency out of range, a file that is not
-what the kernel writes, kinds that cannot be ranked) is never an exception: the result is homogeneous (no
-kinds) with one warning saying why.
-"""
+"""Core kinds of hybrid CPUs: the model, hwloc's registration and ranking rules, and the readers of an hwloc XML
+``<topology>`` and of a snapshot's JSON; pure. Doubtful evidence gives no kinds and one warning, never an
+exception. Every rule and where it comes from: docs/core-kinds.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist, id_problem, parse_hexmask
+from launcher.base.records import BadRecord, from_dict
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, clip
 
 if TYPE_CHECKING:
@@ -105,12 +98,8 @@ class _Kind:
 
 
 class KindRegistry:
-    """hwloc_internal_cpukinds_register and hwloc_internal_cpukinds_rank (hwloc/cpukinds.c) over plain data.
-
-    Each registration splits the kinds it overlaps: the common CPUs become a kind with the infos of both, and
-    CPUs in no kind yet become a kind of their own. ``forced`` is an efficiency a source states (Linux
-    ``cpu_capacity``, the XML ``forced_efficiency``); ``None`` is hwloc's "unknown".
-    """
+    """hwloc's ``hwloc_internal_cpukinds_register`` and ``_rank`` over plain data. ``forced``: an efficiency a
+    source states (``cpu_capacity``, XML ``forced_efficiency``); ``None`` is hwloc's "unknown"."""
 
     def __init__(self) -> None:
         self._kinds: list[_Kind] = []
@@ -225,12 +214,11 @@ def partition_problem(sets: Sequence[tuple[str, frozenset[int]]], cpus: frozense
 
 
 # --------------------------------------------------------------------------------------------- hwloc XML
-def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, what: str = "hwloc XML") -> CoreKinds:
-    """The ``<cpukind>`` children of an hwloc ``<topology>`` (hwloc__xml_import_cpukind), ranked.
-
-    ``cpus``: the topology's PUs (default: the ``os_index`` of its PU objects). A kind may name CPUs of the
-    root's ``complete_cpuset`` that are not PUs (disallowed, offline; hwloc exports them): they are dropped.
-    """
+def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, what: str = "hwloc XML",
+                         read: list[tuple[frozenset[int], dict[str, str]]] | None = None) -> CoreKinds:
+    """The ``<cpukind>`` children of an hwloc ``<topology>`` (hwloc__xml_import_cpukind), ranked. ``cpus``: the
+    topology's PUs (default: its PU objects'); CPUs a kind names beyond them are dropped. ``read`` receives each
+    kind's CPUs and infos as read, before ranking, for :func:`launcher.topology.priority.priority_from_xml`."""
     elements = top.findall("cpukind")
     if not elements:
         return CoreKinds()
@@ -246,19 +234,23 @@ def kinds_from_hwloc_xml(top: ET.Element, cpus: frozenset[int] | None = None, wh
     package = next((o for o in top.iter("object") if o.get("type") == "Package"), None)
     implementer = _hex_info(package.findall("info") if package is not None else [], "CPUImplementer")
     registry = KindRegistry()
-    sets: list[tuple[str, frozenset[int]]] = []
+    sets: list[tuple[str, frozenset[int], list[Info]]] = []
     for i, element in enumerate(elements[: MAX_KINDS + 1]):
         label = f"<cpukind> #{i}"
         parsed = _xml_kind(element, label, complete)
         if isinstance(parsed, str):
             return refused(f"{what}: {parsed}")
         members, forced, infos = parsed
-        sets.append((label, members))
+        sets.append((label, members, infos))
         hint = arm_part_name(_hex_info(element.findall("info"), "CPUImplementer") or implementer,
                              _hex_info(element.findall("info"), "CPUPart"))
         registry.register(members & cpus, forced, infos, "hwloc-xml", overwrite=True, hint=hint)
-    problem = partition_problem([(label, members & cpus) for label, members in sets], cpus)
-    return refused(f"{what}: {problem}") if problem else registry.rank()
+    problem = partition_problem([(label, members & cpus) for label, members, _ in sets], cpus)
+    if problem:
+        return refused(f"{what}: {problem}")
+    if read is not None:
+        read.extend((members & cpus, dict(infos)) for _, members, infos in sets if members & cpus)
+    return registry.rank()
 
 
 def _hex_info(infos: list[ET.Element], name: str) -> int | None:
@@ -318,6 +310,17 @@ def kinds_to_json(kinds: CoreKinds) -> list[dict[str, Any]]:
              "infos": dict(k.infos)} for k in kinds.kinds]
 
 
+@dataclass(frozen=True)
+class _KindJson:
+    """One kind as :func:`kinds_to_json` writes it."""
+
+    cpus: tuple[int, ...]
+    efficiency: int
+    name: str
+    source: str
+    infos: dict[str, str] = field(default_factory=dict)
+
+
 def kinds_from_json(data: object, cpus: frozenset[int], what: str = "core_kinds") -> CoreKinds:
     """Read back :func:`kinds_to_json`'s list; ``cpus`` are the topology's online CPUs, which the kinds must
     partition. Anything else is a refusal (a warning and no kinds), never an exception."""
@@ -327,26 +330,20 @@ def kinds_from_json(data: object, cpus: frozenset[int], what: str = "core_kinds"
         return refused(f"{what}: expected a list of at most {MAX_KINDS} kinds")
     kinds: list[CoreKind] = []
     for i, entry in enumerate(data):
-        label = f"{what}[{i}]"
-        if not isinstance(entry, dict) or not {"cpus", "efficiency", "name", "source"} <= entry.keys():
-            return refused(f"{label}: expected an object with cpus, efficiency, name and source")
-        members, efficiency, name, source, infos = (entry["cpus"], entry["efficiency"], entry["name"],
-                                                    entry["source"], entry.get("infos", {}))
-        if (not isinstance(members, list) or not members
-                or not all(type(c) is int and id_problem(c) is None for c in members)):
-            return refused(f"{label}: cpus must be a non-empty list of CPU ids")
-        if type(efficiency) is not int or efficiency != len(data) - 1 - i:
-            return refused(f"{label}: efficiency must be {len(data) - 1 - i} (kinds are listed fastest first)")
-        if not isinstance(name, str) or not isinstance(source, str) or printable(name) != name or not name:
-            return refused(f"{label}: name and source must be short printable strings")
-        if not isinstance(infos, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in infos.items()):
-            return refused(f"{label}: infos must map strings to strings")
-        problem = next((p for k, v in infos.items() if (p := info_problem(k, v))), None)
+        label, rank = f"{what}[{i}]", len(data) - 1 - i
+        try:
+            k = from_dict(_KindJson, entry, label)
+        except BadRecord as exc:
+            return refused(str(exc))
+        problem = ("cpus must be a non-empty list of CPU ids" if not k.cpus or any(map(id_problem, k.cpus))
+                   else f"efficiency must be {rank} (kinds are listed fastest first)" if k.efficiency != rank
+                   else "name and source must be short printable strings" if not k.name or printable(k.name) != k.name
+                   else next((p for key, v in k.infos.items() if (p := info_problem(key, v))), None))
+        if problem is None and not set(k.cpus) <= cpus:
+            problem = f"CPUs {clip(format_cpulist(set(k.cpus) - cpus), 40)} are not online CPUs"
         if problem:
             return refused(f"{label}: {problem}")
-        if not set(members) <= cpus:
-            return refused(f"{label}: CPUs {clip(format_cpulist(set(members) - cpus), 40)} are not online CPUs")
-        kinds.append(CoreKind(frozenset(members), efficiency, name, printable(source, 60),
-                              tuple((printable(k, 60), printable(v, 80)) for k, v in infos.items())))
+        kinds.append(CoreKind(frozenset(k.cpus), k.efficiency, k.name, printable(k.source, 60),
+                              tuple((printable(key, 60), printable(v, 80)) for key, v in k.infos.items())))
     problem = partition_problem([(f"{what}[{i}]", k.cpus) for i, k in enumerate(kinds)], cpus)
     return refused(problem) if problem else CoreKinds(tuple(kinds))

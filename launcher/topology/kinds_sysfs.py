@@ -1,16 +1,8 @@
-"""Core kinds from a Linux sysfs tree, found as hwloc's Linux backend finds them (hwloc/topology-linux.c,
-``look_sysfscpukinds``), then ranked by :class:`launcher.topology.kinds.KindRegistry`.
-
-* ARM with ``cpu0/regs/identification/midr_el1``: one kind per MIDR value, its efficiency the smallest
-  ``cpu_capacity`` of its CPUs (``look_sysfscpukinds_by_midr_regs``); nothing else is read.
-* Otherwise (``look_sysfscpukinds_by_freq``): ``cpufreq/cpuinfo_max_freq``, ``cpufreq/base_frequency`` (else
-  ``acpi_cppc/nominal_freq``) and ``cpu_capacity``; max frequencies within 10% of each other among CPUs of one
-  base frequency count as one (Turbo Boost Max 3.0 favoured cores). Then the hybrid PMUs' CPU lists
-  ``/sys/devices/cpu_{atom,core,lowpower}/cpus`` (``look_sysfscpukinds_by_pmu_sets``) give the core types.
-
-Every per-CPU attribute is all-or-nothing: present on some online CPUs and not others, out of range, or not an
-integer, and the result is homogeneous with one warning (hwloc would skip such CPUs and invent kinds).
-"""
+"""Core kinds and priority cores from a Linux sysfs tree (live ``/`` or an fsroot), from each online CPU's
+performance files. Kinds are found as hwloc's Linux backend finds them (``look_sysfscpukinds``), then ranked by
+:class:`launcher.topology.kinds.KindRegistry`; priority cores by :func:`launcher.topology.priority.find_priority`
+(docs/core-kinds.md, docs/priority-cores.md). Every per-CPU file is all or nothing: doubtful evidence gives no
+kinds, or no priority cores, with the reason."""
 
 from __future__ import annotations
 
@@ -31,9 +23,17 @@ from launcher.topology.kinds import (
     partition_problem,
     refused,
 )
+from launcher.topology.priority import (
+    Evidence,
+    PriorityCores,
+    find_priority,
+    frequency_classes,
+    none_found,
+    priority_classes,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
 CPU = "sys/devices/system/cpu"
 PMU_SETS = (("cpu_atom", "IntelAtom"), ("cpu_core", "IntelCore"), ("cpu_lowpower", "IntelLowPower"))
@@ -43,18 +43,14 @@ _ARM_ARCH = {1: "4", 2: "4T", 3: "5", 4: "5T", 5: "5TE", 6: "5TEJ", 7: "6", 15: 
 
 
 class Refused(Exception):
-    """Evidence refused (message says why); the priority-cores reader raises it too."""
+    """Evidence refused (message says why)."""
 
 
 def kinds_from_sysfs(fsroot: str, cpus: frozenset[int] | None = None, *, use_midr: bool | None = None,
                      read: dict[str, dict[int, int]] | None = None) -> CoreKinds:
-    """The core kinds of the machine under ``fsroot`` (``/`` for this one), fastest first.
-
-    ``cpus``: the online CPUs (default: ``cpu/online``). ``use_midr``: ``None`` does as hwloc does (MIDR when
-    ``cpu0`` has one); ``False`` is hwloc's ``HWLOC_CPUKINDS=midr=0``. ``read``, when given, receives the checked
-    per-CPU values read, by file (``cpufreq/cpuinfo_max_freq``, ``cpufreq/base_frequency``): the priority-cores
-    reader then does not read them again.
-    """
+    """The core kinds of the machine under ``fsroot`` (``/`` for this one), fastest first. ``cpus``: the online
+    CPUs (default: ``cpu/online``); ``use_midr=False`` is hwloc's ``midr=0``; ``read`` receives the checked
+    per-CPU values read, by file, for :func:`priority_from_sysfs`."""
     try:
         return _read(fsroot, cpus, use_midr, {} if read is None else read)
     except (Refused, TopologyError) as exc:
@@ -107,7 +103,7 @@ def _pre_zen5_amd(fsroot: str) -> tuple[bool, str | None]:
 def per_cpu_values(cpu_dir: str, pus: list[int], name: str, low: int, high: int, unit: str) -> dict[int, int]:
     """``cpuN/name`` of every CPU in ``pus``: all of them or none, each in ``[low, high]``, else :class:`Refused`
     (:class:`TopologyError` for a file that is not an integer or not a regular file). Shared with the reader of
-    priority cores (:mod:`launcher.topology.priority_sysfs`)."""
+    priority cores (:func:`priority_from_sysfs`)."""
     found: dict[int, int] = {}
     for pu in pus:
         value = read_int(f"{cpu_dir}/cpu{pu}/{name}")  # os.path.join's result, at a fifth of its cost
@@ -166,12 +162,8 @@ def _by_freq(registry: KindRegistry, cpu_dir: str, pus: list[int], read: dict[st
 
 def adjust_max_freqs(pus: list[int], maxes: dict[int, int], bases: dict[int, int], capacities: dict[int, int],
                      percent: int = ADJUST_PERCENT) -> None:
-    """hwloc_linux_cpukinds_adjust_maxfreqs, in place: among CPUs of one base frequency, max frequencies that
-    differ by less than ``percent`` of the smallest become the smallest, and so do their capacities.
-
-    hwloc skips this when a CPU has a max frequency and no base one; here such CPUs form one group (base 0), so
-    a few favoured cores of a cpufreq driver without base_frequency do not become a kind of their own.
-    """
+    """hwloc_linux_cpukinds_adjust_maxfreqs, in place: among CPUs of one base frequency (none: 0), max
+    frequencies within ``percent`` of the smallest become the smallest, and so do their capacities."""
     groups: dict[int, list[int]] = {}
     for pu in pus:
         groups.setdefault(bases.get(pu, 0), []).append(pu)
@@ -244,3 +236,78 @@ def _by_midr(registry: KindRegistry, cpu_dir: str, pus: list[int]) -> None:
             infos.insert(0, ("LinuxCapacity", str(capacity)))
         name = arm_part_name((value >> 24) & 0xFF, (value >> 4) & 0xFFF)
         registry.register(members, capacity, infos, "midr", hint=name)
+
+
+_U32 = (1 << 32) - 1
+# (file under cpuN, lowest, highest, its unit; shown as value // scale, in unit), most trusted first
+# (docs/priority-cores.md)
+SOURCES = (
+    ("cpufreq/amd_pstate_prefcore_ranking", 1, _U32, "", 1, ""),
+    ("acpi_cppc/highest_perf", 1, _U32, "", 1, ""),
+    ("cpufreq/cpuinfo_max_freq", 1, MAX_MHZ * 1000, " kHz", 1000, " MHz"),
+    ("cpufreq/base_frequency", 1, MAX_MHZ * 1000, " kHz", 1000, " MHz"),
+)
+CPPC_UNKNOWN = 255  # an 8-bit highest_perf of 255: firmware that hard-codes it (intel_pstate then reads HWP instead)
+# The ITMT switch: a sysctl until Linux 6.13 ("1"/"0"), then debugfs ("Y"/"N"), which only root can read.
+ITMT_FILES = (("proc/sys/kernel/sched_itmt_enabled", "1", "0"), ("sys/kernel/debug/x86/sched_itmt_enabled", "Y", "N"))
+ABSENT = ("no per-CPU performance evidence: no acpi_cppc/highest_perf, cpufreq/cpuinfo_max_freq, "
+          "cpufreq/base_frequency or amd_pstate_prefcore_ranking (a VM, or no cpufreq driver)")
+
+
+def priority_from_sysfs(fsroot: str, cores: Sequence[tuple[int, ...]], kinds: CoreKinds,
+                        read: Mapping[str, dict[int, int]] | None = None) -> PriorityCores:
+    """The priority cores of the machine under ``fsroot`` (``/`` for this one). ``cores``: its online cores, each a
+    tuple of PUs; ``kinds``: its core kinds as hwloc reads them (the cores are compared within each kind, unless
+    the kinds are priority classes); ``read``: what the kinds reader read already (``kinds_from_sysfs(read=)``)."""
+    try:
+        return _read_priority(fsroot, cores, kinds, read or {})
+    except (Refused, TopologyError) as exc:
+        return none_found(str(exc))
+
+
+def _read_priority(fsroot: str, cores: Sequence[tuple[int, ...]], kinds: CoreKinds, read: Mapping[str, dict[int, int]]
+          ) -> PriorityCores:
+    cpu_dir = os.path.join(fsroot, CPU)
+    pus = sorted(p for core in cores for p in core)
+    online = frozenset(pus)
+    classes = None
+    raw = [(k.cpus, dict(k.infos)) for k in kinds.kinds]
+    if frequency_classes(raw):  # only then the CPU's identity: /proc/cpuinfo of a big machine is large
+        from launcher.topology.cpu_identity import read_cpu_identity  # off a standalone rank's imports
+
+        identity, _ = read_cpu_identity(fsroot)
+        classes = priority_classes(raw, identity.vendor if identity else None, identity.flags if identity else None)
+    groups = ([(k.name, k.cpus) for k in kinds.kinds] if kinds.hybrid and classes is None
+              else [("", online)])
+    notes: list[str] = []
+    evidence: list[Evidence] = []
+    for name, low, high, raw_unit, scale, unit in SOURCES:
+        values = read[name] if name in read else _present_values(cpu_dir, pus, name, low, high, raw_unit)
+        unknown = [p for p, v in values.items() if v == CPPC_UNKNOWN] if name == "acpi_cppc/highest_perf" else []
+        if unknown and len(unknown) < len(values):
+            notes.append(f"{name} is 255 (no value) on CPUs {clip(format_cpulist(unknown), 40)}: not used")
+            values = {}
+        evidence.append(Evidence(name, values, scale, unit))
+    itmt = _itmt(fsroot)
+    return find_priority(cores, groups, evidence, absent=ABSENT, notes=[*notes, *([itmt] if itmt else [])],
+                         one_kind=classes is not None)
+
+
+def _present_values(cpu_dir: str, pus: list[int], name: str, low: int, high: int, unit: str) -> dict[int, int]:
+    """``cpuN/name`` of every PU, all or none (:func:`per_cpu_values`); absent, after two failed opens, where
+    neither the first nor the last PU has it (most of these files are absent on most machines)."""
+    if all(read_text(os.path.join(cpu_dir, f"cpu{pu}", name)) is None for pu in {pus[0], pus[-1]}):
+        return {}
+    return per_cpu_values(cpu_dir, pus, name, low, high, unit)
+
+
+def _itmt(fsroot: str) -> str | None:
+    """``ITMT on`` or ``ITMT off`` where the switch can be read; ``None`` where it cannot (no ITMT, or debugfs)."""
+    for path, on, off in ITMT_FILES:
+        try:
+            text = read_text(os.path.join(fsroot, path))
+        except TopologyError:  # a FIFO, or too large: it says nothing
+            continue
+        if text in (on, off):
+            return f"ITMT {'on' if text == on else 'off'}"
+    return None

@@ -9,18 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from launcher.base.choices import RDMA_KINDS
+from launcher.base.choices import RDMA_KINDS, NicKind, PortState
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
+from launcher.base.pci import pci_address
+from launcher.base.records import to_dict
 from launcher.base.untrusted import clip, short
 from launcher.errors import TopologyError, one_line
 from launcher.topology.kinds import CoreKinds, kinds_to_json
-from launcher.topology.pci import pci_address
 from launcher.topology.priority import PriorityCores
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from launcher.base.choices import NicKind, PortState
     from launcher.topology.cpu_identity import CpuIdentity
 
 # A device's PCI path: its ancestors from the host bridge down, the device itself left out, e.g.
@@ -52,9 +52,8 @@ class NumaNode:
     cpus: frozenset[int]  # online CPUs of the node; empty for CPU-less (HBM, GPU memory, CXL) nodes
     distances: dict[int, int] = field(default_factory=dict, compare=False)  # node os_index -> distance
     memory_kb: int | None = None
-    # The CPUs this node's memory is local to by the firmware's initiator table (sysfs ``access1``, else
-    # ``access0``, ``initiators``: :mod:`launcher.topology.initiators`); None when the source does not say.
-    # It is how memory-only nodes (CXL, HBM, NVM) are found local to memory-less CPU nodes.
+    # The CPUs this node's memory is local to by the firmware's initiator table (docs/planner.md); None when the
+    # source does not say.
     local_cpus: frozenset[int] | None = None
 
 
@@ -89,9 +88,6 @@ class NicPort:
     state: PortState
     rate_gbps: float | None = None  # None when the source does not say (hwloc XML, an interface without speed)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"number": self.number, "state": self.state, "rate_gbps": self.rate_gbps}
-
 
 @dataclass(frozen=True)
 class NIC:
@@ -101,7 +97,7 @@ class NIC:
     name: str
     pci: str  # the PCI function, dddd:bb:dd.f
     kind: NicKind
-    numa_node: int | None
+    numa_node: int | None = None
     ports: tuple[NicPort, ...] = ()
     pci_path: PciPath = ()
 
@@ -111,10 +107,6 @@ class NIC:
 
     def active_ports(self) -> tuple[NicPort, ...]:
         return tuple(p for p in self.ports if p.state == "active")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "pci": self.pci, "kind": self.kind, "numa_node": self.numa_node,
-                "ports": [p.to_json() for p in self.ports], "pci_path": list(self.pci_path)}
 
 
 @dataclass(frozen=True)
@@ -251,9 +243,9 @@ class Topology:
                 }
                 for i, g in enumerate(gpus)
             ],
-            "nics": [n.to_json() for n in self.nics],
+            "nics": [to_dict(n) for n in self.nics],
             "l3_groups": [sorted(g.cpus & allowed) for g in self.l3_groups],
-            "cpu": None if self.cpu is None else self.cpu.to_json(),
+            "cpu": None if self.cpu is None else to_dict(self.cpu),
             "online": format_cpulist(self.online),
             "offline": format_cpulist(self.offline),
             "source": self.source,
@@ -261,27 +253,15 @@ class Topology:
             "cpu_quota": self.cpu_quota,
             "cpu_quota_source": self.cpu_quota_source,
             "core_kinds": kinds_to_json(self.kinds()),
-            "priority_cores": self.priority_cores().to_json(),
+            "priority_cores": to_dict(self.priority_cores()),
         }
 
 
 # ---------------------------------------------------------------------------------------------- validation
 def checked(topo: Topology, where: str | None = None) -> Topology:
-    """``topo`` made consistent, or a :class:`TopologyError` line: every reader (sysfs, hwloc XML, snapshot)
-    returns its result through here, so no input can give the planner a PU in two cores.
-
-    * Every CPU id is 0..``MAX_CPU_ID`` and every NUMA node id 0..``MAX_NODE_ID`` (what ``sched_setaffinity``
-      and ``set_mempolicy`` accept); anything else is refused.
-    * Each PU belongs to exactly one core: a PU that an inconsistent source lists in a second core (a missing or
-      looping ``thread_siblings`` file, one PU under two ``Core`` objects) stays in the first core, in order of
-      the cores' first PU, and is dropped from the others, with a warning. A core left without PUs goes.
-    * Core ``package`` and ``l3`` indexes point at existing packages and L3 groups (else refused).
-    * Each GPU's ``pci`` is an address in :func:`launcher.topology.pci.pci_address`'s spelling, and no two GPUs
-      have one address (each reader normalises and dedupes; anything else is refused).
-    * Warnings are one line each (:func:`launcher.errors.one_line`): they echo paths and values of the source.
-
-    Messages start with ``where`` (default: the topology's ``source``).
-    """
+    """``topo`` made consistent, or a :class:`TopologyError` line starting with ``where`` (default: its
+    ``source``); every reader returns through here (what it guarantees: docs/design.md §6, "Three topology
+    formats")."""
     where = topo.source if where is None else where
     cpu_sets: list[tuple[str, frozenset[int] | tuple[int, ...]]] = [
         ("online", topo.online), ("offline", topo.offline), ("allowed", topo.allowed),

@@ -1,25 +1,19 @@
-"""Read NICs from sysfs: RDMA devices (``sys/class/infiniband``) and network interfaces (``sys/class/net``).
-
-Each is an OS device under its PCI function (hwloc's vocabulary): the ``device`` link gives the function, its PCI
-path and NUMA node. Virtual interfaces (``lo``, ``docker0``, ``veth*``) have no ``device`` link and are no NICs.
-Data the kernel does not write (a link that loops or leaves ``sys/devices``, a class entry named unlike its device,
-a port, state, rate or link layer that is none, a node that does not exist, thousands of entries) gives a
-warning and no NIC, within a bound. Names are read as they are (:mod:`launcher.topology.nics_names`). Why each
-field is read: docs/nics.md.
-"""
+"""NICs from sysfs: RDMA devices (``sys/class/infiniband``) and network interfaces (``sys/class/net``), each an OS
+device under its PCI function; what a NIC's name may be (every source) and what a rank may be handed. Data the
+kernel does not write gives a warning and no NIC, within a bound. What is read, and why: docs/nics.md."""
 
 from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
 
+from launcher.base.pci import pci_order, sysfs_pci_path
 from launcher.base.untrusted import ascii_int, ascii_uint, short
 from launcher.errors import TopologyError
 from launcher.topology._files import machine_path, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, lexists, listdir
+from launcher.topology.gpus import node_holding
 from launcher.topology.model import NIC, NicPort
-from launcher.topology.nics_names import name_problem
-from launcher.topology.pci import pci_order, sysfs_pci_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -43,6 +37,40 @@ OPER_STATES: dict[str, PortState] = {
 }
 NET_TYPES: dict[int, NicKind] = {1: "ethernet", 32: "ipoib"}  # net/<if>/type (ARPHRD_ETHER, ARPHRD_INFINIBAND)
 UNKNOWN_SPEEDS = frozenset({-1, 0, 0xFFFFFFFF})  # net/<if>/speed: SPEED_UNKNOWN, and -1 printed unsigned
+
+
+MAX_NAME = 255  # NAME_MAX: the longest name a sysfs entry can have; longer ones come from XML or JSON only
+MAX_DEVICE = 31  # UCX keeps a device string (mlx5_0:1) in 32 bytes with its NUL (UCT_DEVICE_NAME_MAX)
+PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is no device name at all (empty, longer than :data:`MAX_NAME`, holding ``/`` or NUL), else
+    ``None``: anything else is a name, read as it is (docs/nics.md)."""
+    if not name:
+        return "an empty name"
+    if len(name) > MAX_NAME:
+        return f"a name of {len(name)} characters, more than {MAX_NAME}"
+    if "/" in name or "\0" in name:
+        return "a name with '/' or NUL, which no device name can hold"
+    return None
+
+
+def device_problem(name: str, port: int | None) -> str | None:
+    """Why the device string of NIC ``name`` (``name:port`` for an RDMA port, ``name`` for an interface) cannot be
+    handed to a rank, else ``None``: a character other than ASCII letters, digits, ``_``, ``.`` and ``-``, more
+    than :data:`MAX_DEVICE` characters, or ``all`` (UCX's device-list syntax: docs/nics.md)."""
+    device = name if port is None else f"{name}:{port}"
+    if not name:
+        return "an empty name"
+    odd = next((c for c in name if c not in PLAIN), None)
+    if odd is not None:
+        return f"{odd!r} is not a letter, digit, '_', '.' or '-'"
+    if len(device) > MAX_DEVICE:
+        return f"{len(device)} characters, more than UCX's {MAX_DEVICE}"
+    if name == "all":
+        return "UCX reads 'all' as every device"
+    return None
 
 
 def read_nics(root: str, nodes: Mapping[int, frozenset[int]]) -> tuple[list[NIC], list[str]]:
@@ -132,7 +160,8 @@ def _read_one(root: str, name: str, net: bool, nodes: Mapping[int, frozenset[int
     node = read_int(os.path.join(function, "numa_node"))
     if node is not None and node >= 0 and node not in nodes:
         return f"the kernel places it on NUMA node {node}, which does not exist here"
-    numa = node if node is not None and node >= 0 else _node_of(function, nodes)
+    numa = node if node is not None and node >= 0 else node_holding(
+        read_cpus(os.path.join(function, "local_cpulist"), os.path.join(function, "local_cpus")) or frozenset(), nodes)
     if net:
         kind = NET_TYPES.get(read_int(os.path.join(dev, "type")) or 1)
         if kind is None:
@@ -145,13 +174,6 @@ def _read_one(root: str, name: str, net: bool, nodes: Mapping[int, frozenset[int
     if problem:
         return problem
     return NIC(name=name, pci=address, kind=kind, numa_node=numa, ports=ports, pci_path=path)
-
-
-def _node_of(function: str, nodes: Mapping[int, frozenset[int]]) -> int | None:
-    """The one node whose CPUs hold every CPU of the function's ``local_cpulist``; None when none or several do."""
-    cpus = read_cpus(os.path.join(function, "local_cpulist"), os.path.join(function, "local_cpus"))
-    holders = [n for n, node_cpus in nodes.items() if cpus and node_cpus and cpus <= node_cpus]
-    return holders[0] if len(holders) == 1 else None
 
 
 def _port_numbers(ports_dir: str) -> tuple[list[int], str | None]:

@@ -1,21 +1,15 @@
-"""NICs and PCI paths from an hwloc XML export: OpenFabrics (``mlx5_0``) and Network (``ib0``, ``eth0``) ``OSDev``
-objects under their ``PCIDev``, whose ``Bridge`` ancestors give the PCI path. ``osdev_type`` is one number in the
-1.x and 2.x formats (3 OpenFabrics, 2 Network) and a bitmask in 3.x (32 OpenFabrics, 16 Network; 2 is Memory).
-
-A host bridge (``bridge_type="0-1"``, ``bridge_pci="0000:[10-15]"``) is named for its root bus (``pci0000:10``),
-as sysfs names it. A NIC's NUMA node is its first non-I/O ancestor's, by the rule GPUs follow (the reader's). hwloc
-records an RDMA port's state (``Port1State``) but no rate, and no state for a network interface.
-"""
+"""NICs and PCI paths from an hwloc XML export: OpenFabrics and Network ``OSDev`` objects under their ``PCIDev``,
+whose ``Bridge`` ancestors give the PCI path (host bridges named as sysfs names them). What each attribute says in
+each format: docs/nics.md."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from launcher.base.pci import host_bridge, pci_address
 from launcher.base.untrusted import ascii_uint, short
 from launcher.topology.model import NIC, NicPort
-from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS, capped, sorted_nics
-from launcher.topology.nics_names import name_problem
-from launcher.topology.pci import host_bridge, pci_address
+from launcher.topology.nics import IB_STATES, MAX_ENTRIES, MAX_PORTS, capped, name_problem, sorted_nics
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from launcher.base import nvml
+from launcher.base.pci import pci_address
 from launcher.topology.model import Topology
-from launcher.topology.pci import pci_address
 
 
 def nvml_gpus() -> list[nvml.Gpu] | None:

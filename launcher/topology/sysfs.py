@@ -1,12 +1,11 @@
-"""Read a :class:`Topology` from Linux ``/sys`` and ``/proc``, live or under an fsroot (hwloc's test layout).
-
-The reader follows hwloc's Linux backend: a CPU's package and core are read once per *set* of sibling CPUs
-(``package_cpus``, ``core_cpus``), not once per CPU, so a 1,024-CPU machine costs about one open per core.
-"""
+"""Read a :class:`Topology` from Linux ``/sys`` and ``/proc``, live or under an fsroot (hwloc's test layout), as
+hwloc's Linux backend reads it: each sibling set once, the NUMA nodes' memory, distances and initiators, and a
+broken table's overlapping nodes merged (docs/planner.md, docs/how-it-decides.md)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
@@ -17,13 +16,10 @@ from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.fsroot import isdir, within
 from launcher.topology.gpus import read_pci_gpus, resolve_visible
-from launcher.topology.initiators import local_cpus, node_initiators
 from launcher.topology.kinds import CoreKinds
-from launcher.topology.kinds_sysfs import kinds_from_sysfs
+from launcher.topology.kinds_sysfs import kinds_from_sysfs, priority_from_sysfs
 from launcher.topology.model import Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics import read_nics
-from launcher.topology.numa_overlap import merge_overlapping_nodes
-from launcher.topology.priority_sysfs import priority_from_sysfs
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -36,14 +32,9 @@ def read_sysfs(
     environ: Mapping[str, str] | None = None,
     gpus: bool = True,
 ) -> Topology:
-    """Read the topology under ``root`` (without the PCI scan for GPUs when ``gpus`` is false; NICs are read either
-    way: a rank without a GPU gets the NIC nearest its NUMA node).
-
-    ``allowed`` is the process's affinity (live reads pass ``os.sched_getaffinity(0)``); with ``None`` the
-    allowed set is the online CPUs narrowed by the cpuset found under ``root``. ``environ`` supplies the GPU
-    visibility variables (``CUDA_VISIBLE_DEVICES``...); ``None`` means no restriction. Every read stays inside
-    ``root`` (:mod:`launcher.topology.fsroot`).
-    """
+    """The topology under ``root``; without the PCI scan for GPUs when ``gpus`` is false. ``allowed``: the
+    process's affinity (``None``: the online CPUs within the cpuset found under ``root``); ``environ``: the GPU
+    visibility variables (``None``: no restriction)."""
     with within(root):
         return _read_sysfs(root, allowed, environ, gpus)
 
@@ -127,9 +118,7 @@ def _read_sysfs(root: str, allowed: frozenset[int] | None, environ: Mapping[str,
         visible = resolved.visible
         if resolved.warning:
             warnings.append(resolved.warning)
-    # A broken table with overlapping node cpusets is read as hwloc reads it (numa_overlap), here already so that
-    # the reader's result never has a CPU in two nodes.
-    return merge_overlapping_nodes(checked(Topology(
+    return _merge_overlapping_nodes(checked(Topology(
         packages=packages,
         numa_nodes=tuple(nodes),
         l3_groups=tuple(L3Group(cpus=s) for s in l3_sets),
@@ -262,7 +251,7 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
         cpus = cpulist.read(ndir)
         if cpus is None and not isdir(ndir):
             continue  # dangling link to an offline node
-        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir, warnings), node_initiators(ndir, nid)))
+        found.append((nid, (cpus or frozenset()) & online, _node_memory(ndir, warnings), _node_initiators(ndir, nid)))
     if not found:
         return [NumaNode(os_index=0, cpus=online, distances={0: 10})], warnings
     ids = [nid for nid, _, _, _ in found]
@@ -275,7 +264,7 @@ def _numa_nodes(root: str, online: frozenset[int]) -> tuple[list[NumaNode], list
             numbers = [ascii_uint(v) for v in row.split()]
             if len(numbers) == len(ids) and None not in numbers:
                 dist = {i: v for i, v in zip(ids, numbers) if v is not None}
-        nodes.append(NumaNode(nid, cpus, dist, memory_kb, local_cpus(nid, cpus, initiators, cpus_of)))
+        nodes.append(NumaNode(nid, cpus, dist, memory_kb, _local_cpus(cpus, initiators, cpus_of)))
     orphan = online - frozenset().union(*(n.cpus for n in nodes))
     if orphan:
         # offline-cpu0-node0: the node of these CPUs is offline. hwloc leaves them outside every NUMA node;
@@ -304,3 +293,72 @@ def _node_memory(ndir: str, warnings: list[str]) -> int | None:
                             "the node's memory size is taken as unknown")
         return kb
     return None
+
+
+def _node_initiators(node_dir: str, node: int) -> tuple[int, ...] | None:
+    """The initiator node ids of ``node`` (itself left out): ``access1``'s, else ``access0``'s (hwloc's
+    ``read_node_initiators``); ``None`` when neither directory exists."""
+    for access in ("access1", "access0"):
+        path = os.path.join(node_dir, access, "initiators")
+        if isdir(path):
+            return tuple(n for n in numbered_entries(path, "node") if n != node)
+    return None
+
+
+def _local_cpus(own: frozenset[int], initiators: tuple[int, ...] | None, cpus_of: dict[int, frozenset[int]]
+                ) -> frozenset[int] | None:
+    """The CPUs a node's memory is local to: its own and its initiators'; ``None`` without initiators or when
+    they hold no CPU."""
+    found = frozenset().union(*(cpus_of.get(i, frozenset()) for i in initiators or ()))
+    return (found | own) if found else None
+
+
+def _merge_overlapping_nodes(topo: Topology) -> Topology:
+    """A broken NUMA table read as hwloc reads it: the nodes in id order, each whose CPUs intersect those of the
+    nodes kept before it ignored, with a warning. Their cores and GPUs go to the kept node that holds their CPUs
+    (a GPU: the first such node), or to none."""
+    kept: list[int] = []
+    dropped: list[int] = []
+    claimed: dict[int, int] = {}  # CPU -> the kept node that holds it
+    overlap: set[int] = set()
+    for node in sorted(topo.numa_nodes, key=lambda n: n.os_index):
+        common = node.cpus & claimed.keys()
+        if common:
+            dropped.append(node.os_index)
+            overlap |= common
+            continue
+        kept.append(node.os_index)
+        claimed.update(dict.fromkeys(node.cpus, node.os_index))
+    if not dropped:
+        return topo
+    gone = set(dropped)
+    dropped_cpus = {n.os_index: n.cpus for n in topo.numa_nodes if n.os_index in gone}
+
+    def moved(node: int | None) -> int | None:
+        if node is None or node not in gone:
+            return node
+        holders = sorted({claimed[p] for p in dropped_cpus[node] if p in claimed})
+        return holders[0] if holders else None
+
+    warning = (
+        f"the NUMA table is broken: node(s) {format_cpulist(dropped)} claim CPUs {format_cpulist(overlap)} of "
+        f"node(s) {format_cpulist({claimed[p] for p in overlap})}; ignoring them, as hwloc does"
+        + ("; planning as one NUMA node" if sum(1 for n in topo.numa_nodes if n.os_index in kept and n.cpus) == 1 else "")
+    )
+    return replace(
+        topo,
+        numa_nodes=tuple(
+            replace(n, distances={k: v for k, v in n.distances.items() if k not in gone})
+            for n in topo.numa_nodes if n.os_index not in gone
+        ),
+        cores=tuple(
+            replace(c, numa_node=next((claimed[p] for p in c.pus if p in claimed), None)) if c.numa_node in gone else c
+            for c in topo.cores
+        ),
+        gpus=tuple(
+            replace(g, numa_node=moved(g.numa_node), memory_node=None if g.memory_node in gone else g.memory_node)
+            for g in topo.gpus
+        ),
+        allowed_mems=None if topo.allowed_mems is None else topo.allowed_mems - gone,
+        warnings=(*topo.warnings, warning),
+    )

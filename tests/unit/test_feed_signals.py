@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from launcher.base.nvml import pci_key
+from launcher.base.pci import pci_address
 from launcher.base.schedstat import thread_schedstat
 from launcher.feed import files
 from launcher.feed.cpuwait import CpuWait
@@ -68,8 +68,8 @@ def test_the_rank_s_gpu_from_its_environment(environ: dict[str, str], choice: tu
 
 
 def test_pci_addresses_of_sysfs_and_nvml_are_one_key() -> None:
-    assert pci_key("0000:17:00.0") == pci_key("00000000:17:00.0") == pci_key("17:00.0") is not None
-    assert pci_key("0000:18:00.0") != pci_key("0000:17:00.0") and pci_key("GPU-abc") is None
+    assert pci_address("0000:17:00.0") == pci_address("00000000:17:00.0") == pci_address("17:00.0") is not None
+    assert pci_address("0000:18:00.0") != pci_address("0000:17:00.0") and pci_address("GPU-abc") is None
 
 
 def test_figures_without_the_new_keys_are_still_read() -> None:

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.topology.hwloc_xml_numa import XmlNode, _partial_overlap, numa_node
-from launcher.topology.hwloc_xml_sets import BadXML
+from launcher.topology.hwloc_xml_numa import BadXML, XmlNode, _partial_overlap, numa_node
 
 ONLINE = frozenset(range(12))
 

@@ -16,8 +16,7 @@ from launcher.errors import TopologyError
 from launcher.plan.planner import Request, make_plan
 from launcher.topology import load_topology
 from launcher.topology.model import Topology
-from launcher.topology.nics import MAX_WARNINGS, ib_rate, net_rate
-from launcher.topology.nics_names import device_problem
+from launcher.topology.nics import MAX_WARNINGS, device_problem, ib_rate, net_rate
 from launcher.topology.snapshot import from_snapshot, to_snapshot
 from tests.fakesys import (
     LYING_NIC_CASES,

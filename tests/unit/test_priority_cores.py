@@ -22,8 +22,14 @@ from launcher.plan.request import Request
 from launcher.topology import load_topology
 from launcher.topology.hwloc_xml import hwloc_xml_topology
 from launcher.topology.model import Topology
-from launcher.topology.priority import PriorityCores, priority_from_json
-from launcher.topology.priority_rule import XML_WHY, Evidence, find_priority, priority_classes
+from launcher.topology.priority import (
+    XML_WHY,
+    Evidence,
+    PriorityCores,
+    find_priority,
+    priority_classes,
+    priority_from_json,
+)
 from launcher.topology.snapshot import from_snapshot, to_snapshot
 from tests.conftest import FIXTURES, extract_tarball, need
 from tests.fakesys import (

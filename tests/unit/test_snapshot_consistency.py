@@ -65,6 +65,8 @@ def test_the_machine_as_saved_loads_and_plans_on_its_own_nodes(saved: dict[str, 
         (["gpus", 1, "index"], 0, "gpus[1].index 0 is also gpus[0]'s"),
         # Readers keep a GPU's local CPUs to the online ones (sysfs local_cpulist & online; hwloc's cpuset & online).
         (["gpus", 0, "cpus"], "0-1,4-5,1000", "gpus[0].cpus lists CPUs 1000 that are not online"),
+        # A NUL byte is in no string affrun writes (a cpu list holding one was read as empty).
+        (["offline"], "\x00", "offline holds a NUL byte"),
     ],
 )
 def test_a_snapshot_that_contradicts_itself_is_refused_naming_the_field(

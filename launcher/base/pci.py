@@ -1,9 +1,6 @@
-"""PCI addresses, in the one spelling every GPU source is turned into: ``dddd:bb:dd.f``, lower-case hex.
-
-sysfs names devices ``0000:3b:00.0``; NVML writes ``00000000:3B:00.0`` (an 8-digit domain, upper case); hwloc's
-``pci_busid`` and a hand-edited snapshot may use either case. Two spellings of one address are one device, and a
-name that is no PCI address at all (``GPU0``, ``0000:3b:00.0.bak``) is no device. Stdlib only, no I/O.
-"""
+"""PCI addresses in one spelling, ``dddd:bb:dd.f`` in lower-case hex, whatever the source wrote (sysfs, NVML,
+hwloc, a snapshot), their order, and a device's PCI path from its sysfs directory. Stdlib only, no I/O
+(docs/design.md §6)."""
 
 from __future__ import annotations
 
@@ -68,7 +65,7 @@ def host_bridge(name: str) -> str | None:
 def sysfs_pci_path(real_path: str) -> tuple[str, tuple[str, ...]] | None:
     """(address, PCI path) of the PCI device whose resolved sysfs directory is ``real_path``
     (``.../devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0``): the path is the host bridge
-    and the bridges above the device (:data:`launcher.topology.model.PciPath`). A device that is not itself a PCI
+    and the bridges above the device. A device that is not itself a PCI
     function (``.../0000:00:03.0/virtio2``, a virtio NIC) is its nearest PCI ancestor, as hwloc has it. ``None``
     when no PCI function lies under a host bridge there. The last host bridge counts (a VMD domain nests one)."""
     parts = real_path.rstrip("/").split("/")

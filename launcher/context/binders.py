@@ -1,13 +1,6 @@
-"""Other launchers' own CPU binders, found in an environment or on command lines. Pure.
+"""Other launchers' own CPU binders (accelerate's, DeepSpeed's), found in an environment or on command lines. Pure.
 
-Two binders on one rank fight: the last one to set the mask wins and the other's OpenMP settings no longer
-match it. ``affrun doctor`` reports them as ``double-binding`` when affrun binds too, and ``affrun run``
-warns before it starts them. torchrun's ``--numa-binding`` is found by ``launcher.doctor.facts``.
-
-- accelerate: ``accelerate launch --enable_cpu_affinity`` exports ``ACCELERATE_CPU_AFFINITY=1``, and every
-  ``Accelerator()`` that sees it (with a GPU) sets the GPU's whole NVML affinity set from inside the process.
-- DeepSpeed: ``deepspeed --bind_cores_to_rank`` slices ``range(cores)`` among the ranks with no GPU locality and
-  starts each rank under ``numactl``; its ``launch.py`` receives the same flag.
+``affrun doctor`` reports them as ``double-binding`` and ``affrun run`` warns before it starts them (docs/launchers.md).
 """
 
 from __future__ import annotations
@@ -69,8 +62,8 @@ def binders_in_environment(environ: Mapping[str, str]) -> list[OtherBinder]:
 
 
 def other_binders(environ: Mapping[str, str], ancestors: Iterable[tuple[int, str]] = ()) -> tuple[OtherBinder, ...]:
-    """accelerate's and DeepSpeed's binders in ``environ`` or in the command lines of ``ancestors``
-    ((pid, command line with spaces) of the parent chain), one per tool."""
+    """accelerate's and DeepSpeed's binders in ``environ`` or in ``ancestors`` ((pid, command line) of the parent
+    chain), one per tool."""
     found = binders_in_environment(environ)
     for pid, cmdline in ancestors:
         found += binders_in_command(cmdline.split(), f"the parent process {pid} ({cmdline[:120]})")

@@ -1,28 +1,22 @@
 """Was the CPU mask this process inherited already collapsed onto one CPU before affrun ran?
 
-A launcher that loads an OpenMP runtime with a binding variable exported (torchrun's agent imports torch, and
-libgomp then pins the loading thread to its first place) hands that one CPU to every child: all its local ranks
-start on the same CPU, inside a cgroup cpuset that allows more. ``affrun exec`` warns when it starts on such a
-mask, and ``affrun doctor`` reports it (finding ``inherited-mask-collapsed``). Standard library and the pure core
-only: ``affrun exec`` calls :func:`read_collapse` before every rank, and it costs one ``sched_getaffinity`` call
-unless the mask is one CPU.
+``affrun exec`` warns and ``affrun doctor`` reports ``inherited-mask-collapsed`` (docs/how-it-decides.md).
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
 from launcher.env.variables import BINDING_VARIABLES
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 
 class Collapse:
-    """A one-CPU mask inside a wider cpuset, with several local ranks, and what points at the cause. A plain
-    class: a rank imports this module (docs/design.md §11)."""
+    """A one-CPU mask inside a wider cpuset, with several local ranks, and what points at the cause."""
 
     __slots__ = ("cpuset", "local_ranks", "mask", "parent", "variables")
 
@@ -60,8 +54,8 @@ def judge(
     parent: str | None,
 ) -> Collapse | None:
     """Pure: a :class:`Collapse` when a one-CPU ``mask`` sits in a wider ``cpuset`` with several ranks and a cause
-    shows (a binding variable, or a parent on that CPU with an OpenMP runtime); ``None`` otherwise. A task that
-    srun bound (``SLURM_CPU_BIND_TYPE``) has a one-CPU mask on purpose."""
+    shows (a binding variable, or a parent on that CPU with an OpenMP runtime); ``None`` otherwise, and for a task
+    srun bound on purpose."""
     if len(mask) != 1 or local_ranks < 2 or cpuset is None or not mask < cpuset:
         return None
     from launcher.base.slurm_step import slurm_bound

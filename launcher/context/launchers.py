@@ -1,8 +1,6 @@
 """Which commands, and which Python programs, are launchers: they start the ranks and are not one of them.
 
-``affrun run --top auto`` asks it of COMMAND; the startup hook asks it of a Python process it finds below a
-launcher (DeepSpeed's runner starts ``python -m deepspeed.launcher.launch``, which starts the ranks). Pure, and
-standard library only: the hook imports it at the start of every process under ``affrun run``.
+Asked by ``affrun run --top auto`` of COMMAND and by the startup hook of each Python process. Pure.
 """
 
 from __future__ import annotations
@@ -22,16 +20,13 @@ LAUNCHERS = ("torchrun", "accelerate", "accelerate-launch", "deepspeed", "ds", "
 # The same, run as ``python -m MODULE``.
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",
                     "accelerate.commands.accelerate_cli", "deepspeed.launcher.runner", "deepspeed.launcher.launch")
-# Interpreter options that take the next word as their value (python --help).
-# The interpreter options that take the next word as their value (python -W error, -X dev): one list for every
-# reader of a Python command line (python_program here, launcher.launch.run_target.site_options).
+# The interpreter options that take the next word as their value (python -W error, -X dev).
 OPTIONS_WITH_VALUE = ("-W", "-X", "--check-hash-based-pycs")
 
 
 def command_is_launcher(command: Sequence[str]) -> bool:
     """COMMAND (as given to ``affrun run``) is a known launcher, directly, after ``env VAR=value``, or run by a
-    Python interpreter (``python -m MODULE``, ``python -mMODULE``, ``python /venv/bin/torchrun``: read as the
-    interpreter reads its argv, :func:`program_is_launcher`)."""
+    Python interpreter (``python -m MODULE``, ``python /venv/bin/torchrun``: :func:`program_is_launcher`)."""
     words = list(command)
     while words and (os.path.basename(words[0]) == "env" or "=" in words[0]):
         words = words[1:]  # env VAR=value CMD
@@ -45,11 +40,9 @@ def command_is_launcher(command: Sequence[str]) -> bool:
 
 
 def read_python_options(args: Sequence[str]) -> tuple[str, ProgramKind, str]:
-    """An interpreter's ``args`` (its argv without argv[0]) read as CPython reads them: the one-letter flags
-    given before the program (``"uB"`` for ``-u -B``; values of ``-W``/``-X`` and options such as ``--check-hash-
-    based-pycs`` skipped), and what runs: a script (its path), a module (``-m``), code (``-c``) or standard input.
-    The one walk of a Python command line, for the hook's rule (:func:`python_program`) and ``affrun run``'s
-    probe (:func:`launcher.launch.run_target.site_options`)."""
+    """An interpreter's ``args`` (argv without argv[0]) read as CPython reads them: the one-letter flags given
+    before the program (``"uB"`` for ``-u -B``; option values skipped), and what runs: a script (its path), a
+    module (``-m``), code (``-c``) or standard input (``""``)."""
     flags = ""
     i = 0
     while i < len(args):

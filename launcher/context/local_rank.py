@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.base.untrusted import ascii_int, clip
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -19,8 +20,7 @@ SOURCES: tuple[tuple[str, str], ...] = (
 
 
 class LocalRank:
-    """A process's local rank, its node's local ranks, and where the rank came from. A plain class: a rank imports
-    this module (docs/design.md §11)."""
+    """A process's local rank, its node's local ranks, and where the rank came from."""
 
     __slots__ = ("rank", "size", "source")
 
@@ -90,10 +90,9 @@ def subjob_mark(detected: LocalRank) -> str:
 
 
 def enclosing_rank(environ: Mapping[str, str], detected: LocalRank) -> bool:
-    """Whether the launcher's rank variables (``detected``) are those of an affrun rank this process runs inside:
-    it carries that binding (``AFFRUN_PLAN_ID``) and its rank and size are the binding's, or those a sub-job of it
-    consumed (``AFFRUN_SUBJOB_OF``). A command such a process starts through ``affrun exec`` is a sub-job of its
-    own, not another rank of the enclosing job (docs/launchers.md, "Nested launchers")."""
+    """Whether the launcher's rank variables (``detected``) are those of an affrun rank this process runs inside
+    (its ``AFFRUN_PLAN_ID`` binding's rank and size, or those a sub-job of it consumed): docs/launchers.md,
+    "Nested launchers"."""
     from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE, SUBJOB_VARIABLE
 
     if not environ.get(PLAN_ID_VARIABLE):
@@ -124,10 +123,8 @@ def torch_distributed_env(environ: Mapping[str, str], local: LocalRank) -> dict[
     return {k: v for k, v in out.items() if k not in environ}
 
 
-# The variables that tell one task of a launcher from another task of it, or of a later run of it, by rank
-# variable. A new srun step gives its tasks a new SLURM_STEP_ID and SLURM_TASK_PID (the pid of each task, alive
-# while it runs), a new mpirun a new PMIX_NAMESPACE/job id, a new torchrun worker its own TORCHELASTIC_ERROR_FILE,
-# even where the local rank number is the same.
+# By rank variable, the variables that tell one task of a launcher from another, or from a later run's (a new srun
+# step, mpirun job or torchrun worker), even where the local rank number is the same.
 TASK_IDENTITY: dict[str, tuple[str, ...]] = {
     "LOCAL_RANK": ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                    "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE"),

@@ -1,9 +1,7 @@
-"""What a Python process is under ``affrun run``, decided when its interpreter starts (:func:`decide`, pure): a
-rank to bind, a worker or helper of a bound rank, a launcher to leave alone, or affrun's own process, with the
-variables that carry it. The startup hook (:mod:`launcher.startup`) applies the decision; ``affrun run``,
-``bind_rank`` and ``affrun doctor --pid`` use the same rule and names, so it lives here, below ``bind/``, and not
-in the hook. The roles, in order: docs/launchers.md; their reasons:
-docs/design.md §9.
+"""What a Python process is under ``affrun run`` (:func:`decide`, pure): a rank to bind, a worker or helper of a
+bound rank, a launcher to leave alone, or affrun's own process, and the variables that carry it.
+
+The roles, in order: docs/launchers.md; their reasons: docs/design.md §9.
 """
 
 from __future__ import annotations
@@ -17,23 +15,18 @@ from launcher.env.variables import BOUND_VARIABLE, PLAN_ID_VARIABLE
 
 RUN_VARIABLE = "AFFRUN_RUN"
 ROLES = ("rank0", "launcher")
-# AFFRUN_RUN=probe: affrun run asks an interpreter whether it loads the hook (launcher.launch.run_target). The hook
-# answers by setting launcher.startup.answered_probe and does nothing else: it binds nothing and prints nothing.
+# AFFRUN_RUN=probe: affrun run asks whether an interpreter loads the hook; the hook only answers (binds nothing).
 PROBE = "probe"
-# How children start `affrun exec`: not `python -m launcher`, which would import a `launcher.py` or `launcher/`
-# from the user's working directory first. `-c` puts '' (the cwd) at sys.path[0]; drop it before importing.
+# How children start `affrun exec`: `-c` puts the cwd at sys.path[0], dropped so that a user's `launcher/` is not
+# imported (docs/design.md §9).
 BOOT = "import sys; del sys.path[0]; from launcher.main import main; main()"
-# The rank variables of the task affrun run started in, and their identity (launcher.context.local_rank.task_identity), as
-# a JSON object: written by affrun run, only when there are some.
+# The rank variables of the task affrun run started in, with their identity (task_identity), as a JSON object.
 TASK_VARIABLE = "AFFRUN_RUN_TASK"
-# The pid of the first unbound launcher process, written into its os.environ by its own hook: its children know
-# that a launcher is above them.
+# The pid of the first unbound launcher process, written by its own hook for its children.
 LAUNCHER_VARIABLE = "AFFRUN_LAUNCHER_PID"
-# affrun's launchers: started below affrun run (a script that launches a sub-job), each is a job of its own, bound
-# by its own plan; affrun run's variables, meant for the startup hook, are taken away from it (launcher.startup).
+# affrun's launchers: below affrun run each is a job of its own, and affrun run's variables are taken from it.
 OWN_JOBS = ("exec", "torchrun", "sbatch")
-# Set only by accelerate's simple launcher (accelerate/utils/launch.py, prepare_simple_launcher_cmd_env), which
-# starts the one training process with no rank variable.
+# Set only by accelerate's simple launcher, which starts its one process with no rank variable.
 ACCELERATE_SIMPLE = "ACCELERATE_USE_CPU"
 
 Action = Literal["rank", "worker", "inherit", "launcher", "skip"]
@@ -126,8 +119,7 @@ def below_launcher(environ: Mapping[str, str], argv: Sequence[str], nproc: int, 
 @dataclass(frozen=True)
 class BoundCheck:
     """What tells whether a process is already bound to a rank of the plan it reads: the plan's identity
-    (:func:`launcher.bind.wire.identity`, which every binding writes into ``AFFRUN_PLAN_ID``), each rank's CPUs, and the
-    process's real CPU mask."""
+    (``AFFRUN_PLAN_ID``), each rank's CPUs, and the process's real CPU mask."""
 
     plan_id: str
     rank_cpus: tuple[frozenset[int], ...]
@@ -139,12 +131,9 @@ class BoundCheck:
 
 
 def bound_rank(environ: Mapping[str, str], check: BoundCheck) -> tuple[int | None, str]:
-    """The rank this process is verifiably bound to (``None``: none), and why an inherited marker does not count.
-
-    ``AFFRUN_LOCAL_RANK`` alone proves nothing: any variable can be inherited from another binding (an outer
-    ``affrun exec``, a copied environment). It counts when ``AFFRUN_PLAN_ID`` is this plan's identity and the real
-    mask lies within that rank's CPUs (a DataLoader worker on the loader CPUs included). A marker of this plan, or
-    of no plan, naming a rank outside it is an error."""
+    """The rank this process is verifiably bound to (``None``: none), and why an inherited marker does not count:
+    ``AFFRUN_LOCAL_RANK`` counts only with this plan's ``AFFRUN_PLAN_ID`` and a mask within that rank's CPUs.
+    Raises :class:`LaunchError` for a marker of this plan, or of no plan, naming a rank outside it."""
     from launcher.base.untrusted import short
     from launcher.errors import LaunchError
 
@@ -171,10 +160,8 @@ def bound_rank(environ: Mapping[str, str], check: BoundCheck) -> tuple[int | Non
 
 def decide(environ: Mapping[str, str], argv: Sequence[str], check: BoundCheck, *, pid: int | None = None) -> Decision:
     """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``, whose
-    plan and own mask ``check`` gives (:func:`bound_rank`). ``pid`` is the process's own (``None``: unknown).
-
-    Raises :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank.
-    """
+    plan and own mask ``check`` gives; ``pid`` is its own (``None``: unknown). Raises
+    :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank."""
     from launcher.base.untrusted import short
     from launcher.context.local_rank import LocalRankError, detect_local_rank, same_task
     from launcher.errors import LaunchError

@@ -1,12 +1,7 @@
 """Which OpenMP/BLAS runtimes a process has loaded, and how many threads each one runs.
 
-Another process (``affrun doctor --pid``, :mod:`launcher.context.inherited_mask`): its libraries are listed from
-``/proc/PID/maps`` and named by :data:`RUNTIMES`, one row per runtime (its file name, the variables it reads and
-when). It cannot be asked, so its count is the one its environment configures (the variable the runtime reads
-first, else one thread per CPU of its mask). Nothing is loaded into it, and threadpoolctl is not imported.
-
-This process (``ensure_affinity``, ``bind_rank``, a worker's pools): :func:`controllers` is threadpoolctl, which
-finds the same libraries, asks and sets each one's count through its own functions, and loads none.
+Another process: its ``/proc/PID/maps`` named by :data:`RUNTIMES`, counted from its environment. This process:
+threadpoolctl (:func:`controllers`), which asks each library and loads none.
 """
 
 from __future__ import annotations
@@ -60,8 +55,7 @@ RUNTIMES = (
     # GNU libgomp: PyTorch's Linux pip wheels bundle it as torch/lib/libgomp*.so.1.
     Runtime("libgomp", OPENMP, re.compile(r"^libgomp(-[0-9a-f]+)?\.so"), _COUNT, (*_OMP, "GOMP_SPINCOUNT"), "load",
             "omp_set_num_threads"),
-    # Intel libiomp5 (the intel-openmp wheel, MKL's intel threading layer), and LLVM libomp (clang -fopenmp,
-    # conda's llvm-openmp; not libomptarget): Intel's runtime under another name, reading the same variables.
+    # Intel libiomp5, and LLVM libomp (not libomptarget): Intel's runtime under another name, the same variables.
     Runtime("libiomp5", OPENMP, re.compile(r"^libiomp5(md)?(-[0-9a-f]+)?\.so"), _COUNT, _KMP,
             "first parallel region", "omp_set_num_threads"),
     Runtime("libomp", OPENMP, re.compile(r"^libomp(-[0-9a-f]+)?\.so"), _COUNT, _KMP, "first parallel region",
@@ -104,9 +98,8 @@ def runtimes_from_paths(paths: Sequence[str], environ: Mapping[str, str], cpus: 
 
 
 def controllers() -> list[Any]:
-    """threadpoolctl's controller of each BLAS or OpenMP library loaded in this process (it loads none). Its
-    warning about two OpenMP runtimes in one process is ``affrun doctor``'s to give; the
-    ``KMP_DUPLICATE_LIB_OK=True`` its import puts in ``os.environ`` is taken out again: the user's to set."""
+    """threadpoolctl's controller of each BLAS or OpenMP library loaded in this process, its warnings silenced and
+    the ``KMP_DUPLICATE_LIB_OK`` its import sets taken out again (docs/threads.md)."""
     import sys
     import warnings
 

@@ -1,12 +1,10 @@
 """OpenMP's affinity syntax, both ways: writing a rank's ``OMP_PLACES``, and reading the values users set
 (``OMP_PLACES``, ``KMP_AFFINITY`` proclists, ``GOMP_CPU_AFFINITY``, thread counts) as the runtimes do. Pure.
-
-What to do with a user's value is :mod:`launcher.env.policy`'s policy; this module only knows the syntax.
+The grammars: docs/runtimes.md, "The syntax affrun reads".
 """
 
 from __future__ import annotations
 
-# How a rank's OpenMP threads are placed (--omp-bind): see omp_places.
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import OmpBind
@@ -22,26 +20,14 @@ PROC_BIND_VALUES = ("true", "false", "close", "spread", "primary", "master")
 KMP_TYPES = ("compact", "scatter", "balanced", "explicit", "none", "disabled", "logical", "physical")
 KMP_MODIFIERS = ("verbose", "noverbose", "warnings", "nowarnings", "respect", "norespect", "duplicates",
                  "noduplicates", "reset", "noreset")
-# The most CPU ids an OMP_PLACES list may spell out in all places together (16 per CPU id affrun accepts):
-# parsing ``{0:65536}:65536`` would otherwise build four billion ids.
+# The most CPU ids an OMP_PLACES list may spell out in all places together: ``{0:65536}:65536`` is refused.
 MAX_PLACE_IDS = 16 * (MAX_CPU_ID + 1)
 
 
 def omp_places(rank: RankPlan, bind: OmpBind = "rank", smt: bool = False) -> str:
-    """``OMP_PLACES`` in explicit OS CPU ids. The first place, the main thread's, holds the CPUs the rank computes
-    on (:func:`launcher.plan.threads.working_cpus`: its compute and loader CPUs, no comm core, its own nor a
-    sharer's), so that a process forked after ``import torch`` (a DataLoader worker) inherits all of them; the
-    other places hold the other threads:
-
-    - ``rank``: every thread may use all compute CPUs: ``{0,1,2,3}``; with loader CPUs, ``{0,1,2,3,4},{0:4},...``
-      (the main thread's place, then one copy of the compute set per other thread, written as intervals);
-    - ``core``: one place per core (per PU with ``--smt``) after the first: ``{0,1,2,3},{1},{2},{3}``. Thread
-      ``i`` of a ``close`` team takes place ``i``: the main thread keeps the whole rank, and every other thread
-      is pinned to a core of its own.
-
-    With a main core (``--main-thread``), the first place is that core (libgomp binds the main thread to it at
-    ``import torch``), and the other places keep off it: ``{0,64},{1:3,65:3},...`` or ``{0,64},{1,65},{2,66}``.
-    """
+    """``OMP_PLACES`` in explicit OS CPU ids: first the main thread's place (the rank's working CPUs, or its main
+    core), then the other threads' (``rank``: the compute set, ``{0,1,2,3,4},{0:4},...``; ``core``: one place per
+    core or PU, ``{0,1,2,3},{1},{2},{3}``)."""
     if rank.main_cpus:
         return _main_core_places(rank, bind, smt)
     working = working_cpus(rank)
@@ -83,10 +69,8 @@ def _interval_place(cpus: Sequence[int]) -> str:
 
 
 def parse_gomp_cpu_affinity(value: str) -> list[int] | None:
-    """The CPUs of a ``GOMP_CPU_AFFINITY`` list in the order libgomp binds threads to them; ``None`` if malformed.
-
-    libgomp's syntax: CPUs, ranges ``0-15`` and strided ranges ``0-15:2``, separated by spaces or commas.
-    """
+    """The CPUs of a ``GOMP_CPU_AFFINITY`` list (``0 2-5 8-15:2``) in the order libgomp binds threads to them;
+    ``None`` if malformed."""
     out: list[int] = []
     for item in value.replace(",", " ").split():
         span, _, stride_text = item.partition(":")
@@ -119,17 +103,8 @@ def kmp_type(value: str) -> str | None:
 
 
 def parse_places(value: str) -> list[frozenset[int]] | None:
-    """The places of an explicit ``OMP_PLACES`` list, in OS CPU ids; ``None`` when the runtimes reject it.
-
-    The OpenMP grammar, as libgomp reads it: places ``{0,64},{1,65}`` or single CPUs ``0,1``; inside a place,
-    resource intervals ``{0:4}`` / ``{0:4:2}`` and exclusions ``{0:4,!2}``; place intervals ``{0,1}:4:2``
-    (4 places, each shifted by 2) and place exclusions ``{0},{1},!{1}``. A ``-`` range such as ``{0-3}`` is
-    not OpenMP: libgomp prints "Invalid value for environment variable OMP_PLACES" and, with
-    ``OMP_PROC_BIND`` set, binds one thread per CPU, the main thread included (the collapse); libiomp5 says
-    "OMP_PLACES: syntax error, using threads". So are an empty place, an exclusion of a CPU or place not
-    listed before it, a CPU id below 0 after a negative stride, and CPU ids above :data:`MAX_CPU_ID` (or more
-    than :data:`MAX_PLACE_IDS` in all), which are refused before anything is expanded.
-    """
+    """The places of an explicit ``OMP_PLACES`` list, in OS CPU ids; ``None`` when the runtimes reject it (or it
+    names more than :data:`MAX_PLACE_IDS` ids, refused before anything is expanded)."""
     try:
         return place_list(Tokens(value))
     except ValueError:
@@ -137,11 +112,7 @@ def parse_places(value: str) -> list[frozenset[int]] | None:
 
 
 def parse_proclist(value: str) -> list[frozenset[int]] | None:
-    """The places of a ``KMP_AFFINITY`` ``proclist=[...]`` (the text inside the brackets); ``None`` if malformed.
-
-    Intel's grammar: a CPU ``3``, a range ``0-7`` or ``7-0:-1`` (one place per CPU, optional stride), or a set
-    ``{0,64}`` (one place; no ranges inside: libiomp5 says "KMP_AFFINITY: syntax error, not using affinity").
-    """
+    """The places of a ``KMP_AFFINITY`` ``proclist=[...]`` (the text inside the brackets); ``None`` if malformed."""
     try:
         return read_proclist(Tokens(value))
     except ValueError:

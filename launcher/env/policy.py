@@ -1,14 +1,7 @@
-"""Plan entry -> environment for every OpenMP/BLAS runtime family, and numactl arguments. Pure: no I/O.
+"""Plan entry -> environment for every OpenMP/BLAS runtime family, and numactl arguments. Pure.
 
-This module is the policy; OpenMP's syntax (writing ``OMP_PLACES``, reading users' values) is
-:mod:`launcher.env.omp_syntax`. It sets the thread and pool counts (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
-``OPENBLAS_NUM_THREADS``, OpenCV's, Rayon's, numexpr's, BLIS's: the sizes of the rank's thread plan,
-:mod:`launcher.plan.threads`), ``OMP_PLACES`` whose first place is the main thread's (the rank's whole set, or its
-main core), ``OMP_PROC_BIND=close`` and ``KMP_AFFINITY=granularity=fine``, and judges the values the user already
-set by ``policy`` (``safe``, ``override``, ``keep``): each kept or replaced value gets a note.
-
-What is dangerous, and the two binding modes: docs/how-it-decides.md ("Values you already set", "DataLoader
-workers"); why: docs/design.md §1, §2 and §4, docs/runtimes.md.
+Sets the thread and pool counts, ``OMP_PLACES``, ``OMP_PROC_BIND`` and ``KMP_AFFINITY``, and judges the values the
+user set by ``policy`` (``safe``, ``override``, ``keep``): docs/how-it-decides.md, "Values you already set".
 """
 
 from __future__ import annotations
@@ -82,7 +75,7 @@ class RankEnvironment:
 
 class Problem(str):
     """Why a user's value is dangerous: the text people read, with a ``code`` that callers branch on (``affrun
-    doctor`` maps it to a finding id), so that rewording a message cannot change a finding."""
+    doctor``'s finding id)."""
 
     code: ProblemCode
 
@@ -103,11 +96,9 @@ def rank_environment(
     nic_env: NicEnv = "none",
     hooks: RankHooks = "auto",
 ) -> RankEnvironment:
-    """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``. ``nic_env`` adds
-    the rank's NIC for one fabric library (:func:`nic_variables`); a user's value of those is kept unless
-    ``policy`` is ``override`` (a NIC the user chose is never dangerous). The counts are the sizes of the rank's
-    thread plan (:func:`pool_sizes`); with a main core and no comm cores, ``NCCL_PROXY_CPUSET`` is the thread
-    plan's home of NCCL's proxies, off the main core. ``hooks``: ``--rank-hooks``, for ``AFFRUN_RANK_HOOKS``."""
+    """The variables to set (and unset) for ``rank``, given what the user had set in ``user_env``; ``nic_env``
+    adds the rank's NIC variables (:func:`nic_variables`, a user's value kept unless ``policy`` is ``override``).
+    Raises ``ValueError`` for an unknown ``bind``, ``policy``, ``nic_env`` or ``hooks``."""
     if bind not in BIND_MODES:
         raise ValueError(f"unknown bind mode {bind!r}")
     if policy not in ENV_POLICIES:
@@ -173,9 +164,8 @@ def pool_sizes(threads: ThreadPlan) -> dict[str, int]:
 
 
 def nic_variables(rank: RankPlan, nic_env: NicEnv) -> dict[str, str]:
-    """``--nic-env``'s variables for ``rank``: ``ucx``: ``UCX_NET_DEVICES`` = its NIC (``mlx5_0:1``), when it has
-    one; ``mpich``: ``MPICH_OFI_NIC_POLICY=GPU`` (Cray MPICH takes the NIC nearest the GPU), when it has a GPU.
-    NCCL's variables never: why in docs/nics.md."""
+    """``--nic-env``'s variables for ``rank``: ``ucx``: ``UCX_NET_DEVICES`` = its NIC, when it has one; ``mpich``:
+    ``MPICH_OFI_NIC_POLICY=GPU``, when it has a GPU (docs/nics.md)."""
     if nic_env == "ucx" and rank.nic is not None:
         return {"UCX_NET_DEVICES": rank.nic.device}
     if nic_env == "mpich" and rank.gpu is not None:
@@ -185,9 +175,8 @@ def nic_variables(rank: RankPlan, nic_env: NicEnv) -> dict[str, str]:
 
 def variable_problem(name: str, value: str, cpus: set[int] | frozenset[int], *,
                      threads: int | None = None) -> Problem | None:
-    """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe); used by ``affrun doctor``.
-    ``threads``: for a count, the size the rank's thread plan gives it (:func:`pool_sizes`), as the policy judges
-    a user's value; without it, the count of ``cpus``."""
+    """Why ``name=value`` is dangerous for a rank owning ``cpus`` (``None``: safe), for ``affrun doctor``.
+    ``threads``: for a count, the size the rank's thread plan gives it; without it, the count of ``cpus``."""
     return _problem(name, value, set(cpus), threads=threads)
 
 
@@ -199,15 +188,9 @@ def _problem(
     compute: set[int] | None = None,
     threads: int | None = None,
 ) -> Problem | None:
-    """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe.
-
-    ``threads`` is the thread count the rank's cores take (``RankPlan.threads``: whole cores, or PUs with
-    ``--smt``, shared out in shared modes), or for a pool variable its pool's size in the thread plan; a larger
-    count oversubscribes them. Without it (``affrun doctor``, which has no plan) the limit is the number of
-    ``compute`` CPUs (default: ``cpus``). A pool variable is one whole number (OpenMP's take ``8,4`` for levels). Several places whose
-    first is narrower than the ``compute`` CPUs (or an abstract name such as ``cores``) are a collapse risk in
-    both bind modes: the main thread is bound to that place, and workers forked later inherit it.
-    """
+    """Why a user's value is dangerous for a rank owning ``cpus``; ``None`` when it is safe. ``threads``: the
+    count's limit (the rank's threads, or its pool's size); without it, the number of ``compute`` CPUs (default:
+    ``cpus``). The rules: docs/how-it-decides.md, "Values you already set"."""
     spaced = value != value.strip()
     value = value.strip()
     if name in COUNT_VARIABLES:
@@ -242,8 +225,7 @@ def _problem(
         outside = {p for place in places for p in place} - cpus
         if outside:
             return Problem("outside", f"CPUs {format_cpulist(outside)} are outside the rank's CPUs")
-        # The main thread takes the first place. One place is all threads' (a confinement the user chose); of
-        # several, a first place narrower than the compute CPUs pins the main thread apart: the collapse.
+        # One place is a confinement the user chose; of several, a narrow first place pins the main thread apart.
         return None if len(places) == 1 or places[0] >= (cpus if compute is None else compute) else collapse
     if name == "GOMP_CPU_AFFINITY":
         listed = parse_gomp_cpu_affinity(value)
@@ -351,8 +333,7 @@ def plan_json(plan: Plan, envs: Sequence[RankEnvironment], mem_policy: str,
             entry = {**entry, "thread_plan": threads[i].to_dict()}
         entry = {**entry, "env": dict(env.set), "unset": list(env.unset), "notes": list(env.notes),
                  "mem_policy": mem_policy if rank.mem_nodes else "none",
-                 "numactl": ["numactl", f"--physcpubind={format_cpulist(rank.cpus)}",
-                             *numactl_memory_args(mem_policy, rank.mem_nodes)]}
+                 "numactl": numactl_args(rank, mem_policy)}
         ranks.append(entry)
     out["ranks"] = ranks
     return out

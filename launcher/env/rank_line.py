@@ -1,12 +1,7 @@
-"""The one summary line of a rank: every front end prints it (``affrun: rank 0/2 host ...``) and a bound
-process's :class:`launcher.bind.readback.TaskBinding` is it as a string, in the same fields and order.
+"""The one summary line of a rank, printed by every front end and read back by
+:class:`launcher.bind.readback.TaskBinding` (docs/launchers.md)::
 
     rank 0/2 host n1 cpus 0-15 numa 0 gpu 0 (0000:18:00.0) nic mlx5_0:1 omp 14 loader 14-15 mem membind:0
-
-A rank with comm cores (``--comm-cores``) shows them after its loader CPUs, and a rank with a main core
-(``--main-thread``) shows it next: ``... loader 14-15 comm 13 main 0 mem ...``.
-
-Standard library only: ``affrun exec`` and the training process import it.
 """
 
 from __future__ import annotations
@@ -20,8 +15,7 @@ if TYPE_CHECKING:
 
     from launcher.plan.record import RankPlan
 
-# The memory policy in effect for the rank, as the rank line writes it (membind:0, none): exported by whatever
-# bound the process (affrun exec, the affrun run hook, bind_rank), after the policy was applied.
+# The memory policy in effect for the rank, as the rank line writes it (membind:0, none), exported once applied.
 MEM_VARIABLE = "AFFRUN_MEM"
 
 

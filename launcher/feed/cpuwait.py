@@ -1,7 +1,5 @@
-"""The loop thread's wait for a CPU, for the meter: its run-queue delay (:mod:`launcher.base.schedstat`) over the
-time between two readings, taken at the first batch and at each write of the figures, never per batch. Standard
-library only: the meter loads this module into every metered rank. docs/tune.md ("How it works").
-"""
+"""The loop thread's wait for a CPU, for the meter: its run-queue delay over the time between two readings
+(docs/tune.md, "How it works")."""
 
 from __future__ import annotations
 
@@ -11,9 +9,8 @@ from launcher.base.schedstat import thread_schedstat
 
 
 class CpuWait:
-    """The share of the time since :meth:`start` that the thread which called it waited on a run queue.
-    :attr:`fraction` is ``None`` until a second reading, and stays so where ``schedstat`` cannot be read (never 0
-    for a figure that was not measured)."""
+    """The share of the time since :meth:`start` that the thread which called it waited on a run queue;
+    :attr:`fraction` is ``None`` until a second reading, and where ``schedstat`` cannot be read."""
 
     __slots__ = ("_proc", "_start", "_tid", "fraction")
 

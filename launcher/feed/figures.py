@@ -1,8 +1,6 @@
 """The figures the ranks' meters wrote, read back as records: a rank's live file (``affrun doctor --pid``) and the
-``--feed-json`` list (``affrun tune``). Files are untrusted: anything malformed is left out, never an exception; a
-live file counts only in a directory of the rank's user's own, and is read as the meter's files are
-(:func:`launcher.feed.files.read_file`: no link, FIFO or device, at most :data:`launcher.feed.files.LIMIT` bytes).
-Figures of a meter older than the CPU wait and the GPU's busy share are read with those ``None``."""
+``--feed-json`` objects (``affrun tune``). Anything malformed is left out, never an exception; a live file counts
+only in a directory of the rank's user's own."""
 
 from __future__ import annotations
 
@@ -106,13 +104,6 @@ def _read(path: str, uid: int | None = None) -> object:
         return None if data is None else load_json(data, finite=True)
     except BadJSON:
         return None
-
-
-def read_feed_json(path: str) -> list[FeedFigures]:
-    """The ranks of a ``--feed-json`` file, sorted by rank (empty when it is missing or not the meter's)."""
-    data = _read(path)
-    found = [f for f in map(figures_of, data if isinstance(data, list) else []) if f is not None]
-    return sorted(found, key=lambda f: f.rank)
 
 
 def read_live(pid: int, environ: Mapping[str, str], proc: str = "/proc") -> FeedFigures | None:

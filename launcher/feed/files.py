@@ -1,9 +1,6 @@
-"""The meter's files: ``--feed-json``'s list, which every rank merges its figures into under a lock of the file itself,
-and each rank's live file, in a directory of its user's own. A rank never follows a link at a file's last name, never
-opens a FIFO or a device, reads at most :data:`LIMIT` bytes, creates its temporary files exclusively and never
-waits for a lock past a bound. Standard library only: the meter loads this module into every metered rank.
-docs/tune.md ("What the meter refuses or skips") has the reasoning.
-"""
+"""The meter's files: ``--feed-json``'s list, which every rank merges its figures into under a lock of the file
+itself, and each rank's live file. Bounded reads, no link, FIFO or device followed, no wait without end
+(docs/tune.md, "What the meter refuses or skips")."""
 
 from __future__ import annotations
 
@@ -83,13 +80,10 @@ def _usable(info: os.stat_result) -> None:
 
 
 def merge_json(path: str, figures: dict[str, Any], wait_s: float, most: int = LIMIT) -> Merged:
-    """Put one rank's ``figures`` into the JSON list at ``path`` (one object per rank, sorted by rank), under an flock
-    of the file itself: an exclusive flock on NFS needs a file open for writing, which a directory never is. The
-    file is renamed over by each writer, so a lock is good only while ``path`` still names the locked file.
-    ``"busy"``: another process held the lock ``wait_s`` seconds, nothing was written. ``"large"``: the file holds
-    more than ``most`` bytes (and at most :data:`LIMIT`, beyond which it is replaced): left as it is, unread, so
-    that the work done here stays bounded by ``most``. ``OSError``: the file cannot be written (its directory is
-    gone, it is a link or FIFO now, the filesystem is full or takes no lock)."""
+    """Put one rank's ``figures`` into the JSON list at ``path`` (sorted by rank), under an flock of the file itself,
+    good only while ``path`` still names the locked file (each writer renames over it). ``"busy"``: the lock was
+    held ``wait_s`` seconds; ``"large"``: the file holds more than ``most`` bytes, left unread. Raises ``OSError``
+    when the file cannot be written."""
     import json
 
     deadline = perf_counter() + wait_s

@@ -1,7 +1,5 @@
-"""The rank's GPU's busy share, for the meter: a daemon thread samples the rank's GPU :data:`RATE` times a second
-through :mod:`launcher.base.nvml`, per process where NVML gives it, else per device; the loop's thread only starts
-it and reads one tuple. No NVML, no GPU: no figure, quietly; a failure of NVML: no figure and one warning, never an
-exception in the loop, never a wait at exit. docs/tune.md ("How it works") has the rules.
+"""The rank's GPU's busy share, for the meter: a daemon thread samples it through NVML, per process where NVML
+gives it, else per device; never an exception in the loop, never a wait at exit (docs/tune.md, "How it works").
 """
 
 from __future__ import annotations

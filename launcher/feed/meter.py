@@ -1,12 +1,6 @@
 """The data-wait meter, in the rank: :func:`install` patches torch's DataLoader iterator once the script imports
-``torch.utils.data.dataloader`` (the startup hook's import hook calls it; affrun never imports torch).
-
-Per batch: two ``perf_counter`` calls, two additions, two stores and one comparison. About once a second (a batch past
-:attr:`Meter.due`) the loop thread's CPU wait is read (:mod:`launcher.feed.cpuwait`), the GPU sampler started
-(:mod:`launcher.feed.gpubusy`), and the figures with their verdict (:mod:`launcher.feed.verdict`) go to the rank's
-live file (:func:`live_paths`, for ``affrun doctor --pid``) and to ``AFFRUN_FEED_JSON`` (while it is small); at exit,
-or at SIGTERM when the script has no handler of its own, the rank prints its line (:func:`feed_line`) and writes
-its final figures. Once loaded, only the standard library is imported lazily. docs/tune.md: reasoning and cost.
+``torch.utils.data.dataloader``; about once a second the figures go to the rank's live file and ``--feed-json``,
+and at exit the rank prints its line (docs/tune.md, "How it works" and "What it costs").
 """
 
 from __future__ import annotations

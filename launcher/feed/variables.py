@@ -1,6 +1,5 @@
-"""The parent's side of the meter: the ``--feed-*`` and ``--loader-workers`` options as the variables every rank
-gets (``AFFRUN_FEED``, ``AFFRUN_FEED_INTERVAL``, ``AFFRUN_FEED_JSON``, ``AFFRUN_LOADER_WORKERS``), for ``affrun exec``,
-``run`` and ``torchrun``. No option given: no variable, and the rank patches and imports nothing."""
+"""The parent's side of the meter: the ``--feed-*`` and ``--loader-workers`` options as the ``AFFRUN_FEED*`` and
+``AFFRUN_LOADER_WORKERS`` variables every rank gets; no option given, no variable."""
 
 from __future__ import annotations
 
@@ -33,10 +32,8 @@ def feed_variables(args: object, prefix: str = "") -> dict[str, str]:
 
 
 def checked_json(path: str) -> str:
-    """The real path of ``--feed-json PATH`` (absolute: ranks may run elsewhere), or one ConfigError: what
-    :func:`launcher.base.outpath.check` refuses, where a file affrun wrote is one that holds the meter's figures
-    (never the user's own data, or the script named by a typo); a filesystem that takes no file lock
-    (:func:`launcher.feed.files.lock_problem`)."""
+    """The real path of ``--feed-json PATH``, or one ConfigError: a path :func:`launcher.base.outpath.check`
+    refuses (a file that holds no figures of the meter's included), or one on a filesystem that takes no lock."""
     real = checked(_option(path), path, holds_figures)
     problem = lock_problem(real)
     if problem is not None:
@@ -69,9 +66,8 @@ def _holds_figures(data: bytes | None) -> bool:
 
 
 def start_afresh(variables: dict[str, str]) -> None:
-    """Before a job's ranks start (``affrun torchrun``, ``affrun run``, and ``affrun exec`` as a job's only rank): a
-    list left by an earlier job is emptied (checked again and rewritten by the one writer, never removed), so that
-    the file holds this job's ranks only."""
+    """Before a job's ranks start: a ``--feed-json`` list left by an earlier job is emptied (rewritten, never
+    removed)."""
     path = variables.get(JSON_VARIABLE)
     if path and os.path.lexists(path):
         written(_option(path), path, b"[]", holds_figures)

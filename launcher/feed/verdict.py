@@ -1,9 +1,5 @@
-"""One verdict per rank: is its GPU fed, and if not, what starves it. Pure, standard library only.
-
-The meter (``--feed-report``), ``affrun doctor --pid`` and ``affrun tune`` hand :func:`judge` what they measured
-over the same stretch of time, each as a fraction of it (``None``: not measured), and all three say the same
-thing for the same figures. The GPU's busy share decides whether the rank is fed; the main thread's wait for a
-CPU and the loop's wait for data decide what starves it. docs/doctor.md ("Verdicts") gives the rules and why.
+"""One verdict per rank: is its GPU fed, and if not, what starves it (:func:`judge`). Pure.
+The rules and why: docs/doctor.md, "Verdicts".
 """
 
 from __future__ import annotations

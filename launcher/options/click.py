@@ -1,8 +1,6 @@
-"""The one click builder: each row of the option table (:class:`launcher.options.table.OptionSpec`) as a click
-option whose value is read by :mod:`launcher.options.values` (:func:`click_option`), for every command, and the two
-command shapes besides plain click's: :class:`Launch` (``exec``, ``run``: ``[OPTIONS] -- COMMAND ARGS``) and
-:class:`Verbatim` (``torchrun``, ``tune``: every word to a parser of their own). Here, below ``launch/``, so that
-the launch commands build their options as the click commands do.
+"""The one click builder: each row of the option table as a click option (:func:`click_option`), and the two
+command shapes besides plain click's: :class:`Launch` (``[OPTIONS] -- COMMAND ARGS``) and :class:`Verbatim`
+(every word to a parser of its own).
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ COMMAND = "command"  # where Launch leaves the words after "--" (ctx.meta)
 
 
 class Value(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 only
-    """A value read as every vocabulary reads its kind (:func:`launcher.options.values.read`): a count takes ASCII
-    digits only (click's int also takes '١', '1_0' and ' +3'), a duration a plain decimal."""
+    """A value read as every vocabulary reads its kind (:func:`launcher.options.values.read`): ASCII digits only."""
 
     def __init__(self, kind: str = "count", low: float = 0, high: int | None = MAX_COUNT, over: bool = False) -> None:
         self.kind, self.low, self.high, self.over = kind, low, high, over
@@ -47,8 +44,8 @@ class Choice(click.Choice):  # type: ignore[type-arg]
 
 
 class Digits(click.ParamType):  # type: ignore[type-arg]
-    """``affrun sbatch``'s integers: ASCII digits as an int; anything else stays the text it was, which sbatch
-    refuses in one line, as a profile's value (:func:`launcher.slurm.profile.checked`)."""
+    """``affrun sbatch``'s integers: ASCII digits as an int; anything else stays the text it was, for sbatch to
+    refuse as a profile's value."""
 
     name = "integer"
 

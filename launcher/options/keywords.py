@@ -1,12 +1,5 @@
-"""affrun's options given as Python keyword arguments (``bind_rank(0, 2, loader_cores=1)``,
-``AffinityExecutor(..., cpus=range(8))``): one check for every Python front end, driven by the option table.
-
-Each keyword is read by its option's kind (:func:`launcher.options.values.read`, the reader every vocabulary
-shares): ``True``/``False`` for a flag, an ``int`` (never a ``bool``) for a count, one of the choices, a path
-(``str`` or ``os.PathLike``), or, for CPU and GPU lists, an iterable of ints. Anything else is one
-:class:`~launcher.errors.ConfigError` that names the keyword as the caller wrote it (``loader_cores=1.5: ...``),
-before anything is planned or bound. The Python front ends' own keywords (``quiet``, ``warn``, ``verbose``,
-``policy``, the rank keywords) go through the same reader (:func:`check_argument`). Standard library only.
+"""affrun's options given as Python keyword arguments (``bind_rank(0, 2, loader_cores=1)``), each read by its
+option's kind: a wrong one is one :class:`~launcher.errors.ConfigError` naming the keyword as the caller wrote it.
 """
 
 from __future__ import annotations
@@ -27,9 +20,8 @@ _NO_RANK = object()
 
 
 def check_rank_keywords(caller: str, nproc_per_node: object, local_rank: object = _NO_RANK) -> int:
-    """The rank count (and, where given, the local rank) a Python caller passed: ints, not bools; at least one rank,
-    in the planner's one wording of a count below 1; the rank one of them. Else one :class:`ConfigError` that names
-    the keyword (``bind_rank: nproc_per_node=0 must be at least 1: ...``). Returns the count."""
+    """The rank count a Python caller passed (and the local rank, where given, one of them), checked; else one
+    :class:`ConfigError` that names the keyword (``bind_rank: nproc_per_node=0 must be at least 1: ...``)."""
     nproc = integer(nproc_per_node)
     if nproc is None:
         raise ConfigError(f"{caller}: nproc_per_node={short(nproc_per_node)} is not an int")
@@ -57,9 +49,8 @@ def check_rank_keywords(caller: str, nproc_per_node: object, local_rank: object 
 
 
 def check_keywords(values: Mapping[str, object], specs: Mapping[str, OptionSpec] = BY_KEYWORD) -> dict[str, Any]:
-    """``values`` (keyed by the Python keyword: ``cpu_map``, ``topology``) as the option table's strings, ints and
-    bools; ``None`` stays "not given". Raises one :class:`ConfigError` naming the first wrong keyword; a keyword
-    that ``specs`` does not hold is the caller's to judge (it is returned as given)."""
+    """``values`` (by Python keyword) as the option table's strings, ints and bools; one not in ``specs`` is
+    returned as given. Raises one :class:`ConfigError` naming the first wrong keyword."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         spec = specs.get(name)
@@ -76,9 +67,8 @@ def check_keyword(spec: OptionSpec, value: object) -> Any:
 
 
 def check_argument(caller: str | None, name: str, value: object, kind: str, choices: tuple[str, ...] = ()) -> Any:
-    """A keyword of a Python front end that is no option of the table (``bind_rank``'s ``quiet``,
-    ``ensure_affinity``'s ``warn`` and ``policy``, the executor's ``verbose``), read by its kind as the table's
-    options are: one :class:`ConfigError` naming it (``bind_rank: quiet='no': expected True or False``)."""
+    """A keyword of a Python front end that is no option of the table (``bind_rank``'s ``quiet``), read by its
+    kind: one :class:`ConfigError` naming it (``bind_rank: quiet='no': expected True or False``)."""
     try:
         return read(kind, value, "python", choices, name)
     except BadValue as exc:

@@ -1,12 +1,6 @@
-"""The binding options of one job as one record, :class:`Options`, whatever front end read them: its fields are the
-option table's rows by their Python keyword (``cpu_map``, ``topology``), with the table's defaults, and ``verbose``.
-
-Each front end reads its own vocabulary into it once: click's parameters, a site profile's keys or any values by
-``dest`` (:meth:`Options.from_values`), an argparse namespace (:meth:`Options.from_args`: ``affrun exec``, ``run``,
-``torchrun``), Python keyword arguments (:meth:`Options.from_keywords`: the submitit executor, ``bind_rank``). It
-gives back flags (:meth:`Options.to_argv`), for generated scripts and child commands, and the planner's
-:class:`~launcher.plan.request.Request` (:meth:`Options.request`), which :func:`launcher.bind.handoff.plan_job`
-plans. Standard library only: a rank that plans for itself imports it.
+"""The binding options of one job as one record, :class:`Options`, whatever front end read them: the option table's
+rows by their Python keyword, and ``verbose``. It gives back flags (:meth:`Options.to_argv`) and the planner's
+:class:`~launcher.plan.request.Request` (:meth:`Options.request`); docs/design.md §14.
 """
 
 from __future__ import annotations
@@ -37,8 +31,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Options:
     """Every binding option of one job, as the user gave it (strings where the command line takes strings), and
-    whether the ranks say what they were given. Fields in :data:`ORDER` (``tests/unit/test_option_table.py`` holds
-    them to the table)."""
+    whether the ranks say what they were given. Fields in :data:`ORDER`."""
 
     mode: Mode = default("mode")
     smt: bool = default("smt")
@@ -75,9 +68,8 @@ class Options:
 
     @classmethod
     def from_keywords(cls, base: Options | None = None, **values: Any) -> Options:
-        """``base`` (default: the defaults) with Python keyword arguments over it, each read by its kind
-        (:mod:`launcher.options.keywords`), then :meth:`check`\\ ed. A wrong or unknown one is one
-        :class:`~launcher.errors.ConfigError` naming the keyword."""
+        """``base`` (default: the defaults) with Python keyword arguments over it, read and checked; a wrong or
+        unknown one is one :class:`~launcher.errors.ConfigError` naming the keyword."""
         from launcher.options.keywords import BY_KEYWORD, check_argument, check_keyword
 
         unknown = sorted(set(values) - set(KEYWORDS))
@@ -150,9 +142,8 @@ class Options:
                        main_thread=self.main_thread)
 
     def rank_count(self) -> int | None:
-        """How many ranks the options name: one per ``--gpus`` entry, else per ``--map`` list (``;``-separated),
-        else ``None`` (the front end decides: visible GPUs, ``--nproc-per-node``...). Front ends default the
-        rank count to it; a mismatch with an explicit count is reported by the planner."""
+        """How many ranks the options name: one per ``--gpus`` entry, else per ``--map`` list, else ``None`` (the
+        front end decides)."""
         if self.gpus:
             return len(self.gpus.split(","))
         if self.cpu_map:

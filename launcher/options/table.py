@@ -1,12 +1,7 @@
 """The options, defined once: each one's flag, destination, kind of value, default and help (:class:`OptionSpec`).
 
-The binding options (:data:`BINDING_OPTIONS`), the feed meter's, the rank count and ``--tuned`` are here;
-``affrun sbatch``'s own rows are in :mod:`launcher.slurm.options` and ``affrun tune``'s in
-:mod:`launcher.tune.command`, of the same type. click builds every command's options from the rows
-(:mod:`launcher.options.click`), argparse those of ``torchrun`` and ``tune``, which extend torchrun's own parser
-(:func:`add_arguments`), docs/cli.md its tables (:mod:`launcher.cli.reference`);
-:class:`launcher.options.record.Options` is their one record, and :mod:`launcher.options.values` the one reader of
-their values. Standard library only.
+The binding options, the feed meter's, the rank count and ``--tuned`` are here; click (:mod:`launcher.options.click`)
+and argparse (:func:`add_arguments`) build every command's options from the rows (docs/design.md §14).
 """
 
 from __future__ import annotations
@@ -45,10 +40,8 @@ OptionGroup = Literal["topology", "plan", "env", "apply", "feed", "tuned", "sbat
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option. ``kind`` is the kind of value it takes (:func:`launcher.options.values.read` reads each): flag,
-    count (a whole number from ``low``), choice (one of ``choices``: given them, the kind is choice), path, cpus,
-    gpus, cpu_map (the CPU and GPU lists), seconds (a duration over ``low``, or from it unless ``over``), and
-    ``affrun sbatch``'s str, int, port, strint (a string or a number), time and lines (repeatable)."""
+    """One option. ``kind`` is the kind of value it takes, read by :func:`launcher.options.values.read` (given
+    ``choices``, the kind is choice); ``low`` and ``over`` bound a count or a duration."""
 
     flag: str
     dest: str
@@ -150,8 +143,7 @@ BINDING_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
-# The feed meter's options (docs/tune.md): only where a rank is started (exec, torchrun, run). Each rank gets them as
-# the AFFRUN_FEED* variables and AFFRUN_LOADER_WORKERS (launcher.feed.variables); they do not change the plan.
+# The feed meter's options (docs/tune.md): only where a rank is started (exec, torchrun, run); not in the plan.
 FEED_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--feed-report", "feed_report", "feed", "Measure each rank's data wait (the time its loop waits "
                "for the DataLoader's next batch), its main thread's wait for a CPU, its GPU's busy share (with NVML) "
@@ -169,12 +161,10 @@ FEED_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
-# The rank count: each command adds it itself (exec's and run's argparse, torchrun's own parser, click's plan, show
-# and doctor), and the planner's message names it (launcher.plan.request.check_rank_count).
+# The rank count: each command adds it itself, and the planner's message names it.
 NPROC_OPTION = OptionSpec("--nproc-per-node", "nproc", "plan", "Local ranks on this node.", kind="count",
                           keyword="nproc_per_node")
-# affrun tune's saved options (launcher.options.tuned): taken by exec, run, torchrun (LAUNCH_OPTIONS) and sbatch,
-# outside BINDING_OPTIONS as it is no option of a plan record but a file of them, applied under the command line's.
+# affrun tune's saved options (launcher.options.tuned): a file of options, so not one of BINDING_OPTIONS.
 TUNED_OPTION = OptionSpec("--tuned", "tuned", "tuned", "Apply the options affrun tune --save wrote to FILE (a flag "
                           "given on the command line wins; a file tuned on another machine gets a warning).",
                           metavar="FILE", kind="path")
@@ -184,8 +174,7 @@ LAUNCH_OPTIONS: tuple[OptionSpec, ...] = (*BINDING_OPTIONS, TUNED_OPTION, *FEED_
 
 
 def default(dest: str) -> Any:
-    """The default of the option landing in ``dest``, for the records of option values
-    (:class:`~launcher.options.record.Options`): defaults are stated here."""
+    """The default of the option landing in ``dest``."""
     return _BY_DEST[dest].default
 
 
@@ -212,8 +201,7 @@ def spell(option: Opt, vocabulary: Vocabulary) -> str:
 def spell_error(exc: AffrunError, vocabulary: Vocabulary | None = None,
                 keys: frozenset[str] | set[str] | None = None) -> AffrunError:
     """``exc``, whose options will be spelled by this table, as ``vocabulary`` writes them (only those of ``keys``,
-    when given; options no front end gave a vocabulary are spelled as the command line writes them). Every front
-    end calls it on an error on its way out, before printing or re-raising it."""
+    when given; the others as the command line writes them)."""
     if vocabulary is not None:
         exc.use_vocabulary(vocabulary, keys)
     exc.speller = spell
@@ -221,8 +209,7 @@ def spell_error(exc: AffrunError, vocabulary: Vocabulary | None = None,
 
 
 def argparse_type(spec: OptionSpec) -> Callable[[str], Any]:
-    """argparse's ``type`` for ``spec``: its value read by its kind, a refusal in the command line's words
-    (``'٣' is not a whole number from 0 to 65536``: ``int()`` would take '٣', ' 3' and '1_0')."""
+    """argparse's ``type`` for ``spec``: its value read by its kind, a refusal in the command line's words."""
     def convert(text: str) -> Any:
         from launcher.options.values import BadValue
 

@@ -1,10 +1,5 @@
 """``--tuned FILE``: the options ``affrun tune --save`` wrote, as defaults under the command line's flags.
-
-The file is YAML: ``options`` (the option table's planning options by their profile keys, ``loader-cores: 2``),
-``machine`` (:func:`machine_identity` where it was tuned) and ``date``. :func:`load_tuned` reads and checks it;
-the front ends write its options under the flags given (:func:`apply_tuned`: a flag given wins), and print
-:func:`machine_differences` as a warning. Only read when ``--tuned`` is given (PyYAML is imported then).
-docs/tune.md describes the format.
+The format, and what is refused: docs/tune.md, "``--save`` and ``--tuned``".
 """
 
 from __future__ import annotations
@@ -115,9 +110,8 @@ def _machine(path: str, data: object) -> dict[str, Any]:
 
 
 def parse_tuned(text: str | bytes, path: str) -> Tuned:
-    """The tuned file ``path`` whose text is ``text``, checked: plain YAML (:func:`launcher.base.safe_yaml.load_yaml`),
-    its keys known, every option one of the table's planning options with a value it takes. Anything else is one
-    :class:`ConfigError` naming the file."""
+    """The tuned file ``path`` whose text is ``text``, checked: plain YAML, its keys known, every option a tunable
+    one with a value it takes. Anything else is one :class:`ConfigError` naming the file."""
     from launcher.base.safe_yaml import BadYAML, load_yaml
 
     try:
@@ -145,8 +139,7 @@ def parse_tuned(text: str | bytes, path: str) -> Tuned:
 
 
 def load_tuned(path: str) -> Tuned:
-    """The tuned file at ``path``, read as every document affrun reads is (a regular file, at most
-    :data:`TUNED_LIMIT` bytes: a FIFO, a device, a directory or a huge file is one error, at once)."""
+    """The tuned file at ``path``: a regular file of at most :data:`TUNED_LIMIT` bytes, else one error."""
     from launcher.topology._files import read_document
 
     try:
@@ -172,10 +165,8 @@ def apply_tuned(values: MutableMapping[str, Any], given: Container[str], prefix:
 
 
 def plan_tuned(tuned: Tuned | None, args: Any, plan: Callable[[Any], T], prefix: str = "") -> T:
-    """``plan(args)``; an :class:`AffrunError` it raises that an option of the file caused ends with
-    ``(from --tuned FILE, tuned on MACHINE)``. Caused: the error names one of :attr:`Tuned.applied` first, or
-    ``plan`` succeeds without them (each back to the table's default), so that the flags given are not why.
-    ``args``: the parsed namespace (argparse's, or the values click read)."""
+    """``plan(args)``; an :class:`AffrunError` it raises that an option of the file caused (it names one first, or
+    ``plan`` succeeds without them) ends with ``(from --tuned FILE, tuned on MACHINE)``."""
     try:
         return plan(args)
     except AffrunError as exc:
@@ -216,8 +207,7 @@ def machine_text(machine: Mapping[str, Any]) -> str:
 
 def foreign_check(tuned: Tuned, source: Options, environ: Mapping[str, str] | None,
                   warn: Callable[[str], None]) -> Callable[[Topology], None]:
-    """:func:`launcher.bind.handoff.plan_job`'s ``loaded``: ``warn`` (once) :func:`tuned_warning`'s text when the
-    file was tuned on another machine than the topology read, before anything is planned."""
+    """:func:`launcher.bind.handoff.plan_job`'s ``loaded``: ``warn`` (once) :func:`tuned_warning`'s text."""
     done: list[bool] = []
 
     def check(topo: Topology) -> None:
@@ -231,8 +221,7 @@ def foreign_check(tuned: Tuned, source: Options, environ: Mapping[str, str] | No
 
 
 def cpu_model(root: str | None) -> str:
-    """The CPU's model name (:func:`launcher.topology.cpu_identity.read_cpu_identity`, from ``/proc/cpuinfo`` under
-    ``root``, a captured tree: bounded, never blocking), or ``unknown``."""
+    """The CPU's model name, from ``/proc/cpuinfo`` under ``root``, or ``unknown``."""
     from launcher.topology.cpu_identity import read_cpu_identity
 
     identity, _ = read_cpu_identity(root or "/")

@@ -1,6 +1,5 @@
-"""The one wording of a usage error, for every parser affrun has (click's, and argparse's where torchrun's words
-pass through): one line, exit status 2. ``unknown option --x: did you mean --y? (affrun CMD --help gives the full
-usage)``; a bad value ``argument --x: 'v' is not ... (affrun CMD --help gives the full usage)``, as argparse says it.
+"""The one wording of a usage error, for click's parser and argparse's: one line, exit status 2
+(``unknown option --x: did you mean --y? (affrun CMD --help gives the full usage)``).
 """
 
 from __future__ import annotations

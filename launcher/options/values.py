@@ -1,11 +1,6 @@
 """One reader per kind of option value (:attr:`launcher.options.table.OptionSpec.kind`), for every vocabulary a
-value arrives in: ``cli`` (argparse's and click's strings), ``python`` (keyword arguments), ``tuned`` (a file of
-``affrun tune --save``) and ``profile`` (a YAML site profile, and every value ``affrun sbatch`` writes into a
-script). :func:`read` returns the value as the front ends hold it, or raises :class:`BadValue`, which each front end
-frames its own way: ``loader_cores=1.5: expected ...``, ``comm-cores: 1.5 is not ...``, ``defaults.nodes:
-expected ..., got 'two'``. Python callers may give iterables of ints for CPU and GPU lists (read once, here; bytes
-and mappings refused); a CPU list string they give is parsed at once. Standard library only: ``affrun exec``'s
-argparse types read through it.
+value arrives in: ``cli``, ``python`` (keyword arguments), ``tuned`` and ``profile`` (a YAML site profile). :func:`read`
+returns the value as the front ends hold it, or raises :class:`BadValue` for each to frame (docs/design.md §14).
 """
 
 from __future__ import annotations
@@ -47,10 +42,8 @@ class BadValue(ValueError):
 
 def read(kind: str, value: object, vocabulary: Reader, choices: tuple[str, ...] = (), dest: str = "", low: float = 0,
          high: int | None = MAX_COUNT, over: bool = False) -> Any:
-    """``value`` of an option of ``kind`` (:attr:`launcher.options.table.OptionSpec.kind`; ``dest``, ``low`` and
-    ``over`` are the option's), given in ``vocabulary``, as the front ends hold it (``None``: not given). A value of
-    no option of the table is read the same way (``bind_rank``'s ``quiet``, ``ensure_affinity``'s ``policy``; a
-    pid: a count without a count's bound, ``high``)."""
+    """``value`` of an option of ``kind`` (``dest``, ``low`` and ``over`` are the option's; ``high``: a count's
+    bound), given in ``vocabulary``, as the front ends hold it (``None``: not given). Raises :class:`BadValue`."""
     python = vocabulary == "python"
     if vocabulary == "profile":
         _writable(value)
@@ -189,8 +182,8 @@ def _ints(value: object, expected: str, ordered: bool) -> list[int]:
 
 
 def integer(value: object) -> int | None:
-    """``value`` as a plain int if it is an integer (``int``, numpy's integers: anything with ``__index__``) and
-    not a bool (``True`` is no CPU and no count); else ``None``. Floats, strings and bytes are not integers."""
+    """``value`` as a plain int if it is an integer (anything with ``__index__``, numpy's included) and not a bool;
+    else ``None``."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         return None
     try:

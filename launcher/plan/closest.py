@@ -1,10 +1,5 @@
 """``--gpu-order closest``: mpibind's order, and Slurm's ``--gpu-bind=closest``. Pure; one of the GPU orders of
-:mod:`launcher.plan.homes`: (request, GPUs' homes, layout) -> (homes, warnings).
-
-Ranks follow CPU order. With no more ranks than GPUs, the ranks are spread over the GPU domains and each takes one
-GPU; with more, they go to the GPU nodes in proportion to their GPUs and share them in balanced, contiguous blocks.
-In the whole-core modes a node never gets more ranks than cores, settled before ranks are numbered and GPUs
-chosen. The full rule: docs/how-it-decides.md, step 2; mpibind's answers it follows: docs/planner.md.
+:mod:`launcher.plan.homes`. The rule: docs/how-it-decides.md, step 2; mpibind's answers: docs/planner.md.
 """
 
 from __future__ import annotations
@@ -29,10 +24,8 @@ if TYPE_CHECKING:
 
 
 def closest_order(req: Request, gpus: Sequence[GpuHome], layout: Layout) -> tuple[Homes, list[str]]:
-    """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs (docs/how-it-decides.md, step 2).
-
-    In the whole-core modes each node's rank count is fitted to its cores *before* ranks are numbered and GPUs
-    chosen, so that ranks stay in CPU order and no rank is moved away from its GPU afterwards."""
+    """mpibind's order: ranks in CPU order, spread over the GPU domains or sharing their GPUs; in the whole-core
+    modes each node's rank count is fitted to its cores before ranks are numbered and GPUs chosen."""
     pos, pkg, cap = layout.pos, layout.pkg, layout.cap
     out = Homes({}, {}, {}, {})
     warnings: list[str] = []

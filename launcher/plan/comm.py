@@ -1,15 +1,5 @@
 """Cores kept for NCCL's proxy and service threads (``--comm-cores K``). Pure; a part of
-:mod:`launcher.plan.planner`, applied to the ranks it planned, before the CPU quota caps their threads.
-
-The rule (docs/how-it-decides.md, "Comm cores"): each rank keeps K of its own compute cores, taken out of its
-OpenMP team (``threads``, the places) and never loader cores. Candidates are the rank's home compute cores (not
-spill cores) local to its GPU (in the GPU's ``local_cpus``, else on its node), fastest kind first (a proxy thread
-polls), the last ones in the rank's core order (next to its loader cores); a rank without a GPU, or none of whose
-cores is local to it, takes its own last cores. Ranks that share CPUs (``numa``, ``socket``) keep K each, apart,
-and none of them computes on another's comm cores; other ranks (overlapping ``--map`` lists) take theirs from CPUs
-no other rank holds. A rank that would be left without a compute core keeps none, with a warning. The rank's
-``cpus`` (its mask) still hold the comm cores: NCCL pins its threads inside it. A main core
-(:mod:`launcher.plan.priority`, chosen first) is never a comm core, and stays in the OpenMP team.
+:mod:`launcher.plan.planner`. The rule: docs/how-it-decides.md, "Comm cores"; docs/nics.md.
 """
 
 from __future__ import annotations
@@ -31,8 +21,7 @@ Unit = tuple[int, ...]  # a core, as the PUs of a RankPlan's compute_cores
 def keep_comm_cores(topo: Topology, ranks: Sequence[RankPlan], k: int, smt: bool,
                     warnings: list[str]) -> list[dict[str, Any]]:
     """The fields that change in each of ``ranks`` when ``k`` comm cores are taken out of their compute cores
-    (module docstring): ``compute_cores``, ``threads``, ``comm_cpus``, ``reasons``, ``warnings``; none for ``k``
-    0. Warnings (a rank too small, no GPU-local core) also go to ``warnings``, prefixed with the rank."""
+    (``compute_cores``, ``threads``, ``comm_cpus``, ``reasons``, ``warnings``); warnings also go to ``warnings``."""
     if k <= 0:
         return [{} for _ in ranks]
     out: dict[int, dict[str, Any]] = {}

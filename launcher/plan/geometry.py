@@ -1,7 +1,6 @@
-"""The planner's geometry, shared by its parts (:mod:`launcher.plan.homes`, :mod:`launcher.plan.closest`,
-:mod:`launcher.plan.spill`): the machine's :class:`Layout` (its usable cores by node, built once), node names and
-distances, packages, proportional shares and contiguous chunks, and the records of the GPU orders: a GPU's
-:class:`GpuHome`, and the :class:`Homes` an order gives the ranks. Pure."""
+"""The planner's geometry, shared by its parts: the machine's :class:`Layout`, node names and distances,
+packages, proportional shares and contiguous chunks, and the GPU orders' records (:class:`GpuHome`, :class:`Homes`).
+Pure."""
 
 from __future__ import annotations
 

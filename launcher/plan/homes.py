@@ -1,13 +1,5 @@
-"""Where each rank lives: its visible GPU and its home NUMA node. Pure; a part of :mod:`launcher.plan.planner`.
-
-Each GPU has a :class:`~launcher.plan.geometry.GpuHome` (:func:`gpu_home`). A GPU order is a function from the
-request, the GPUs' homes and the machine's :class:`~launcher.plan.geometry.Layout` to the ranks'
-:class:`~launcher.plan.geometry.Homes` and warnings:
-
-* ``rank`` (torch's convention, and explicit ``--gpus``; :func:`rank_order`): rank *i* uses visible GPU *i* and
-  lives on that GPU's node.
-* ``closest`` (mpibind, Slurm's ``--gpu-bind=closest``; :func:`launcher.plan.closest.closest_order`): ranks
-  follow CPU order, and each node's ranks are fitted to its cores, so the overflow fix-up below never moves one.
+"""Where each rank lives: its visible GPU and its home NUMA node, by GPU order (``rank``: :func:`rank_order`;
+``closest``: :func:`launcher.plan.closest.closest_order`). Pure; a part of :mod:`launcher.plan.planner`.
 """
 
 from __future__ import annotations
@@ -66,10 +58,8 @@ def assign_homes(req: Request, layout: Layout) -> tuple[Homes, list[str]]:
 
 
 def gpu_home(topo: Topology, gpu: GPU, label: str, by_node: dict[int, list[Core]], node_order: list[int]) -> GpuHome:
-    """The GPU's home node, how firm that is, why, and a warning when the locality is indirect.
-
-    ``by_node`` holds the usable cores of each node (-1: cores of no known node), ``node_order`` its keys in CPU
-    order. Public: ``affrun show`` draws each GPU where this puts it."""
+    """The GPU's home node, how firm that is, why, and a warning when the locality is indirect. ``by_node``: the
+    usable cores of each node (-1: no known node); ``node_order``: its keys in CPU order."""
     if gpu.numa_node is not None and gpu.numa_node in by_node:
         return GpuHome(gpu.numa_node, CLAIM_GPU_NODE, f"{label} is on NUMA node {gpu.numa_node}")
     if gpu.numa_node is not None:
@@ -128,11 +118,7 @@ def _spread_homeless(nproc: int, home_of: dict[int, int], layout: Layout) -> dic
 
 def _fix_overflow(layout: Layout, home_of: dict[int, int], claim: dict[int, int]) -> tuple[dict[int, int], list[str]]:
     """``home_of`` with ranks moved off nodes that have more ranks than cores, to the nearest node with spare
-    cores, and a warning for each.
-
-    The ranks with the weakest claim on the node move first (spread ranks, then ranks placed by distance or
-    ``local_cpus``, then ranks whose GPU is on the node), the highest rank first among equals.
-    """
+    cores (the weakest claim first, then the highest rank), and a warning for each."""
     by_node = layout.by_node
     out = dict(home_of)
     warnings: list[str] = []

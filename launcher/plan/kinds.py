@@ -1,8 +1,6 @@
 """Plan by core kind (hybrid CPUs: P/E cores, big.LITTLE, Zen 5/5c). Pure; a part of :mod:`launcher.plan.planner`.
 
-Applied only where the allowed CPUs hold two kinds or more: each kind is cut on its own into equal, contiguous
-shares; a rank's OpenMP team runs on the fastest kind in its CPUs, and its slower cores follow ``--spill``. The
-rule, step by step: docs/how-it-decides.md, step 3; why: docs/planner.md, "Core kinds".
+The rule: docs/how-it-decides.md, step 3; why: docs/planner.md, "Core kinds".
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ if TYPE_CHECKING:
 
 def plan_kinds(topo: Topology) -> CoreKinds | None:
     """The allowed CPUs' kinds, fastest first, when there are two or more; ``None`` on a homogeneous machine, and
-    where the kinds are priority classes (``topo.priority.one_kind``: they differ by one frequency alone on a
-    non-hybrid Intel CPU; docs/core-kinds.md), so that no rank's team lands on its few priority cores alone."""
+    where the kinds are only priority classes (``topo.priority.one_kind``: docs/core-kinds.md)."""
     kinds = topo.kinds()
     return kinds if kinds.hybrid and not topo.priority.one_kind else None
 
@@ -41,7 +38,7 @@ def core_rank(core: Core, ranks: dict[int, int]) -> int:
 
 def kind_chunks(cores: Sequence[Core], kinds: CoreKinds | None, k: int) -> list[list[Core]]:
     """``cores`` cut into ``k`` shares: :func:`balanced_chunks` on a homogeneous machine; else each kind cut on its
-    own (fastest first) so that each share holds an equal part of each kind (docs/how-it-decides.md, step 3)."""
+    own (fastest first) so that each share holds an equal part of each kind."""
     if kinds is None:
         return balanced_chunks(cores, k)
     ranks = _rank_of(kinds)
@@ -92,8 +89,8 @@ def _describe(cores: Sequence[Core], kinds: CoreKinds, ranks: dict[int, int]) ->
 
 
 def kind_roles(chunk: Sequence[Core], kinds: CoreKinds, spill: SpillChoice, loader_cores: int) -> KindRoles:
-    """Split a rank's home ``chunk`` by kind (docs/how-it-decides.md, step 3). ``loader_cores``: the cores ``--loader-cores``
-    asks for (0 in the shared modes, where it is ignored); the caller has checked that fewer than ``chunk``."""
+    """Split a rank's home ``chunk`` by kind. ``loader_cores``: the cores ``--loader-cores`` asks for (0 in the
+    shared modes), fewer than ``chunk``."""
     ranks = _rank_of(kinds)
     ordered = sorted(chunk, key=lambda c: core_rank(c, ranks))  # stable: fastest kind first, in chunk order
     asked = ordered[len(ordered) - loader_cores :] if loader_cores else []
@@ -126,10 +123,8 @@ def _name(kinds: CoreKinds, pos: int) -> str:
 
 
 def priority_chunks(cores: Sequence[Core], kinds: CoreKinds | None, k: int, priority: frozenset[int]) -> list[list[Core]]:
-    """:func:`kind_chunks`, with the priority cores among ``cores`` (all of their PUs in ``priority``; empty
-    unless ``--main-thread priority``) shared out equally among the ``k`` shares: the plain cut when it already
-    does, else the priority cores cut first as a class of their own, then each kind's other cores
-    (docs/how-it-decides.md, "Main cores"). They stay of their kind for the compute and loader roles."""
+    """:func:`kind_chunks`, with the priority cores among ``cores`` (all of their PUs in ``priority``) shared out
+    equally among the ``k`` shares (docs/how-it-decides.md, "Main cores")."""
     plain = kind_chunks(cores, kinds, k)
     special = {c.pus for c in cores if set(c.pus) <= priority}
     counts = [sum(c.pus in special for c in chunk) for chunk in plain]

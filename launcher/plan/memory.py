@@ -1,5 +1,4 @@
 """A rank's memory nodes: its home nodes, or for a memory-less node the memory that stands in for it. Pure.
-
 Which node stands in, and why: docs/planner.md, "Memory-less CPU nodes".
 """
 

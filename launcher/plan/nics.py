@@ -1,11 +1,5 @@
-"""The nearest NIC of each rank, pure: by the PCI path from the rank's GPU, as NCCL ranks paths (docs/nics.md).
-
-Distance, nearest first: the same PCIe switch (a bridge below the host bridge in common), the same host bridge,
-the same NUMA node, the same package, any other. A rank without a GPU measures from its NUMA nodes. Only NICs
-with an active port count, RDMA ones (InfiniBand, RoCE) before interfaces (Ethernet, IPoIB), which count only
-when no RDMA port is active. At equal distance the higher rate wins; ranks spread over equally near and fast
-NICs, in rank order, each taking the one fewest ranks have so far (then PCI order). A NIC whose name cannot be
-written in ``AFFRUN_NIC`` or ``UCX_NET_DEVICES`` is given to no rank: a rank it is nearest to gets none, with a warning.
+"""The nearest NIC of each rank, by the PCI path from the rank's GPU, as NCCL ranks paths. Pure.
+The rule: docs/nics.md, "The nearest NIC per rank".
 """
 
 from __future__ import annotations
@@ -69,8 +63,7 @@ def distance(nic: NIC, gpu: GPU | None, nodes: Sequence[int], packages: dict[int
 def choose_nics(topo: Topology, ranks: Sequence[tuple[str | None, Sequence[int]]]
                 ) -> tuple[list[NicChoice | None], dict[int, str]]:
     """The NIC of each rank, given as (its GPU's PCI address or None, its NUMA nodes), None when no NIC counts; and,
-    by rank index, why a rank got none though a NIC is nearest to it: its name is one no rank can be given
-    (:func:`launcher.topology.nics.device_problem`). Such a rank is not sent to a farther NIC instead."""
+    by rank index, why a rank got none though a NIC is nearest to it (a name no rank can be given)."""
     usable = usable_nics(topo)
     if not usable:
         return [None] * len(ranks), {}

@@ -1,10 +1,4 @@
-"""The planner: ``Topology`` + ``Request`` -> ``Plan``. Pure: no I/O, no ``os.environ``.
-
-:func:`make_plan` takes the allowed cores minus those of ``reserve``, homes each rank on a NUMA node with its GPU
-(:mod:`launcher.plan.homes`), cuts each rank's chunk of whole cores by ``mode`` (by core kind:
-:mod:`launcher.plan.kinds`), adds the cores of nodes without ranks (:mod:`launcher.plan.spill`) and the loader
-cores, chooses each rank's main core (:mod:`launcher.plan.priority`) and comm cores, counts the threads (capped
-under a CPU quota: :func:`quota_threads`) and names the memory nodes (:mod:`launcher.plan.memory`).
+"""The planner: ``Topology`` + ``Request`` -> ``Plan``. Pure.
 
 How it decides, step by step: docs/how-it-decides.md; the facts and their sources: docs/planner.md.
 """
@@ -33,8 +27,6 @@ from launcher.topology.model import GPU, Core, Topology
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-# The request side (what may be asked, and what is refused before planning) is launcher.plan.request's;
-# these names are the planner's interface too.
 __all__ = [
     "GPU_ORDERS", "MODES", "GpuOrder", "Mode", "Plan", "RankPlan", "Request", "make_plan", "quota_threads",
     "validate_request",
@@ -145,8 +137,7 @@ def _cut_chunks(
 
 def quota_threads(topo: Topology, ranks: int) -> int | None:
     """The most threads each of ``ranks`` local ranks may run under the CPU quota: quota // ranks, at least 1;
-    ``None`` when there is no quota below the allowed CPUs. The planner caps ``threads`` with it, and ``affrun
-    doctor`` caps the thread counts it suggests, so both give the same figure."""
+    ``None`` when there is no quota below the allowed CPUs (the planner's and ``affrun doctor``'s cap)."""
     quota = topo.cpu_quota
     if quota is None or quota >= len(topo.allowed):
         return None

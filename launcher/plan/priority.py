@@ -1,14 +1,6 @@
 """Each rank's main core (``--main-thread compute|priority``): the core its main thread lives on, thread 0 of its
-OpenMP team, with the rest of the team off it. Pure; a part of :mod:`launcher.plan.planner`, applied to the ranks
-it planned before their comm cores are kept (:mod:`launcher.plan.comm` never takes a main core).
-
-``compute``: the rank's first compute core of its fastest kind. ``priority``: the best priority core
-(:class:`launcher.topology.priority.PriorityCores`, best first by ``order``) among its home compute cores, those
-local to its GPU first; the chunk cut has shared a node's priority cores out among its ranks
-(:func:`launcher.plan.kinds.priority_chunks`), and :func:`priority_first` keeps them out of the loader cores.
-Ranks that share compute cores take distinct main cores, in rank order. A rank that gets none keeps its main
-thread on its whole set, with a warning that says why. The rule: docs/how-it-decides.md, "Main cores"; why:
-docs/threads.md.
+OpenMP team. Pure; a part of :mod:`launcher.plan.planner`, applied before the comm cores are kept.
+The rule: docs/how-it-decides.md, "Main cores"; why: docs/threads.md.
 """
 
 from __future__ import annotations
@@ -45,9 +37,8 @@ def priority_first(chunk: Sequence[Core], priority: frozenset[int]) -> list[Core
 
 def choose_main_cores(topo: Topology, req: Request, ranks: Sequence[RankPlan],
                       warnings: list[str]) -> list[dict[str, Any]]:
-    """The fields that change in each of ``ranks`` (module docstring): ``main_cpus``, ``reasons``, and with
-    ``--smt`` ``threads`` (the main core's siblings run no other thread of the team); or ``warnings`` for a rank
-    that gets no main core. Warnings also go to ``warnings``, prefixed with the rank."""
+    """The fields that change in each of ``ranks``: ``main_cpus``, ``reasons`` and with ``--smt`` ``threads``; or
+    ``warnings`` for a rank that gets no main core. Warnings also go to ``warnings``, prefixed with the rank."""
     if req.main_thread == "none":
         return [{} for _ in ranks]
     prio = topo.priority_cores()

@@ -1,9 +1,6 @@
-"""The records a plan is and travels in, from the planner to every rank: :class:`Plan` of :class:`RankPlan`\\ s
-(with each rank's :class:`NicChoice`), and :class:`Handoff`, what ``AFFRUN_PLAN`` carries (the plan, how to apply
-it, each rank's :class:`RankEnv`), ``"schema": 1``. Written by :func:`launcher.base.records.to_dict`, read back
-and checked by type by :func:`launcher.base.records.from_dict`. A rank under a parent plan imports this module,
-never the planner or the topology. The JSON: docs/json.md. Annotations are evaluated as the classes are made (no
-``from __future__ import annotations``): the reader takes each field's type as it is."""
+"""The records a plan is and travels in, from the planner to every rank: :class:`Plan` (of :class:`RankPlan`)
+and :class:`Handoff`, what ``AFFRUN_PLAN`` carries (docs/json.md). Written and read back by
+:mod:`launcher.base.records`; no ``from __future__ import annotations``: the reader takes each field's type as it is."""
 
 from dataclasses import dataclass
 from typing import Annotated, Literal

@@ -1,10 +1,5 @@
-"""What a user may ask the planner for: the :class:`Request`, and :func:`validate_request`, which refuses a
-request no plan can satisfy before any planning work. Pure: no I/O, no ``os.environ``.
-
-``affrun sbatch`` calls :func:`validate_request` without a topology to refuse, before the queue wait, options
-that would fail on every node; :func:`launcher.plan.planner.make_plan` calls it with the topology it plans on.
-Errors name options as data (:class:`~launcher.errors.Opt`), so that each front end spells them its own way.
-"""
+"""What a user may ask the planner for (:class:`Request`), and :func:`validate_request`, which refuses a request
+no plan can satisfy before any planning work. Pure."""
 
 from __future__ import annotations
 
@@ -43,8 +38,7 @@ class Request:
 
 def check_choices(error: type[AffrunError], **values: object) -> None:
     """Raise ``error`` naming the first of ``values`` (``mode``, ``gpu_order``, ``spill``, ``main_thread``) that is
-    not one of its choices: the one check behind a request (:func:`validate_request`) and the options it is made
-    from."""
+    not one of its choices."""
     for key, value in values.items():
         choices: tuple[str, ...] = _CHOICES[key]
         if value not in choices:
@@ -52,8 +46,7 @@ def check_choices(error: type[AffrunError], **values: object) -> None:
 
 
 def check_rank_count(nproc: int) -> None:
-    """The one wording of a rank count below 1, for every front end (each spells the option its own way:
-    ``--nproc-per-node 0``, ``nproc_per_node=0``)."""
+    """Raise :class:`PlanError` for a rank count below 1 (the one wording for every front end)."""
     if nproc < 1:
         raise PlanError(Opt("nproc", nproc), " must be at least 1: a job has one local rank or more")
 
@@ -64,9 +57,7 @@ def validate_request(req: Request, topo: Topology | None = None) -> None:
     ``--gpus`` lists of another length than the rank count (:class:`RankCountMismatch`)."""
     check_rank_count(req.nproc)
     if topo is not None and req.nproc > len(topo.allowed) and req.mode not in ("exclusive", "l3"):
-        # Checked first: every mode needs at least one CPU per rank, and numa/socket planning of a million ranks
-        # would take minutes (or a MemoryError) before failing anywhere else. exclusive and l3 need a whole core
-        # per rank: make_plan says so, as fast, before any per-rank work.
+        # Checked first: planning a million shared ranks takes minutes; make_plan refuses exclusive and l3 as fast.
         raise PlanError(Opt("nproc", req.nproc, quoted=True), f": more ranks than the {len(topo.allowed)} allowed "
                         f"CPU(s) ({len(topo.allowed_cores())} whole core(s)) of this machine; every rank needs at "
                         "least one")

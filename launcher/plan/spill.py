@@ -1,9 +1,5 @@
-"""Spill: the cores that no rank's home chunk holds (the cores of nodes that host no rank) go to the nearest ranks,
-so that no allowed core is idle. Pure; a part of :mod:`launcher.plan.planner`.
-
-Each such *idle* node goes whole to one *receiving* node, a node that hosts ranks; the spill of a receiving node is
-cut into balanced, contiguous blocks, one per rank homed there, and ``--spill`` makes it loader cores (default),
-compute cores or leaves it idle. The order of choices: docs/how-it-decides.md, step 4; why: docs/planner.md.
+"""Spill: the cores of nodes that host no rank go to the nearest ranks, so that no allowed core is idle. Pure; a
+part of :mod:`launcher.plan.planner`. The rule: docs/how-it-decides.md, step 4; why: docs/planner.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """The thread plan of a rank: a home for every thread of the rank and of each of its DataLoader workers. Pure.
-
-A rank runs more than its OpenMP team: its main thread, torch's inter-op pool, the pin-memory thread, NCCL's
-proxy threads, and DataLoader workers with pools of their own (OpenMP, BLAS, OpenCV, Rayon, numexpr).
-:func:`thread_plan` derives every home from a rank's fields (a plan's entry, a rank's record, or the ``AFFRUN_*``
-variables a live rank carries) and a worker count, so that ``affrun plan`` shows the same homes that the rank's
-hooks apply and ``affrun doctor --pid`` checks each live thread against. The rules and why: docs/threads.md.
+The rules and why: docs/threads.md, "The thread plan".
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ class RankFields(Protocol):
 ThreadRole = Literal["main", "omp", "interop", "pin_memory", "nccl_proxy", "worker"]
 # The pools a process sizes (the names its variables and its thread plan use), in the order they are shown.
 PoolName = Literal["openmp", "blas", "opencv", "rayon", "numexpr", "interop"]
-POOL_NAMES: tuple[PoolName, ...] = ("openmp", "blas", "opencv", "rayon", "numexpr", "interop")
 
 
 @dataclass(frozen=True)
@@ -103,11 +97,8 @@ def _minus(cpus: Sequence[int], taken: Sequence[int]) -> tuple[int, ...]:
 
 
 def working_cpus(rank: RankFields) -> tuple[int, ...]:
-    """The CPUs the rank computes on: its compute and loader CPUs, never a comm core. Its mask holds its own comm
-    cores (NCCL pins its threads there) and, in ``numa`` and ``socket`` modes, those of the ranks it shares CPUs
-    with; neither is in these. The main thread's first OpenMP place, and the CPUs its DataLoader workers share
-    out (:func:`worker_pool`), are these (docs/nics.md, "Cores for the communication threads"). A rank whose lists
-    name no compute CPU (variables without ``AFFRUN_COMPUTE_CPUS``) computes on its mask off its comm cores."""
+    """The CPUs the rank computes on: its compute and loader CPUs (else its mask), never a comm core, its own or a
+    sharer's (docs/nics.md, "Cores for the communication threads")."""
     comm = set(rank.comm_cpus)
     compute = set(rank.compute_cpus) or set(rank.cpus)
     return tuple(sorted((compute | set(rank.loader_cpus)) - comm)) or tuple(sorted(rank.cpus))
@@ -121,17 +112,7 @@ def worker_pool(rank: RankFields) -> tuple[int, ...]:
 
 def thread_plan(rank: RankFields, workers: int, cores: Iterable[Iterable[int]] = ()) -> ThreadPlan:
     """The homes of ``rank``'s threads with ``workers`` DataLoader workers; ``cores``: the machine's PU groups,
-    which the workers are cut by (docs/threads.md, "The thread plan").
-
-    * main: its own core (``main_cpus``: ``--main-thread compute|priority``), else the rank's whole set;
-    * OpenMP: the team's other threads on the compute CPUs, off the main thread's core when it has one;
-    * pools that inherit the main thread's mask (inter-op, OpenCV, Rayon, numexpr, OpenBLAS's threads) are
-      sized to the main thread's home when it is one core, else to the rank's threads;
-    * pin-memory: the loader CPUs, else the compute CPUs off the main core; communication (NCCL's threads, and
-      every thread born while torch.distributed makes a group): the comm CPUs, else the rank's CPUs off the main
-      core; worker *k*: :func:`launcher.base.split.worker_split` of the loader CPUs, else of :func:`worker_pool`
-      (off the main core and every comm core), every pool inside it sized to its CPUs.
-    """
+    which the workers are cut by (the table: docs/threads.md, "The thread plan")."""
     main_cpus = tuple(sorted(rank.main_cpus))
     compute = tuple(sorted(rank.compute_cpus))
     everything = tuple(sorted(rank.cpus))

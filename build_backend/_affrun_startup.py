@@ -1,47 +1,36 @@
 """affrun's startup hook, as ``affrun-startup.pth`` runs it at interpreter start when ``AFFRUN_RUN`` (binding),
-``AFFRUN_FEED`` (the data-wait meter, ``--feed-report``) or ``AFFRUN_LOCAL_RANK`` (a rank bound by affrun: its
-thread hooks, ``--rank-hooks``) is set.
-
-It lives at the top of site-packages under a name no one else uses, so that the hook neither needs nor takes
-the generic top-level name ``launcher`` (affrun's package) at interpreter start: a ``launcher`` package on
-``PYTHONPATH`` or a user's ``launcher.py`` beside the script is never imported by the hook, and never shadowed by
-affrun's for the user's own ``import launcher``. It loads affrun's package from its directory, by file location,
-under the name ``launcher`` (its modules import each other by that name) only while the hook works, and then
-takes every ``launcher`` entry out of ``sys.modules`` again, putting back any that was there before. The meter
-and the thread hooks wait for the script's own ``import torch`` through one import hook (:func:`when_imported`).
-
-The build backend (``build_backend/affrun_build.py``) adds this file to every wheel, next to the .pth. A regular
-wheel has the package beside it; an editable one names the source tree's package in :data:`PACKAGE_DIR`.
+``AFFRUN_FEED`` (the data-wait meter) or ``AFFRUN_LOCAL_RANK`` (a bound rank's thread hooks) is set. It loads
+affrun's package by location under the name ``launcher`` only while the hook works, and waits for the script's
+``import torch`` through one import hook (:func:`when_imported`). Why it lives at the top of site-packages under
+this name, and how the build backend ships it (:data:`PACKAGE_DIR`): docs/design.md §11.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: every hooked interpreter runs this module
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
     from typing import Any
 
-# The directory of affrun's package ``launcher``; ``None``: the ``launcher`` directory beside this file. The
-# build backend writes the source tree's directory here in editable wheels.
+# affrun's package directory; None: ``launcher`` beside this file. Editable wheels name the source tree's here.
 PACKAGE_DIR: str | None = None
 NAME = "launcher"
 
 _done = False
-# Under AFFRUN_RUN=probe (affrun run asking whether this interpreter loads the hook: launcher.launch.run_target), what
-# the hook answered and the file it ran from: this module stays in sys.modules, affrun's package does not.
+# Under AFFRUN_RUN=probe (launcher.launch.run_target), what the hook answered and the file it ran from: this
+# module stays in sys.modules, affrun's package does not.
 answered_probe = False
 hook_file = ""
-# In a process bound by affrun (AFFRUN_LOCAL_RANK), its CPU mask when the interpreter started, before any import
-# could narrow it (an OpenMP runtime binds its loading thread at load): the CPUs its inherited binding is judged
-# against (launcher.bind.rank_hooks.install). None: not read.
+# A bound rank's CPU mask at interpreter start, before any import could narrow it (launcher.bind.rank_hooks.install).
 start_mask: frozenset[int] | None = None
 
 
 def package_dir() -> str:
+    """The directory of affrun's package."""
     return PACKAGE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)), NAME)
 
 
@@ -87,9 +76,8 @@ def _load_package(why: str) -> None:
 
 
 def run() -> None:
-    """Run by the .pth line when ``AFFRUN_RUN``, ``AFFRUN_FEED`` or ``AFFRUN_LOCAL_RANK`` is set, once: the binding
-    hook (:func:`bind`), then what waits for ``import torch``: the feed meter (:func:`meter`) and the rank's
-    thread hooks (:func:`rank_hooks`)."""
+    """Run by the .pth line, once: the binding hook (:func:`bind`), then what waits for ``import torch``: the feed
+    meter (:func:`meter`) and the rank's thread hooks (:func:`rank_hooks`)."""
     global _done, start_mask
     if _done:  # site may read the site-packages directory twice, through a lib64 link
         return
@@ -137,8 +125,8 @@ def bind() -> None:
 # ------------------------------------------------------------------ what waits for the script's imports
 FEED_VARIABLE = "AFFRUN_FEED"
 FEED_MODULE = "torch.utils.data.dataloader"  # what launcher.feed.meter patches, once the script imports it
-# The rank's thread hooks (launcher.bind.rank_hooks, docs/threads.md): AFFRUN_LOCAL_RANK marks a process bound by
-# affrun, AFFRUN_RANK_HOOKS=none (--rank-hooks none) turns them off. The names are launcher.env.variables'.
+# The rank's thread hooks: AFFRUN_LOCAL_RANK marks a bound process, AFFRUN_RANK_HOOKS=none turns them off (the
+# names are launcher.env.variables').
 BOUND_VARIABLE = "AFFRUN_LOCAL_RANK"
 HOOKS_VARIABLE = "AFFRUN_RANK_HOOKS"
 TORCH_MODULE = "torch"  # `import torch` imports torch.utils.data and its worker and pin-memory modules
@@ -153,9 +141,8 @@ def when_imported(name: str, callback: Callable[[Any], None]) -> None:
 
 
 class ImportHook:
-    """A one-shot import hook for the names :func:`when_imported` waits for: when one is imported, let the other
-    finders find it, and have its loader call the callbacks once the module has run; it leaves ``sys.meta_path``
-    once nothing waits. Every other import costs it one dictionary look-up."""
+    """A one-shot import hook for the names :func:`when_imported` waits for: the other finders find the module, and
+    its loader calls the callbacks once it has run; it leaves ``sys.meta_path`` once nothing waits."""
 
     @staticmethod
     def find_spec(name: str, path: object = None, target: object = None) -> object:

@@ -1,17 +1,6 @@
-"""affrun's PEP 517 build backend: setuptools' own, plus the startup hook ``affrun-startup.pth`` and the module
-it imports, ``_affrun_startup.py``, at the top of every wheel it builds, regular and editable alike.
-
-Python's ``site`` runs the one line of each ``.pth`` file in site-packages at every interpreter start (coverage.py
-measures subprocesses this way); affrun's line binds a process to its rank under ``affrun run`` and does nothing
-elsewhere. setuptools has no option to put a file at the top of site-packages, and its editable wheels leave out
-what a custom ``build_py`` copies there (the lenient strategy maps packages only). So the finished wheel is
-rewritten instead: the file is added and listed in ``RECORD`` with its hash and size, as the wheel format asks.
-This uses only the PEP 517 hooks and the wheel format, no setuptools internals.
-
-The .pth line imports ``_affrun_startup``, never the generic name ``launcher`` (a user's ``launcher.py`` or
-``launcher`` package would take it): that module finds affrun's package by location. In a regular wheel the
-package lies beside it; in an editable wheel it is the source tree's, whose directory is written into the
-module's ``PACKAGE_DIR`` here.
+"""affrun's PEP 517 build backend: setuptools' own, plus ``affrun-startup.pth`` and ``_affrun_startup.py`` added at
+the top of every wheel it builds, regular and editable, and listed in its ``RECORD``; in an editable wheel
+``_affrun_startup.py`` names the source tree's package (``PACKAGE_DIR``). Why: docs/design.md §11.
 """
 
 from __future__ import annotations

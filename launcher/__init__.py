@@ -1,15 +1,10 @@
-"""affrun: put every training rank on the right CPU cores.
-
-The public API is loaded lazily, so that ``import launcher`` stays cheap on the ``affrun exec`` path.
-"""
+"""affrun: put every training rank on the right CPU cores. The public API is loaded lazily, on first use."""
 
 from __future__ import annotations
 
-from launcher.base.version import __version__
+from typing import Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
-if TYPE_CHECKING:
-    from typing import Any
+from launcher.base.version import __version__
 
 _LAZY = {
     "Topology": "launcher.topology.model",

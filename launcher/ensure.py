@@ -1,16 +1,6 @@
-"""``ensure_affinity()``: check (and fix) the OpenMP/BLAS environment from inside a training script.
-
-Call it first thing in the entry point, before ``import numpy`` or ``import torch``::
-
-    from launcher import ensure_affinity
-    report = ensure_affinity()          # policy="safe": fix dangerous values in os.environ
-
-It runs ``affrun doctor``'s per-process checks on this process's environment and CPU mask, then, by ``policy``:
-``safe`` (default) replaces dangerous values in ``os.environ`` and keeps safe ones, ``keep`` only reports, and
-``strict`` raises :class:`UnsafeEnvironment` on any warning or error. When a runtime that reads these variables at
-load is already loaded, the report says the fix cannot take effect in this process, and what to do instead.
-It imports affrun's pure core and threadpoolctl (to ask the loaded runtimes): no click, psutil or torch. The
-rules: docs/python-api.md.
+"""``ensure_affinity()``: run ``affrun doctor``'s per-process checks on this process's environment and CPU mask from
+inside a training script, and fix (``safe``), only report (``keep``) or refuse (``strict``) what is dangerous.
+The rules: docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from launcher.doctor.findings import Finding, worst_first
 
 EnsurePolicy = Literal["safe", "keep", "strict"]
 ENSURE_POLICIES: tuple[EnsurePolicy, ...] = get_args(EnsurePolicy)
-# Findings whose env_fix ``safe`` applies: values that make a job slow or crash, never a matter of taste.
+# Findings whose env_fix ``safe`` applies: values that make a job slow or crash.
 FIXED_IDS = (
     "kmp-affinity-disabled", "kmp-affinity-empty", "kmp-affinity-malformed", "kmp-proclist-outside",
     "places-outside-mask", "omp-binding-malformed", "omp-threads-invalid", "omp-oversubscribed", "omp-threads-unset",
@@ -102,11 +92,9 @@ def ensure_affinity(
     environ: MutableMapping[str, str] | None = None,
     warn: bool = True,
 ) -> AffinityReport:
-    """Check this process's launch environment, fix it according to ``policy``, and return a report.
-
-    ``environ`` defaults to ``os.environ`` (changes then reach the C runtimes through ``putenv``).
-    ``nproc_per_node``: local ranks, when no launcher variable (``LOCAL_WORLD_SIZE``, ``SLURM_*``...) says it.
-    """
+    """Check this process's launch environment, fix it according to ``policy``, and return a report; a wrong
+    argument is one :class:`ConfigError`. ``environ`` defaults to ``os.environ``; ``nproc_per_node``: local ranks,
+    when no launcher variable says it."""
     from launcher.base.untrusted import short
     from launcher.errors import ConfigError
     from launcher.options.keywords import check_argument, check_rank_keywords

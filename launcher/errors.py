@@ -1,31 +1,23 @@
-"""Typed errors. Every front end turns an :class:`AffrunError` into one line and a non-zero exit.
-
-A message that names an option holds it as data, an :class:`Opt` (the option's key in
-:mod:`launcher.options.table`), not as a flag written into the text: each front end spells it in its user's
-vocabulary (:meth:`AffrunError.use_vocabulary`). The command line reads ``--loader-cores 9``, the submitit executor
-``loader_cores=9``, a YAML site profile ``loader-cores: 9``. The front end that reports the error spells it
-(:func:`launcher.options.table.spell_error` gives it the table's speller); an error no front end spelled names an
-option by its key. A leaf: no imports at load time (``affrun exec`` imports it), and no affrun import at all.
+"""Typed errors, and the one ``affrun: error:`` line every front end prints for them. A message names an option as
+data (:class:`Opt`), which the front end that reports it spells in its user's vocabulary (docs/design.md §14).
+A leaf: no affrun import.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a rank imports this module (docs/design.md §11)
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Literal
 
-    # Who reads the message: the command line (flags), Python callers (keyword arguments: the submitit
-    # executor), or a YAML site profile of affrun sbatch (its keys).
-    Vocabulary = Literal["cli", "python", "profile"]
-    # How a front end writes an option named in a message: launcher.options.table.spell.
-    Speller = Callable[["Opt", Vocabulary], str]
+    Vocabulary = Literal["cli", "python", "profile"]  # who reads the message: flags, keywords, profile keys
+    Speller = Callable[["Opt", Vocabulary], str]  # how a front end writes an option: launcher.options.table.spell
 
 
 class Opt:
-    """An option named in a message, by its key (``dest``) in :mod:`launcher.options.table`, with the value it
-    was given when the message quotes it (``quoted``: the command line and a profile show it as Python's
-    ``repr``, as Python callers always see it)."""
+    """An option named in a message, by its key (``dest``) in :mod:`launcher.options.table`, with its value when
+    the message quotes it (``quoted``: shown as Python's ``repr`` in every vocabulary)."""
 
     __slots__ = ("key", "quoted", "value")
 
@@ -73,10 +65,7 @@ def _by_key(option: Opt, vocabulary: Vocabulary) -> str:
     return option.key if option.value is None else f"{option.key}={option.value!r}"
 
 
-# An error line holds at most this many characters of message: what affrun echoes (a path, a value, a list of
-# names) may come from hostile input of any length. The longest message affrun writes itself (a site profile's
-# unknown key, with every valid key) is about 350.
-LINE_LIMIT = 480
+LINE_LIMIT = 480  # characters of message in an error line (affrun's own longest is about 350)
 
 
 def one_line(text: str) -> str:
@@ -89,9 +78,8 @@ def one_line(text: str) -> str:
 
 
 def error_line(exc: AffrunError) -> str:
-    """The one line every front end prints for ``exc``: ``affrun: error: ...``, on one line and bounded (the
-    middle of an overlong message is cut, keeping what was refused and why). Characters that are not printable
-    become a space (newline, tab) or ``?`` (``\\v``, U+2028, an escape sequence a terminal would act on)."""
+    """The one line every front end prints for ``exc``: ``affrun: error: ...``, :func:`one_line` and bounded (the
+    middle of an overlong message is cut, keeping what was refused and why)."""
     text = one_line(str(exc))
     if len(text) > LINE_LIMIT:
         half = (LINE_LIMIT - 5) // 2

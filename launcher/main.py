@@ -1,12 +1,5 @@
-"""The ``affrun`` console script.
-
-The click group in :mod:`launcher.cli` runs every command (``affrun exec --`` with no option goes straight to
-:mod:`launcher.launch.rank`: nothing to parse); this module keeps the standard streams.
-
-The standard streams, for every command (:func:`main`): a closed one (``>&-``) reads as ``/dev/null``, opened
-close-on-exec, so a command affrun ``exec``\\ s still finds it closed; a full or broken stderr never stops a
-command (:class:`_Stream`); stdout carries the result, and when it cannot be written (``> /dev/full``) that is one
-``affrun: error:`` line on stderr and exit 1, as for a reader that left (``| head``: exit 1, no line).
+"""The ``affrun`` console script: runs the click group (:mod:`launcher.cli`), or ``affrun exec -- CMD`` without a
+parser (:mod:`launcher.launch.rank`), and keeps the standard streams (docs/design.md §14, "The standard streams").
 """
 
 from __future__ import annotations
@@ -15,13 +8,13 @@ import errno
 import os
 import sys
 
-# What a write to a full or broken output fails with (a pipe whose reader left is EPIPE: BrokenPipeError). errno
-# is built into the interpreter: importing it costs the per-rank path nothing.
+# What a write to a full or broken output fails with (a pipe whose reader left is EPIPE: BrokenPipeError).
 _OUTPUT_ERRNOS = frozenset(getattr(errno, name, -1) for name in (
     "ENOSPC", "EDQUOT", "EFBIG", "EIO", "EBADF", "EAGAIN", "ENXIO", "ECONNRESET", "EINVAL"))
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the command ``argv`` (default: ``sys.argv[1:]``) and exit with its status."""
     args = sys.argv[1:] if argv is None else argv
     _open_closed_streams()
     out = _Stream(sys.stdout, diagnostics=False)
@@ -58,10 +51,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _open_closed_streams() -> None:
-    """``/dev/null`` for a standard stream that was closed (``sys.stdout``/``sys.stderr`` is ``None``).
-
-    ``open`` makes the descriptor close-on-exec: it takes the closed number (1 or 2, the lowest free), so that no
-    file affrun opens later lands there, and the command affrun ``exec``\\ s finds it closed again."""
+    """``/dev/null`` for a standard stream that was closed (``sys.stdout``/``sys.stderr`` is ``None``), on its own
+    descriptor number and close-on-exec: the command affrun execs finds it closed again."""
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")
     if sys.stderr is None:
@@ -69,12 +60,8 @@ def _open_closed_streams() -> None:
 
 
 class _Stream:
-    """``sys.stdout`` or ``sys.stderr`` as affrun uses it, remembering the first error of a write (``failed``).
-
-    On stderr (``diagnostics``) the error is then ignored: what affrun says there is diagnostics, and a stderr
-    that cannot be written (``2>/dev/full``, a hung-up terminal) must not stop the command, nor the one it runs,
-    which gets the same stderr. Every other attribute is the stream's own (click and logging read ``encoding``,
-    ``isatty``, ``buffer``...)."""
+    """``sys.stdout`` or ``sys.stderr`` remembering the first error of a write (``failed``); on stderr
+    (``diagnostics``) the error is then ignored. Every other attribute is the stream's own."""
 
     def __init__(self, stream: object, *, diagnostics: bool) -> None:
         self._stream = stream
@@ -105,8 +92,7 @@ class _Stream:
 
 
 def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not raise again (what the
-    Python documentation advises for SIGPIPE)."""
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not raise again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.stdout.fileno())

@@ -1,16 +1,7 @@
-"""The startup hook: under ``affrun run``, every Python process binds itself before any user import.
-
-``affrun-startup.pth`` runs ``_affrun_startup`` (``build_backend/``, at the top of site-packages so that it
-neither takes nor needs the name ``launcher``) at every interpreter start; with ``AFFRUN_RUN`` set, that loads
-this module by its path and calls :func:`main`. Here the decision (:func:`launcher.context.run_role.decide`,
-pure, in the context layer because ``affrun run``, ``bind_rank`` and ``affrun doctor --pid`` ask it too) is
-applied: bind as a rank, move a DataLoader worker to the loader CPUs, mark a launcher, or leave the process
-alone. :func:`leave_run` takes ``affrun run``'s variables from an ``affrun exec``, ``torchrun`` or ``sbatch`` below
-it. ``AFFRUN_RUN=probe`` only sets :data:`answered_probe`. This
-module keeps its path: installed shims load ``launcher/startup.py``.
-
-A malformed plan or rank variable ends the process with one ``affrun: error:`` line and exit status 2. Each role,
-in order: docs/launchers.md ("Other launchers: affrun run"); why: docs/design.md §9.
+"""The startup hook under ``affrun run``: decide what this Python process is (:func:`launcher.context.run_role.decide`)
+and apply it: bind it as a rank, move a DataLoader worker to its loader CPUs, mark a launcher, or leave it alone.
+``_affrun_startup`` (build_backend/) loads this module by its path, which installed shims name, and calls
+:func:`main`. Each role and why: docs/design.md §9.
 """
 
 from __future__ import annotations
@@ -35,8 +26,7 @@ from launcher.context.run_role import (
 if TYPE_CHECKING:
     from launcher.bind.wire import Job
 
-# Set when AFFRUN_RUN=probe (launcher.context.run_role.PROBE): the hook's answer to affrun run's question.
-answered_probe = False
+answered_probe = False  # set under AFFRUN_RUN=probe: the hook's answer to affrun run's question
 
 
 def job_of(environ: MutableMapping[str, str]) -> Job:
@@ -100,9 +90,8 @@ def bound_check(job: Job) -> BoundCheck:
 
 
 def leave_run(environ: MutableMapping[str, str]) -> None:
-    """Take ``affrun run``'s variables (meant for this hook) out of ``environ``: an affrun launcher below it
-    (``affrun exec``, ``affrun torchrun`` in a script that launches a sub-job) is a job of its own, planned and
-    bound by its own options; its ranks then never run this hook against a plan that is not theirs."""
+    """Take ``affrun run``'s variables (meant for this hook) out of ``environ``, for an affrun launcher below it:
+    a sub-job of its own (docs/design.md §9, "an affrun launcher below it")."""
     from launcher.bind.wire import PLAN_VARIABLE
 
     for name in (RUN_VARIABLE, PLAN_VARIABLE, TASK_VARIABLE, LAUNCHER_VARIABLE):
@@ -147,11 +136,11 @@ def fail(line: str, status: int) -> None:
 
 
 def main() -> None:
-    """Run by ``affrun-startup.pth`` (through ``_affrun_startup``) when ``AFFRUN_RUN`` is set, once per process
-    (``site`` may read the site-packages directory twice, through a ``lib64`` link). With stderr closed
-    (``sys.stderr`` is None) what the hook prints goes nowhere, not to stdout, as ``print`` would send it."""
+    """Run through ``_affrun_startup`` when ``AFFRUN_RUN`` is set, once per process. Anything wrong ends the
+    process with one ``affrun: error:`` line and exit status 2; with stderr closed, what the hook prints goes
+    nowhere (never to stdout)."""
     global _done, answered_probe
-    if _done:
+    if _done:  # site may read site-packages twice, through a lib64 link
         return
     _done = True
     if os.environ.get(RUN_VARIABLE) == PROBE:

@@ -1,13 +1,7 @@
-"""DataLoader helpers: give each worker CPUs of its own, and pools that fit them.
-
-``DataLoader(..., worker_init_fn=launcher.torch.worker_init_fn)`` pins worker *k* of *W* to the rank's loader
-CPUs (``--loader-cores``), or, when none are reserved, to the *k*-th of *W* disjoint slices of the rank's CPUs (off
-the main thread's core), and sizes every pool inside it to those CPUs (:func:`launcher.bind.rank_hooks.fit_home`,
-the fit of the rank's own worker hook: docs/threads.md). Under ``affrun`` the CPUs come from the rank's binding; elsewhere
-from the CPUs the parent process's threads span. torch is imported only when a worker starts. ``AFFRUN_*`` values that
-cannot be a binding made here (CPUs this machine lacks or does not allow: variables from another machine) are
-refused, as every reader refuses them (docs/threads.md): one warning per process, at import in the process that
-builds the DataLoader, and its workers share the CPUs the process has.
+"""DataLoader helpers: :func:`worker_init_fn` pins each worker to its own CPUs and sizes its pools to them (the one
+fit of the rank's hooks, :func:`launcher.bind.rank_hooks.fit_home`); :func:`loader_workers` gives the worker count.
+torch is imported only when a worker starts. ``AFFRUN_*`` values that cannot be a binding made here are refused
+with one :class:`WorkerCpusWarning` per process (docs/threads.md, "Inherited values"; docs/python-api.md).
 """
 
 from __future__ import annotations
@@ -28,11 +22,8 @@ __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init
 
 
 def _parent_cpus() -> list[int]:
-    """Outside affrun: the CPUs the parent process spans, as the union of its threads' masks.
-
-    A parent whose main thread was pinned to one CPU at ``import torch`` (the collapse) still has OpenMP
-    threads on the other CPUs; when even that union is one CPU, fall back to the cgroup's cpuset.
-    """
+    """Outside affrun: the CPUs the parent process spans (the union of its threads' masks), or where that is one
+    CPU (the collapse), the online CPUs of the cgroup's cpuset."""
     from launcher.base.procfs import threads_union
 
     cpus = set(os.sched_getaffinity(0)) | threads_union(os.getppid())
@@ -52,7 +43,7 @@ class WorkerCpusWarning(RuntimeWarning):
     or lists no plan makes."""
 
 
-_WARNED = False  # this process, or the one it was started from, has said it: once per process, not per worker
+_WARNED = False  # this process, or the one it was started from, has said it
 
 
 def _say_refused(refused: str) -> None:
@@ -66,9 +57,8 @@ def _say_refused(refused: str) -> None:
 
 
 def _home(worker_id: int, workers: int) -> tuple[int, ...]:
-    """Worker ``worker_id``'s home in the thread plan of this rank's ``AFFRUN_*`` values, read by the one strict
-    reader on the CPUs a process may be given here; outside affrun, or refused (said once), its share of the CPUs
-    the parent process spans."""
+    """Worker ``worker_id``'s home in the thread plan of this rank's ``AFFRUN_*`` values; outside affrun, or
+    refused (said once), its share of the CPUs the parent process spans."""
     try:
         return live_plan(os.environ, workers, cpuset_cpus()).workers[worker_id].cpus
     except ValueError as exc:
@@ -81,8 +71,8 @@ def _home(worker_id: int, workers: int) -> tuple[int, ...]:
 
 def worker_init_fn(worker_id: int) -> None:
     """Pin this DataLoader worker to its own CPUs and size its pools to them (use as
-    ``DataLoader(worker_init_fn=...)``). Where the rank's hook has fitted the worker already, the same again,
-    quietly."""
+    ``DataLoader(worker_init_fn=...)``); :class:`ConfigError` outside a worker, or for another
+    ``worker_id``."""
     import torch.utils.data
 
     info = torch.utils.data.get_worker_info()
@@ -108,9 +98,8 @@ def chain_worker_init_fn(user_fn: Callable[[int], None] | None) -> Callable[[int
 
 
 def _said_at_import() -> None:
-    """Say it once, in the process that builds the DataLoader (it imports this module to pass worker_init_fn):
-    a worker forked from it inherits :data:`_WARNED`; one spawned (or the forkserver) imports this module while
-    multiprocessing prepares it, and its parent has said it already."""
+    """Say it once, in the process that builds the DataLoader: a forked worker inherits :data:`_WARNED`, and a
+    spawned one (or the forkserver), which imports this module while multiprocessing prepares it, stays quiet."""
     global _WARNED
     mp = sys.modules.get("multiprocessing")
     if mp is not None and (getattr(mp.current_process(), "_inheriting", False) or mp.parent_process() is not None):
@@ -128,8 +117,7 @@ _said_at_import()
 
 def loader_workers() -> int:
     """The DataLoader workers affrun gives this rank: ``--loader-workers N``, else one per loader core of the rank
-    (``--loader-cores``; 0 without). Use as ``DataLoader(..., num_workers=launcher.torch.loader_workers())``: under
-    ``affrun tune`` each trial then tries its own count (the meter records that the script asked)."""
+    (0 without). Use as ``DataLoader(..., num_workers=launcher.torch.loader_workers())`` (docs/tune.md)."""
     from launcher.feed.meter import ALIAS, FEED_VARIABLE
     from launcher.feed.workers import suggested_workers
 

@@ -21,15 +21,8 @@ if TYPE_CHECKING:
 def bind_process(cpus: Sequence[int], mem_policy: str, mem_nodes: tuple[int, ...], mem_backend: str,
                  inherited: RankPlan | None = None) -> MemResult:
     """Set this process's CPU mask and memory policy (both survive ``execve`` and are inherited by children).
-
-    The kernel takes a mask partly outside the process's cpuset and keeps only the part inside it, without an
-    error. The plan starts from the real mask, so that happens only where the plan was made from another view
-    of the machine (``--fsroot``, ``--topology``) or the cpuset changed since: the rank is then told, on one
-    line, which CPUs it really got. A record of an inherited plan (``inherited``: ``AFFRUN_PLAN``, which any
-    process may have set) must be true here: CPUs the kernel did not give are refused, as every reader of a
-    rank's inherited values refuses them (:func:`launcher.bind.inherited.binding_fault`). Memory nodes this
-    machine does not have are refused first, before the mask: the kernel would refuse the policy (EINVAL) and
-    the fallback would drop it."""
+    Memory nodes this machine lacks are a :class:`LaunchError` first; a mask the kernel narrows is one warning
+    line, or for a rank of an inherited plan (``inherited``) a :class:`LaunchError` (docs/design.md §7)."""
     from launcher.bind.mempolicy import apply_mempolicy, missing_nodes
 
     missing = missing_nodes(mem_nodes) if mem_policy != "none" else ()
@@ -102,15 +95,16 @@ def rank_environ(job: Job, rank: RankPlan, environ: Mapping[str, str]) -> dict[s
 
 
 def apply_environment(environ: MutableMapping[str, str], set_: Mapping[str, str], unset: Sequence[str]) -> None:
+    """Remove ``unset`` from ``environ``, then set ``set_``."""
     for name in unset:
         environ.pop(name, None)
     environ.update(set_)
 
 
 def bind_running(job: Job, rank: RankPlan, environ: MutableMapping[str, str], inherited: bool) -> MemResult:
-    """Bind the running process as ``rank`` (the startup hook, ``bind_rank``): its mask, its memory policy with
-    the system call (numactl cannot wrap a process that is already running), and its variables in ``environ``,
-    ``AFFRUN_MEM`` recording the policy that took. ``inherited``: ``job`` came from ``AFFRUN_PLAN``."""
+    """Bind the running process as ``rank`` (the startup hook, ``bind_rank``): its mask, its memory policy through
+    the system call (numactl cannot wrap a running process), and its variables in ``environ``, ``AFFRUN_MEM`` the
+    policy that took. ``inherited``: ``job`` came from ``AFFRUN_PLAN``."""
     from launcher.env.rank_line import MEM_VARIABLE, mem_text
 
     handoff = job.handoff

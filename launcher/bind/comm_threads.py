@@ -1,8 +1,6 @@
 """The communication threads' home (``--comm-cores``): torch.distributed makes its process groups with the calling
-thread on the rank's comm cores, so that every thread born inside starts there and stays (torch's NCCL watchdog and
-heartbeat monitor, NCCL's threads under eager init, gloo's loops, the store's). The caller's own mask is put back
-after the call, whatever it raised. Installed by the rank's thread hooks; what goes where and why: docs/nics.md
-("Which threads go where").
+thread on the rank's comm cores, so that every thread born inside starts there; the caller's mask is put back after.
+What goes where and why: docs/nics.md ("Which threads go where").
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 C10D = "torch.distributed.distributed_c10d"
-# The functions of torch.distributed through which a process group, and its backend's threads, come to be: the
-# public ones, and the helper every group but a split goes through. A name this torch lacks is left out.
+# The functions through which a process group and its threads come to be (a name this torch lacks is left out).
 MAKERS = ("init_process_group", "new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group",
           "_new_process_group_helper")
 MARK = "_affrun_comm_cpus"  # set on a wrapper: the CPUs it narrows to (a second install wraps nothing again)
@@ -43,8 +40,7 @@ def install(torch: Any, home: Collection[int], rank_cpus: Collection[int]) -> No
         real = getattr(c10d, name, None)
         if callable(real) and getattr(real, MARK, None) is None:
             swaps[name] = (real, on_cpus(real, cpus))
-    # torch.distributed and the modules that took these names at `import torch` (device_mesh's split_group) call
-    # the wrapper too; a module imported later finds it in distributed_c10d.
+    # every torch.distributed module that took these names at `import torch` (device_mesh's split_group) too
     for module_name, module in list(sys.modules.items()):
         if module is None or not (module_name == "torch.distributed" or module_name.startswith("torch.distributed.")):
             continue

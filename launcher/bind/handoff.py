@@ -1,9 +1,6 @@
-"""The parent's side of the plan's trip to each rank: :func:`plan_job` makes the plan once (``affrun torchrun``,
-``affrun run``, ``affrun exec`` on its own, ``bind_rank``), and :class:`ParentPlan` computes every rank's final
-environment and writes it all into ``AFFRUN_PLAN`` (:meth:`ParentPlan.to_env`: a
-:class:`launcher.plan.record.Handoff`), which each rank reads with :func:`launcher.bind.wire.read_job` and nothing
-of the planner. :func:`rank_line` is the one summary line of a
-rank that the planning front ends print (:mod:`launcher.env.rank_line` formats it).
+"""The parent's side of the plan's trip to each rank: :func:`plan_job` makes the plan once, and :class:`ParentPlan`
+computes every rank's final environment and writes it all into ``AFFRUN_PLAN``, which each rank reads with
+:func:`launcher.bind.wire.read_job` (docs/design.md §9).
 """
 
 from __future__ import annotations
@@ -26,13 +23,8 @@ if TYPE_CHECKING:
 
     from launcher.topology.model import Topology
 
-# Above this size the plan's JSON travels compressed (AFFRUN_PLAN=zlib+base64:...), still in the variable: one
-# environment string may not exceed 128 KiB (MAX_ARG_STRLEN), beyond which every worker's execve would fail.
-INLINE_PLAN_LIMIT = 32 * 1024
-# The longest AFFRUN_PLAN written, well under MAX_ARG_STRLEN (128 KiB for "NAME=value"), leaving room in the 2 MiB
-# that execve allows for arguments and environment together. A plan of 512 ranks on 1,024 CPUs is 185 KB of JSON,
-# 8 KB compressed.
-ENV_PLAN_LIMIT = 96 * 1024
+INLINE_PLAN_LIMIT = 32 * 1024  # above this size the plan's JSON travels compressed (AFFRUN_PLAN=zlib+base64:...)
+ENV_PLAN_LIMIT = 96 * 1024  # the longest AFFRUN_PLAN written: well under MAX_ARG_STRLEN (128 KiB)
 
 
 def exec_prefix() -> list[str]:
@@ -63,24 +55,17 @@ class ParentPlan:
                        self.user_env, self.verbose, self.rank_hooks, envs)
 
     def to_json(self) -> str:
+        """The hand-off as compact JSON."""
         return _json(self.handoff())
 
     def environment(self, rank: RankPlan) -> RankEnvironment:
-        """The variables ``rank`` gets, as the env policy judges the user's own values (:attr:`user_env`):
-        computed here, once, for ``AFFRUN_PLAN`` and for ``affrun plan --json``."""
+        """The variables ``rank`` gets, as the env policy judges the user's own values (:attr:`user_env`)."""
         return rank_environment(rank, local_world_size=len(self.plan.ranks), user_env=self.user_env, bind=self.bind,
                                 smt=self.plan.smt, policy=self.env_policy, nic_env=self.nic_env, hooks=self.rank_hooks)
 
     def to_env(self) -> str:
-        """The value of ``AFFRUN_PLAN``: the JSON itself, or, above :data:`INLINE_PLAN_LIMIT`, the JSON compressed.
-
-        The plan always travels in the variable, never in a file. A file must outlive the process that writes it
-        (``affrun run`` execs the command, torchrun's agent can be SIGKILLed), so nobody can remove it when the job
-        ends, a temporary-file cleaner can remove it while the job runs (every later process of the job would then
-        fail), and it needs a writable temporary directory. An inherited descriptor or a memfd would not reach the
-        ranks either: ``subprocess`` (torchrun, accelerate, Lightning) closes every descriptor above 2. The
-        variable reaches every process the job starts, is gone with the job, and a plan's JSON compresses about
-        25 times (its CPU lists repeat), far below what one variable may hold."""
+        """The value of ``AFFRUN_PLAN``: the JSON itself, or, above :data:`INLINE_PLAN_LIMIT`, the JSON compressed;
+        :class:`LaunchError` above :data:`ENV_PLAN_LIMIT`. Never a file: docs/design.md §9."""
         text = self.to_json()
         if len(text) <= INLINE_PLAN_LIMIT:
             return text
@@ -96,8 +81,7 @@ class ParentPlan:
 
     def job(self) -> Job:
         """The :class:`~launcher.bind.wire.Job` the ranks read from :meth:`to_env`, for a process that plans for
-        itself (``affrun exec`` under srun, ``bind_rank``): it applies its binding as a rank of ``affrun
-        torchrun`` does."""
+        itself (``affrun exec`` under srun, ``bind_rank``)."""
         handoff = self.handoff()
         return Job(handoff, identity(_json(handoff)))
 
@@ -117,11 +101,9 @@ def plan_job(
     default_nproc: int | None = None,
     loaded: Callable[[Topology], None] | None = None,
 ) -> tuple[Topology, ParentPlan]:
-    """Load the topology, plan ``nproc`` local ranks and resolve the memory policy, for every front end.
-
-    With ``nproc=None`` the job has one rank per ``--gpus``/``--map`` entry, else per visible GPU, else
-    ``default_nproc`` (``None``: refuse, the caller must be told the count). ``loaded`` is called with the
-    topology before planning (the warning for a ``--tuned`` file of another machine comes before any plan error)."""
+    """Load the topology, plan ``nproc`` local ranks and resolve the memory policy, for every front end. With
+    ``nproc=None``: one rank per ``--gpus``/``--map`` entry, else per visible GPU, else ``default_nproc`` (``None``:
+    a :class:`ConfigError`). ``loaded`` is called with the topology before planning."""
     from launcher.plan.planner import make_plan
     from launcher.topology import load_topology
 

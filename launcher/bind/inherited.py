@@ -1,9 +1,6 @@
-"""Whether a rank's binding, as a process inherits it, can be true here: the one check behind every reader of a
-rank's ``AFFRUN_*`` values (:func:`launcher.bind.readback.read_binding`: the rank's hooks, ``current_binding``,
-``launcher.torch``, ``affrun doctor``) and behind a rank's record in an inherited ``AFFRUN_PLAN`` (the plan
-channel). An environment carries what any process put there: a value is applied or trusted only when it can be
-the binding affrun made, as a planner makes it and on CPUs this process may run on. The rule and why:
-docs/threads.md ("Inherited values"). Standard library only.
+"""Whether a rank's binding, as a process inherits it (its ``AFFRUN_*`` values, or its record in an inherited
+``AFFRUN_PLAN``), can be true here: the one check behind every reader of them. The rule and why: docs/threads.md
+("Inherited values"). Standard library only.
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ if TYPE_CHECKING:
 
     from launcher.plan.threads import RankFields
 
-# How a fault names the CPUs a binding may not have, by who judges (a process of itself, or an audit of the
-# machine's online CPUs).
+# How a fault names the CPUs a binding may not have: a process judging itself, or an audit of the online CPUs.
 MAY_NOT_RUN = "this process may not run on"
 MACHINE_LACKS = "this machine lacks"
 
@@ -31,10 +27,8 @@ def _list(cpus: Iterable[int]) -> str:
 def binding_fault(fields: RankFields, usable: frozenset[int] | None = None,
                   lacking: str = MAY_NOT_RUN) -> str | None:
     """Why ``fields`` (a rank's CPUs, compute, loader, comm and main CPUs and thread count) cannot be a binding
-    affrun made here, in the words of its ``AFFRUN_*`` variables; ``None`` when it can be. With ``usable`` (the
-    CPUs this process may run on, or the machine's online ones), first: every CPU of the rank is one of them.
-    Then what every plan guarantees: the compute, loader, comm and main CPUs are the rank's (the main core a
-    compute core, the loader CPUs apart from the compute ones), and the thread count is 1 to the compute CPUs."""
+    affrun made here, in the words of its ``AFFRUN_*`` variables; ``None`` when it can be. With ``usable``, every
+    CPU of the rank must be one of those first."""
     cpus = frozenset(fields.cpus)
     compute = frozenset(fields.compute_cpus)
     if not cpus:
@@ -62,8 +56,8 @@ def binding_fault(fields: RankFields, usable: frozenset[int] | None = None,
 
 
 def cpuset_cpus() -> frozenset[int] | None:
-    """The CPUs a process may be given here: online and in its cgroup's cpuset (``None``: unknown). What the
-    kernel lets ``sched_setaffinity`` give any thread of this process, whatever its mask is now."""
+    """The CPUs a process may be given here, whatever its mask is now: online and in its cgroup's cpuset (``None``:
+    unknown)."""
     from launcher.errors import AffrunError
     from launcher.topology._files import read_cpulist
     from launcher.topology.cgroup import find_cpuset

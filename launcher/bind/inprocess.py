@@ -1,15 +1,7 @@
-"""``bind_rank(local_rank, nproc_per_node, **options)``: bind a rank from inside the process, for launchers that
-pass the rank as a function argument (``torch.multiprocessing.spawn``, detectron2's ``launch()``)::
-
-    def main(local_rank: int, world: int) -> None:
-        report = launcher.bind_rank(local_rank, world)  # first thing, before any parallel work
-
-Under ``affrun run`` it takes ``affrun run``'s plan (``options`` must be empty); elsewhere it plans with
-``options`` (``affrun exec``'s option names) within the CPUs the process started with. It sets the mask of the
-process and of every thread it has, the memory policy, the variables in ``os.environ`` and the thread counts of the
-runtimes already loaded; what it cannot apply is in :attr:`BindReport.not_applied` (printed unless ``quiet``).
-It never sets ``LOCAL_RANK``. Each step and why: docs/launchers.md ("torch.multiprocessing.spawn"); the main
-thread's core (``main_thread=``): docs/python-api.md.
+"""``bind_rank(local_rank, nproc_per_node, **options)``: bind a rank from inside the process, for launchers that pass
+the rank as a function argument (``torch.multiprocessing.spawn``, detectron2's ``launch()``), with ``affrun run``'s
+plan or one made here. Each step and why: docs/launchers.md ("torch.multiprocessing.spawn"); the main thread's
+core: docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -33,6 +25,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BindReport:
+    """What :func:`bind_rank` applied, what it could not, and the plan's notes and warnings for this rank."""
+
     local_rank: int
     nproc_per_node: int
     cpus: tuple[int, ...]
@@ -40,7 +34,7 @@ class BindReport:
     applied: tuple[str, ...] = ()
     not_applied: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()  # the plan's for the job and this rank, when bind_rank planned it (affrun run says its own)
+    warnings: tuple[str, ...] = ()  # the plan's for the job and this rank, when bind_rank planned it
 
     def __str__(self) -> str:
         lines = [f"rank {self.local_rank}/{self.nproc_per_node}: cpus {format_cpulist(self.cpus)}, "
@@ -89,9 +83,8 @@ def _job(local_rank: int, nproc: int, options: dict[str, Any]) -> tuple[Job, boo
 
 def _pin_main_thread(cpus: tuple[int, ...], before: frozenset[int],
                      runtimes: Sequence[LoadedRuntime]) -> tuple[list[str], list[str]]:
-    """The main thread on its core, ``cpus`` (``--main-thread``): (applied, not applied). Pinned again only where
-    it was there before (libgomp put it there from affrun's ``OMP_PLACES``); else it stays on the rank's CPUs, for
-    the reasons docs/python-api.md gives."""
+    """The main thread on its core, ``cpus``: (applied, not applied). Pinned again only where it was there before
+    (libgomp put it there from affrun's ``OMP_PLACES``); else it stays on the rank's CPUs (docs/python-api.md)."""
     from launcher.context.runtimes import OPENMP
 
     main, text = os.getpid(), format_cpulist(cpus)
@@ -116,7 +109,9 @@ def _pin_main_thread(cpus: tuple[int, ...], before: frozenset[int],
 
 
 def bind_rank(local_rank: int, nproc_per_node: int, *, quiet: bool = False, **options: Any) -> BindReport:
-    """Bind this process as local rank ``local_rank`` of ``nproc_per_node``; see the module documentation."""
+    """Bind this process as local rank ``local_rank`` of ``nproc_per_node``: under ``affrun run`` with its plan
+    (``options`` empty), else planned here with ``options`` (``affrun exec``'s, as keywords). Prints what it could
+    not apply unless ``quiet``. Raises :class:`AffrunError` (``ConfigError`` for a wrong argument)."""
     from launcher.bind.apply import bind_running
     from launcher.bind.pools import pin_threads
     from launcher.context.runtimes import BY_NAME, OPENMP, in_process

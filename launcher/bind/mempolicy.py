@@ -1,12 +1,6 @@
-"""Apply a NUMA memory policy to this process before it execs the rank: ``set_mempolicy``, or numactl.
-
-The policy set with ``set_mempolicy(2)`` survives ``execve(2)``, so by default no wrapper process is exec'd:
-the rank's program is exec'd directly, and its exit code and errors are its own (a missing command is 127).
-numactl wraps the program only where this machine has no known system call number (and numactl works), or
-when ``--mem-backend numactl`` asks for it. When the kernel refuses a policy (EPERM in containers without
-CAP_SYS_NICE, a node outside the cpuset's mems), it falls back membind/interleave -> preferred -> none. A plan
-whose memory nodes this machine does not have is refused before anything is applied (:func:`missing_nodes`,
-called by :func:`launcher.bind.apply.bind_process`): the kernel's EINVAL would otherwise drop its policy.
+"""Apply a NUMA memory policy to this process before it execs the rank: ``set_mempolicy(2)`` (it survives
+``execve``), or numactl, falling back membind/interleave -> preferred -> none where the kernel refuses. Why:
+docs/design.md §7.
 """
 
 from __future__ import annotations
@@ -83,14 +77,9 @@ def _numactl_args(numactl: str, policy: str, nodes: tuple[int, ...]) -> list[str
 
 
 def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") -> MemResult:
-    """Apply ``policy`` on ``nodes`` to this process, for the program it execs next.
-
-    ``backend``: ``auto`` calls set_mempolicy and needs no wrapper when it succeeds; only where this machine has
-    no known system call number does it exec through numactl (when numactl is installed and works). ``syscall``
-    uses set_mempolicy alone. ``numactl`` always execs through numactl (a :class:`LaunchError` when it is not
-    installed). A policy the kernel refuses falls back to the next weaker one (membind/interleave -> preferred
-    -> none) with a warning: the rank is never failed for it.
-    """
+    """Apply ``policy`` on ``nodes`` to this process, for the program it execs next. ``backend``: ``auto`` (the
+    system call; numactl only where this machine has no known call number), ``syscall``, or ``numactl`` (always;
+    :class:`LaunchError` when not installed). A refused policy falls back to a weaker one, with a warning."""
     if policy == "none" or not nodes:
         return MemResult("none", (), [], ())
     import shutil  # not at the top: with no memory policy (one NUMA node) affrun exec does without it

@@ -1,10 +1,6 @@
-"""Fit a process's threads to the CPUs it has: every thread pinned, then every pool sized: the pool variables in
-``os.environ`` (read by the libraries it loads later) set, and the pools of those already loaded (torch's count
-and inter-op pool, OpenCV's, numexpr's, the BLAS and OpenMP runtimes threadpoolctl finds) lowered to the size and
-read back. A user's value (``AFFRUN_USER_POOLS``) is never raised, and under ``AFFRUN_ENV_POLICY=keep`` left as it
-is. A DataLoader worker's hook and ``launcher.torch.worker_init_fn`` fit through :func:`fit_worker`
-(``launcher.bind.rank_hooks.fit_home``). Once loaded it imports only the standard library and threadpoolctl.
-What each library reads, when, and why the rules are these: docs/threads.md.
+"""Fit a process's threads to the CPUs it has: every thread pinned, every pool sized (the pool variables set for
+what it loads later, the pools already loaded lowered and read back). A user's value (``AFFRUN_USER_POOLS``) is
+never raised. Once loaded it imports only the standard library and threadpoolctl. Why: docs/threads.md.
 """
 
 from __future__ import annotations
@@ -30,8 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, MutableMapping, Sequence
 
 VARIABLES = (*THREAD_VARIABLES, *POOL_VARIABLES)
-# The variable whose size each library threadpoolctl finds takes (its ``internal_api``). MKL's threads are
-# OpenMP's; FlexiBLAS forwards to a BLAS of its own choice.
+# The variable whose size each library threadpoolctl finds takes, by its ``internal_api`` (MKL's threads are
+# OpenMP's; FlexiBLAS forwards to a BLAS of its own choice).
 CONTROLLED = {"openmp": "OMP_NUM_THREADS", "mkl": "MKL_NUM_THREADS", "openblas": "OPENBLAS_NUM_THREADS",
               "blis": "BLIS_NUM_THREADS", "flexiblas": "OPENBLAS_NUM_THREADS"}
 
@@ -60,9 +56,9 @@ def say(text: str) -> None:
 
 @dataclass
 class Fit:
-    """What :func:`fit_worker` did: the CPUs the process was pinned to and how many it has (``count``), the size of
-    each pool variable (``None``: the user's, kept), the env policy, whether the process inherited its loaded
-    libraries by fork, what it could not do, and the ``torch.set_num_threads`` calls it fitted since (``asked``)."""
+    """What :func:`fit_worker` did: the CPUs and how many the process has (``count``), each pool variable's size
+    (``None``: the user's, kept), the env policy, whether its libraries came by fork, what it could not do, and the
+    ``torch.set_num_threads`` calls it fitted since (``asked``)."""
 
     cpus: tuple[int, ...]
     count: int
@@ -78,8 +74,8 @@ _fit: Fit | None = None  # this worker's fit, which torch.set_num_threads (wrapp
 
 def pool_sizes(count: int, environ: Mapping[str, str]) -> tuple[dict[str, int | None], str, list[str]]:
     """The size of each pool variable in a process of ``count`` CPUs, the env policy, and the notes on malformed
-    values. A variable ``AFFRUN_USER_POOLS`` names keeps the user's value when it is smaller (``safe``), or as it is
-    (``keep``: ``None``); a malformed value is no thread count to keep, and is replaced."""
+    values. A variable ``AFFRUN_USER_POOLS`` names keeps the user's smaller value (``safe``), or any (``keep``:
+    ``None``)."""
     notes: list[str] = []
     policy = environ.get(POLICY_VARIABLE) or "safe"
     if policy not in ENV_POLICIES:
@@ -113,8 +109,8 @@ def _count(name: str, text: str) -> int | None:
 
 
 def pin_threads(cpus: Sequence[int]) -> tuple[int, dict[int, str]]:
-    """Every thread of this process onto ``cpus`` (``sched_setaffinity`` is per thread on Linux), the main thread
-    first: (the threads pinned, the error of each thread that was not, by thread id; 0: the calling thread)."""
+    """Every thread of this process onto ``cpus``, the main thread first: (the threads pinned, the error of each
+    thread that was not, by thread id; 0: the calling thread)."""
     me = os.getpid()
     try:
         tids = [me, *sorted(int(t) for t in os.listdir("/proc/self/task") if t.isdigit() and int(t) != me)]
@@ -131,7 +127,7 @@ def pin_threads(cpus: Sequence[int]) -> tuple[int, dict[int, str]]:
 
 def pin_thread(tid: int, cpus: Collection[int], otherwise: str) -> bool:
     """Thread ``tid`` (0: the calling thread) onto ``cpus``; where the kernel refuses, one warning line saying
-    ``otherwise``. The rank's hooks move its pin-memory, main and communication threads with it."""
+    ``otherwise``, and ``False``."""
     try:
         os.sched_setaffinity(tid, cpus)
     except OSError as exc:
@@ -141,9 +137,8 @@ def pin_thread(tid: int, cpus: Collection[int], otherwise: str) -> bool:
 
 
 def spawned() -> bool:
-    """This interpreter was started by ``multiprocessing``'s spawn method: the libraries it has loaded are its own.
-    A forked process (fork, or a child of the forkserver) inherited its parent's, with pools whose threads it
-    does not have."""
+    """This interpreter was started by ``multiprocessing``'s spawn method: the libraries it has loaded are its own,
+    not inherited by fork (with pools whose threads it does not have)."""
     return "--multiprocessing-fork" in getattr(sys, "orig_argv", ())
 
 
@@ -183,8 +178,7 @@ def fit_worker(cpus: Sequence[int], environ: MutableMapping[str, str] | None = N
 
 def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str]:
     """The pools found above their size since :func:`fit_worker` (a ``worker_init_fn`` raised them), lowered again
-    and read back unless the policy is ``keep`` (then only named); what could not be done is in ``fit.notes``. A
-    pool is named as lowered only when it read back at its size."""
+    and read back unless the policy is ``keep`` (then only named); what could not be done goes to ``fit.notes``."""
     env = os.environ if environ is None else environ
     lower = fit.policy != "keep"
     raised: list[str] = []
@@ -202,8 +196,7 @@ def refit(fit: Fit, environ: MutableMapping[str, str] | None = None) -> list[str
 
 
 # The libraries sized through their own calls, in this order, then the runtimes threadpoolctl finds: (the name a
-# problem is said under, the module, its pool variable, its count's getter and setter). Why each, and the forked
-# OpenCV's setNumThreads(0): docs/threads.md ("What each library reads", "torch's count").
+# problem is said under, the module, its pool variable, its count's getter and setter). Why: docs/threads.md.
 LIBRARIES = (("torch", "torch", "OMP_NUM_THREADS", "get_num_threads", "set_num_threads"),
              ("opencv", "cv2", "OPENCV_FOR_THREADS_NUM", "getNumThreads", "setNumThreads"),
              ("numexpr", "numexpr", "NUMEXPR_NUM_THREADS", "get_num_threads", "set_num_threads"))
@@ -269,9 +262,7 @@ def _runtimes(fit: Fit, lower: bool) -> list[str]:
 
 def keep_torch_count(torch: Any) -> None:
     """Wrap ``torch.set_num_threads`` in this worker so that a count above the fit's size is set at the size (the
-    policy ``keep``: as asked), and remembered for :func:`refit` to name. A count set after torch made its own
-    pools for it leaves their threads behind, idle (torch's ``pthreadpool`` keeps the threads it started): it is
-    kept to the size when asked, not lowered afterwards."""
+    policy ``keep``: as asked), and remembered for :func:`refit` to name (docs/threads.md, "torch's count")."""
     if getattr(torch.set_num_threads, "_affrun_fitted", False):
         return
     real = torch.set_num_threads
@@ -291,9 +282,8 @@ def keep_torch_count(torch: Any) -> None:
 
 
 def size_interop(torch: Any, threads: int, *, speak: bool = True, quiet: bool = False) -> None:
-    """``torch.set_num_interop_threads(threads)`` before the pool starts. torch takes one size per process, which
-    a forked child inherits and cannot change: a refusal is one warning line unless ``quiet``. A later call of the
-    script's is answered with one warning line (when ``speak``) rather than torch's ``RuntimeError``."""
+    """``torch.set_num_interop_threads(threads)`` before the pool starts; a refusal is one warning line unless
+    ``quiet``. A later call of the script's is one warning line (when ``speak``), not torch's ``RuntimeError``."""
     real = getattr(torch.set_num_interop_threads, "__wrapped__", torch.set_num_interop_threads)
     try:
         real(threads)

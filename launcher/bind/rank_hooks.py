@@ -1,10 +1,7 @@
-"""The one fit inside a rank: the thread plan of the live rank (:func:`live_plan`, over the one strict reader of its
-``AFFRUN_*`` values), and the rank's thread hooks (``--rank-hooks auto``) that the startup hook installs once a
-bound rank's ``import torch`` completes. Each DataLoader worker (fork, spawn, forkserver) is fitted to its home
-(:func:`fit_home`, which ``launcher.torch.worker_init_fn`` calls too) before the dataset or the user's
-``worker_init_fn`` runs, through torch's ``_worker_loop``; the pin-memory thread goes to its home when it starts;
-torch's inter-op pool is sized; with ``AFFRUN_MAIN_CPUS`` the main thread goes to its core. A failure is one
-warning line, never the script's. What each hook does and why: docs/threads.md.
+"""The one fit inside a rank: the thread plan of the live rank (:func:`live_plan`), and the rank's thread hooks
+(``--rank-hooks auto``), installed once a bound rank's ``import torch`` completes: each DataLoader worker fitted to
+its home (:func:`fit_home`), the pin-memory thread, the inter-op pool, the main thread. A failure is one warning
+line, never the script's. What each hook does and why: docs/threads.md.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ if TYPE_CHECKING:
 
 WORKER_MODULE = "torch.utils.data._utils.worker"
 PIN_MODULE = "torch.utils.data._utils.pin_memory"
-# Set on torch's worker module in a worker the hook has fitted (its pid): launcher.torch.worker_init_fn then fits
-# it again quietly (idempotent), and says nothing the hook has said.
+# Set on torch's worker module in a worker the hook has fitted (its pid): worker_init_fn then fits it again quietly.
 FITTED = "_affrun_fitted"
 
 
@@ -47,15 +43,13 @@ def live_plan(environ: Mapping[str, str], workers: int = 0, usable: frozenset[in
 
 
 def install(torch: Any) -> None:
-    """Run by the startup hook once ``import torch`` has completed in a process bound by affrun. Its ``AFFRUN_*``
-    values are applied only when they can be its binding on the CPUs it may run on (docs/threads.md, "Inherited
-    values"); else one warning line, and nothing is patched."""
+    """Run by the startup hook once ``import torch`` has completed in a process bound by affrun. ``AFFRUN_*`` values
+    that cannot be its binding here are one warning line, and nothing is patched."""
     argv = getattr(sys, "orig_argv", sys.argv)
     if affrun_process(argv):
         return
     child = multiprocessing_child(argv)  # a spawned worker, or the forkserver: its worker loop fits it
-    # The CPUs its values are judged on: the mask it started with, read before any import could narrow it; a
-    # multiprocessing child (started on its parent's main core) or a hook that did not read it: the cpuset's.
+    # Judged on the mask it started with; a multiprocessing child's or an unread one: the cpuset's (docs/threads.md)
     start = getattr(sys.modules.get("_affrun_startup"), "start_mask", None)
     try:
         rank = read_binding(os.environ, start if start and not child else cpuset_cpus(), MAY_NOT_RUN)
@@ -83,8 +77,7 @@ def install(torch: Any) -> None:
 
 def patch_worker_loop(module: Any, rank: TaskBinding) -> None:
     """Wrap torch's ``_worker_loop`` so that each worker fits its home first. The wrapper keeps the original's
-    module and name: spawn and forkserver pickle it by reference, and find it again, wrapped by this same hook
-    in the worker's own interpreter."""
+    module and name: spawn and forkserver pickle it by reference."""
     real = module._worker_loop
     if getattr(real, "__wrapped__", None) is not None:
         return
@@ -116,9 +109,8 @@ def fit_this_worker(module: Any, rank: TaskBinding, arguments: dict[str, Any]) -
 
 
 def fit_home(home: Sequence[int], worker_id: int, who: str) -> Fit | None:
-    """Fit this DataLoader worker to ``home`` (:func:`launcher.bind.pools.fit_worker`), the one fit of the hook
-    and of ``launcher.torch.worker_init_fn``: worker 0 says what went wrong, as ``who``, unless the hook has
-    fitted this worker already (then it is the same fit again, quietly)."""
+    """Fit this DataLoader worker to ``home`` (:func:`launcher.bind.pools.fit_worker`), for the hook and for
+    ``launcher.torch.worker_init_fn``: worker 0 says what went wrong, as ``who``, unless the hook fitted it."""
     fit = fit_worker(home, speak=worker_id == 0)
     hooked = getattr(sys.modules.get(WORKER_MODULE), FITTED, None) == os.getpid()
     if fit is not None and fit.notes and worker_id == 0 and not hooked:

@@ -1,7 +1,6 @@
-"""The binding a process runs under, read back from the ``AFFRUN_*`` variables that ``affrun exec`` exports
-(:func:`launcher.env.variables.affrun_variables` writes them): the one reader of them (:func:`read_binding`), strict,
-for training code (``current_binding()``, re-exported by :mod:`launcher.submitit`), :mod:`launcher.torch`'s
-``worker_init_fn``, the rank's hooks and ``affrun doctor``. Standard library only."""
+"""The binding a process runs under, read back from the ``AFFRUN_*`` variables that ``affrun exec`` exports: the one
+strict reader of them (:func:`read_binding`), for ``current_binding()``, ``launcher.torch``, the rank's hooks and
+``affrun doctor``. Standard library only."""
 
 from __future__ import annotations
 
@@ -39,7 +38,6 @@ class TaskBinding:
     nic: str | None = None  # AFFRUN_NIC: mlx5_0:1, eth0; None: no NIC
     main_cpus: frozenset[int] = frozenset()  # AFFRUN_MAIN_CPUS: the main thread's core (--main-thread; empty: none)
 
-
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly: CPU sets as cpulist strings."""
         d = asdict(self)
@@ -66,20 +64,16 @@ def exported_cpus(environ: Mapping[str, str], name: str = "AFFRUN_CPUS") -> froz
 
 
 def current_binding(environ: Mapping[str, str] | None = None) -> TaskBinding | None:
-    """The binding ``affrun exec`` gave this process, or ``None`` when it was not started through affrun.
-
-    Reads the ``AFFRUN_*`` variables (not the live mask: a process may narrow its own threads later). Raises
-    ``ValueError`` naming the variable if one of them is malformed, or if they cannot be a binding affrun made
-    (:func:`read_binding`).
-    """
+    """The binding ``affrun exec`` gave this process (its ``AFFRUN_*`` variables, not the live mask), or ``None`` when
+    it was not started through affrun. ``ValueError`` naming the variable for values that cannot be a binding."""
     return read_binding(os.environ if environ is None else environ)
 
 
 def read_binding(environ: Mapping[str, str], usable: frozenset[int] | None = None,
                  lacking: str = MAY_NOT_RUN) -> TaskBinding | None:
-    """The binding ``environ``'s ``AFFRUN_*`` variables describe; ``None`` without ``AFFRUN_CPUS``. Raises
-    ``ValueError``, in words that name the variable, for a malformed value and for values that cannot be a
-    binding affrun made (:func:`launcher.bind.inherited.binding_fault`): with ``usable``, CPUs outside it too."""
+    """The binding ``environ``'s ``AFFRUN_*`` variables describe; ``None`` without ``AFFRUN_CPUS``. ``ValueError``
+    naming the variable for a malformed value and for values that cannot be a binding affrun made (with
+    ``usable``: on those CPUs; :func:`launcher.bind.inherited.binding_fault`)."""
     binding = _parsed(environ)
     if binding is None:
         return None

@@ -1,11 +1,6 @@
-"""The one channel from the process that plans to each rank: ``AFFRUN_PLAN``, read and checked here.
-
-The parent (:class:`launcher.bind.handoff.ParentPlan`) writes a :class:`launcher.plan.record.Handoff` as JSON
-once; every process that applies a binding (``affrun exec``, the startup hook, ``bind_rank``) or audits one
-(``affrun doctor --pid``) reads it here into a :class:`Job`, importing no planner or topology. Every field is
-checked by its type and range (:func:`launcher.base.records.from_dict`), then what protects the user
-(:func:`check_handoff`) before anything is applied. ``AFFRUN_PLAN`` holds the JSON, or the JSON compressed
-(``zlib+base64:``, above 32 KiB). What it carries and why it is checked: docs/design.md §9.
+"""The one channel from the process that plans to each rank: ``AFFRUN_PLAN`` (the JSON of a
+:class:`launcher.plan.record.Handoff`, compressed above 32 KiB), read into a :class:`Job` and checked here before
+anything is applied, importing no planner or topology. What it carries and why it is checked: docs/design.md §9.
 """
 
 from __future__ import annotations
@@ -22,8 +17,7 @@ from launcher.plan.record import SCHEMA, Handoff, Plan, RankEnv, RankPlan
 
 PLAN_VARIABLE = "AFFRUN_PLAN"
 COMPRESSED_PREFIX = "zlib+base64:"
-# The most a compressed plan may expand to when it is read (a value of 96 KiB could hold gigabytes).
-PLAN_TEXT_LIMIT = 16 << 20
+PLAN_TEXT_LIMIT = 16 << 20  # the most a compressed plan may expand to (96 KiB of zlib could hold gigabytes)
 
 
 @dataclass(frozen=True)
@@ -133,10 +127,8 @@ def _not_an_object(text: str) -> str:
 
 # --------------------------------------------------------------------------------------------- what protects the user
 def check_handoff(handoff: Handoff) -> None:
-    """Refuse (:class:`BadRecord`) a plan whose ranks could not be bound as it says: a rank's compute, loader and
-    comm CPUs that do not split its CPUs, a main core that is not one of its compute cores, more threads than
-    compute CPUs (:func:`launcher.bind.inherited.binding_fault`), a count larger than its threads, variables
-    affrun does not manage, and outside ``map`` a CPU in two ranks that do not both share it."""
+    """Refuse (:class:`BadRecord`) a plan whose ranks could not be bound as it says, or that sets variables affrun
+    does not manage (the list: docs/design.md §9)."""
     ranks = handoff.plan.ranks
     if not ranks:
         raise BadRecord("plan.ranks is empty: a plan has at least one rank")

@@ -1,9 +1,6 @@
-"""The click command group. Each command lives in its own module and is imported only when it runs: ``exec`` and
-``run`` in :mod:`launcher.launch`, and ``torchrun`` there too, whose words all go to torchrun's own argparse parser
-(:class:`launcher.options.click.Verbatim`, as ``tune``'s go to its own).
-
-Every error a command raises is one ``affrun: error:`` line and the error's exit status, here once; a usage error
-is worded by :mod:`launcher.options.usage` (exit status 2).
+"""The click command group. Each command lives in its own module, imported only when it runs; every error a command
+raises is one ``affrun: error:`` line and the error's exit status, here once (usage errors worded by
+:mod:`launcher.options.usage`, exit status 2).
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ from launcher.errors import AffrunError, error_line
 from launcher.options.table import spell_error
 from launcher.options.usage import UsageLine, unknown_word, usage_text
 
-# command name -> "module:attribute", a click command. Modules are imported lazily so that `affrun plan` never
-# loads torch/yaml.
+# command name -> "module:attribute" of its click command, imported when it runs
 COMMANDS: dict[str, str] = {
     "topology": "launcher.cli.topology_cmds:topology",
     "plan": "launcher.cli.topology_cmds:plan",
@@ -34,6 +30,8 @@ COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
+    """The ``affrun`` group: commands imported lazily, errors as one line."""
+
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
         """The group's own options (``affrun --bogus``): a usage error is one line."""

@@ -1,10 +1,5 @@
-"""docs/cli.md, the CLI reference, generated from the one option table (:data:`launcher.options.table.BINDING_OPTIONS`)
-and ``affrun sbatch``'s own (:data:`launcher.slurm.options.SBATCH_OPTIONS`).
-
-    python -m launcher.cli.reference > docs/cli.md     # regenerate
-    python -m launcher.cli.reference --check docs/cli.md   # exit 1 when the page and the tables differ
-
-``tests/system/test_docs.py`` runs the check: the page cannot drift from the options the commands really take.
+"""docs/cli.md, the CLI reference, generated from the option tables (``python -m launcher.cli.reference >
+docs/cli.md``); ``--check FILE`` exits 1 when the page differs, which ``tests/system/test_docs.py`` runs.
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ from collections.abc import Sequence
 
 from launcher.options.table import BINDING_OPTIONS, FEED_OPTIONS, TUNED_OPTION, OptionSpec
 
-# Which commands build their options from which group of the table (launcher/cli/*, launcher/launch/*).
+# Which commands build their options from which group of the table.
 GROUP_COMMANDS = {
     "topology": "topology, plan, show, doctor, exec, torchrun, run",
     "plan": "plan, show, exec, torchrun, run, sbatch",

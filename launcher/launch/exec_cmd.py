@@ -1,5 +1,5 @@
-"""``affrun exec [OPTIONS] -- CMD ARGS...``: the command line of one rank (click, from the option table:
-:mod:`launcher.options.click`); :mod:`launcher.launch.rank` binds it and execs CMD."""
+"""``affrun exec [OPTIONS] -- CMD ARGS...``: the click command of one rank; :mod:`launcher.launch.rank` binds it
+and execs CMD."""
 
 from __future__ import annotations
 

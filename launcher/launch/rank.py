@@ -1,9 +1,6 @@
-"""One rank, what ``affrun exec`` does once its options are read: bind it, then ``execvpe`` CMD (same PID, no
-wrapper). The plan comes from the parent (:mod:`launcher.bind.handoff`, ``AFFRUN_PLAN``) or is made here
-(:func:`launcher.bind.handoff.plan_job`), the environment from :mod:`launcher.env.policy`, and
-:mod:`launcher.bind.apply` binds and execs. It runs before every rank and imports no click, psutil, yaml, cpuinfo,
-submitit or torch (tests/system/test_light_imports.py holds that); ``affrun exec`` with no option before ``--``
-(every worker of ``affrun torchrun``) comes here without a parser (:mod:`launcher.main`).
+"""One rank, what ``affrun exec`` does once its options are read: take its record from the parent's ``AFFRUN_PLAN``
+or plan here, bind it (:mod:`launcher.bind.apply`), then ``execvpe`` CMD (same PID, no wrapper). It runs before
+every rank and imports no click, psutil, yaml, cpuinfo, submitit or torch (tests/system/test_light_imports.py).
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ if TYPE_CHECKING:
 def _job_and_rank(args: Args, environ: Mapping[str, str],
                   given: Sequence[str] = ()) -> tuple[Job, RankPlan, LocalRank | None]:
     """The job this rank belongs to, its record, and the launcher's rank variables (when they were read): the
-    parent's ``AFFRUN_PLAN`` (no planner is imported), or a plan made here (srun, mpirun, submitit). Options of
-    the table ``given`` on the command line plan here even under a parent's plan (docs/launchers.md)."""
+    parent's ``AFFRUN_PLAN``, or a plan made here (srun, mpirun, submitit, or options ``given``: docs/launchers.md)."""
 
     detected: LocalRank | None = None
     if args.local_rank is None or args.nproc is None:  # both flags given: the launcher's variables do not matter
@@ -101,8 +97,8 @@ def size_source(detected: LocalRank) -> str:
 
 
 def _launcher_rank(environ: Mapping[str, str]) -> LocalRank | None:
-    """The launcher's rank variables, unless they are those of an affrun rank this process runs inside without a
-    plan handed down (a sub-job: docs/launchers.md, "Nested launchers")."""
+    """The launcher's rank variables, unless they are an enclosing affrun rank's (a sub-job: docs/launchers.md,
+    "Nested launchers")."""
     detected, enclosing = _read_launcher_rank(environ)
     return None if enclosing else detected
 
@@ -119,8 +115,8 @@ def _read_launcher_rank(environ: Mapping[str, str]) -> tuple[LocalRank | None, b
 
 
 def _mark_subjob(env: dict[str, str], environ: Mapping[str, str], local_rank: int, size: int) -> None:
-    """``AFFRUN_SUBJOB_OF`` for the command: the launcher's rank variables this process was not bound as (a
-    sub-job, or flags that said otherwise), so that an ``affrun exec`` inside it does not read them again."""
+    """``AFFRUN_SUBJOB_OF`` for the command: the launcher's rank variables this process was not bound as, so that
+    an ``affrun exec`` inside it does not read them again."""
     from launcher.context.local_rank import subjob_mark
     from launcher.env.variables import SUBJOB_VARIABLE
 
@@ -225,8 +221,7 @@ def main(command: list[str], values: dict[str, Any], on_line: set[str]) -> int:
 
 
 def defaults() -> dict[str, Any]:
-    """What ``affrun exec --`` reads as its options' values: the table's defaults, as click gives them (a test
-    holds the two equal)."""
+    """What ``affrun exec --`` reads as its options' values: the table's defaults, as click gives them."""
     from launcher.options.table import LAUNCH_OPTIONS
 
     values = {spec.dest: (spec.default or False) if spec.is_flag else () if spec.kind == "lines" else spec.default
@@ -235,8 +230,8 @@ def defaults() -> dict[str, Any]:
 
 
 def unparsed(command: list[str]) -> int:
-    """``affrun exec -- CMD``, no option before ``--`` (every worker of ``affrun torchrun``): nothing to parse, so
-    no parser is imported; an error is one line and its exit status, as the command group says it."""
+    """``affrun exec -- CMD`` with no option (every worker of ``affrun torchrun``), without a parser; an error is
+    one line and its exit status."""
     from launcher.options.table import spell_error
 
     try:
@@ -247,8 +242,7 @@ def unparsed(command: list[str]) -> int:
 
 
 def _cannot_start(command: Sequence[str], env: Mapping[str, str], exc: OSError | None) -> tuple[str, int] | None:
-    """What a shell says when ``command`` cannot start (its ``#!`` interpreter: "bad interpreter"), read as
-    ``affrun run`` reads it (:func:`launcher.launch.shebang.exec_failure`); imported only then."""
+    """What a shell says when ``command`` cannot start (:func:`launcher.launch.shebang.exec_failure`)."""
     from launcher.launch.shebang import exec_failure
 
     return exec_failure(command, env, exc)

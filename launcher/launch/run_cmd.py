@@ -1,17 +1,6 @@
-"""``affrun run [OPTIONS] -- COMMAND ARGS...``: bind the ranks that any launcher starts.
-
-The plan is made once, here (``--nproc-per-node``, else one rank per ``--gpus``/``--map`` entry, else one per
-visible GPU), and handed to every descendant as ``affrun torchrun`` hands it to its workers: ``AFFRUN_PLAN``
-(:class:`launcher.bind.handoff.ParentPlan`). ``AFFRUN_RUN`` switches on the startup hook (:mod:`launcher.startup`),
-which binds each Python process to its local rank when its interpreter starts. COMMAND is then ``exec``'d in
-place: same PID, environment, exit status and signals.
-
-``--top`` says what the first Python process without a rank variable is: ``launcher`` (torchrun, accelerate,
-deepspeed, mpirun, srun: left unbound), or ``rank0`` (a script that is rank 0 itself, as Lightning's is; a
-single-process job). ``auto`` picks ``launcher`` for those launchers' commands and ``rank0`` for anything else.
-The rank variables already set here (``SLURM_LOCALID`` in a batch script or an srun task) belong to the task
-that runs ``affrun run``: they travel, with what identifies that task, in ``AFFRUN_RUN_TASK``, and under
-``--top launcher`` the hook does not take them for a rank.
+"""``affrun run [OPTIONS] -- COMMAND ARGS...``: plan once, hand the plan to every descendant in ``AFFRUN_PLAN`` with
+``AFFRUN_RUN`` set, so that the startup hook (:mod:`launcher.startup`) binds each Python process at interpreter
+start, then ``exec`` COMMAND in place. ``--top`` and each role: docs/launchers.md ("Other launchers: affrun run").
 """
 
 from __future__ import annotations
@@ -100,8 +89,7 @@ def main(command: list[str], args: SimpleNamespace) -> int:
     from launcher.feed.variables import feed_variables, start_afresh
 
     feed = feed_variables(args)
-    # Before anything is printed or run: whether COMMAND's interpreter loads the hook that binds (warning,
-    # or --strict's error). Without it the rank lines would report a binding that is never made.
+    # before anything is printed or run: without the hook the rank lines would report a binding never made
     bound = check_command(command, environ, strict=args.strict, verbose=args.verbose) if command else True
     role = top_role(command) if args.top == "auto" else args.top
     host = os.uname().nodename

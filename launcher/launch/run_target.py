@@ -1,13 +1,7 @@
-"""What ``affrun run``'s COMMAND starts, and whether that Python interpreter loads affrun's startup hook.
-
-Under ``affrun run`` only the startup hook binds; a COMMAND whose interpreter lacks it would run unbound while the
-rank lines said otherwise. So before it execs, ``affrun run`` resolves COMMAND (:func:`resolve`) as ``execvp``,
-the kernel and ``env`` would: an interpreter by name on COMMAND's ``PATH``, ``env`` and its options (``-S`` split
-by :mod:`launcher.launch.shebang`), a script's ``#!`` line or pip's and uv's ``/bin/sh`` trampoline. A line it
-cannot read for sure is :class:`Unreadable` (a warning; ``--strict`` refuses); a COMMAND that cannot start is
-:class:`CannotStart` (its exec names the bad interpreter: ``shebang.exec_failure``). :func:`probe` then runs that
-interpreter once under ``AFFRUN_RUN=probe``, bounded for real (its own process group, output in memory files).
-Each rule and why: docs/design.md §9 ("before the exec, does COMMAND's Python load the hook?").
+"""What ``affrun run``'s COMMAND starts (:func:`resolve`: ``PATH``, ``env``, ``#!`` lines, pip's and uv's
+trampolines), and whether that Python interpreter loads affrun's startup hook (:func:`probe`, bounded), before
+``affrun run`` execs it. Each rule and why: docs/design.md §9 ("before the exec, does COMMAND's Python load the
+hook?").
 """
 
 from __future__ import annotations
@@ -33,8 +27,7 @@ HOOK_VARIABLES = (RUN_VARIABLE, PLAN_VARIABLE)
 PROBE_SECONDS = 10.0
 MAX_STEPS = 8  # env, #! lines and trampolines followed before giving up (Linux follows 4 interpreter levels)
 HEAD_BYTES = 1024  # a #! line is at most 256 bytes (BINPRM_BUF_SIZE); a trampoline's exec line follows it
-# The hook's loader (build_backend/_affrun_startup.py) stays in sys.modules under its own name and records the
-# answer there: affrun's package itself leaves no `launcher` entry behind (issue 18: a user's own `launcher`).
+# The answer is in the hook's loader, which stays in sys.modules (docs/design.md §11, "The hook's module").
 PROBE_CODE = ("import sys; m = sys.modules.get('_affrun_startup'); "
               "print('affrun-probe', int(bool(getattr(m, 'answered_probe', False))), getattr(m, 'hook_file', ''))")
 _PYTHON_NAME = re.compile(r"(python|pypy)(\d+(\.\d+)*)?[a-z]?")
@@ -200,11 +193,8 @@ def resolve(command: Sequence[str], environ: Mapping[str, str], cwd: str | None 
 
 def probe(interpreter: str, options: Sequence[str], environ: Mapping[str, str], cwd: str,
           seconds: float = PROBE_SECONDS) -> Answer:
-    """Run ``interpreter`` once under ``AFFRUN_RUN=probe`` and see whether affrun's startup hook answered.
-
-    Bounded for real: the interpreter runs in a process group of its own and writes into memory files, not
-    pipes, so a child it leaves behind holding its output (a wrapper script that starts ``sleep 100 &``) cannot
-    hold ``affrun run``: affrun waits for the interpreter only, up to ``seconds``, then ends the whole group."""
+    """Run ``interpreter`` once under ``AFFRUN_RUN=probe`` and see whether affrun's startup hook answered; waits
+    for the interpreter alone, up to ``seconds``, then ends its whole process group (docs/design.md §9)."""
     env = {k: v for k, v in environ.items() if k != PLAN_VARIABLE}
     env[RUN_VARIABLE] = PROBE
     start = time.monotonic()
@@ -261,8 +251,6 @@ def _read(fd: int, limit: int = 1 << 22) -> str:
     """What the probe wrote into the memory file ``fd`` (its last ``limit`` bytes: the answer is printed last)."""
     size = os.fstat(fd).st_size
     return os.pread(fd, min(size, limit), max(0, size - limit)).decode(errors="replace")
-
-
 
 
 def has_hook_file() -> bool:

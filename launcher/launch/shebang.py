@@ -1,12 +1,6 @@
 """How a script's ``#!`` line is read: by the kernel (:func:`script_interpreter`), by GNU ``env -S``
-(:func:`split_string`), and what a shell says when the interpreter it names cannot run (:func:`cannot_run`,
-:func:`exec_failure`: "bad interpreter", for ``affrun exec`` and ``affrun run`` alike).
-
-The kernel (``fs/binfmt_script.c``) takes the interpreter up to the first blank and everything after it, trimmed,
-as one argument; it keeps a carriage return (a file saved with Windows line endings names ``python3\\r``) and
-follows at most a few levels of ``#!`` interpreters (then ``ELOOP``). ``env -S`` splits its string with its own
-quotes and escapes (coreutils ``env.c``, ``build_argv``), not a shell's: ``\\_`` separates words, ``${NAME}`` is
-expanded, ``\\c`` and a word starting with ``#`` end the string. Reading them differently would miss a ``-S``.
+(:func:`split_string`), and what a shell says when the interpreter it names cannot run (:func:`exec_failure`:
+"bad interpreter", for ``affrun exec`` and ``affrun run`` alike). The rules and their sources: docs/design.md §9.
 """
 
 from __future__ import annotations
@@ -30,11 +24,8 @@ class Unreadable(Exception):
 
 
 def split_string(text: str, environ: Mapping[str, str]) -> list[str]:
-    """``env -S TEXT`` split as GNU env does: blanks separate words outside quotes; ``'...'`` (where only ``\\\\``
-    and ``\\'`` are escapes) and ``"..."``; ``\\_`` separates words (a space within double quotes); ``\\t``,
-    ``\\n``, ``\\f``, ``\\r``, ``\\v``, ``\\"``, ``\\'``, ``\\#``, ``\\$``, ``\\\\``; ``\\c`` and a word that starts
-    with ``#`` end the string; ``${NAME}`` is ``environ``'s value (nothing when unset), not within single quotes.
-    What env refuses (``$NAME``, another escape, an open quote) is :class:`Unreadable`, with env's reason."""
+    """``env -S TEXT`` split as GNU env does (its quotes, escapes and ``${NAME}`` from ``environ``: docs/design.md
+    §9). What env refuses (``$NAME``, another escape, an open quote) is :class:`Unreadable`, with env's reason."""
     words: list[str] = []
     sq = dq = False
     sep = True  # the next character starts a new word
@@ -146,9 +137,8 @@ def _missing(interp: str) -> str:
 
 
 def cannot_run(program: str, cwd: str, errno_: int) -> tuple[str, str, int] | None:
-    """When ``execve`` of the file ``program`` fails (failed with ``errno_``) because of its ``#!`` interpreter
-    (one that does not exist, cannot be executed, or ``#!`` lines that loop or nest too deep): that interpreter,
-    named as a shell's "bad interpreter" names it, why, and the shell's status (127: it does not exist, else
+    """When ``execve`` of the file ``program`` failed (with ``errno_``) because of its ``#!`` interpreter: that
+    interpreter as a shell's "bad interpreter" names it, why, and the shell's status (127: it does not exist, else
     126). ``None``: the interpreter is not the cause."""
     seen = [os.path.realpath(os.path.join(cwd, program))]
     names: list[str] = []  # each level's #! interpreter, as written
@@ -181,11 +171,9 @@ def find_program(name: str, environ: Mapping[str, str], cwd: str) -> str:
 
 def exec_failure(command: Sequence[str], environ: Mapping[str, str],
                  exc: OSError | None = None) -> tuple[str, int] | None:
-    """When COMMAND's exec failed (``exc``) because of a script's ``#!`` interpreter: one line that names that
-    interpreter, as a shell's "bad interpreter" does, and the shell's status (127: it does not exist, else 126).
-    ``None``: COMMAND itself is the cause (not found, not executable). Without ``exc``, before an exec that a
-    wrapper makes (numactl, whose own message names neither), the same, and a COMMAND not found (127).
-    ``affrun exec`` and ``affrun run`` (and so ``affrun torchrun --no-python``'s ranks) say it alike."""
+    """When COMMAND's exec failed (``exc``) because of a script's ``#!`` interpreter: the line a shell's "bad
+    interpreter" says, and its status (127 or 126); ``None``: COMMAND itself is the cause. Without ``exc`` (before
+    a numactl wrapper's exec), the same, and a COMMAND not found (127)."""
     here = os.getcwd()
     path = find_program(command[0], environ, here)
     if not path:

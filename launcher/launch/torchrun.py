@@ -1,11 +1,6 @@
-"""``affrun torchrun``: torchrun with every local rank started through ``affrun exec``; the whole command.
-
-torchrun's own parser reads the arguments (affrun's options are added to it: argparse, since it mirrors that
-parser), the plan is computed once, and torchrun then runs in this process, unchanged, with each worker command
-rewritten to ``affrun exec -- <the original worker command>`` (started by this interpreter, see
-``launcher.bind.handoff.exec_prefix``). The plan reaches the workers as JSON in ``AFFRUN_PLAN``. Exit status,
-signal forwarding and logs are torchrun's own. Its click command (:data:`command`) hands every word after
-``torchrun`` to :func:`main` untouched.
+"""``affrun torchrun``: torchrun, run in this process with torchrun's own parser (affrun's options added), the plan
+made once and handed to the workers in ``AFFRUN_PLAN``, and each worker command rewritten to ``affrun exec --
+<the original worker command>``. Exit status, signal forwarding and logs are torchrun's (docs/design.md §9).
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's own default for 
 
 
 def add_affrun_options(parser: argparse.ArgumentParser) -> None:
+    """Add affrun's options (the table's launch options, ``--verbose``, ``--dry-run``) to torchrun's ``parser``."""
     group = parser.add_argument_group("affrun", "CPU binding options (see affrun plan --help)")
     add_arguments(group, LAUNCH_OPTIONS, prefix="affrun_")
     # exec's and run's --verbose and --dry-run (launcher.options.click.launch_options), under their old names too
@@ -44,20 +40,15 @@ def add_affrun_options(parser: argparse.ArgumentParser) -> None:
                        help="Print the plan and the rewritten worker command, start nothing.")
 
 
-# torchrun's options that affrun refuses (check_args): kept in the parser, so that they are refused by name, but
-# not listed in --help nor offered as a spelling.
+# torchrun's options that affrun refuses (check_args): parsed, so refused by name, but not listed in --help.
 REFUSED_OPTIONS = ("--numa-binding", "--numa_binding", "--run-path", "--run_path")
+
+
 def parse(argv: Sequence[str], refuse: bool = False, command: str = "affrun torchrun",
           offered: Sequence[str] = ()) -> argparse.Namespace:
-    """torchrun's and affrun's options, the script, and the script's arguments exactly as given.
-
-    Only the words before the script are parsed: argparse would otherwise read the script's own arguments too,
-    matching prefixes (``--a`` against ``--affrun-verbose``, ``--n`` against ``--nnodes``) and failing or
-    taking them. Plain torchrun fails on ``train.py --n 1``; affrun passes it on. ``refuse``: what argparse
-    refuses is a :class:`ConfigError` (``affrun sbatch`` checks the job's command line before it is queued),
-    not argparse's usage and exit. ``command`` and ``offered`` (its own options, taken out of ``argv`` already):
-    what a usage error names and suggests (``affrun tune``).
-    """
+    """torchrun's and affrun's options, the script, and the script's arguments exactly as given (only the words
+    before the script are parsed: docs/launchers.md). What argparse refuses is a :class:`ConfigError` (worded for
+    the job's command line under ``refuse``); ``command`` and ``offered``: what a usage error names and suggests."""
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
@@ -185,14 +176,9 @@ def check_script(args: argparse.Namespace) -> None:
 
 
 def import_torch_unbound() -> None:
-    """``import torch`` without letting its OpenMP runtime pin this process (the agent) to one CPU.
-
-    libgomp reads the binding variables once, when it loads, and with any of them set it binds the loading
-    thread to its first place: the agent, every rank it starts and the plan would all be confined to one CPU.
-    So the variables are out of the environment during the import and back right after it: the ranks get the
-    user's values, and the env policy judges them there. The mask is read before the import and put back if the
-    import narrowed it anyway (a runtime preloaded with a variable affrun does not know).
-    """
+    """``import torch`` without letting its OpenMP runtime pin this process (the agent) to one CPU: the binding
+    variables are out of the environment during the import, and the mask is put back if it narrowed anyway
+    (docs/design.md §9)."""
     hidden = {name: os.environ.pop(name) for name in BINDING_VARIABLES if name in os.environ}
     before = os.sched_getaffinity(0)
     try:
@@ -211,10 +197,7 @@ def command(words: list[str]) -> None:
 
 def main(argv: Sequence[str]) -> int:
     """``affrun torchrun ARGS``: every word after ``torchrun``, as typed."""
-    # After `import torch` the agent holds ~257,000 objects, and every full collection walks all of them (118 ms
-    # a pass, measured on a 2-CPU machine whose CPUs the ranks need). The collector stays off until torchrun's
-    # agent starts; launch() then freezes those objects and turns it back on. Ranks are untouched.
-    gc.disable()
+    gc.disable()  # until torchrun's agent starts: launch() freezes torch's objects (docs/design.md §9)
     try:
         import_torch_unbound()
     except ImportError:
@@ -246,15 +229,13 @@ def launch(argv: Sequence[str]) -> int:
     plan, mem = parent.plan, parent.mem_policy
     host = os.uname().nodename
     for rank in plan.ranks:
-        # "starting": the line is the plan a rank is about to start with, printed before any rank runs (a rank
-        # that then fails gets torchrun's own report); affrun exec --verbose prints the same line once bound.
+        # "starting": the plan a rank is about to start with; affrun exec --verbose prints the line once bound
         line = rank_line(rank, nproc, mem_text(mem, rank.mem_nodes), host)
         print(shown(line.replace("affrun: rank ", "affrun: starting rank ", 1)), file=sys.stderr)
     for warning in plan.warnings:
         _warn(warning)
     if args.signals_to_handle is None:
-        # Slurm warns jobs with SIGUSR1/SIGUSR2 before their time limit (sbatch --signal): forward those too,
-        # unless the user chose the signals (--signals-to-handle or PET_SIGNALS_TO_HANDLE).
+        # Slurm's time-limit warnings (sbatch --signal) too, unless the user chose (docs/launchers.md)
         args.signals_to_handle = os.environ.get("PET_SIGNALS_TO_HANDLE") or DEFAULT_SIGNALS + ",SIGUSR1,SIGUSR2"
     script = args.training_script  # what torchrun's failure report names (before the rewrite below)
     worker = rewrite_for_exec(args)
@@ -273,26 +254,20 @@ def launch(argv: Sequence[str]) -> int:
     start_afresh(feed)
     os.environ.update(feed)  # every rank's environment: its startup hook meters it (launcher.feed.meter)
     os.environ[PLAN_VARIABLE] = parent.to_env()  # in the variable, never a file: ParentPlan.to_env says why
-    # torchrun would set OMP_NUM_THREADS=1 (and warn) when it is unset; each worker's affrun exec replaces it
-    # with that rank's own value anyway, so give torchrun the first rank's value to keep its warning away.
+    # keeps torchrun's OMP_NUM_THREADS=1 warning away; each worker's affrun exec sets its own value
     os.environ.setdefault("OMP_NUM_THREADS", str(plan.ranks[0].threads))
     sys.stderr.flush()
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
     from torch.distributed.run import run
 
     def run_torchrun(args: argparse.Namespace) -> None:
-        # torchrun names a failed worker by the first argument of its command that is not an option: here the
-        # `-c` code of exec_prefix. Name the user's script, as plain torchrun does (docs/design.md §9).
+        # name the user's script in torchrun's failure report, not exec_prefix's -c code (docs/design.md §9)
         try:
             run(args)  # type: ignore[no-untyped-call]
         except ChildFailedError as exc:
             raise ChildFailedError(name=script, failures=exc.failures) from None
 
-    # The collector was off while torch was imported (main): what exists now lives as long
-    # as the agent, so move it out of every future collection, and collect normally from here on.
-    gc.freeze()
+    gc.freeze()  # what exists now lives as long as the agent: out of every future collection
     gc.enable()
     record(run_torchrun)(args)
     return 0
-
-

@@ -1,7 +1,5 @@
-"""Parse and format Linux CPU lists (``0-7,64-71``) and hex CPU masks (``0000,00000033``).
-
-Pure functions, standard library only: this module sits on the ``affrun exec`` fast path.
-"""
+"""Parse and format Linux CPU lists (``0-7,64-71``) and hex CPU masks (``0000,00000033``), and bound CPU and NUMA
+node ids. Pure, standard library only."""
 
 from __future__ import annotations
 
@@ -12,16 +10,9 @@ from launcher.base.untrusted import ascii_hex, ascii_uint
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-# The largest CPU id accepted anywhere a CPU list, mask or OpenMP place is parsed. Linux's NR_CPUS is at most
-# 8192 (x86_64 MAXSMP, powerpc, arm64 4096), so 65535 leaves room while keeping a typo such as ``0-99999999``
-# from building a set of 100 million ids (minutes of CPU and gigabytes of memory) before anything can fail.
-# os.sched_setaffinity takes any id up to it (the kernel ignores bits above nr_cpu_ids). The same limit holds for
-# CPU ids from every source: list files, ``cpuN`` directory names, hwloc XML ``os_index``, snapshots, AFFRUN_PLAN.
+# The largest CPU id, CPU count and NUMA node id affrun accepts from any source (why: docs/design.md §6).
 MAX_CPU_ID = (1 << 16) - 1
-# No machine has more CPUs than affrun has CPU ids: a count of cores, workers or ranks above it fits none.
 MAX_COUNT = MAX_CPU_ID + 1
-# The largest NUMA node id: Linux's MAX_NUMNODES is 1 << NODES_SHIFT, at most 1 << 10 on x86_64, arm64 and
-# powerpc; set_mempolicy(2) refuses a mask with a set bit above it (EINVAL).
 MAX_NODE_ID = (1 << 10) - 1
 
 
@@ -67,17 +58,12 @@ def _uint(text: str, whole: str) -> int:
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
-    """Parse ``"0-3,8,10-11"`` into a set of CPU ids, with the kernel's group syntax ``"0-1023:2/256"``
-    (in each group of 256 CPUs from 0 to 1023, the first 2).
-
-    Tolerates the trailing ``\\n\\0`` that some sysfs files carry. An empty string is the empty set.
-    Raises ``ValueError`` on anything else, and :class:`CpuIdTooLarge` for an id above :data:`MAX_CPU_ID`.
-    """
+    """``"0-3,8,10-11"`` (and the kernel's groups, ``"0-1023:2/256"``; a trailing ``\\n\\0`` ignored) as CPU ids;
+    ``""`` is none. ``ValueError`` on anything else, :class:`CpuIdTooLarge` above :data:`MAX_CPU_ID`."""
     text = text.replace("\0", "").strip()
     if not text:
         return frozenset()
-    # A bit mask, not a set: a part costs one big-integer operation, not one step per CPU, so a list that names
-    # every CPU a thousand times ("0-65535,0-65535,...", an environment value of 128 KiB) is read at once.
+    # a bit mask: one big-integer operation per part, however many CPUs it names
     out = 0
     for part in dict.fromkeys(p.strip() for p in text.split(",")):
         if not part:
@@ -110,8 +96,7 @@ def parse_cpulist(text: str) -> frozenset[int]:
 
 
 def mask_ids(mask: int) -> frozenset[int]:
-    """The ids of the set bits of ``mask`` (bit i: CPU i), in steps per run of set bits, not per bit: ``"5,517"``
-    costs two steps, not 518, and ``0-65535`` one."""
+    """The ids of the set bits of ``mask`` (bit i: CPU i), one step per run of set bits."""
     bits = bin(mask)[:1:-1]  # bit i at index i
     ids: list[int] = []
     start = bits.find("1")
@@ -141,17 +126,13 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 
 
 def parse_hexmask(text: str) -> frozenset[int]:
-    """Parse a sysfs cpumask (``"0000,00000033"``, most significant word first) or hwloc's ``0x...``.
-
-    hwloc XML writes ``0xffffffff,0x00000fff``; sysfs writes ``00000fff,ffffffff``. Both are comma-separated
-    32-bit words, most significant first. A set bit above :data:`MAX_CPU_ID` raises :class:`CpuIdTooLarge`.
-    """
+    """A sysfs cpumask (``00000fff,ffffffff``) or hwloc's (``0xffffffff,0x00000fff``): 32-bit words, most significant
+    first. ``ValueError`` on anything else, :class:`CpuIdTooLarge` for a set bit above :data:`MAX_CPU_ID`."""
     text = text.replace("\0", "").strip()
     if not text:
         return frozenset()
     words = []
-    # A word may hold any number of digits (hwloc writes 0x8000...0 for CPU 127): the highest set bit is checked
-    # below, before any shifting; int() of a hex string is linear in its length.
+    # a word may hold any number of digits (hwloc writes 0x8000...0 for CPU 127)
     for word in text.split(","):
         word = word.strip()
         number = ascii_hex(word, len(word)) if word not in ("", "0x", "0X") else 0

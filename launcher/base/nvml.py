@@ -1,8 +1,6 @@
-"""NVML through nvidia-ml-py's ``pynvml`` (the ``nvml`` extra): the one reader that ``affrun topology --nvml``,
-``affrun doctor --pid`` and the meter in a rank use. :func:`start` gives NVML initialised or why not, in words;
-:func:`stop` never raises; the other calls raise NVML's errors for their caller to word. Standard library only
-(the meter loads it in every metered rank). docs/doctor.md ("The GPU's side"), docs/tune.md ("How it works").
-"""
+"""NVML through nvidia-ml-py's ``pynvml``: the one reader for ``affrun topology --nvml``, ``doctor --pid`` and a
+rank's meter. :func:`start` gives NVML or why not; :func:`stop` never raises; the other calls raise NVML's errors.
+Standard library only."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Every file affrun writes: the one reader of what an output path is (:func:`check`) and the one writer
-(:func:`write`, over :func:`replace_file`). A path is refused when it is empty, a directory, FIFO, socket or device,
-a link to nothing, reaches a file through ``/proc`` (``/dev/stdout``), another user's file, a file some process
-has open for writing (affrun's own standard streams included), or a file that holds nothing affrun wrote there.
-The writer writes a new file beside the target and renames it over it. Standard library only: the rank's meter
-imports this module. docs/design.md ("The files affrun writes") has the rule and the reasoning."""
+"""Every file affrun writes: the one check of an output path (:func:`check`) and the one writer (:func:`write`, over
+:func:`replace_file`: a new file beside the target, renamed over it). Standard library only. What a path may be,
+and why: docs/design.md §15."""
 
 from __future__ import annotations
 
@@ -106,9 +103,8 @@ def _stream(info: os.stat_result) -> str | None:
 
 
 def _written_elsewhere(fd: int) -> bool:
-    """Whether any process holds the file of ``fd`` (open read-only) open for writing: a read lease is refused
-    (EAGAIN) then (fcntl(2), "Leases"). A filesystem without leases (NFS, ``fs.leases-enable=0``) answers no.
-    A lease broken in the instant it is held signals its holder: SIGURG, which is ignored, not SIGIO."""
+    """Whether any process holds the file of ``fd`` (open read-only) open for writing: a read lease is refused then.
+    A filesystem without leases answers no. The lease's break signal is SIGURG, which is ignored, not SIGIO."""
     import fcntl
     import signal
 
@@ -150,9 +146,9 @@ def _existing(real: str, info: os.stat_result, mine: Mine, script: str | None, t
 
 
 def check(path: str, mine: Mine, script: str | None = None) -> str:
-    """The real path to write for the output path ``path`` (a link is followed to the file it names, which must be
-    there). Raises :class:`Refused`; see the module's docstring. ``mine``: whether an existing file holds what
-    affrun writes there; ``script``: a file never to replace (the training script)."""
+    """The real path to write for the output path ``path`` (a link followed to the file it names), or
+    :class:`Refused`. ``mine``: whether an existing file holds what affrun writes there; ``script``: a file never to
+    replace (the training script)."""
     if not path:
         raise Refused("is empty: give a file")
     try:
@@ -220,12 +216,9 @@ def _error(option: str | Opt, path: str, exc: Exception) -> ConfigError:
 
 def replace_file(path: str, data: bytes, mode: int | None = None,
                  was: os.stat_result | bool | None = True) -> None:
-    """``data`` as the file ``path``: a new file beside it (created exclusively, never through a link, in the
-    directory opened once without following a link) is written, then renamed over the name, so a reader sees the
-    old file or the new one. ``mode``: these permission bits; ``None``: the old file's, else 0666 less the umask.
-    ``was``: ``True`` replaces whatever is at the name; the file checked before (its ``lstat``) only that file;
-    ``None`` only nothing (a hard link makes the new name, which fails if something took it). Whatever fails or
-    interrupts it, the new file is removed."""
+    """``data`` as the file ``path``, written beside it and renamed over it (docs/design.md §15). ``mode``: these
+    permission bits (``None``: the old file's, else 0666 less the umask); ``was``: replace whatever is there
+    (``True``), only that file (its ``lstat``), or only nothing (``None``). The new file is removed on any failure."""
     where, name = os.path.split(path)
     dfd = os.open(where or ".", _DIR)
     try:

@@ -1,6 +1,5 @@
-"""PCI addresses in one spelling, ``dddd:bb:dd.f`` in lower-case hex, whatever the source wrote (sysfs, NVML,
-hwloc, a snapshot), their order, and a device's PCI path from its sysfs directory. Stdlib only, no I/O
-(docs/design.md §6)."""
+"""PCI addresses in one spelling, ``dddd:bb:dd.f`` in lower-case hex, whatever the source wrote (sysfs, NVML, hwloc, a
+snapshot), their order, and a device's PCI path from its sysfs directory. Standard library only, no I/O."""
 
 from __future__ import annotations
 
@@ -15,10 +14,8 @@ def _hex(text: str, max_digits: int, top: int) -> int | None:
 
 
 def pci_address(text: str) -> str | None:
-    """``text`` as ``dddd:bb:dd.f`` (domain, bus, device, function in lower-case hex), or ``None`` when it is not a
-    PCI address. Accepted: a domain of 1 to 8 hex digits (NVML writes 8; Linux VMD domains reach 5) or none
-    (``3b:00.0`` is domain 0), a bus of 1 or 2 digits, a device of 1 or 2 digits up to 1f and a function 0 to 7;
-    ASCII hex digits of either case only (no sign, space, ``0x`` or ``_``)."""
+    """``text`` as ``dddd:bb:dd.f`` in lower-case hex, or ``None`` when it is not a PCI address (what is accepted:
+    docs/design.md §6; ``3b:00.0`` is domain 0)."""
     if len(text) > 20:
         return None
     head, dot, function = text.rpartition(".")
@@ -63,11 +60,9 @@ def host_bridge(name: str) -> str | None:
 
 
 def sysfs_pci_path(real_path: str) -> tuple[str, tuple[str, ...]] | None:
-    """(address, PCI path) of the PCI device whose resolved sysfs directory is ``real_path``
-    (``.../devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0``): the path is the host bridge
-    and the bridges above the device. A device that is not itself a PCI
-    function (``.../0000:00:03.0/virtio2``, a virtio NIC) is its nearest PCI ancestor, as hwloc has it. ``None``
-    when no PCI function lies under a host bridge there. The last host bridge counts (a VMD domain nests one)."""
+    """(address, PCI path: the host bridge and the bridges above) of the PCI function whose resolved sysfs directory
+    is ``real_path``, or its nearest PCI ancestor's (a virtio NIC); ``None`` when none lies under a host bridge. The
+    last host bridge counts (a VMD domain nests one)."""
     parts = real_path.rstrip("/").split("/")
     start = max((i for i, p in enumerate(parts) if host_bridge(p)), default=None)
     if start is None:

@@ -1,21 +1,15 @@
-"""Plain data from untrusted YAML: the one reader of ``--tuned`` files and ``affrun sbatch``'s site profiles.
-
-:func:`load_yaml` composes the document (libyaml's parser when PyYAML has it), checks the node graph before
-building any value (plain data tags only, nesting, aliases expanded, no alias inside its own value, no key twice
-in one mapping), then builds it with PyYAML's safe constructor, timestamps left as strings. Every refusal is one
-:class:`BadYAML` line; the caller names the file and reads it bounded first. Why each bound: docs/tune.md.
-"""
+"""Plain data from untrusted YAML: the one reader of ``--tuned`` files and ``affrun sbatch``'s site profiles. The
+node graph is checked before any value is built; every refusal is one :class:`BadYAML` line (what is refused, and
+why: docs/tune.md, "What a tuned file may hold")."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# A tuned file is three levels deep and a site profile four; a few dozen values each, a site's profiles a few
-# thousand. Counted with every alias expanded, as a program walking the data would meet them.
 MAX_DEPTH = 32
-MAX_VALUES = 100_000
+MAX_VALUES = 100_000  # counted with every alias expanded
 _CORE = "tag:yaml.org,2002:"
-# The tags of plain data; PyYAML's safe constructor also builds sets, ordered pairs, bytes and dates: refused.
+# The tags of plain data (PyYAML's safe constructor also builds sets, ordered pairs, bytes and dates).
 PLAIN_TAGS = frozenset(_CORE + name for name in ("null", "bool", "int", "float", "str", "seq", "map", "merge"))
 
 
@@ -25,7 +19,7 @@ class BadYAML(ValueError):
 
 def _loader(c_parser: bool | None) -> type:
     """PyYAML's safe loader (libyaml's when available and ``c_parser`` is not False) without the implicit
-    timestamp rule: ``date: 2026-12-02`` or ``begin: 2026-12-01`` stay strings, and ``2001-02-30`` no error."""
+    timestamp rule: dates stay strings."""
     import yaml
 
     base = yaml.CSafeLoader if c_parser is not False and getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
@@ -34,8 +28,7 @@ def _loader(c_parser: bool | None) -> type:
         depth = 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
-            """The pure-Python composer, stopped at :data:`MAX_DEPTH` levels (libyaml's stops at 1,000): its
-            scanner looks up to 1,024 characters ahead per level, so ``[[[[...`` costs seconds before it recurses out."""
+            """The pure-Python composer, stopped at :data:`MAX_DEPTH` levels (docs/tune.md)."""
             self.depth += 1
             try:
                 if self.depth > MAX_DEPTH:
@@ -70,8 +63,7 @@ def _children(node: Any) -> list[Any]:
 
 
 def _no_twice(node: Any) -> None:
-    """A mapping's own plain keys each once (PyYAML keeps the last silently; a merged ``<<`` key may be
-    overridden, as YAML's merge rule says)."""
+    """A mapping's own plain keys each once (a merged ``<<`` key may be overridden, as YAML's merge rule says)."""
     from launcher.base.untrusted import clip
 
     seen: set[tuple[str, str]] = set()
@@ -84,9 +76,8 @@ def _no_twice(node: Any) -> None:
 
 
 def check_nodes(root: Any) -> None:
-    """Refuse a composed document whose values are not plain data, nest deeper than :data:`MAX_DEPTH`, expand
-    (aliases followed) to more than :data:`MAX_VALUES` values, or hold an alias inside its own anchor's value.
-    One pass over the graph, each node once (an alias bomb's expanded size is summed, never walked)."""
+    """Refuse a composed document whose values are not plain data, nest deeper than :data:`MAX_DEPTH`, expand to more
+    than :data:`MAX_VALUES` values or hold an alias inside its own value; each node visited once."""
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
     open_: set[int] = set()  # nodes whose values are being walked: the current node's ancestors
@@ -141,8 +132,7 @@ def load_yaml(data: bytes | str, *, c_parser: bool | None = None) -> Any:
     except (ValueError, TypeError, KeyError, OverflowError) as exc:
         if isinstance(exc, BadYAML):
             raise
-        # the safe constructor raises these for explicit tags (!!int abc, !!float x) and integers of more than
-        # 4,300 digits: one line, as for any other text that is not YAML affrun reads
+        # explicit tags (!!int abc) and integers of more than 4,300 digits
         problem = f"{short(exc.args[0], 40)} is not a value of its tag" if isinstance(exc, KeyError) else (
             str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         raise BadYAML(f"a value YAML cannot build: {clip(problem)}") from None

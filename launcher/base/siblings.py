@@ -1,7 +1,6 @@
-"""The cores of the live machine, as its sysfs groups CPUs (each CPU's sibling list). A rank's DataLoader workers
-are cut from its CPUs core by core (:func:`launcher.base.split.worker_split`), and the rank and its workers ask
-here rather than load the topology model: it is their short import path (docs/threads.md, "Workers are cut by
-whole cores"). The topology reader reads the same files, in the same order (:data:`CORE_FILES`)."""
+"""The cores of the live machine, as its sysfs groups CPUs (each CPU's sibling list): what a rank and its DataLoader
+workers read instead of the topology model (docs/threads.md, "Workers are cut by whole cores"). The topology reader
+reads the same files (:data:`CORE_FILES`)."""
 
 from __future__ import annotations
 

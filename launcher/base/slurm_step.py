@@ -1,17 +1,5 @@
-"""Facts about the Slurm step a process runs in, read from its environment (stdlib only, no I/O).
-
-Everything here is a pure function of an environment mapping, so ``affrun exec`` can use it on its light
-import path and tests can feed it the variables a real ``slurmstepd`` sets.
-
-Measured on Slurm 22.05.8 (the local test cluster, ``ConstrainDevices=yes``):
-
-* batch step: ``SLURM_JOB_GPUS=1``, ``CUDA_VISIBLE_DEVICES=0`` (no ``SLURM_STEP_ID``, no ``SLURM_STEP_GPUS``);
-* ``srun`` step: ``SLURM_STEP_GPUS=1``, ``CUDA_VISIBLE_DEVICES=0``; ``SLURM_JOB_GPUS`` is still there, but it is
-  the *batch node's* value inherited through the environment, wrong on every other node;
-* ``srun`` without ``--cpu-bind=none`` (``task/affinity``): each task's mask is one part of the step's CPUs,
-  ``SLURM_CPU_BIND_LIST=0x1,0x2`` lists the masks of all the node's tasks; with ``--cpu-bind=none`` the list is
-  empty and every task has the step's whole cpuset.
-"""
+"""Facts about the Slurm step a process runs in, each a pure function of its environment (standard library only,
+no I/O). What Slurm sets, as measured: docs/design.md §8."""
 
 from __future__ import annotations
 
@@ -36,17 +24,13 @@ __all__ = [
     "version_text",
 ]
 
-# The most nodes a per-node count list may describe once expanded. The largest machines have about 10,000
-# nodes; without a bound, "1(x99999999999)" would build a list of 10^11 entries (MemoryError).
+# The most nodes a per-node count list may describe once expanded (docs/design.md §8).
 MAX_NODES = 1 << 20
 
 
 def expand_counts(value: str) -> list[int]:
-    """Expand Slurm's compressed per-node counts: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
-
-    Used by ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_TASKS_PER_NODE`` and ``SLURM_JOB_CPUS_PER_NODE``.
-    Raises :class:`ValueError` on anything else, and for lists of more than :data:`MAX_NODES` nodes.
-    """
+    """Slurm's compressed per-node counts expanded: ``"2(x3),1"`` -> ``[2, 2, 2, 1]``. :class:`ValueError` on
+    anything else, and for lists of more than :data:`MAX_NODES` nodes."""
     out: list[int] = []
     for part in value.split(","):
         count, repeat = _count(part)
@@ -59,8 +43,7 @@ def expand_counts(value: str) -> list[int]:
 
 
 def _count(part: str) -> tuple[int | None, int | None]:
-    """``" 2(x3)"`` -> ``(2, 3)``, ``"2"`` -> ``(2, 1)``: 1 to 20 ASCII digits each (``None`` for anything else).
-    Parsed by hand, not with ``re``, which would cost ``affrun exec`` under srun about 5 ms."""
+    """``" 2(x3)"`` -> ``(2, 3)``, ``"2"`` -> ``(2, 1)``: 1 to 20 ASCII digits each (``None`` for anything else)."""
     count, paren, rest = part.strip().partition("(x")
     repeat = "1"
     if paren:
@@ -99,13 +82,8 @@ def in_slurm_step(environ: Mapping[str, str]) -> bool:
 
 
 def tasks_on_node(environ: Mapping[str, str]) -> int | None:
-    """Tasks of this step on this node: the ``SLURM_NODEID``-th entry of ``SLURM_STEP_TASKS_PER_NODE``.
-
-    Falls back to ``SLURM_TASKS_PER_NODE`` (same syntax) when it is not set or lists no entry for this node, then
-    to ``SLURM_NTASKS_PER_NODE`` (one number, only set when ``--ntasks-per-node`` was given). ``None`` when none of
-    them is set or covers this node. A variable that is set but malformed is never taken as missing: a
-    :class:`ValueError` names it and its (shortened) value.
-    """
+    """Tasks of this step on this node, from the first variable that covers it (docs/design.md §8); ``None`` when
+    none does. A variable that is set but malformed is a :class:`ValueError` naming it, never taken as missing."""
     node_text = environ.get("SLURM_NODEID")
     node = 0 if node_text is None else ascii_uint(node_text.strip())
     if node is None:
@@ -136,13 +114,8 @@ def tasks_on_node(environ: Mapping[str, str]) -> int | None:
 
 
 def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | None:
-    """The node-global ids of the GPUs Slurm gave this step, and the variable they came from.
-
-    Inside an ``srun`` step only ``SLURM_STEP_GPUS`` counts: ``SLURM_JOB_GPUS`` there is inherited from the
-    batch script and describes the batch node. In the batch step (no ``SLURM_STEP_ID``) it is
-    ``SLURM_JOB_GPUS``. ``None`` when Slurm gave no GPU list or the list is not plain numbers
-    (for example MIG or sharding setups), in which case the visibility variables are taken as they are.
-    """
+    """The node-global ids of the GPUs Slurm gave this step and the variable they came from (``SLURM_STEP_GPUS``,
+    or ``SLURM_JOB_GPUS`` in the batch step); ``None`` when Slurm gave no list of plain numbers (MIG, sharding)."""
     names = ("SLURM_STEP_GPUS",) if environ.get("SLURM_STEP_ID") else ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
     for name in names:
         value = environ.get(name)
@@ -156,15 +129,9 @@ def slurm_gpu_ids(environ: Mapping[str, str]) -> tuple[tuple[int, ...], str] | N
 
 
 def slurm_global_visible(value: str, environ: Mapping[str, str], pool_size: int) -> str | None:
-    """Rewrite a ``CUDA_VISIBLE_DEVICES``-style index list as node-global GPU ids; ``None``: keep ``value``.
-
-    With ``ConstrainDevices=yes`` Slurm sets ``CUDA_VISIBLE_DEVICES=0`` for the job's GPU 3 (the device cgroup
-    leaves the job one device, and CUDA numbers what it sees from 0); without it, ``CUDA_VISIBLE_DEVICES=3``.
-    Slurm sets nothing else, so: equal to Slurm's ids -> already global; all below their count -> relative,
-    mapped through the ids. Where both readings fit (a user narrowed the list by hand), relative wins, since
-    device constraint is what Slurm recommends. Lists with UUIDs, or Slurm ids beyond the ``pool_size`` GPUs
-    this machine has, are left alone.
-    """
+    """A ``CUDA_VISIBLE_DEVICES``-style index list as node-global GPU ids, read through Slurm's ids when it counts
+    within them (docs/design.md §8); ``None``: keep ``value`` (already global, UUIDs, Slurm ids beyond the
+    ``pool_size`` GPUs here)."""
     slurm = slurm_gpu_ids(environ)
     if slurm is None:
         return None
@@ -184,11 +151,8 @@ def slurm_bound(environ: Mapping[str, str]) -> bool:
 
 
 def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
-    """The per-task CPU masks ``task/affinity`` gave the tasks of this node (``SLURM_CPU_BIND_LIST``).
-
-    Returns ``None`` when Slurm did not bind the tasks (``--cpu-bind=none``, or no ``task/affinity``), or
-    when the binding is not a mask/map list. Their union is the step's CPU set on this node.
-    """
+    """The per-task CPU masks ``task/affinity`` gave the tasks of this node (``SLURM_CPU_BIND_LIST``); ``None``
+    when Slurm did not bind them or the binding is not a mask/map list."""
     kind = environ.get("SLURM_CPU_BIND_TYPE", "")
     value = environ.get("SLURM_CPU_BIND_LIST", "")
     if not value or not kind.startswith(("mask_cpu", "map_cpu")):
@@ -212,15 +176,9 @@ def cpu_bind_masks(environ: Mapping[str, str]) -> list[frozenset[int]] | None:
 def step_cpus_for_planning(
     environ: Mapping[str, str], task_mask: frozenset[int], cpuset: frozenset[int] | None
 ) -> tuple[frozenset[int], str | None]:
-    """The CPU set every task of this node should plan over, and a note when it differs from ``task_mask``.
-
-    Inside an ``srun`` step without ``--cpu-bind=none``, ``task/affinity`` gives each task one part of the
-    step's CPUs, so tasks that planned over their own masks would each see a different machine. All tasks of
-    a node share the step's cpuset (``cpuset``, from the process's cgroup) and ``SLURM_CPU_BIND_LIST``, so
-    either gives every task the same plan; the Slurm mask is only an affinity, which the task may widen
-    within its cpuset (measured: a task bound to {0} sets {0,1} without error). Outside a step, or when
-    neither source covers the task's mask, the mask itself is used.
-    """
+    """The CPU set every task of this node plans over (the step's ``cpuset``, else the union of
+    ``SLURM_CPU_BIND_LIST``, where it holds ``task_mask``; else ``task_mask``: docs/design.md §8), and a note when
+    it differs from ``task_mask``."""
     if not in_slurm_step(environ):
         return task_mask, None
     if cpuset is not None and task_mask < cpuset:
@@ -242,7 +200,7 @@ def _fmt(cpus: frozenset[int]) -> str:
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
     """``"slurm 22.05.8"`` (the output of ``srun --version``) -> ``(22, 5, 8)``; ``None`` if there is none."""
-    import re  # not at the top: affrun exec imports this module
+    import re
 
     m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not m:
@@ -256,8 +214,6 @@ def version_text(version: tuple[int, int, int]) -> str:
 
 
 def srun_inherits_cpus_per_task(version: tuple[int, int, int]) -> bool:
-    """False for Slurm 22.05.0 up to 23.02.4: their ``srun`` ignores the job's ``--cpus-per-task``.
-
-    Generated scripts pass ``-c`` and export ``SRUN_CPUS_PER_TASK`` anyway, so they work on every version.
-    """
+    """False for Slurm 22.05.0 up to 23.02.4, whose ``srun`` ignores the job's ``--cpus-per-task``
+    (docs/design.md §8)."""
     return not ((22, 5, 0) <= version < (23, 2, 5))

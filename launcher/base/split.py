@@ -1,6 +1,5 @@
-"""The balanced split: ``n`` items cut into ``k`` contiguous parts whose sizes differ by at most one. Pure; the
-planner cuts cores with it, and :func:`worker_cpus` a rank's CPUs among its DataLoader workers, core by core
-(the thread plan, ``worker_init_fn`` and the rank's worker hook all ask it)."""
+"""The balanced split: ``n`` items cut into ``k`` contiguous parts whose sizes differ by at most one, and a rank's CPUs
+cut among its DataLoader workers, core by core (:func:`worker_cpus`). Pure."""
 
 from __future__ import annotations
 
@@ -47,12 +46,9 @@ def core_order(pool: list[int], cores: Iterable[Iterable[int]] = ()) -> list[tup
 
 def worker_split(num_workers: int, loader: Iterable[int], rank: Iterable[int],
                  cores: Iterable[Iterable[int]] = ()) -> list[list[int]]:
-    """Each of ``num_workers`` DataLoader workers' CPUs, cut from the loader CPUs, else from the rank's, core by
-    core (``cores``: the machine's PU groups; none given, each CPU is a core).
-
-    No more workers than cores: each worker a disjoint, balanced share of whole cores. More: the PUs in core
-    order (siblings together), balanced; one each, round robin, when workers outnumber the PUs too.
-    """
+    """Each of ``num_workers`` DataLoader workers' CPUs, cut from the loader CPUs, else the rank's: balanced shares
+    of whole cores (``cores``: the PU groups; none given, each CPU is one), of PUs in core order when workers
+    outnumber the cores, one PU each, round robin, when they outnumber the PUs."""
     pool = sorted(set(loader)) or sorted(set(rank))
     if not pool or num_workers < 1:
         return [[] for _ in range(num_workers)]

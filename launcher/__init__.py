@@ -16,7 +16,7 @@ _LAZY = {
     "rank_environment": "launcher.env.policy",
     "ensure_affinity": "launcher.ensure",
     "worker_init_fn": "launcher.torch",
-    "AffrunError": "launcher.errors",
+    "AffrunError": "launcher.base.errors",
     "AffinityExecutor": "launcher.submitit",
     "current_binding": "launcher.bind.readback",
     "bind_rank": "launcher.bind.inprocess",

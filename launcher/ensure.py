@@ -95,8 +95,8 @@ def ensure_affinity(
     """Check this process's launch environment, fix it according to ``policy``, and return a report; a wrong
     argument is one :class:`ConfigError`. ``environ`` defaults to ``os.environ``; ``nproc_per_node``: local ranks,
     when no launcher variable says it."""
+    from launcher.base.errors import ConfigError
     from launcher.base.untrusted import short
-    from launcher.errors import ConfigError
     from launcher.options.keywords import check_argument, check_rank_keywords
 
     check_argument("ensure_affinity", "policy", policy, "choice", ENSURE_POLICIES)

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         failed = exc
     if failed is not None:
         if not isinstance(failed, BrokenPipeError):  # `... | head`: the reader left; exit 1 as click does, silently
-            from launcher.errors import LaunchError, error_line
+            from launcher.base.errors import LaunchError, error_line
 
             print(error_line(LaunchError(f"cannot write the output (stdout): {failed.strerror or failed}")),
                   file=sys.stderr)

@@ -31,8 +31,8 @@ answered_probe = False  # set under AFFRUN_RUN=probe: the hook's answer to affru
 
 def job_of(environ: MutableMapping[str, str]) -> Job:
     """The plan ``affrun run`` handed down (``AFFRUN_PLAN``), read and checked: nothing of the planner is imported."""
+    from launcher.base.errors import LaunchError
     from launcher.bind.wire import PLAN_VARIABLE, read_job
-    from launcher.errors import LaunchError
 
     text = environ.get(PLAN_VARIABLE)
     if not text:
@@ -42,9 +42,9 @@ def job_of(environ: MutableMapping[str, str]) -> Job:
 
 def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *, why: str) -> list[str]:
     """Bind this process as local rank ``rank_index`` of ``job``; return its notes."""
+    from launcher.base.errors import LaunchError
     from launcher.bind.apply import bind_running
     from launcher.env.rank_line import mem_text, rank_line
-    from launcher.errors import LaunchError
 
     if not 0 <= rank_index < job.size:
         raise LaunchError(f"local rank {rank_index} ({why}) is not in the plan of affrun run "
@@ -66,10 +66,10 @@ def bind_as_rank(job: Job, rank_index: int, environ: MutableMapping[str, str], *
 def bind_as_worker(bound: int, environ: MutableMapping[str, str]) -> None:
     """A multiprocessing child of bound rank ``bound``: its loader CPUs when the rank has some (the one apply,
     ``bind_process``), no placement. The rank's values it inherited are read by the one strict reader."""
+    from launcher.base.errors import LaunchError
     from launcher.bind.apply import apply_environment, bind_process
     from launcher.bind.readback import read_binding
     from launcher.env.variables import PLACE_VARIABLES
-    from launcher.errors import LaunchError
 
     try:
         binding = read_binding(environ)
@@ -146,7 +146,7 @@ def main() -> None:
     if os.environ.get(RUN_VARIABLE) == PROBE:
         answered_probe = True
         return
-    from launcher.errors import AffrunError, LaunchError, error_line
+    from launcher.base.errors import AffrunError, LaunchError, error_line
 
     closed = sys.stderr is None
     if closed:

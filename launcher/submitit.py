@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.base.errors import ConfigError
 from launcher.base.untrusted import short
 from launcher.bind.handoff import exec_prefix
 from launcher.bind.readback import TaskBinding, current_binding
-from launcher.errors import ConfigError
 from launcher.options.record import KEYWORDS, Options
 
 if TYPE_CHECKING:

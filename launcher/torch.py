@@ -11,12 +11,12 @@ import sys
 import warnings
 from collections.abc import Callable
 
+from launcher.base.errors import ConfigError
 from launcher.base.siblings import live_cores
 from launcher.base.split import worker_cpus
 from launcher.base.untrusted import short
 from launcher.bind.inherited import cpuset_cpus
 from launcher.bind.rank_hooks import fit_home, live_plan
-from launcher.errors import ConfigError
 
 __all__ = ["chain_worker_init_fn", "loader_workers", "worker_cpus", "worker_init_fn"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.errors import ConfigError, Opt
+    from launcher.base.errors import ConfigError, Opt
 
     Mine = Callable[[int], bool]  # whether the open regular file (a descriptor) holds what affrun writes there
 
@@ -207,7 +207,7 @@ def written(option: str | Opt, path: str, data: bytes, mine: Mine, mode: int | N
 
 
 def _error(option: str | Opt, path: str, exc: Exception) -> ConfigError:
-    from launcher.errors import ConfigError
+    from launcher.base.errors import ConfigError
 
     named = f"{option} {_shown(path)}" if isinstance(option, str) else option
     why = f" {exc}" if isinstance(exc, Refused) else f": {getattr(exc, 'strerror', None) or exc}"

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
-from launcher.errors import LaunchError, error_line
+from launcher.base.errors import LaunchError, error_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, MutableMapping, Sequence

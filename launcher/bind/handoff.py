@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import AppliedMemPolicy, EnvPolicy, MemBackend, NicEnv, OmpBind, RankHooks
+from launcher.base.errors import ConfigError, LaunchError
 from launcher.base.records import to_dict
 from launcher.bind.wire import COMPRESSED_PREFIX, PLAN_VARIABLE, Job, identity
 from launcher.context.run_role import BOOT
 from launcher.env.policy import RankEnvironment, effective_mem_policy, rank_environment
-from launcher.errors import ConfigError, LaunchError
 from launcher.options.record import Options
 from launcher.plan.record import SCHEMA, Handoff, Plan, RankEnv, RankPlan
 

@@ -58,7 +58,7 @@ def binding_fault(fields: RankFields, usable: frozenset[int] | None = None,
 def cpuset_cpus() -> frozenset[int] | None:
     """The CPUs a process may be given here, whatever its mask is now: online and in its cgroup's cpuset (``None``:
     unknown)."""
-    from launcher.errors import AffrunError
+    from launcher.base.errors import AffrunError
     from launcher.topology._files import read_cpulist
     from launcher.topology.cgroup import find_cpuset
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.errors import AffrunError, ConfigError, LaunchError
 from launcher.base.untrusted import shown
 from launcher.env.omp_syntax import thread_count
-from launcher.errors import AffrunError, ConfigError, LaunchError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -86,7 +86,7 @@ def apply_mempolicy(policy: str, nodes: tuple[int, ...], backend: str = "auto") 
 
     numactl = shutil.which("numactl") if backend in ("auto", "numactl") else None
     if backend == "numactl" and numactl is None:
-        from launcher.errors import LaunchError
+        from launcher.base.errors import LaunchError
 
         raise LaunchError("--mem-backend numactl: numactl is not installed (apt-get install numactl), "
                           "or use --mem-backend syscall")

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.errors import LaunchError
 from launcher.base.records import BadRecord, from_dict
 from launcher.base.untrusted import BadJSON, ascii_uint, clip, load_json, short
 from launcher.bind.inherited import binding_fault
 from launcher.env.variables import POOL_OF, USER_VARIABLES
-from launcher.errors import LaunchError
 from launcher.plan.record import SCHEMA, Handoff, Plan, RankEnv, RankPlan
 
 PLAN_VARIABLE = "AFFRUN_PLAN"

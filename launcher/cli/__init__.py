@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
+from launcher.base.errors import AffrunError, error_line
 from launcher.base.version import __version__
-from launcher.errors import AffrunError, error_line
 from launcher.options.table import spell_error
 from launcher.options.usage import UsageLine, unknown_word, usage_text
 

@@ -11,9 +11,9 @@ from typing import Any, Literal
 import click
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.errors import ConfigError
 from launcher.base.untrusted import seconds, shown
 from launcher.doctor.findings import CATALOGUE, SEVERITIES, Finding, Severity
-from launcher.errors import ConfigError
 from launcher.options.click import PID, Choice, nproc_option, topology_options
 
 SHOWN_VARIABLES = re.compile(

@@ -10,9 +10,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from launcher.base.errors import AffrunError, ConfigError, LaunchError
 from launcher.base.outpath import checked, marked, written
 from launcher.base.untrusted import note_line, short, shown
-from launcher.errors import AffrunError, ConfigError, LaunchError
 from launcher.options.click import click_options, env_options, plan_options
 from launcher.options.record import Options
 from launcher.options.table import TUNED_OPTION, OptionSpec, spell_error

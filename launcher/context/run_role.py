@@ -84,8 +84,8 @@ def with_plan_size(environ: Mapping[str, str], nproc: int) -> dict[str, str]:
 
 def recorded_task(environ: Mapping[str, str]) -> dict[str, str]:
     """``AFFRUN_RUN_TASK``: the rank variables of the task ``affrun run`` started in (empty when unset)."""
+    from launcher.base.errors import LaunchError
     from launcher.base.untrusted import BadJSON, load_json, short
-    from launcher.errors import LaunchError
 
     text = environ.get(TASK_VARIABLE)
     if not text:
@@ -134,8 +134,8 @@ def bound_rank(environ: Mapping[str, str], check: BoundCheck) -> tuple[int | Non
     """The rank this process is verifiably bound to (``None``: none), and why an inherited marker does not count:
     ``AFFRUN_LOCAL_RANK`` counts only with this plan's ``AFFRUN_PLAN_ID`` and a mask within that rank's CPUs.
     Raises :class:`LaunchError` for a marker of this plan, or of no plan, naming a rank outside it."""
+    from launcher.base.errors import LaunchError
     from launcher.base.untrusted import short
-    from launcher.errors import LaunchError
 
     text = environ.get(BOUND_VARIABLE)
     if text is None:
@@ -162,9 +162,9 @@ def decide(environ: Mapping[str, str], argv: Sequence[str], check: BoundCheck, *
     """What the process started with ``environ`` and ``argv`` (``sys.orig_argv``) is under ``affrun run``, whose
     plan and own mask ``check`` gives; ``pid`` is its own (``None``: unknown). Raises
     :class:`launcher.errors.LaunchError` for a malformed ``AFFRUN_RUN``, rank variable or bound rank."""
+    from launcher.base.errors import LaunchError
     from launcher.base.untrusted import short
     from launcher.context.local_rank import LocalRankError, detect_local_rank, same_task
-    from launcher.errors import LaunchError
 
     role = environ.get(RUN_VARIABLE, "")
     if role not in ROLES:

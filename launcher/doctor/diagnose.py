@@ -65,7 +65,7 @@ def audited_machine(fsroot: str | None = None, topology_file: str | None = None,
     from launcher.topology import load_topology, tree_root
 
     if allowed is not None:
-        from launcher.errors import AffrunError
+        from launcher.base.errors import AffrunError
         from launcher.topology.model import Core
 
         try:

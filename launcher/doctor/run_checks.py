@@ -27,9 +27,9 @@ class Process(Protocol):
 def planned_cpus(process: Process) -> tuple[int, frozenset[int]] | None:
     """The local rank and CPUs ``affrun run``'s hook binds ``process`` to (``None``: it binds none: no plan, a
     launcher, a worker or helper of a bound rank, a plan that cannot be read)."""
+    from launcher.base.errors import AffrunError
     from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.context.run_role import PROBE, RUN_VARIABLE, BoundCheck, decide
-    from launcher.errors import AffrunError
 
     if not process.environ.get(RUN_VARIABLE) or process.environ.get(RUN_VARIABLE) == PROBE:
         return None

@@ -9,6 +9,7 @@ import select
 import time
 
 from launcher.base import procfs
+from launcher.base.errors import AffrunError
 from launcher.base.schedstat import thread_schedstat
 from launcher.base.untrusted import short
 from launcher.context.runtimes import runtimes_from_paths
@@ -23,7 +24,6 @@ from launcher.doctor.starvation import judge_ranks, starvation_findings
 from launcher.doctor.target_environ import read_target_environ
 from launcher.doctor.thread_checks import thread_findings
 from launcher.doctor.thread_homes import assign_homes
-from launcher.errors import AffrunError
 
 MAX_SECONDS = 86400.0  # --duration and --interval: a day at most
 MIN_INTERVAL = 0.005  # seconds between samples

@@ -34,9 +34,9 @@ ENV_SOURCE = "its AFFRUN_* variables"
 def run_fields(process: ProcessRecord) -> LiveFields | None:
     """The fields of the rank ``affrun run``'s hook made ``process`` (its variables are not in
     ``/proc/PID/environ``: the hook wrote them in-process); ``None`` when the plan makes it no rank."""
+    from launcher.base.errors import AffrunError
     from launcher.bind.wire import PLAN_VARIABLE, read_job
     from launcher.doctor.run_checks import planned_cpus
-    from launcher.errors import AffrunError
 
     planned = planned_cpus(process)
     if planned is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
+from launcher.base.errors import ConfigError, Opt
 from launcher.base.outpath import checked, written
-from launcher.errors import ConfigError, Opt
 from launcher.feed.files import lock_problem, read_open
 from launcher.feed.meter import FEED_VARIABLE, INTERVAL_VARIABLE, JSON_VARIABLE
 from launcher.feed.workers import WORKERS_VARIABLE

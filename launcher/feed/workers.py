@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from launcher.base.cpulist import MAX_COUNT, parse_cpulist
+from launcher.base.errors import LaunchError
 from launcher.base.siblings import live_cores
 from launcher.base.untrusted import ascii_uint, short
-from launcher.errors import LaunchError
 
 WORKERS_VARIABLE = "AFFRUN_LOADER_WORKERS"
 LOADER_VARIABLE = "AFFRUN_LOADER_CPUS"

@@ -10,13 +10,13 @@ import sys
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from launcher.base.errors import AffrunError, ConfigError, LaunchError, error_line
 from launcher.base.untrusted import note_line, shell_join, shown, warning_line
 from launcher.bind.apply import bind_process, exec_or_status, rank_environ, rank_variables
 from launcher.bind.wire import PLAN_VARIABLE, Job, read_job
 from launcher.context.local_rank import LocalRank
 from launcher.env.rank_line import MEM_VARIABLE, mem_text, rank_line
 from launcher.env.variables import user_values
-from launcher.errors import AffrunError, ConfigError, LaunchError, error_line
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from launcher.base.errors import ConfigError, LaunchError
 from launcher.base.untrusted import shell_join, shown, warning_line
 from launcher.bind.apply import exec_or_status
 from launcher.bind.handoff import ParentPlan, plan_job
@@ -23,7 +24,6 @@ from launcher.context.local_rank import task_identity
 from launcher.context.run_role import LAUNCHER_VARIABLE, RUN_VARIABLE, TASK_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import user_values
-from launcher.errors import ConfigError, LaunchError
 from launcher.launch.run_target import check_command
 from launcher.launch.shebang import exec_failure
 from launcher.options.click import COMMAND, Choice, Launch, given, launch_options, nproc_option

@@ -15,11 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from launcher.base.errors import LaunchError
 from launcher.base.untrusted import note_line, short, warning_line
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.context.launchers import read_python_options
 from launcher.context.run_role import PROBE, RUN_VARIABLE
-from launcher.errors import LaunchError
 from launcher.launch.shebang import Unreadable, find_program, script_interpreter, split_string
 
 # What the hook needs to find in a process's environment to bind it.

@@ -15,12 +15,12 @@ from typing import NoReturn
 
 import click
 
+from launcher.base.errors import ConfigError
 from launcher.base.untrusted import shell_join, shown, warning_line
 from launcher.bind.handoff import exec_prefix, plan_job
 from launcher.bind.wire import PLAN_VARIABLE
 from launcher.env.rank_line import mem_text, rank_line
 from launcher.env.variables import BINDING_VARIABLES, user_values
-from launcher.errors import ConfigError
 from launcher.options.click import Verbatim
 from launcher.options.record import Options
 from launcher.options.table import LAUNCH_OPTIONS, add_arguments

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from launcher.base.errors import ConfigError
 from launcher.base.untrusted import short
-from launcher.errors import ConfigError
 from launcher.options.table import BINDING_OPTIONS, OptionSpec
 from launcher.options.values import BadValue, integer, read
 
@@ -30,7 +30,7 @@ def check_rank_keywords(caller: str, nproc_per_node: object, local_rank: object 
     except BadValue as exc:
         raise ConfigError(f"{caller}: nproc_per_node={short(nproc)}: {exc}") from None
     if nproc < 1:
-        from launcher.errors import AffrunError
+        from launcher.base.errors import AffrunError
         from launcher.options.table import spell_error
         from launcher.plan.request import check_rank_count
 

@@ -20,7 +20,7 @@ from launcher.base.choices import (
     RankHooks,
     SpillChoice,
 )
-from launcher.errors import AffrunError, ConfigError, Opt
+from launcher.base.errors import AffrunError, ConfigError, Opt
 from launcher.options.table import BINDING_OPTIONS, default, options_in, spell_error
 from launcher.plan.request import Request
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any
 
-    from launcher.errors import AffrunError, Opt, Vocabulary
+    from launcher.base.errors import AffrunError, Opt, Vocabulary
     from launcher.options.values import Reader
 
 # The planner's defaults (launcher.plan.request.Request): the planning options' defaults are the planner's own.

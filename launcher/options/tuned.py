@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.base.cpulist import MAX_COUNT
+from launcher.base.errors import AffrunError, ConfigError, Opt
 from launcher.base.untrusted import clip, short, shown
-from launcher.errors import AffrunError, ConfigError, Opt
 from launcher.options.table import FEED_OPTIONS, TUNED_OPTION, OptionSpec, options_in
 
 if TYPE_CHECKING:

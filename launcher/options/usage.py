@@ -8,7 +8,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from launcher.errors import LaunchError, error_line
+from launcher.base.errors import LaunchError, error_line
 
 if TYPE_CHECKING:
     import argparse

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
-from launcher.errors import PlanError
+from launcher.base.errors import PlanError
 from launcher.plan.closest import closest_order
 from launcher.plan.geometry import (
     CLAIM_GPU_NODE,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import GPU_ORDERS, MODES, GpuOrder, Mode
 from launcher.base.cpulist import format_cpulist
-from launcher.errors import Opt, PlanError
+from launcher.base.errors import Opt, PlanError
 from launcher.plan.comm import keep_comm_cores
 from launcher.plan.geometry import balanced_chunks, layout_of, nname, package_of
 from launcher.plan.homes import assign_homes, usable_gpus

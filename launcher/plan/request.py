@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.base.choices import GPU_ORDERS, MAIN_THREADS, MODES, SPILLS, GpuOrder, MainThread, Mode, SpillChoice
-from launcher.errors import AffrunError, Opt, PlanError, RankCountMismatch
+from launcher.base.errors import AffrunError, Opt, PlanError, RankCountMismatch
 
 if TYPE_CHECKING:
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.base.errors import ConfigError
 from launcher.base.untrusted import clip, short
-from launcher.errors import ConfigError
 from launcher.options.table import OptionSpec, options_in
 from launcher.slurm.options import SBATCH_OPTIONS
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from launcher.base.errors import ConfigError, Opt, PlanError, RankCountMismatch
 from launcher.base.untrusted import short, unwritable
 from launcher.base.version import __version__
-from launcher.errors import ConfigError, Opt, PlanError, RankCountMismatch
 from launcher.options.record import Options
 from launcher.plan.request import validate_request
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import cpu_error, format_cpulist, parse_cpulist
+from launcher.base.errors import Opt, TopologyError
 from launcher.base.untrusted import clip
-from launcher.errors import Opt, TopologyError
 from launcher.topology.model import GPU, Core, L3Group, NumaNode, Package, Topology
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ import os
 import stat
 
 from launcher.base.cpulist import cpu_error, id_problem, parse_cpulist, parse_hexmask
+from launcher.base.errors import AffrunError, TopologyError
 from launcher.base.pci import sysfs_pci_path
 from launcher.base.untrusted import ascii_hex, ascii_int, ascii_uint, short
-from launcher.errors import AffrunError, TopologyError
 from launcher.topology.fsroot import listdir, open_fd, realpath, root_real
 
 _CHUNK = 65536

@@ -7,10 +7,10 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
+from launcher.base.errors import TopologyError
 from launcher.base.pci import format_pci, pci_address, pci_order
 from launcher.base.slurm_step import slurm_global_visible
 from launcher.base.untrusted import ascii_int, ascii_uint, clip, short
-from launcher.errors import TopologyError
 from launcher.topology._files import numbered_entries, pci_location, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, listdir
 from launcher.topology.model import GPU

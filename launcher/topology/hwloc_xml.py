@@ -8,9 +8,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 
 from launcher.base.cpulist import MAX_CPU_ID, format_cpulist
+from launcher.base.errors import TopologyError
 from launcher.base.pci import pci_address, pci_order
 from launcher.base.untrusted import ascii_hex, ascii_uint, clip, short
-from launcher.errors import TopologyError
 from launcher.topology._files import read_document
 from launcher.topology.gpus import EXCLUDED_DEVICES, EXCLUDED_VENDORS, GPU_CLASSES, VENDORS
 from launcher.topology.hwloc_xml_numa import (

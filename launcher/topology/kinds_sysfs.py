@@ -10,8 +10,8 @@ import os
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.errors import TopologyError
 from launcher.base.untrusted import ascii_uint, clip
-from launcher.errors import TopologyError
 from launcher.topology._files import numbered_entries, read_cpulist, read_int, read_text
 from launcher.topology.cpuinfo_file import read_cpuinfo
 from launcher.topology.kinds import (

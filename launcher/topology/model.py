@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from launcher.base.choices import RDMA_KINDS, NicKind, PortState
 from launcher.base.cpulist import MAX_CPU_ID, MAX_NODE_ID, format_cpulist, id_text
+from launcher.base.errors import TopologyError, one_line
 from launcher.base.pci import pci_address
 from launcher.base.records import to_dict
 from launcher.base.untrusted import clip, short
-from launcher.errors import TopologyError, one_line
 from launcher.topology.kinds import CoreKinds, kinds_to_json
 from launcher.topology.priority import PriorityCores
 

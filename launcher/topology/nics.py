@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from launcher.base.errors import TopologyError
 from launcher.base.pci import pci_order, sysfs_pci_path
 from launcher.base.untrusted import ascii_int, ascii_uint, short
-from launcher.errors import TopologyError
 from launcher.topology._files import machine_path, read_cpus, read_int, read_text
 from launcher.topology.fsroot import isdir, lexists, listdir
 from launcher.topology.gpus import node_holding

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from launcher.base.cpulist import MAX_NODE_ID, cpu_error, format_cpulist, id_problem, id_text, parse_cpulist
+from launcher.base.errors import TopologyError, one_line
 from launcher.base.pci import host_bridge, pci_address
 from launcher.base.records import BadRecord, from_dict, to_dict
 from launcher.base.untrusted import BadJSON, ascii_int, clip, load_json, short
-from launcher.errors import TopologyError, one_line
 from launcher.topology.kinds import CoreKinds, kinds_from_json, kinds_to_json
 from launcher.topology.model import GPU, NIC, Core, L3Group, NumaNode, Package, Topology, checked
 from launcher.topology.nics import MAX_ENTRIES, MAX_PORTS, MAX_RATE_GBPS, capped, name_problem, sorted_nics

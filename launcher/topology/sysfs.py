@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from launcher.base.cpulist import format_cpulist
+from launcher.base.errors import TopologyError
 from launcher.base.siblings import CORE_FILES
 from launcher.base.untrusted import ascii_uint, short
-from launcher.errors import TopologyError
 from launcher.topology._files import CpusFile, numbered_entries, parse_cpus_file, read_int, read_text
 from launcher.topology.cgroup import find_cpuset
 from launcher.topology.fsroot import isdir, within

@@ -7,8 +7,8 @@ import argparse
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from launcher.base.errors import ConfigError
 from launcher.base.outpath import checked, marked
-from launcher.errors import ConfigError
 from launcher.options.table import OptionSpec, add_arguments
 
 if TYPE_CHECKING:

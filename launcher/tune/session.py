@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Literal
 
-from launcher.errors import LaunchError
+from launcher.base.errors import LaunchError
 from launcher.feed.verdict import DATA
 from launcher.tune.candidates import DEFAULT, clearly_worse, families
 from launcher.tune.result import TrialResult

@@ -33,8 +33,9 @@ FAKE_PYNVML = '''
 
 What the GPUs do is read, at each call, from the JSON file that FAKE_NVML_STATE names (none: idle, no process):
 {{"utilisation": [percent per GPU], "processes": [[pid, ...] per GPU], "process_util": [{{"pid": sm percent}} per
-GPU, or "not supported"]}}. nvmlDeviceGetProcessUtilization returns one sample a call for each process, stamped
-with the time (us), and raises NVMLError(NVML_ERROR_NOT_FOUND) when there is none newer than asked.
+GPU, or "not supported"], "sample_period_s": seconds}}. nvmlDeviceGetProcessUtilization returns one sample for
+each process, stamped with the time (us; with a sample period, the start of the current period, as NVML takes a
+sample a period), and raises NVMLError(NVML_ERROR_NOT_FOUND) when there is none newer than asked.
 """
 import json, os, time
 GPUS = {gpus!r}
@@ -81,7 +82,8 @@ def nvmlDeviceGetProcessUtilization(h, lastSeenTimeStamp):
     util = _of("process_util", h, {{}})
     if util == "not supported":
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    now = int(time.time() * 1e6)
+    period = _state().get("sample_period_s")
+    now = int(time.time() // period * period * 1e6) if period else int(time.time() * 1e6)
     if not util or now <= lastSeenTimeStamp:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
     return [_obj("Sample", pid=int(p), timeStamp=now, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)

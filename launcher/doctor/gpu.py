@@ -3,6 +3,7 @@ order) with its busy share at each sample and its processes' own where the drive
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ class GpuUsage:
     utilisation: list[int] = field(default_factory=list)  # percent, one value per sample
     memory_used_mib: int = 0
     pids: set[int] = field(default_factory=set)  # processes of the audited job using this GPU
+    others: set[int] = field(default_factory=set)  # other processes on it that this PID namespace holds
     uuid: str = ""
     # the SM share of each process of the job in NVML's per-process samples (percent, one value per sample)
     processes: dict[int, list[int]] = field(default_factory=dict)
@@ -87,7 +89,9 @@ class GpuSampler:
             try:
                 usage.utilisation.append(nvml.busy(lib, gpu.handle))
                 usage.memory_used_mib = nvml.memory_used_mib(lib, gpu.handle)
-                usage.pids |= nvml.processes(lib, gpu.handle) & job_pids
+                listed = nvml.processes(lib, gpu.handle)
+                usage.pids |= listed & job_pids
+                usage.others |= {p for p in listed - job_pids if os.path.exists(f"/proc/{p}")}
             except Exception:
                 pass
             if usage.per_process:

@@ -61,6 +61,8 @@ def _gpu_of(audit: JobAudit, rank: ProcessRecord) -> RankGpu | None:
     if per_process:
         busy: float | None = min(100.0, sum(x for x in per_process if x is not None)) / 100
         return RankGpu(gpu.index, gpu.pci, busy, "process", how)
+    if gpu.others and not gpu.pids & own:  # NVML lists this namespace's processes on it, none of the rank's
+        return RankGpu(gpu.index, gpu.pci, 0.0, "process", how + "; NVML lists none of its processes there")
     mean = gpu.mean_utilisation
     return RankGpu(gpu.index, gpu.pci, None if mean is None else mean / 100, "device", how)
 

@@ -131,26 +131,32 @@ class GpuBusy:
                       f"{type(exc).__name__}: {str(exc)[:120]})")
 
     def _sample(self, lib: Any, handle: Any) -> None:
-        """Per process once NVML lists this process on the GPU (a call with no sample of it is 0), else per
-        device."""
+        """Per process once NVML lists this process on the GPU (a period with samples but none of it is 0; a poll
+        with no new sample counts nothing, as in ``doctor --pid``); before, per device, unless NVML lists other
+        processes of this PID namespace there (then nothing: this one is not on it yet)."""
         pid, per_process, known, seen = os.getpid(), True, False, nvml.now()
         total, count = 0.0, 0
         while True:
             value: float | None = None
+            fresh = True
             if per_process:
                 try:
-                    known = known or pid in nvml.processes(lib, handle)
+                    listed = set() if known else nvml.processes(lib, handle)
+                    known = known or pid in listed
                     if known:
                         samples, seen = nvml.process_samples(lib, handle, seen)
                         mine = [sm for p, sm in samples if p == pid]
-                        value = sum(mine) / len(mine) if mine else 0.0
+                        value, fresh = (sum(mine) / len(mine) if mine else 0.0), bool(samples)
+                    else:  # other processes of this PID namespace on it, not this one: no figure yet
+                        fresh = not any(os.path.exists(f"/proc/{p}") for p in listed)
                 except Exception:
                     per_process = False
             if value is None:
                 value, self.source = float(nvml.busy(lib, handle)), DEVICE
             else:
                 self.source = PROCESS
-            total, count = total + min(max(value, 0.0), 100.0), count + 1
-            self._sums = (total, count)
+            if fresh:
+                total, count = total + min(max(value, 0.0), 100.0), count + 1
+                self._sums = (total, count)
             if self._stop.wait(1 / RATE):
                 return

@@ -266,6 +266,25 @@ def _nvml(tmp_path: Path, state: dict[str, Any], gpus: int = 1) -> dict[str, str
     return {"PYTHONPATH": f"{fake}:{os.environ.get('PYTHONPATH', '')}", "FAKE_NVML_STATE": str(tmp_path / "state.json")}
 
 
+def test_a_gpu_busy_with_other_processes_is_not_the_rank_s_share(tmp_path: Path) -> None:
+    """The rank's GPU (its local rank's) is 100% busy with another process of this PID namespace, which NVML lists,
+    and none of the job's: the rank's share is 0, not the device's 100%, and it is not fed."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    env = job_env(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    try:
+        with running([sys.executable, "-c", SPIN], env) as (_proc, lines):
+            pid = int(lines[-1].split()[1])
+            state = {"utilisation": [100], "processes": [[other.pid]], "process_util": [{str(other.pid): 100}]}
+            _, data = audit(pid, env=_nvml(tmp_path, state))
+    finally:
+        other.kill()
+        other.wait()
+    gpu = the_rank(data)["supply"]["gpu"]
+    assert (gpu["busy_fraction"], gpu["measured"]) == (0.0, "process"), gpu
+    assert "NVML lists none of its processes there" in gpu["mapped_by"]
+    assert the_rank(data)["verdict"]["verdict"] != v.FED
+
+
 @pytest.mark.parametrize(("state", "extra", "busy", "measured", "index", "mapped_by"), [
     ({"utilisation": [40], "processes": [["RANK"]], "process_util": [{"RANK": 95}]}, {}, 0.95, "process", 0,
      "its process on the GPU"),

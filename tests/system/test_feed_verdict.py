@@ -85,6 +85,32 @@ def test_the_rank_s_own_share_wins_over_a_device_busy_with_another_process(tmp_p
     assert f"gpu busy 30% ({mine['verdict']['verdict']}; " in _feed_line(proc.stderr)
 
 
+def test_polls_between_nvml_s_samples_are_not_counted_as_idle(tmp_path: Path) -> None:
+    """NVML takes a sample a period (1/6 s to 1 s by product); here one a second, this process 100% busy. A poll
+    that finds no new sample counted as 0% (the first always, 3 in 4 at 4 Hz: the meter said 25-33%)."""
+    (tmp_path / "state.json").write_text(json.dumps({"sample_period_s": 1}))
+    env = _fake_nvml(tmp_path, FAKE_NVML_UTIL="100", FAKE_NVML_PROCESS_UTIL="100",
+                     FAKE_NVML_STATE=str(tmp_path / "state.json"))
+    _, mine = _metered(tmp_path, "--seconds", "3.5", env=env)
+    assert mine["gpu_busy_source"] == "process" and mine["gpu_busy_fraction"] == pytest.approx(1.0), mine
+    assert mine["verdict"]["verdict"] == v.FED, mine
+
+
+def test_a_gpu_busy_with_other_processes_is_not_this_rank_s_share(tmp_path: Path) -> None:
+    """NVML lists another process of this PID namespace on the GPU, 100% busy, and never this rank: no figure (the
+    device's 100% would call the rank fed), and the verdict is unknown."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "state.json").write_text(json.dumps(
+            {"utilisation": [100], "processes": [[other.pid]], "process_util": [{str(other.pid): 100}]}))
+        _, mine = _metered(tmp_path, "--seconds", "2", env=_fake_nvml(
+            tmp_path, FAKE_NVML_STATE=str(tmp_path / "state.json")))
+    finally:
+        other.kill()
+        other.wait()
+    assert mine["gpu_busy_fraction"] is None and mine["verdict"]["verdict"] == v.UNKNOWN, mine
+
+
 @pytest.mark.parametrize("util", ["broken", "hang"])
 def test_an_nvml_that_fails_or_hangs_costs_one_warning_at_most_and_never_the_exit(tmp_path: Path, util: str) -> None:
     """A GPU named by its UUID; NVML's utilisation call raises (one warning, no figure) or never returns (no figure,

@@ -32,6 +32,8 @@ CPU_FIXES = {
     NEIGHBOURS: "other processes run on the rank's CPUs: give the rank cores of its own (affrun torchrun, affrun "
                 "exec) or move the neighbours",
 }
+CPU_UNKNOWN_FIX = ("find what keeps the main thread from a CPU (a binding that piles the job onto few CPUs, a CPU "
+                   "quota, too many busy threads, other processes): affrun doctor --pid PID names it")
 DATA_FIX = "more loader cores or DataLoader workers: affrun tune tries them"
 UNDERUSED_FIX = ("the CPU side is not the bound: profile the step (host-device syncs, small kernels, "
                  "communication, a small batch)")
@@ -75,7 +77,7 @@ def _cpu_side(s: Signals) -> tuple[str | None, str]:
     if s.cpu_wait is not None:
         parts.append(f"its main thread waited {_pct(s.cpu_wait)} for a CPU")
     if s.throttled:
-        parts.append(f"its cgroup was throttled {_pct(s.throttled)} of the time")
+        parts.append(f"its cgroup was held back by its CPU quota {_pct(s.throttled)} of the time (or of its periods)")
     if s.data_wait is not None:
         parts.append(f"the loop waited {_pct(s.data_wait)} in next(loader)")
     if s.cause_text:
@@ -88,10 +90,11 @@ def _cpu_side(s: Signals) -> tuple[str | None, str]:
     return None, words
 
 
-def _cpu_cause(s: Signals) -> str:
+def _cpu_cause(s: Signals) -> str | None:
+    """The cause the caller found, else throttling where it was measured, else none (never a guess)."""
     if s.cpu_cause in CPU_FIXES:
         return s.cpu_cause
-    return THROTTLED if s.throttled and s.throttled >= STARVED_WAIT / 2 else OVERSUBSCRIBED
+    return THROTTLED if s.throttled and s.throttled >= STARVED_WAIT / 2 else None
 
 
 def judge(s: Signals) -> Verdict:
@@ -100,7 +103,7 @@ def judge(s: Signals) -> Verdict:
     if s.gpu_busy is None:
         why = "no GPU signal (NVML: pip install affrun[nvml])"
         cause = _cpu_cause(s) if side == CPU else None
-        fix = CPU_FIXES[cause] if cause else DATA_FIX if side == DATA else ""
+        fix = (CPU_FIXES[cause] if cause else CPU_UNKNOWN_FIX) if side == CPU else DATA_FIX if side == DATA else ""
         return Verdict(UNKNOWN, f"{why}; {words}" if words else why, fix, likely=side, cause=cause)
     busy = f"the GPU was busy {_pct(s.gpu_busy)}"
     evidence = f"{busy}; {words}" if words else busy
@@ -108,7 +111,7 @@ def judge(s: Signals) -> Verdict:
         return Verdict(FED, evidence, "")
     if side == CPU:
         cause = _cpu_cause(s)
-        return Verdict(CPU, evidence, CPU_FIXES[cause], cause=cause)
+        return Verdict(CPU, evidence, CPU_FIXES[cause] if cause else CPU_UNKNOWN_FIX, cause=cause)
     if side == DATA:
         return Verdict(DATA, evidence, DATA_FIX)
     if s.data_wait is None:

@@ -35,6 +35,14 @@ def test_a_data_wait_that_is_the_main_threads_cpu_wait_is_not_data_starvation() 
     assert v.judge(v.Signals(gpu_busy=0.3, data_wait=0.74, cpu_wait=0.02)).kind == v.DATA
 
 
+def test_a_cause_nobody_measured_is_not_named() -> None:
+    """The meter sees the main thread's wait for a CPU, not what causes it: no cause (it said "oversubscribed" for a
+    neighbour's spin), and a fix that says how to find it."""
+    for gpu in (None, 0.3):
+        out = v.judge(v.Signals(gpu_busy=gpu, data_wait=0.05, cpu_wait=0.6))
+        assert out.cause is None and "affrun doctor --pid" in out.fix and "oversubscribed" not in out.evidence
+
+
 def test_throttling_is_named_as_the_cause_when_the_caller_found_none() -> None:
     out = v.judge(v.Signals(gpu_busy=0.2, data_wait=0.1, cpu_wait=0.57, throttled=0.4))
     assert out.kind == v.CPU and out.cause == v.THROTTLED and "quota" in out.fix

@@ -65,6 +65,12 @@ def _planned(p: ProcessRecord) -> bool:
     return bool(exported_cpus(env) or planned_cpus(p) or slurm_bound(env) or any(env.get(n) for n in MPI_SOURCES))
 
 
+def _one_of_several(p: ProcessRecord) -> bool:
+    """A rank among others of its node (torchrun, accelerate, DeepSpeed set ``LOCAL_WORLD_SIZE``): binding each is
+    its launcher's plan, not a collapse, even where the audit starts at it."""
+    return p.role == "rank" and p.environ.get("LOCAL_WORLD_SIZE", "1").strip() not in ("", "0", "1")
+
+
 def collapse_point(audit: JobAudit) -> tuple[ProcessRecord, list[ProcessRecord], frozenset[int]] | None:
     """The topmost launcher of the job (never a rank) whose processes all run on fewer CPUs than the reference,
     with those processes and their CPUs; ``None`` when there is none."""
@@ -72,7 +78,7 @@ def collapse_point(audit: JobAudit) -> tuple[ProcessRecord, list[ProcessRecord],
     if root is None or not audit.reference:
         return None
     for top in _subtree(audit, root):
-        if top is not root and top.role != "launcher":
+        if top.role != "launcher" and (top is not root or _one_of_several(top)):
             continue
         group = _subtree(audit, top)
         span = span_of(group)

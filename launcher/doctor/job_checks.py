@@ -18,7 +18,9 @@ from launcher.doctor.findings import Finding, merge_subjects
 from launcher.doctor.host_checks import check_double_binding
 from launcher.doctor.live import JobAudit, ProcessRecord
 from launcher.doctor.run_checks import unbound_findings
+from launcher.feed import verdict as v
 from launcher.feed.figures import FeedFigures
+from launcher.feed.verdict import judge
 from launcher.plan.kinds import plan_kinds
 from launcher.topology.model import Topology
 
@@ -166,15 +168,15 @@ def gpu_findings(audit: JobAudit) -> list[Finding]:
     return out
 
 
-STARVED = 0.20
-
-
 def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], loader: frozenset[int],
                  worker_masks: Sequence[frozenset[int]], omp_threads: int,
                  loader_cores: int | None = None) -> list[Finding]:
-    """``feed-starved`` for one rank: ``owned`` its CPUs, ``loader`` its loader CPUs (in ``loader_cores`` cores),
+    """``feed-starved`` for one rank the verdict calls starved by data (or likely so): ``owned`` its CPUs, ``loader`` its loader CPUs (in ``loader_cores`` cores),
     ``worker_masks`` its children's masks, ``omp_threads`` its OpenMP team's size."""
-    if feed is None or feed.batches == 0 or feed.data_wait_fraction <= STARVED:
+    if feed is None or feed.batches == 0:
+        return []
+    judged = judge(feed.signals())  # the data wait less the main thread's own wait for a CPU, as every verdict
+    if v.DATA not in (judged.kind, judged.likely):
         return []
     workers = sum(feed.num_workers)
     union = frozenset().union(*worker_masks) if worker_masks else frozenset()

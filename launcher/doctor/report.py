@@ -235,8 +235,11 @@ def job_text(audit: JobAudit) -> str:
         lines.extend(_plan_lines(p, planned))
         if p.feed is not None:
             f = p.feed
+            meter = "".join((f", cpu wait {100 * f.cpu_wait_fraction:.1f}%" if f.cpu_wait_fraction is not None else "",
+                             f", gpu busy {100 * f.gpu_busy_fraction:.0f}%" if f.gpu_busy_fraction is not None else "",
+                             f", the meter's verdict {f.verdict}" if f.verdict else ""))
             lines.append(f"  feed: {f.batches} batches in {f.seconds:.1f} s, {f.batches_per_s:.1f} batches/s, data wait "
-                         f"{100 * f.data_wait_fraction:.1f}% ({f.loaders} DataLoader(s), workers "
+                         f"{100 * f.data_wait_fraction:.1f}%{meter} ({f.loaders} DataLoader(s), workers "
                          f"{','.join(map(str, f.num_workers)) or '-'}: {f.workers_source})")
         lines.extend(_supply_lines(audit, p))
     lines.append("")

@@ -68,7 +68,7 @@ def _pct(value: float) -> str:
     return f"{100 * value:.0f}%"
 
 
-def _cpu_side(s: Signals) -> tuple[str | None, str]:
+def cpu_side(s: Signals) -> tuple[str | None, str]:
     """What the CPU side alone says: (DATA, CPU or None, the evidence in words). The data wait includes the
     main thread's own wait for a CPU inside ``next()``, so the wait for data proper is the difference."""
     cpu = s.cpu_wait if s.cpu_wait is not None else 0.0
@@ -99,7 +99,7 @@ def _cpu_cause(s: Signals) -> str | None:
 
 def judge(s: Signals) -> Verdict:
     """The rank's verdict from ``s`` (docs/doctor.md, "Verdicts")."""
-    side, words = _cpu_side(s)
+    side, words = cpu_side(s)
     if s.gpu_busy is None:
         why = "no GPU signal (NVML: pip install affrun[nvml])"
         cause = _cpu_cause(s) if side == CPU else None

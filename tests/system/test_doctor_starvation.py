@@ -113,6 +113,18 @@ def parse(cpus: str) -> set[int]:
     return set(parse_cpulist(cpus))
 
 
+@pytest.mark.parametrize("local_world", ["2", "1"])
+def test_one_rank_of_several_audited_alone_is_not_a_collapsed_job(local_world: str) -> None:
+    """A rank its launcher narrowed (`taskset`, as torchrun --numa-binding, accelerate or DeepSpeed bind each rank)
+    audited by its own pid: that is the launcher's plan, not the whole job on one CPU (it said "the whole job runs
+    on CPUs 1", exit 1). A job of one process so narrowed is still found."""
+    need(len(CPUS) > 1, "one CPU: nothing can be narrowed")
+    env = job_env(LOCAL_RANK="0", RANK="0", LOCAL_WORLD_SIZE=local_world, WORLD_SIZE=local_world)
+    with running(["taskset", "-c", str(max(CPUS)), sys.executable, "-c", SPIN], env) as (_proc, lines):
+        _, data = audit(int(lines[-1].split()[1]))
+    assert ("job-collapsed" in findings(data)) == (local_world == "1"), data["findings"]
+
+
 @pytest.mark.torch
 def test_the_same_job_under_affrun_torchrun_is_not_collapsed() -> None:
     """The binding variables exported as above, the job launched by `affrun torchrun`: nothing collapses, and a

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from launcher.doctor.job_checks import STARVED, feed_finding
+from dataclasses import replace
+
+from launcher.doctor.job_checks import feed_finding
 from launcher.feed.figures import FeedFigures, figures_of
+from launcher.feed.verdict import FED_BUSY, STARVED_WAIT
 
 RANK = frozenset(range(8))
 
@@ -21,8 +24,18 @@ def why(wait: float, loader: frozenset[int] = frozenset(), masks: tuple[frozense
 
 
 def test_a_fed_rank_and_a_rank_without_figures_have_no_finding() -> None:
-    assert feed_finding("r", figures(STARVED), RANK, frozenset(), (), 1) == []
+    assert feed_finding("r", figures(STARVED_WAIT - 0.01), RANK, frozenset(), (), 1) == []
     assert feed_finding("r", None, RANK, frozenset(), (), 1) == []
+
+
+def test_a_loop_that_waited_for_a_cpu_or_fed_its_gpu_is_not_starved_by_data() -> None:
+    """The same rule as every verdict: the data wait counts the main thread's own wait for a CPU inside next(), so
+    40% of data wait with 52% of CPU wait is a CPU starvation (it said "waited for data 40%" beside the verdict's
+    "likely starved-of-cpu"); a GPU busy 80% is fed whatever the loader waited."""
+    starved = figures(0.40)
+    assert feed_finding("r", replace(starved, cpu_wait_fraction=0.52), RANK, frozenset(), (), 1) == []
+    assert feed_finding("r", replace(starved, gpu_busy_fraction=FED_BUSY), RANK, frozenset(), (), 1) == []
+    assert len(feed_finding("r", replace(starved, cpu_wait_fraction=0.05), RANK, frozenset(), (), 1)) == 1
 
 
 def test_the_causes_doctor_can_see() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 from launcher.base.untrusted import short
 
 R = TypeVar("R")
+_FLOAT_MAX = sys.float_info.max  # an integer beyond it cannot be a float; nan and inf are no value
 
 
 class BadRecord(ValueError):
@@ -117,9 +119,9 @@ def _read(tp: Any, value: Any, what: str) -> Any:
             return value
         raise BadRecord(f"{what} must be {'true or false' if tp is bool else 'an integer'}, not {short(value, 40)}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < _FLOAT_MAX:
             return float(value)
-        raise BadRecord(f"{what} must be a number, not {short(value, 40)}")
+        raise BadRecord(f"{what} must be a finite number, not {short(value, 40)}")
     if tp is str:
         if not isinstance(value, str):
             raise BadRecord(f"{what} must be a string, not {short(value, 40)}")

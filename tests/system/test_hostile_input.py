@@ -195,6 +195,7 @@ def test_xml_ids_out_of_range(tmp_path: Path, fields: dict[str, str], needle: st
     (lambda d: d["cores"][0].update(numa_node=99999), "NUMA node 99999"),
     (lambda d: d["numa_nodes"][0].update(distances={"\u0661": 10}), "not a NUMA node id"),
     (lambda d: d.update(online="0-99999999"), "above 65535"),
+    (lambda d: d.update(cpu_quota=10 ** 400), "cpu_quota"),  # no float holds it: a traceback before
 ])
 def test_snapshot_ids_out_of_range(tree: Path, tmp_path: Path, change: Callable[[dict[str, Any]], object],
                                    needle: str) -> None:
@@ -341,6 +342,9 @@ PLAN_DAMAGE: list[tuple[str, Callable[[dict[str, Any]], object], str]] = [
     ("plan not an object", lambda d: d.update(plan=[1]), "plan must be an object"),
     ("missing key", lambda d: rank0(d).pop("cpus"), "missing \"cpus\""),
     ("another schema", lambda d: d.update(schema=2), "\"schema\" is 2, not 1"),
+    ("rate beyond a float", lambda d: rank0(d).update(nic={
+        "name": "mlx5_0", "port": 1, "device": "mlx5_0:1", "pci": "0000:17:00.0", "kind": "infiniband",
+        "distance": "switch", "rate_gbps": 10 ** 400}), "rate_gbps must be a finite number"),
     ("no schema", lambda d: d.pop("schema"), "\"schema\" is None, not 1"),
 ]
 

@@ -171,7 +171,8 @@ def main(command: list[str], values: dict[str, Any], on_line: set[str]) -> int:
     _mark_subjob(env, environ, rank.local_rank, job.size)
     env[MEM_VARIABLE] = mem_text(mem_policy, rank.mem_nodes)  # as planned; what took is written below
     feed: dict[str, str] = {}
-    if any(values[spec.dest] not in (None, False) for spec in FEED_OPTIONS):  # --feed-*, --loader-workers
+    # --feed-*, --loader-workers (0 is a value: "is False", since 0 == False)
+    if any(values[spec.dest] is not None and values[spec.dest] is not False for spec in FEED_OPTIONS):
         from launcher.feed.variables import feed_variables
 
         feed = feed_variables(args)

@@ -155,6 +155,25 @@ def test_a_file_tuned_on_another_machine_gets_a_warning(tmp_path: Path, command:
         assert "AFFRUN_LOADER_WORKERS=3" in same.stdout and "AFFRUN_LOADER_CPUS=" in same.stdout, same.stdout
 
 
+@pytest.mark.parametrize("command", ["torchrun", "exec", "run"])
+@pytest.mark.parametrize("given", ["flag", "tuned"])
+def test_zero_loader_workers_reach_the_rank(tmp_path: Path, command: str, given: str) -> None:
+    """``--loader-workers 0`` (what ``tune --save`` writes when the loop is fastest without workers), on the command
+    line or from a tuned file: every launcher exports it (``affrun exec`` took 0 for "not given", and the script's
+    loader_workers() fell back to the plan's count)."""
+    root = fake_cpu_4000_tree(tmp_path)
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text("affrun-tuned: 1\noptions:\n  loader-cores: 1\n  loader-workers: 0\n")
+    options = ["--tuned", str(tuned)] if given == "tuned" else ["--loader-cores", "1", "--loader-workers", "0"]
+    head = {"torchrun": ["torchrun", "--dry-run", "--nproc-per-node", "2"],
+            "exec": ["exec", "--dry-run", "--local-rank", "0", "--nproc-per-node", "2"],
+            "run": ["run", "--dry-run", "--nproc-per-node", "2"]}[command]
+    tail = [FEED_LOOP] if command == "torchrun" else ["--", "python3", FEED_LOOP]
+    proc = affrun(*head, "--fsroot", str(root), *options, *tail)
+    assert proc.returncode == 0, proc.stderr
+    assert "AFFRUN_LOADER_WORKERS=0" in proc.stdout, proc.stdout
+
+
 def test_sbatch_hands_the_tuned_file_to_the_job(tmp_path: Path) -> None:
     tuned = tmp_path / "t.yaml"
     tuned.write_text("affrun-tuned: 1\noptions:\n  loader-cores: 1\n")

@@ -54,8 +54,16 @@ def gpus(nvml: Any) -> list[Gpu]:
     for i in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
         pci = _text(nvml.nvmlDeviceGetPciInfo(handle).busId).strip().lower()
-        out.append(Gpu(i, pci, _text(nvml.nvmlDeviceGetUUID(handle)), _text(nvml.nvmlDeviceGetName(handle)), handle))
+        out.append(Gpu(i, pci, _text(nvml.nvmlDeviceGetUUID(handle)), _name(nvml, handle), handle))
     return out
+
+
+def _name(nvml: Any, handle: Any) -> str:
+    """The GPU's product name, ``""`` where NVML cannot say: it only labels the GPU in reports."""
+    try:
+        return _text(nvml.nvmlDeviceGetName(handle))
+    except Exception:
+        return ""
 
 
 def driver(nvml: Any) -> str:

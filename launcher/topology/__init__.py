@@ -127,11 +127,15 @@ def _with_cpu_quota(topo: Topology, root: str) -> Topology:
 
 
 def _load_file(path: str) -> tuple[Topology, Any]:
-    """A ``--topology`` file: hwloc XML (``.xml``, or any file starting with ``<``) or an affrun JSON snapshot; and
-    the document as parsed (where the CPU's identity is read, when asked)."""
+    """A ``--topology`` file, read bounded (:func:`document_topology`)."""
     from launcher.topology._files import read_document
 
-    data = read_document(path, "an affrun JSON snapshot or an hwloc XML export")
+    return document_topology(read_document(path, "an affrun JSON snapshot or an hwloc XML export"), path)
+
+
+def document_topology(data: bytes, path: str) -> tuple[Topology, Any]:
+    """The contents ``data`` of a ``--topology`` file ``path``: hwloc XML (``.xml``, or any document starting with
+    ``<``) or an affrun JSON snapshot; and the document as parsed (where the CPU's identity is read, when asked)."""
     if path.lower().endswith(".xml") or data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
         from launcher.topology.hwloc_xml import parse_hwloc_xml, xml_topology
 

@@ -304,8 +304,3 @@ def parse_snapshot(data: bytes, path: str) -> Any:
         if str(exc) == "not UTF-8 text":
             raise TopologyError(f"{path}: not a text file (expected an affrun topology snapshot, JSON)") from None
         raise TopologyError(f"{path}: {exc}") from None
-
-
-def snapshot_topology(data: bytes, path: str) -> Topology:
-    """The topology of snapshot JSON ``data`` read from ``path``."""
-    return replace(from_snapshot(parse_snapshot(data, path), path), loaded_from=f"snapshot {path}")

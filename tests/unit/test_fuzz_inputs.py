@@ -30,9 +30,8 @@ from launcher.bind.wire import read_job
 from launcher.env.policy import rank_environment
 from launcher.errors import AffrunError
 from launcher.plan.planner import Plan, Request, make_plan
-from launcher.topology import load_topology
-from launcher.topology.hwloc_xml import hwloc_xml_topology
-from launcher.topology.snapshot import snapshot_topology, to_snapshot
+from launcher.topology import document_topology, load_topology
+from launcher.topology.snapshot import to_snapshot
 from tests import fuzz
 from tests.conftest import FIXTURES, need
 from tests.fuzz import (
@@ -107,7 +106,7 @@ def test_corrupted_hwloc_xml(xml_documents: dict[str, bytes], data: st.DataObjec
                 other.append(target)
     encoding = data.draw(st.sampled_from(["UTF-8", "UTF-8", "bogus", "UTF-7", "UTF-16", "latin-1"]), label="encoding")
     text = f'<?xml version="1.0" encoding="{encoding}"?>\n'.encode() + ET.tostring(root)
-    bounded(lambda: plan_all(lambda: hwloc_xml_topology(text, "fuzzed.xml"), *request))
+    bounded(lambda: plan_all(lambda: document_topology(text, "fuzzed.xml")[0], *request))
 
 
 # ---------------------------------------------------------------------------------------------- snapshots
@@ -146,7 +145,7 @@ def test_corrupted_snapshots(snapshots: dict[str, dict[str, Any]], data: st.Data
     for _ in range(data.draw(st.integers(1, 3), label="mutations")):
         snap = replace_somewhere(snap, data)
     text = json.dumps(snap).encode()
-    bounded(lambda: plan_all(lambda: snapshot_topology(text, "fuzzed.json"), *request))
+    bounded(lambda: plan_all(lambda: document_topology(text, "fuzzed.json")[0], *request))
 
 
 # ---------------------------------------------------------------------------------------------- AFFRUN_PLAN

@@ -188,3 +188,18 @@ def test_nvml_without_a_driver_changes_nothing(tmp_path: Path) -> None:
     assert load_topology(fsroot=str(root), environ={}, nvml=True) == load_topology(fsroot=str(root), environ={})
 
 
+
+
+def test_a_gpu_name_nvml_cannot_give_keeps_the_cross_check(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """nvmlDeviceGetName only labels a GPU: where it fails, the GPU is still NVML's, with no name (the whole
+    cross-check of `topology --nvml` disappeared, silently)."""
+    from tests.machines import fake_pynvml
+
+    fake = fake_pynvml(monkeypatch, tmp_path, [("00000000:17:00.0", "GPU-a"), ("00000000:3a:00.0", "GPU-b")])
+
+    def no_name(handle: object) -> str:
+        raise fake.NVMLError(3)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetName", no_name)
+    assert [(g.pci, g.uuid, g.name) for g in nvml_gpus() or []] == [("0000:17:00.0", "GPU-a", ""),
+                                                                   ("0000:3a:00.0", "GPU-b", "")]

@@ -161,6 +161,7 @@ def main(command: list[str], values: dict[str, Any], on_line: set[str]) -> int:
     if collapse is not None:
         _warn(f"{collapse.message()}. Fix: {collapse.fix()}")
     given = [spec.flag for spec in (*BINDING_OPTIONS, NPROC_OPTION) if spec.dest in on_line]
+    given += ["--tuned"] if tuned is not None else []  # its planning options, like those of the line
     job, rank, detected = _job_and_rank(args, environ, given)
     here = [f"planned here for {', '.join(given)}: the inherited {PLAN_VARIABLE} is set aside"] if (
         given and PLAN_VARIABLE in environ) else []

@@ -88,6 +88,18 @@ def test_every_table_option_plans_here_as_without_a_parent(trees: dict[str, Path
     assert f"note: planned here for {', '.join(x for x in args if x.startswith('--'))}:" in under[2], under[2]
 
 
+def test_a_tuned_file_plans_here_as_without_a_parent(trees: dict[str, Path], tmp_path: Path) -> None:
+    """``--tuned FILE`` holds planning options: under an inherited plan it plans here by them, with the note, as
+    the same options on the line do (the parent's plan was applied, and the file silently ignored)."""
+    tuned = tmp_path / "tuned.yaml"
+    tuned.write_text("affrun-tuned: 1\noptions:\n  loader-cores: 1\n")
+    args = ["--fsroot", str(trees["here"]), "--tuned", str(tuned)]
+    alone = exec_dry(args, RANK)
+    under = exec_dry(args, {**RANK, "AFFRUN_PLAN": inherited_plan(trees["parent"])})
+    assert alone[0] == 0 and under[:2] == alone[:2], under[2]
+    assert "AFFRUN_LOADER_CPUS=" in "\n".join(under[1]) and "note: planned here for --fsroot, --tuned:" in under[2]
+
+
 def test_no_option_binds_by_the_inherited_plan(trees: dict[str, Path]) -> None:
     parent = inherited_plan(trees["parent"])
     code, lines, text = exec_dry([], {**RANK, "AFFRUN_PLAN": parent})

@@ -137,14 +137,18 @@ def check_handoff(handoff: Handoff) -> None:
     _names(handoff.user_env, "user_env")
     if handoff.plan.mode != "map":
         _check_sharing(ranks, handoff.plan.mode)
+    shared_comm: dict[tuple[int, ...], set[int]] = {}  # a shared mask: the comm CPUs of the ranks sharing it
+    for rank in ranks:
+        if rank.shared:
+            shared_comm.setdefault(rank.cpus, set()).update(rank.comm_cpus)
     for i, (rank, env) in enumerate(zip(ranks, handoff.env)):
         if rank.local_rank != i:
             raise BadRecord(f"plan.ranks[{i}].local_rank is {rank.local_rank}, not {i}")
-        _check_rank(rank, ranks, f"plan.ranks[{i}]")
+        _check_rank(rank, shared_comm.get(rank.cpus, set()) if rank.shared else set(), f"plan.ranks[{i}]")
         _check_env(env, rank, handoff.user_env, f"env[{i}]")
 
 
-def _check_rank(rank: RankPlan, ranks: tuple[RankPlan, ...], what: str) -> None:
+def _check_rank(rank: RankPlan, shared_comm: set[int], what: str) -> None:
     fault = binding_fault(rank)
     if fault:
         raise BadRecord(f"{what}: {fault}")
@@ -154,7 +158,7 @@ def _check_rank(rank: RankPlan, ranks: tuple[RankPlan, ...], what: str) -> None:
         raise BadRecord(f"{what}: compute_cores, loader_cpus and comm_cpus must split its cpus (no CPU in two, no "
                         "empty core)")
     rest = set(rank.cpus).difference(*parts)  # in a shared mask: the comm CPUs of the ranks sharing it
-    if rest and rest - {p for r in ranks if r.shared and rank.shared and r.cpus == rank.cpus for p in r.comm_cpus}:
+    if rest - shared_comm:
         raise BadRecord(f"{what}: CPUs {clip(format_cpulist(rest), 40)} of its cpus are neither compute, loader nor "
                         "comm CPUs")
     if rank.main_cpus and set(rank.main_cpus) not in [set(core) for core in rank.compute_cores]:

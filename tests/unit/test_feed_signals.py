@@ -98,7 +98,7 @@ def test_the_line_carries_what_was_measured_and_the_verdict() -> None:
                       "DataLoader workers: affrun tune tries them)"
     assert _line(cpu_wait_fraction=0.031, gpu_busy_fraction=0.9) == f"{prefix}, cpu wait 3.1%, gpu busy 90% (fed)"
     assert _line(cpu_wait_fraction=0.6, gpu_busy_fraction=0.3).startswith(
-        f"{prefix}, cpu wait 60.0%, gpu busy 30% (starved-of-cpu (oversubscribed); fewer busy threads")
+        f"{prefix}, cpu wait 60.0%, gpu busy 30% (starved-of-cpu; find what keeps the main thread from a CPU")
     assert feed_line(OLD) == prefix  # an older meter's figures: no verdict to show
 
 

@@ -177,7 +177,11 @@ def exec_failure(command: Sequence[str], environ: Mapping[str, str],
     here = os.getcwd()
     path = find_program(command[0], environ, here)
     if not path:
-        return (f"{command[0]}: command not found", 127) if exc is None else None
+        if exc is not None:
+            return None
+        if "/" in command[0] and os.path.exists(os.path.join(here, command[0])):  # there, but no program to run
+            return f"{command[0]}: permission denied", 126
+        return f"{command[0]}: command not found", 127
     found = cannot_run(path, here, (exc.errno if exc is not None else None) or errno.ENOENT)
     if found is None:
         return None

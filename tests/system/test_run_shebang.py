@@ -188,6 +188,23 @@ def test_a_missing_command_is_still_not_found(tmp_path: Path, launcher: str) -> 
     assert proc.stderr.splitlines() == [f"affrun: error: {tmp_path / 'nothing-here.py'}: command not found"]
 
 
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_path_that_is_no_program_is_permission_denied(tmp_path: Path, launcher: str, what: str) -> None:
+    """A file without the execute bit, or a directory, named by its path: 126 and "permission denied", as a shell
+    says and as affrun exec says without numactl (through numactl it said "command not found", 127)."""
+    if launcher == "exec through numactl":
+        need(shutil.which("numactl") is not None, "numactl is not installed")
+    path = tmp_path / "data.txt"
+    if what == "file":
+        path.write_text("not a program\n")
+    else:
+        path.mkdir()
+    proc = affrun(*LAUNCHERS[launcher], "--", str(path))
+    assert proc.returncode == 126 and rank_lines(proc.stderr) == [], proc.stderr
+    assert proc.stderr.splitlines() == [f"affrun: error: {path}: permission denied"]
+
+
 @pytest.mark.torch
 def test_torchrun_no_python_ranks_name_the_bad_interpreter(tmp_path: Path) -> None:
     """``affrun torchrun --no-python`` starts the script itself, through each rank's ``affrun exec``."""

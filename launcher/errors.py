@@ -2,6 +2,7 @@
 in :mod:`launcher.base.errors`, below every layer that raises them."""
 
 from launcher.base.errors import (
+    LINE_LIMIT,
     AffrunError,
     ConfigError,
     LaunchError,
@@ -14,6 +15,7 @@ from launcher.base.errors import (
 )
 
 __all__ = [
+    "LINE_LIMIT",
     "AffrunError",
     "ConfigError",
     "LaunchError",

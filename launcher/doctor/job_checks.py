@@ -171,8 +171,9 @@ def gpu_findings(audit: JobAudit) -> list[Finding]:
 def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], loader: frozenset[int],
                  worker_masks: Sequence[frozenset[int]], omp_threads: int,
                  loader_cores: int | None = None) -> list[Finding]:
-    """``feed-starved`` for one rank the verdict calls starved by data (or likely so): ``owned`` its CPUs, ``loader`` its loader CPUs (in ``loader_cores`` cores),
-    ``worker_masks`` its children's masks, ``omp_threads`` its OpenMP team's size."""
+    """``feed-starved`` for one rank the verdict calls starved by data (or likely so): ``owned`` its CPUs,
+    ``loader`` its loader CPUs (in ``loader_cores`` cores), ``worker_masks`` its children's masks, ``omp_threads``
+    its OpenMP team's size."""
     if feed is None or feed.batches == 0:
         return []
     judged = judge(feed.signals())  # the data wait less the main thread's own wait for a CPU, as every verdict

@@ -116,3 +116,9 @@ class LaunchError(AffrunError):
 
 class ConfigError(AffrunError):
     """A configuration file or option value is invalid."""
+
+
+# The name users know them by, in tracebacks, reprs and pickles (submitit sends a task's error back pickled):
+# launcher.errors, their public face, which gives these same classes.
+for _error in (Opt, AffrunError, TopologyError, PlanError, RankCountMismatch, LaunchError, ConfigError):
+    _error.__module__ = "launcher.errors"

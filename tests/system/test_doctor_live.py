@@ -222,8 +222,11 @@ def test_no_collapse_without_binding_variables(tmp_path: Path) -> None:
     script.write_text(TORCH_JOB)
     with running([sys.executable, str(script), "600"], job_env()) as (_proc, lines):
         pid = int(lines[-1].split()[1])
-        code, data = audit(pid, 0.5)
-    assert code == 0 and "collapse" not in findings(data) and "collapse-risk" not in findings(data)
+        _code, data = audit(pid, 0.5)
+    assert "collapse" not in findings(data) and "collapse-risk" not in findings(data), data["findings"]
+    # nothing wrong with the job: its main thread may still wait for a CPU on a loaded machine (cpu-starved, a
+    # judgement of the machine's load, not of the job's binding)
+    assert not [f for f in data["findings"] if f["severity"] != "info" and f["id"] != "cpu-starved"], data["findings"]
     children = processes(data, "child")
     assert len(children) == 2
     assert all(parse_cpulist(t["allowed"]) == CPUS for c in children for t in c["threads"])

@@ -188,13 +188,14 @@ def loop(name: str) -> None:
 
 def report() -> None:
     seconds = own["last"] - own["first"] if own["first"] is not None else 0.0
-    print(json.dumps({
+    sys.stdout.flush()
+    os.write(1, (json.dumps({
         "pid": os.getpid(), "batches": own["batches"], "wait": own["wait"], "seconds": seconds,
         "fraction": own["wait"] / seconds if seconds else 0.0, "caught": own["caught"], "threads": own["threads"],
         "num_workers": [loader.num_workers],
         "patched": hasattr(_BaseDataLoaderIter.__next__, "__wrapped__"),
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }), flush=True)
+    }) + "\n").encode())  # one write: ranks share the pipe
 
 
 try:

@@ -62,13 +62,14 @@ def main() -> None:
 
     def report() -> None:
         seconds = own["last"] - own["first"] if own["first"] is not None else 0.0
-        print(json.dumps({
+        sys.stdout.flush()
+        os.write(1, (json.dumps({
             "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "batches": own["batches"], "wait": own["wait"], "seconds": seconds,
             "fraction": own["wait"] / seconds if seconds else 0.0, "num_workers": [dl.num_workers for dl in loaders],
             "patched": _BaseDataLoaderIter.__next__.__module__ != "torch.utils.data.dataloader"
             or hasattr(_BaseDataLoaderIter.__next__, "__wrapped__"),
             "affrun_modules": sorted(m for m in sys.modules if m.startswith(("launcher", "_affrun_feed"))),
-        }), flush=True)
+        }) + "\n").encode())  # one write: ranks share the pipe
 
 
     epochs = range(args.epochs) if not args.seconds else iter(int, 1)  # --seconds: until the time is up

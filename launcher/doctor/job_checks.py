@@ -20,7 +20,6 @@ from launcher.doctor.live import JobAudit, ProcessRecord
 from launcher.doctor.run_checks import unbound_findings
 from launcher.feed import verdict as v
 from launcher.feed.figures import FeedFigures
-from launcher.feed.verdict import judge
 from launcher.plan.kinds import plan_kinds
 from launcher.topology.model import Topology
 
@@ -176,7 +175,7 @@ def feed_finding(subject: str, feed: FeedFigures | None, owned: frozenset[int], 
     its OpenMP team's size."""
     if feed is None or feed.batches == 0:
         return []
-    judged = judge(feed.signals())  # the data wait less the main thread's own wait for a CPU, as every verdict
+    judged = v.judge(feed.signals())  # the data wait less the main thread's own wait for a CPU, as every verdict
     if v.DATA not in (judged.kind, judged.likely):
         return []
     workers = sum(feed.num_workers)

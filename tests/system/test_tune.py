@@ -132,6 +132,14 @@ def test_the_budget_stops_with_what_it_has() -> None:
     assert "budget" in proc.stdout and "default" in proc.stdout
 
 
+def _dry_run(command: str) -> tuple[list[str], list[str]]:
+    """``command``'s dry run of two ranks of the feed loop: the words before affrun's options, and after."""
+    head = {"torchrun": ["torchrun", "--dry-run", "--nproc-per-node", "2"],
+            "exec": ["exec", "--dry-run", "--local-rank", "0", "--nproc-per-node", "2"],
+            "run": ["run", "--dry-run", "--nproc-per-node", "2"]}[command]
+    return head, [FEED_LOOP] if command == "torchrun" else ["--", "python3", FEED_LOOP]
+
+
 @pytest.mark.parametrize("command", ["torchrun", "exec", "run"])
 def test_a_file_tuned_on_another_machine_gets_a_warning(tmp_path: Path, command: str) -> None:
     root = fake_cpu_4000_tree(tmp_path)
@@ -141,10 +149,7 @@ def test_a_file_tuned_on_another_machine_gets_a_warning(tmp_path: Path, command:
                        "date: '2026-01-01'\n")
     home.write_text(foreign.read_text().replace("Other CPU", "Fake CPU 4000").replace("64", "4")
                     .replace("128", "4"))
-    head = {"torchrun": ["torchrun", "--dry-run", "--nproc-per-node", "2"],
-            "exec": ["exec", "--dry-run", "--local-rank", "0", "--nproc-per-node", "2"],
-            "run": ["run", "--dry-run", "--nproc-per-node", "2"]}[command]
-    tail = [FEED_LOOP] if command == "torchrun" else ["--", "python3", FEED_LOOP]
+    head, tail = _dry_run(command)
     proc = affrun(*head, "--fsroot", str(root), "--tuned", str(foreign), *tail)
     assert proc.returncode == 0, proc.stderr
     (warning,) = [line for line in proc.stderr.splitlines() if "tuned on another machine" in line]
@@ -165,10 +170,7 @@ def test_zero_loader_workers_reach_the_rank(tmp_path: Path, command: str, given:
     tuned = tmp_path / "tuned.yaml"
     tuned.write_text("affrun-tuned: 1\noptions:\n  loader-cores: 1\n  loader-workers: 0\n")
     options = ["--tuned", str(tuned)] if given == "tuned" else ["--loader-cores", "1", "--loader-workers", "0"]
-    head = {"torchrun": ["torchrun", "--dry-run", "--nproc-per-node", "2"],
-            "exec": ["exec", "--dry-run", "--local-rank", "0", "--nproc-per-node", "2"],
-            "run": ["run", "--dry-run", "--nproc-per-node", "2"]}[command]
-    tail = [FEED_LOOP] if command == "torchrun" else ["--", "python3", FEED_LOOP]
+    head, tail = _dry_run(command)
     proc = affrun(*head, "--fsroot", str(root), *options, *tail)
     assert proc.returncode == 0, proc.stderr
     assert "AFFRUN_LOADER_WORKERS=0" in proc.stdout, proc.stdout
